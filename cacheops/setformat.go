@@ -1,0 +1,139 @@
+package cacheops
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// Set item encoding (DESIGN §5): a sequence of tokens, each an op byte
+// ('+' add, '-' remove), the escaped member, and one space:
+//
+//	"+m1 +m2 -m1 "
+//
+// Members are escaped with rules.AppendEscaped, so a token never contains
+// whitespace and a reader can split on whitespace and look at the first
+// byte. A later token for a member supersedes earlier ones.
+
+// AppendToken appends one set token for member (raw, unescaped) to dst.
+func AppendToken(dst []byte, add bool, member string) []byte {
+	if add {
+		dst = append(dst, '+')
+	} else {
+		dst = append(dst, '-')
+	}
+	dst = rules.AppendEscaped(dst, member)
+	return append(dst, ' ')
+}
+
+// AppendEscapedToken appends a token whose member is already escaped (as
+// in rules.Op.Member) to dst.
+func AppendEscapedToken(dst []byte, add bool, escapedMember string) []byte {
+	if add {
+		dst = append(dst, '+')
+	} else {
+		dst = append(dst, '-')
+	}
+	dst = append(dst, escapedMember...)
+	return append(dst, ' ')
+}
+
+// SetState is a decoded set item.
+type SetState struct {
+	// Members are the escaped members present, in order of their first
+	// surviving add.
+	Members []string
+	// Tokens is the number of tokens in the item; Removals how many of
+	// them are '-' tokens. Tokens beyond len(Members) are garbage that
+	// compaction removes.
+	Tokens   int
+	Removals int
+}
+
+// Dirty reports whether the share of tokens that compaction would drop is
+// at least ratio (0 < ratio <= 1).
+func (s SetState) Dirty(ratio float64) bool {
+	if s.Tokens == 0 {
+		return false
+	}
+	return float64(s.Tokens-len(s.Members)) >= ratio*float64(s.Tokens)
+}
+
+// DecodeSet parses a set item. Unknown op bytes and empty tokens are
+// ignored, so a reader never fails on a partly foreign item.
+func DecodeSet(value []byte) SetState {
+	var st SetState
+	present := make(map[string]int) // escaped member -> index in order, -1 when removed
+	var order []string
+	for _, tok := range bytes.Fields(value) {
+		st.Tokens++
+		op, member := tok[0], string(tok[1:])
+		switch op {
+		case '+':
+			if i, ok := present[member]; !ok || i < 0 {
+				present[member] = len(order)
+				order = append(order, member)
+			}
+		case '-':
+			st.Removals++
+			if _, ok := present[member]; ok {
+				present[member] = -1
+			}
+		}
+	}
+	for i, m := range order {
+		if present[m] == i {
+			st.Members = append(st.Members, m)
+		}
+	}
+	return st
+}
+
+// EncodeSet returns the compact item holding exactly the given escaped
+// members.
+func EncodeSet(escapedMembers []string) []byte {
+	n := 0
+	for _, m := range escapedMembers {
+		n += len(m) + 2
+	}
+	out := make([]byte, 0, n)
+	for _, m := range escapedMembers {
+		out = AppendEscapedToken(out, true, m)
+	}
+	return out
+}
+
+// Unescape reverses rules.Escape: "%XX" sequences become the byte they
+// name; anything else is kept.
+func Unescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if hi, ok := unhex(s[i+1]); ok {
+				if lo, ok := unhex(s[i+2]); ok {
+					out = append(out, hi<<4|lo)
+					i += 2
+					continue
+				}
+			}
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Starts the services cachewarden's tests and demo need, on loopback only:
+#   - memcached on 127.0.0.1:${CACHEWARDEN_MEMCACHED_PORT:-11311}
+#     (installs Debian's memcached package when the binary is missing);
+#   - a MariaDB/MySQL server: 127.0.0.1:3306 when it answers, else the
+#     machine's mariadbd is started, else Debian's mariadb-server is
+#     installed and a private instance is started on port 3307.
+# It then writes the addresses to .services/env, which `make` and the tests
+# read (CACHEWARDEN_TEST_MEMCACHED, CACHEWARDEN_TEST_MYSQL_DSN).
+#
+# Usage: scripts/services.sh [start|stop|env]
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+state="$root/.services"
+mkdir -p "$state"
+mc_port=${CACHEWARDEN_MEMCACHED_PORT:-11311}
+private_mysql_port=3307
+
+log() { echo "services: $*" >&2; }
+
+apt_install() {
+  if ! command -v apt-get >/dev/null; then
+    log "cannot install $*: no apt-get; install it by hand"
+    return 1
+  fi
+  log "installing $* with apt-get"
+  if [ ! -f "$state/.apt-updated" ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 && touch "$state/.apt-updated"
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    port_open "$1" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+start_memcached() {
+  if port_open "$mc_port"; then
+    return 0
+  fi
+  command -v memcached >/dev/null || apt_install memcached
+  local user=()
+  [ "$(id -u)" = 0 ] && user=(-u nobody)
+  memcached -d "${user[@]}" -l 127.0.0.1 -p "$mc_port" -U 0 -m 512 -c 4096 -t 2 \
+    -P "$state/memcached.pid"
+  wait_port "$mc_port" || { log "memcached did not start on port $mc_port"; exit 1; }
+  log "memcached listening on 127.0.0.1:$mc_port"
+}
+
+mysql_ping() { # port
+  if command -v mariadb-admin >/dev/null; then
+    mariadb-admin --protocol=tcp -h127.0.0.1 -P"$1" -uroot --connect-timeout=2 ping >/dev/null 2>&1
+  elif command -v mysqladmin >/dev/null; then
+    mysqladmin --protocol=tcp -h127.0.0.1 -P"$1" -uroot --connect-timeout=2 ping >/dev/null 2>&1
+  else
+    port_open "$1"
+  fi
+}
+
+wait_mysql() {
+  for _ in $(seq 1 150); do
+    mysql_ping "$1" && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+start_mysql() {
+  if mysql_ping 3306; then
+    mysql_port=3306
+    return 0
+  fi
+  if mysql_ping "$private_mysql_port"; then
+    mysql_port=$private_mysql_port
+    return 0
+  fi
+  if [ -x /usr/sbin/mariadbd ] && [ -d /var/lib/mysql/mysql ]; then
+    log "starting the machine's MariaDB"
+    if command -v start-stop-daemon >/dev/null; then
+      start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || true
+    fi
+    if wait_mysql 3306; then
+      mysql_port=3306
+      return 0
+    fi
+  fi
+  command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || apt_install mariadb-server mariadb-client
+  local data="$state/mysql"
+  if [ ! -d "$data/mysql" ]; then
+    log "initialising a private MariaDB in $data"
+    mkdir -p "$data"
+    mariadb-install-db --no-defaults --datadir="$data" --user="$(id -un)" \
+      --auth-root-authentication-method=normal >"$state/mysql-install.log" 2>&1
+  fi
+  log "starting a private MariaDB on 127.0.0.1:$private_mysql_port"
+  nohup /usr/sbin/mariadbd --no-defaults --datadir="$data" --user="$(id -un)" \
+    --bind-address=127.0.0.1 --port="$private_mysql_port" --socket="$state/mysql.sock" \
+    --pid-file="$state/mysql.pid" --log-bin=mysql-bin --server-id=1 --binlog-format=ROW \
+    --skip-name-resolve >"$state/mysql.log" 2>&1 &
+  wait_mysql "$private_mysql_port" || { log "MariaDB did not start; see $state/mysql.log"; exit 1; }
+  mysql_port=$private_mysql_port
+}
+
+write_env() {
+  cat >"$state/env" <<ENV
+CACHEWARDEN_TEST_MEMCACHED=127.0.0.1:$mc_port
+CACHEWARDEN_TEST_MYSQL_DSN=root@tcp(127.0.0.1:$mysql_port)/
+ENV
+  cat "$state/env"
+}
+
+stop() {
+  if [ -f "$state/memcached.pid" ]; then
+    kill "$(cat "$state/memcached.pid")" 2>/dev/null || true
+    rm -f "$state/memcached.pid"
+  fi
+  if [ -f "$state/mysql.pid" ]; then
+    kill "$(cat "$state/mysql.pid")" 2>/dev/null || true
+    rm -f "$state/mysql.pid"
+  fi
+}
+
+case "${1:-start}" in
+  start)
+    start_memcached
+    start_mysql
+    write_env
+    ;;
+  stop) stop ;;
+  env) cat "$state/env" ;;
+  *) echo "usage: $0 [start|stop|env]" >&2; exit 2 ;;
+esac
