@@ -6,13 +6,26 @@ import "time"
 type RuleKind uint8
 
 const (
-	// RuleBump keeps a namespace version key.
-	RuleBump RuleKind = iota + 1
-	// RuleSet keeps a set of members in one item.
-	RuleSet
-	// RuleCount keeps a counter.
-	RuleCount
+	// BumpRule keeps a namespace version key.
+	BumpRule RuleKind = iota + 1
+	// SetRule keeps a set of members in one item.
+	SetRule
+	// CountRule keeps a counter.
+	CountRule
 )
+
+// String returns the rule kind's name as written in rule files.
+func (k RuleKind) String() string {
+	switch k {
+	case BumpRule:
+		return "bump"
+	case SetRule:
+		return "set"
+	case CountRule:
+		return "count"
+	}
+	return "unknown"
+}
 
 // Rule is one loaded rule. Fields are read-only after loading.
 type Rule struct {
@@ -32,4 +45,46 @@ type Rule struct {
 	File   string
 	Line   int
 	Column int
+
+	// Database is the database the rule matches; "" matches any.
+	Database string
+	// Table is the table the rule matches (exact, case-sensitive).
+	Table string
+	// On lists the operations the rule handles, in file order. The
+	// default is insert, update, delete.
+	On []Operation
+	// When is the predicate's source text; "" when the rule has none (it
+	// then holds on every image).
+	When string
+	// Columns, for bump rules, lists the columns of which at least one
+	// must change for an update to bump; nil means every update bumps.
+	Columns []string
+	// Key is the key template: the namespace key of a bump rule, the set
+	// key or the counter key. The file prefix is not part of it.
+	Key *Template
+	// Member is a set rule's member template; nil for other kinds.
+	Member *Template
+	// Args are the columns whose values are bound, in order, to Query's
+	// '?' placeholders; the default is Key's columns. nil when Query is "".
+	Args []string
+	// Keys, for set and count rules, is an optional query (no
+	// placeholders) that lists the keys `cachewarden verify` checks: each
+	// row holds the values of Key's placeholder columns, one column per
+	// distinct placeholder in order of first appearance. "" when none.
+	Keys string
+
+	// onMask has bit 1<<Operation set for each operation in On.
+	onMask uint8
+	// pred is the compiled When; nil when When is "".
+	pred *predicate
+	// nameLine and nameColumn locate the name, for duplicate reports.
+	nameLine, nameColumn int
+}
+
+// Handles reports whether the rule lists op in its `on` list.
+func (r *Rule) Handles(op Operation) bool { return r.onMask&(1<<op) != 0 }
+
+// Matches reports whether the rule applies to rows of database.table.
+func (r *Rule) Matches(database, table string) bool {
+	return r.Table == table && (r.Database == "" || r.Database == database)
 }

@@ -1,0 +1,212 @@
+// Command cachewarden keeps memcached consistent with MySQL by turning CDC
+// events read from Kafka into namespace bumps, set updates and counter
+// changes. Run `cachewarden help` for the subcommands.
+//
+// Exit status: 0 on success, 1 when a command fails, 2 on a command-line
+// mistake.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// command is one subcommand: an entry of app.commands.
+type command struct {
+	name string
+	// help is a one-line description for `cachewarden help`.
+	help string
+	// run receives the arguments after the command name. It writes its
+	// results to stdout and diagnostics to stderr.
+	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// app holds what every subcommand shares: the logger built from the global
+// flags and the standard input. A new app is built for each invocation.
+type app struct {
+	log   *slog.Logger
+	stdin io.Reader
+}
+
+// commands is the subcommand table, in the order `cachewarden help` lists
+// it. Adding a subcommand is adding an entry here.
+func (a *app) commands() []command {
+	return []command{
+		{name: "run", help: "run the daemon: consume CDC topics and keep memcached in step (run -c FILE)", run: a.runCmd},
+		{name: "rules", help: "check rule files or run rule unit tests (rules check|test)", run: a.rulesCmd},
+		{name: "plan", help: "print the cache operations planned for CDC messages read from stdin", run: a.planCmd},
+		{name: "verify", help: "compare the sets and counters in memcached with MySQL", run: a.verifyCmd},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil && !alreadyReported(err) {
+		fmt.Fprintf(os.Stderr, "cachewarden: %v\n", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+// run executes one command line (without the program name), reading
+// standard input from os.Stdin.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runWithInput(ctx, os.Stdin, args, stdout, stderr)
+}
+
+// runWithInput is run with an explicit standard input.
+func runWithInput(ctx context.Context, stdin io.Reader, args []string, stdout, stderr io.Writer) error {
+	a := &app{stdin: stdin}
+	fs := flag.NewFlagSet("cachewarden", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "minimum log level: debug, info, warn or error")
+	fs.Usage = func() { a.usage(fs.Output(), fs) }
+	if err := fs.Parse(args); err != nil {
+		return flagError(err)
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	a.log = log
+
+	rest := fs.Args()
+	if len(rest) == 0 {
+		a.usage(stderr, fs)
+		return usageErrorf("no command given")
+	}
+	name, cmdArgs := rest[0], rest[1:]
+	if name == "help" {
+		return a.help(ctx, cmdArgs, stdout, stderr, fs)
+	}
+	for _, c := range a.commands() {
+		if c.name == name {
+			return c.run(ctx, cmdArgs, stdout, stderr)
+		}
+	}
+	return usageErrorf("unknown command %q (see `cachewarden help`)", name)
+}
+
+// help implements `cachewarden help [COMMAND [SUBCOMMAND]]`: the command
+// list on stdout, or the named command's own -h output.
+func (a *app) help(ctx context.Context, args []string, stdout, stderr io.Writer, global *flag.FlagSet) error {
+	if len(args) == 0 {
+		a.usage(stdout, global)
+		return nil
+	}
+	for _, c := range a.commands() {
+		if c.name == args[0] {
+			// The command's -h output is the answer: send it to stdout.
+			err := c.run(ctx, append(args[1:len(args):len(args)], "-h"), stdout, stdout)
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return err
+		}
+	}
+	return usageErrorf("unknown command %q (see `cachewarden help`)", args[0])
+}
+
+func (a *app) usage(w io.Writer, global *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: cachewarden [global flags] COMMAND [ARGS]\n\nCommands:\n")
+	for _, c := range a.commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.help)
+	}
+	fmt.Fprintf(w, "  %-10s %s\n", "help", "list the commands, or describe one: help COMMAND")
+	fmt.Fprintf(w, "\nGlobal flags:\n")
+	global.SetOutput(w)
+	global.PrintDefaults()
+}
+
+// newLogger builds the logger every command receives. It writes to w.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// errReported marks a failure whose details the command has already
+// written to stderr; main adds nothing and exits with status 1.
+var errReported = errors.New("failed (reported above)")
+
+// usageError is a command-line mistake; main exits with status 2.
+type usageError struct {
+	msg string
+	// reported is true when the message was already written to stderr
+	// (by package flag).
+	reported bool
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// flagError converts an error from flag.FlagSet.Parse, which has already
+// printed the message and the usage: -h stays flag.ErrHelp (status 0),
+// anything else becomes a usage error that main does not print again.
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return &usageError{msg: err.Error(), reported: true}
+}
+
+// alreadyReported reports whether err's message needs no printing: -h
+// output, flag errors and failures the command has described on stderr.
+func alreadyReported(err error) bool {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return ue.reported
+	}
+	return errors.Is(err, flag.ErrHelp) || errors.Is(err, errReported)
+}
+
+// exitCode maps run's result to the process exit status.
+func exitCode(err error) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		return 2
+	}
+	return 1
+}
+
+// newFlagSet returns a flag set for a subcommand whose messages go to
+// stderr. synopsis is the usage line after "Usage: cachewarden ".
+func newFlagSet(name, synopsis, description string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: cachewarden %s\n\n%s\n", synopsis, description)
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintf(fs.Output(), "\nFlags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}

@@ -1,0 +1,294 @@
+package consumer
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// PlanOptions tunes PlanStream. The zero value is ready to use.
+type PlanOptions struct {
+	// Log receives a debug record for every skipped line and a summary at
+	// the end; nil discards them.
+	Log *slog.Logger
+}
+
+// PlanSummary counts what PlanStream read and wrote.
+type PlanSummary struct {
+	// Lines is the number of input lines read, empty ones included.
+	Lines int
+	// Skipped counts lines that carry no row change: empty lines
+	// (tombstones) and messages the decoder skips (DDL, heartbeats,
+	// transaction markers, unknown types).
+	Skipped int
+	// Failed counts lines that could not be decoded or planned; each was
+	// reported on the error stream.
+	Failed int
+	// Events is the number of row changes planned.
+	Events int
+	// Ops is the number of operations written.
+	Ops int
+	// Stats sums the planner's counts over the lines that were planned.
+	Stats rules.PlanStats
+}
+
+// PlanStream reads newline-delimited CDC message values from r, decodes
+// each line with dec, plans its row changes with rs and writes one JSON
+// object per operation to stdout (the `cachewarden plan` contract):
+//
+//	{"line":4,"rule":"user-interests","op":"set_add","key":"shop:interests:42","member":"7"}
+//
+// Objects come in input order, then the planner's order; "member" is
+// present for set_add/set_remove, "delta" for count, "tokens" for the
+// coalesced set_append (never planned, listed for completeness). Lines may
+// be of any length and may end in "\n" or "\r\n". Lines that carry no
+// row change are skipped: empty or blank lines and "null" (tombstones),
+// DDL, heartbeats, transaction markers (see Decoder.Decode). A line that
+// fails to decode, or any of whose row changes fails to plan, is reported
+// on stderr as "line N: reason" and none of its operations are written.
+//
+// Keys and members are written as JSON strings exactly when they are valid
+// UTF-8. JSON text cannot carry other bytes, so each byte that is not part
+// of a valid UTF-8 sequence is written as U+FFFD, as encoding/json does;
+// such keys arise from binary column values and from long keys cut at 200
+// bytes in the middle of a character.
+//
+// PlanStream stops at the end of r, at the first read or write error
+// (returned), or when ctx is done (returns ctx.Err()); it checks ctx
+// between lines only. stdout is buffered internally and flushed before
+// returning. dec and rs are only read, so several PlanStream calls may
+// share them.
+func PlanStream(ctx context.Context, r io.Reader, stdout, stderr io.Writer, dec *Decoder, rs *rules.RuleSet, opts PlanOptions) (PlanSummary, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := planner{
+		dec: dec,
+		rs:  rs,
+		out: bufio.NewWriterSize(stdout, 64<<10),
+		err: stderr,
+		log: log,
+	}
+	lines := newLineReader(r)
+	var err error
+	for {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		line, ok, rerr := lines.next()
+		if rerr != nil {
+			err = fmt.Errorf("consumer: plan: read line %d: %w", p.sum.Lines+1, rerr)
+			break
+		}
+		if !ok {
+			break
+		}
+		p.sum.Lines++
+		if err = p.line(p.sum.Lines, line); err != nil {
+			break
+		}
+	}
+	if ferr := p.out.Flush(); ferr != nil && err == nil {
+		err = fmt.Errorf("consumer: plan: write: %w", ferr)
+	}
+	log.Debug("plan finished", "lines", p.sum.Lines, "events", p.sum.Events, "ops", p.sum.Ops,
+		"skipped", p.sum.Skipped, "failed", p.sum.Failed, "null_keys", p.sum.Stats.NullKeys, "unchanged", p.sum.Stats.Unchanged)
+	return p.sum, err
+}
+
+// planner is PlanStream's per-call state; its buffers are reused from line
+// to line.
+type planner struct {
+	dec     *Decoder
+	rs      *rules.RuleSet
+	out     *bufio.Writer
+	err     io.Writer
+	log     *slog.Logger
+	decoded Decoded
+	ops     []rules.Op
+	buf     []byte
+	sum     PlanSummary
+}
+
+// line plans one input line. It returns only write errors.
+func (p *planner) line(n int, value []byte) error {
+	if err := p.dec.Decode(value, rules.Position{Line: n}, &p.decoded); err != nil {
+		return p.fail(n, err)
+	}
+	if p.decoded.Skip != "" {
+		p.sum.Skipped++
+		p.log.Debug("skipped line", "line", n, "reason", p.decoded.Skip)
+		return nil
+	}
+	events := p.decoded.Events
+	p.ops = p.ops[:0]
+	var stats rules.PlanStats
+	for i := range events {
+		ops, st, err := p.rs.Plan(p.ops, &events[i])
+		stats.Add(st)
+		if err != nil {
+			if len(events) > 1 {
+				err = fmt.Errorf("row %d of %d: %w", i+1, len(events), err)
+			}
+			return p.fail(n, err)
+		}
+		p.ops = ops
+	}
+	p.sum.Events += len(events)
+	p.sum.Stats.Add(stats)
+	for i := range p.ops {
+		p.buf = AppendPlanOp(p.buf[:0], n, &p.ops[i])
+		if _, err := p.out.Write(p.buf); err != nil {
+			return fmt.Errorf("consumer: plan: write: %w", err)
+		}
+	}
+	p.sum.Ops += len(p.ops)
+	return nil
+}
+
+// fail reports a bad line on the error stream.
+func (p *planner) fail(n int, reason error) error {
+	p.sum.Failed++
+	p.buf = append(p.buf[:0], "line "...)
+	p.buf = strconv.AppendInt(p.buf, int64(n), 10)
+	p.buf = append(p.buf, ": "...)
+	p.buf = append(p.buf, reason.Error()...)
+	p.buf = append(p.buf, '\n')
+	if _, err := p.err.Write(p.buf); err != nil {
+		return fmt.Errorf("consumer: plan: write error report: %w", err)
+	}
+	return nil
+}
+
+// AppendPlanOp appends op as one line of `cachewarden plan` output, newline
+// included, with fields in the order line, rule, op, key, then member
+// (set_add, set_remove), delta (count) or tokens (set_append). See
+// PlanStream for how bytes that are not UTF-8 are written.
+func AppendPlanOp(dst []byte, line int, op *rules.Op) []byte {
+	dst = append(dst, `{"line":`...)
+	dst = strconv.AppendInt(dst, int64(line), 10)
+	dst = append(dst, `,"rule":`...)
+	name := ""
+	if op.Rule != nil {
+		name = op.Rule.Name
+	}
+	dst = appendJSONString(dst, name)
+	dst = append(dst, `,"op":`...)
+	dst = appendJSONString(dst, op.Kind.String())
+	dst = append(dst, `,"key":`...)
+	dst = appendJSONString(dst, op.Key)
+	switch op.Kind {
+	case rules.OpSetAdd, rules.OpSetRemove:
+		dst = append(dst, `,"member":`...)
+		dst = appendJSONString(dst, op.Member)
+	case rules.OpCount:
+		dst = append(dst, `,"delta":`...)
+		dst = strconv.AppendInt(dst, op.Delta, 10)
+	case rules.OpSetAppend:
+		dst = append(dst, `,"tokens":`...)
+		dst = appendJSONString(dst, op.Tokens)
+	}
+	return append(dst, "}\n"...)
+}
+
+const lowerHex = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string: '"' and '\\' escaped,
+// control bytes and U+2028/U+2029 as \uXXXX, each invalid UTF-8 byte as
+// U+FFFD, everything else as is.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', lowerHex[c>>4], lowerHex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', lowerHex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// lineReader splits a stream into lines of any length without the
+// trailing "\n" or "\r\n". Its results are valid until the next call.
+type lineReader struct {
+	r    *bufio.Reader
+	long []byte
+	done bool
+}
+
+func newLineReader(r io.Reader) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(r, 64<<10)}
+}
+
+// next returns the next line; ok is false at the end of the input. A last
+// line without a newline is returned; an empty input has no lines.
+func (lr *lineReader) next() (line []byte, ok bool, err error) {
+	if lr.done {
+		return nil, false, nil
+	}
+	line, err = lr.r.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		lr.long = append(lr.long[:0], line...)
+		for err == bufio.ErrBufferFull {
+			line, err = lr.r.ReadSlice('\n')
+			lr.long = append(lr.long, line...)
+		}
+		line = lr.long
+	}
+	switch {
+	case err == io.EOF:
+		lr.done = true
+		if len(line) == 0 {
+			return nil, false, nil
+		}
+	case err != nil:
+		return nil, false, err
+	}
+	line = bytes.TrimSuffix(line, []byte{'\n'})
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	return line, true, nil
+}

@@ -1,0 +1,93 @@
+package rules
+
+import (
+	"testing"
+)
+
+const benchRules = `version: 1
+prefix: "shop:"
+rules:
+  - name: order
+    table: shop.orders
+    columns: [status, total]
+    bump: "ns:order:{id}"
+  - name: orders-by-status
+    table: shop.orders
+    when: "deleted_at == nil && total >= 0"
+    set:
+      key: "orders:{customer_id}:{status}"
+      member: "{id}"
+      load: "SELECT id FROM orders WHERE customer_id = ? AND status = ? AND deleted_at IS NULL"
+  - name: unrelated
+    table: shop.customers
+    bump: "ns:customer:{id}"
+`
+
+// benchSetup returns the benchmark rules and an update event of about 800
+// bytes as Debezium JSON (two images of 16 columns) that moves an order
+// between two status sets: three ops from two rules.
+func benchSetup(tb testing.TB) (*RuleSet, *Event) {
+	tb.Helper()
+	rs, err := Parse("bench.yaml", []byte(benchRules))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	image := func(status, updated string) Row {
+		return Row{
+			{"id", Value{KindInt, "9223372036854775807"}},
+			{"customer_id", Value{KindInt, "1234567"}},
+			{"status", Value{KindString, status}},
+			{"total", Value{KindString, "149.90"}},
+			{"currency", Value{KindString, "EUR"}},
+			{"items", Value{KindInt, "3"}},
+			{"coupon", Value{}},
+			{"created_at", Value{KindString, "2024-05-01T10:11:12Z"}},
+			{"updated_at", Value{KindString, updated}},
+			{"deleted_at", Value{}},
+			{"shipping_name", Value{KindString, "Ada Lovelace"}},
+			{"shipping_street", Value{KindString, "12 St James's Square"}},
+			{"shipping_city", Value{KindString, "London"}},
+			{"shipping_zip", Value{KindString, "SW1Y 4JH"}},
+			{"gift", Value{KindBool, "0"}},
+			{"notes", Value{KindString, "leave with the porter"}},
+		}
+	}
+	ev := &Event{
+		Database:  "shop",
+		Table:     "orders",
+		Operation: Update,
+		Before:    image("paid", "2024-05-01T10:11:12Z"),
+		After:     image("shipped", "2024-05-02T08:00:00Z"),
+		Source:    Position{Topic: "dbserver1.shop.orders", Partition: 3, Offset: 123456, BinlogFile: "mysql-bin.000003", BinlogPos: 4567, TsMs: 1714636800000},
+	}
+	return rs, ev
+}
+
+// BenchmarkPlan plans one update event matching two rules (a bump with
+// columns and a set whose membership moves): three ops.
+func BenchmarkPlan(b *testing.B) {
+	rs, ev := benchSetup(b)
+	dst := make([]Op, 0, 16)
+	b.ReportAllocs()
+	for b.Loop() {
+		ops, _, err := rs.Plan(dst[:0], ev)
+		if err != nil || len(ops) != 3 {
+			b.Fatalf("ops = %d, err = %v", len(ops), err)
+		}
+	}
+}
+
+// BenchmarkPlanParallel is BenchmarkPlan from all procs at once, which
+// exercises the scratch pool.
+func BenchmarkPlanParallel(b *testing.B) {
+	rs, ev := benchSetup(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		dst := make([]Op, 0, 16)
+		for pb.Next() {
+			if _, _, err := rs.Plan(dst[:0], ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

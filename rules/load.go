@@ -1,0 +1,941 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// MaxTTL is the longest item TTL a rule may set. Memcached reads an
+// expiry above 30 days as an absolute Unix time, so longer TTLs would
+// expire items at once.
+const MaxTTL = 30 * 24 * time.Hour
+
+// RuleSet is a loaded, validated set of rules. It is immutable and safe for
+// concurrent use; Plan may be called from many goroutines.
+type RuleSet struct {
+	rules   []*Rule
+	byName  map[string]*Rule
+	byTable map[string][]*Rule
+	scratch sync.Pool // of *planScratch
+}
+
+// Rules returns the rules in load order (files in the order given, rules
+// in file order). The slice must not be modified.
+func (rs *RuleSet) Rules() []*Rule { return rs.rules }
+
+// Rule returns the rule with the given name, or nil.
+func (rs *RuleSet) Rule(name string) *Rule { return rs.byName[name] }
+
+// Problem is one error found in a rule file. Line and Column are 1-based;
+// both are 0 when the problem concerns the whole file (it cannot be read,
+// for instance).
+type Problem struct {
+	File   string
+	Line   int
+	Column int
+	Msg    string
+}
+
+// String formats the problem as file:line:col: msg (file: msg without a
+// position).
+func (p Problem) String() string {
+	if p.Line == 0 {
+		return fmt.Sprintf("%s: %s", p.File, p.Msg)
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", p.File, p.Line, p.Column, p.Msg)
+}
+
+// LoadError holds every problem found while loading rule files, in file
+// order and then by position.
+type LoadError struct {
+	Problems []Problem
+}
+
+// Error returns the problems, one per line.
+func (e *LoadError) Error() string {
+	var b strings.Builder
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// RuleFile is the content of one rule file; Name is used in problems and
+// in Rule.File.
+type RuleFile struct {
+	Name string
+	Data []byte
+}
+
+// LoadPaths loads rule files. A path is a file, or a directory whose
+// *.yaml and *.yml files (not those whose name starts with '.', not
+// subdirectories) are loaded in name order. Rules keep the order of the
+// paths and of the files. Every problem of every file is reported at once
+// in a *LoadError.
+func LoadPaths(paths ...string) (*RuleSet, error) {
+	if len(paths) == 0 {
+		return nil, &LoadError{Problems: []Problem{{File: "rules", Msg: "no rule file given"}}}
+	}
+	var files []RuleFile
+	var problems []Problem
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			problems = append(problems, Problem{File: p, Msg: pathErrorMsg(err)})
+			continue
+		}
+		if !st.IsDir() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				problems = append(problems, Problem{File: p, Msg: pathErrorMsg(err)})
+				continue
+			}
+			files = append(files, RuleFile{Name: p, Data: data})
+			continue
+		}
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			problems = append(problems, Problem{File: p, Msg: pathErrorMsg(err)})
+			continue
+		}
+		found := 0
+		for _, e := range entries { // ReadDir sorts by name
+			name := e.Name()
+			if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+				continue
+			}
+			full := filepath.Join(p, name)
+			st, err := os.Stat(full) // follows symlinks
+			if err != nil {
+				problems = append(problems, Problem{File: full, Msg: pathErrorMsg(err)})
+				continue
+			}
+			if st.IsDir() {
+				continue
+			}
+			data, err := os.ReadFile(full)
+			if err != nil {
+				problems = append(problems, Problem{File: full, Msg: pathErrorMsg(err)})
+				continue
+			}
+			found++
+			files = append(files, RuleFile{Name: full, Data: data})
+		}
+		if found == 0 {
+			problems = append(problems, Problem{File: p, Msg: "directory has no *.yaml or *.yml rule file"})
+		}
+	}
+	rs, err := ParseFiles(files...)
+	if len(problems) > 0 {
+		var le *LoadError
+		if errors.As(err, &le) {
+			problems = append(problems, le.Problems...)
+		}
+		return nil, &LoadError{Problems: problems}
+	}
+	return rs, err
+}
+
+func pathErrorMsg(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// Parse loads one rule file held in memory; filename is used in problems.
+func Parse(filename string, data []byte) (*RuleSet, error) {
+	return ParseFiles(RuleFile{Name: filename, Data: data})
+}
+
+// ParseFiles loads several rule files held in memory as one rule set, in
+// the order given. Rule names must be unique across all of them.
+//
+// A rule file is one YAML document; unknown fields are errors at every
+// level, and YAML 1.2 reading keeps `on` a plain key:
+//
+//	version: 1                 # required, the only version
+//	prefix: "shop:"            # optional; legal key bytes (none <= 0x20 or 0x7f)
+//	rules:
+//	  - name: user-profile     # required, unique, no spaces
+//	    table: shop.users      # "db.table", or "table" for any database (exact case)
+//	    on: [insert, update, delete]  # the default; also read, truncate
+//	    when: "active == 1"    # optional predicate (see below)
+//	    columns: [name, email] # bump rules only: updates bump only if one changed
+//	    bump: "ns:user:{id}"   # exactly one of bump, set, count
+//	    rebump_after: 5s       # bump rules only: second bump after this delay
+//	    ttl: 3600              # item TTL: seconds, or a duration ("1h", "90s")
+//
+// set holds key, member, and optionally load (a query with '?'
+// placeholders), args and keys; count holds key, and optionally recount,
+// args and keys (see Rule.Keys). args are the columns bound to the query's placeholders, by default
+// the key template's placeholder columns in order; their number must match
+// the '?' placeholders outside quotes and comments. args without a query
+// is an error.
+//
+// ttl and rebump_after are an integer number of seconds or a Go duration
+// string ("90s", "5m", "1h30m"); a quoted number is neither. ttl must be
+// whole seconds and at most 30 days (MaxTTL); 0 means no expiry.
+// rebump_after may be fractional ("500ms").
+//
+// truncate may be listed only by bump rules whose key has no placeholder.
+//
+// when is a predicate on one row image in a subset of expr's syntax,
+// compiled at load time (syntax errors and unsupported constructs are
+// reported with their position in the file):
+//
+//   - column names and literals: integers, floats, strings, true/false,
+//     nil (or null), a leading '-' on numbers;
+//   - comparisons == != < <= > >= (chained: 1 < x < 5); x in [a, b] and
+//     x not in [...]; x startsWith/endsWith/contains "text"; x matches
+//     "regexp";
+//   - && and, || or, ! not, parentheses; a bare column is a condition.
+//
+// Semantics: a column the row lacks reads as null; null equals only null
+// and an ordering comparison with null is false; numbers compare exactly
+// whatever their encoding (integers of any size, decimals, floats,
+// booleans as 1/0, and strings whose whole text is a decimal number), so a
+// 2^63 id is never rounded (an integer literal beyond 64 bits is written
+// as a string: id == "18446744073709551616"); two strings compare as
+// bytes ("007" != "7"); a non-numeric string never equals a number and is
+// not ordered against one; a bare column is true when it is a non-zero
+// number, as in MySQL.
+func ParseFiles(files ...RuleFile) (*RuleSet, error) {
+	var all []*Rule
+	var problems []Problem
+	for _, f := range files {
+		fl := &fileLoader{file: f.Name, data: f.Data}
+		rules := fl.load()
+		sort.SliceStable(fl.problems, func(i, j int) bool {
+			a, b := fl.problems[i], fl.problems[j]
+			if a.Line != b.Line {
+				return a.Line < b.Line
+			}
+			return a.Column < b.Column
+		})
+		problems = append(problems, fl.problems...)
+		all = append(all, rules...)
+	}
+	byName := make(map[string]*Rule, len(all))
+	for _, r := range all {
+		if first, dup := byName[r.Name]; dup {
+			problems = append(problems, Problem{File: r.File, Line: r.nameLine, Column: r.nameColumn,
+				Msg: fmt.Sprintf("duplicate rule name %q (first defined at %s:%d:%d)", r.Name, first.File, first.nameLine, first.nameColumn)})
+			continue
+		}
+		byName[r.Name] = r
+	}
+	if len(problems) > 0 {
+		sortProblems(problems, files)
+		return nil, &LoadError{Problems: problems}
+	}
+	rs := &RuleSet{rules: all, byName: byName, byTable: make(map[string][]*Rule)}
+	for _, r := range all {
+		rs.byTable[r.Table] = append(rs.byTable[r.Table], r)
+	}
+	rs.scratch.New = func() any { return new(planScratch) }
+	return rs, nil
+}
+
+// sortProblems orders problems by file (in load order) and position.
+func sortProblems(problems []Problem, files []RuleFile) {
+	order := make(map[string]int, len(files))
+	for i, f := range files {
+		if _, ok := order[f.Name]; !ok {
+			order[f.Name] = i
+		}
+	}
+	sort.SliceStable(problems, func(i, j int) bool {
+		a, b := problems[i], problems[j]
+		if oa, ob := order[a.File], order[b.File]; oa != ob {
+			return oa < ob
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Column < b.Column
+	})
+}
+
+// fileLoader loads one file and collects its problems.
+type fileLoader struct {
+	file     string
+	data     []byte
+	lines    []string
+	prefix   string
+	problems []Problem
+}
+
+func (l *fileLoader) errorAt(line, col int, format string, args ...any) {
+	l.problems = append(l.problems, Problem{File: l.file, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (l *fileLoader) errorf(n *yaml.Node, format string, args ...any) {
+	l.errorAt(n.Line, n.Column, format, args...)
+}
+
+func (l *fileLoader) load() []*Rule {
+	dec := yaml.NewDecoder(bytes.NewReader(l.data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file holds no rules
+		}
+		l.yamlError(err)
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		l.errorf(&extra, "a rule file holds one YAML document; found another")
+	} else if !errors.Is(err, io.EOF) {
+		l.yamlError(err)
+	}
+	if len(doc.Content) == 0 {
+		return nil
+	}
+	root := resolve(doc.Content[0])
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		l.errorf(root, "expected a mapping with version, prefix and rules")
+		return nil
+	}
+	fields := l.fields(root, "the file's top level", "version", "prefix", "rules")
+	if f, ok := fields["version"]; !ok {
+		l.errorf(root, "missing version (want version: 1)")
+	} else if v := f.value; v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Value != "1" {
+		l.errorf(v, "unsupported version %q (want 1)", v.Value)
+	}
+	if f, ok := fields["prefix"]; ok {
+		if p, ok := l.str(f.value, "prefix"); ok {
+			if i := strings.IndexFunc(p, func(r rune) bool { return r <= 0x20 || r == 0x7f }); i >= 0 {
+				l.errorf(f.value, "prefix has byte 0x%02x at %d, which a memcached key cannot hold", p[i], i)
+			} else {
+				l.prefix = p
+			}
+		}
+	}
+	f, ok := fields["rules"]
+	if !ok {
+		l.errorf(root, "missing rules")
+		return nil
+	}
+	seq := f.value
+	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
+		return nil
+	}
+	if seq.Kind != yaml.SequenceNode {
+		l.errorf(seq, "rules must be a list")
+		return nil
+	}
+	var rules []*Rule
+	for _, item := range seq.Content {
+		if r := l.rule(resolve(item)); r != nil {
+			rules = append(rules, r)
+		}
+	}
+	return rules
+}
+
+// yamlError turns a YAML syntax error ("yaml: line N: msg") into a problem.
+func (l *fileLoader) yamlError(err error) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if i := strings.Index(rest, ": "); i > 0 {
+			if n, err := strconv.Atoi(rest[:i]); err == nil {
+				line, msg = n, rest[i+2:]
+			}
+		}
+	}
+	col := 1
+	switch {
+	case isYAMLParserProblem(msg):
+		// The YAML parser reports these at the 0-based line of the
+		// collection it was parsing (scanner problems are 1-based).
+		line++
+	case strings.HasPrefix(msg, "unknown anchor '"):
+		name := strings.TrimSuffix(strings.TrimPrefix(msg, "unknown anchor '"), "' referenced")
+		if i := bytes.Index(l.data, []byte("*"+name)); i >= 0 {
+			before := l.data[:i]
+			line = bytes.Count(before, []byte("\n")) + 1
+			col = utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
+		}
+	}
+	if line == 0 {
+		line = 1
+	}
+	l.errorAt(line, col, "YAML: %s", msg)
+}
+
+// isYAMLParserProblem reports whether msg is one of the YAML parser's (not
+// scanner's) problems.
+func isYAMLParserProblem(msg string) bool {
+	switch msg {
+	case "did not find expected <document start>", "did not find expected node content",
+		"did not find expected key", "did not find expected '-' indicator",
+		"did not find expected ',' or ']'", "did not find expected ',' or '}'":
+		return true
+	}
+	return false
+}
+
+// resolve follows an alias to its anchored node.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+type field struct {
+	key, value *yaml.Node
+}
+
+// fields returns a mapping's fields by name, reporting unknown and repeated
+// ones.
+func (l *fileLoader) fields(m *yaml.Node, where string, allowed ...string) map[string]field {
+	out := make(map[string]field, len(m.Content)/2)
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := resolve(m.Content[i]), resolve(m.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			l.errorf(k, "field names must be plain strings")
+			continue
+		}
+		known := false
+		for _, a := range allowed {
+			if a == k.Value {
+				known = true
+				break
+			}
+		}
+		if !known {
+			l.errorf(k, "unknown field %q in %s (known: %s)", k.Value, where, strings.Join(allowed, ", "))
+			continue
+		}
+		if prev, dup := out[k.Value]; dup {
+			l.errorf(k, "field %q repeated (first at line %d)", k.Value, prev.key.Line)
+			continue
+		}
+		out[k.Value] = field{key: k, value: v}
+	}
+	return out
+}
+
+// str returns a scalar's text; what names the field in messages.
+func (l *fileLoader) str(n *yaml.Node, what string) (string, bool) {
+	if n.Kind != yaml.ScalarNode {
+		l.errorf(n, "%s must be a string", what)
+		return "", false
+	}
+	if n.Tag == "!!null" || n.Value == "" {
+		l.errorf(n, "%s must not be empty", what)
+		return "", false
+	}
+	return n.Value, true
+}
+
+// names returns a list of column names.
+func (l *fileLoader) names(n *yaml.Node, what string) ([]string, bool) {
+	if n.Kind != yaml.SequenceNode {
+		l.errorf(n, "%s must be a list of column names", what)
+		return nil, false
+	}
+	ok := true
+	var out []string
+	seen := make(map[string]bool)
+	for _, item := range n.Content {
+		item = resolve(item)
+		s, good := l.str(item, what+" entry")
+		if !good {
+			ok = false
+			continue
+		}
+		if !validColumnName(s) {
+			l.errorf(item, "bad column name %q in %s", s, what)
+			ok = false
+			continue
+		}
+		if seen[s] {
+			l.errorf(item, "column %q listed twice in %s", s, what)
+			ok = false
+			continue
+		}
+		seen[s] = true
+		out = append(out, s)
+	}
+	return out, ok
+}
+
+// validColumnName rejects names that could never match a column or that
+// templates cannot spell.
+func validColumnName(s string) bool {
+	if s == "" || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r <= 0x20 || r == 0x7f || r == '{' || r == '}' {
+			return false
+		}
+	}
+	return true
+}
+
+func validRuleName(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r <= 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// template parses a key or member template field.
+func (l *fileLoader) template(n *yaml.Node, what string) *Template {
+	s, ok := l.str(n, what)
+	if !ok {
+		return nil
+	}
+	t, err := ParseTemplate(s)
+	if err != nil {
+		l.errorf(n, "%s: %v", what, err)
+		return nil
+	}
+	return t
+}
+
+// duration reads a TTL-like field: an integer number of seconds or a Go
+// duration string such as "90s", "5m" or "1h30m".
+func (l *fileLoader) duration(n *yaml.Node, what string) (time.Duration, bool) {
+	if n.Kind == yaml.ScalarNode {
+		switch n.Tag {
+		case "!!int":
+			secs, err := strconv.ParseInt(n.Value, 0, 64)
+			if err != nil || secs < 0 || secs > int64(math.MaxInt64/time.Second) {
+				l.errorf(n, "%s %q is not a usable number of seconds", what, n.Value)
+				return 0, false
+			}
+			return time.Duration(secs) * time.Second, true
+		case "!!str":
+			d, err := time.ParseDuration(n.Value)
+			if err != nil {
+				l.errorf(n, "%s %q: want seconds or a duration such as 30s, 5m, 1h", what, n.Value)
+				return 0, false
+			}
+			if d < 0 {
+				l.errorf(n, "%s must not be negative", what)
+				return 0, false
+			}
+			return d, true
+		}
+	}
+	l.errorf(n, "%s must be seconds (an integer) or a duration such as 30s, 5m, 1h", what)
+	return 0, false
+}
+
+// ruleFields are the fields a rule may have.
+var ruleFields = []string{"name", "table", "on", "when", "columns", "bump", "set", "count", "ttl", "rebump_after"}
+
+// rule loads one rule; it returns nil when the rule has problems (they are
+// recorded) except that a rule with a name is returned for duplicate-name
+// checks whenever its name is usable.
+func (l *fileLoader) rule(n *yaml.Node) *Rule {
+	if n.Kind != yaml.MappingNode {
+		l.errorf(n, "a rule must be a mapping")
+		return nil
+	}
+	before := len(l.problems)
+	r := &Rule{File: l.file, Line: n.Line, Column: n.Column, Prefix: l.prefix}
+	fs := l.fields(n, "rule", ruleFields...)
+
+	label := "rule"
+	if f, ok := fs["name"]; !ok {
+		l.errorf(n, "rule has no name")
+	} else if s, ok := l.str(f.value, "name"); ok {
+		if !validRuleName(s) {
+			l.errorf(f.value, "rule name %q must not contain spaces or control characters", s)
+		} else {
+			r.Name = s
+			r.nameLine, r.nameColumn = f.value.Line, f.value.Column
+			label = fmt.Sprintf("rule %q", s)
+		}
+	}
+
+	if f, ok := fs["table"]; !ok {
+		l.errorf(n, "%s has no table", label)
+	} else if s, ok := l.str(f.value, "table"); ok {
+		db, table, dotted := strings.Cut(s, ".")
+		if !dotted {
+			db, table = "", s
+		}
+		if (dotted && db == "") || table == "" || strings.ContainsFunc(s, func(r rune) bool { return r <= 0x20 || r == 0x7f }) {
+			l.errorf(f.value, "table %q: want db.table or table", s)
+		} else {
+			r.Database, r.Table = db, table
+		}
+	}
+
+	// Kind and its template(s).
+	var kindKeys []*yaml.Node
+	for _, k := range []string{"bump", "set", "count"} {
+		if f, ok := fs[k]; ok {
+			kindKeys = append(kindKeys, f.key)
+		}
+	}
+	switch {
+	case len(kindKeys) == 0:
+		l.errorf(n, "%s needs one of bump, set or count", label)
+	case len(kindKeys) > 1:
+		for _, k := range kindKeys[1:] {
+			l.errorf(k, "%s has both %s and %s; a rule has exactly one", label, kindKeys[0].Value, k.Value)
+		}
+	}
+	var queryNode, argsNode, keysNode *yaml.Node
+	argsBad := false
+	queryField := ""
+	if len(kindKeys) > 0 {
+		first := kindKeys[0].Value
+		v := fs[first].value
+		switch first {
+		case "bump":
+			r.Kind = BumpRule
+			r.Key = l.template(v, "bump")
+		case "set", "count":
+			if first == "set" {
+				r.Kind = SetRule
+			} else {
+				r.Kind = CountRule
+			}
+			if v.Kind != yaml.MappingNode {
+				l.errorf(v, "%s must be a mapping with key, …", first)
+				break
+			}
+			var sub map[string]field
+			if first == "set" {
+				queryField = "load"
+				sub = l.fields(v, "set", "key", "member", "load", "args", "keys")
+			} else {
+				queryField = "recount"
+				sub = l.fields(v, "count", "key", "recount", "args", "keys")
+			}
+			if f, ok := sub["key"]; ok {
+				r.Key = l.template(f.value, first+" key")
+			} else {
+				l.errorf(v, "%s has no key", first)
+			}
+			if first == "set" {
+				if f, ok := sub["member"]; ok {
+					r.Member = l.template(f.value, "set member")
+				} else {
+					l.errorf(v, "set has no member")
+				}
+			}
+			if f, ok := sub[queryField]; ok {
+				if s, ok := l.str(f.value, queryField); ok {
+					r.Query = s
+					queryNode = f.value
+				}
+			}
+			if f, ok := sub["keys"]; ok {
+				if s, ok := l.str(f.value, "keys"); ok {
+					r.Keys = s
+					keysNode = f.value
+				}
+			}
+			if f, ok := sub["args"]; ok {
+				argsNode = f.key
+				if names, ok := l.names(f.value, "args"); ok {
+					if len(names) == 0 {
+						l.errorf(f.value, "args must list at least one column")
+					}
+					r.Args = names
+				} else {
+					argsBad = true
+				}
+			}
+		}
+	}
+
+	// Args and query placeholders.
+	if argsNode != nil && queryNode == nil {
+		l.errorf(argsNode, "args given without %s", queryField)
+		r.Args = nil
+	}
+	if queryNode != nil {
+		argsFrom := "args"
+		if argsNode == nil && r.Key != nil {
+			r.Args = r.Key.Columns()
+			argsFrom = "the key's placeholders (default args)"
+		}
+		if (argsNode != nil && !argsBad) || (argsNode == nil && r.Key != nil) {
+			if got := countPlaceholders(r.Query); got != len(r.Args) {
+				l.errorf(queryNode, "%s has %d '?' placeholder(s) but %s name %d column(s)", queryField, got, argsFrom, len(r.Args))
+			}
+		}
+	}
+
+	if keysNode != nil {
+		l.checkKeysQuery(r, keysNode, queryNode != nil, queryField)
+	}
+
+	// on
+	if f, ok := fs["on"]; ok {
+		v := f.value
+		if v.Kind != yaml.SequenceNode {
+			l.errorf(v, "on must be a list such as [insert, update, delete]")
+		} else {
+			if len(v.Content) == 0 {
+				l.errorf(v, "on must list at least one operation")
+			}
+			for _, item := range v.Content {
+				item = resolve(item)
+				op, ok := Operation(0), false
+				if item.Kind == yaml.ScalarNode {
+					op, ok = ParseOperation(item.Value)
+				}
+				if !ok {
+					l.errorf(item, "unknown operation %q in on (want insert, update, delete, read or truncate)", item.Value)
+					continue
+				}
+				if r.onMask&(1<<op) != 0 {
+					l.errorf(item, "operation %q listed twice in on", item.Value)
+					continue
+				}
+				if op == Truncate {
+					switch {
+					case r.Kind != BumpRule && r.Kind != 0:
+						l.errorf(item, "truncate is allowed only in bump rules")
+						continue
+					case r.Key != nil && r.Key.HasPlaceholders():
+						l.errorf(item, "truncate needs a bump key without placeholders; %q has some", r.Key.String())
+						continue
+					}
+				}
+				r.onMask |= 1 << op
+				r.On = append(r.On, op)
+			}
+		}
+	} else {
+		r.On = []Operation{Insert, Update, Delete}
+		r.onMask = 1<<Insert | 1<<Update | 1<<Delete
+	}
+
+	if f, ok := fs["when"]; ok {
+		if s, ok := l.str(f.value, "when"); ok {
+			p, err := compilePredicate(s)
+			if err != nil {
+				var ee *exprError
+				if errors.As(err, &ee) {
+					line, col, exact := l.locateInScalar(f.value, ee.line, ee.col)
+					if exact {
+						l.errorAt(line, col, "when: %s", ee.msg)
+					} else {
+						l.errorAt(line, col, "when: %s (line %d, column %d of the expression)", ee.msg, ee.line, ee.col+1)
+					}
+				} else {
+					l.errorf(f.value, "when: %v", err)
+				}
+			} else {
+				r.When, r.pred = s, p
+			}
+		}
+	}
+
+	if f, ok := fs["columns"]; ok {
+		if r.Kind != BumpRule && r.Kind != 0 {
+			l.errorf(f.key, "columns is allowed only in bump rules")
+		} else if names, ok := l.names(f.value, "columns"); ok {
+			if len(names) == 0 {
+				l.errorf(f.value, "columns must list at least one column")
+			}
+			r.Columns = names
+		}
+	}
+
+	if f, ok := fs["ttl"]; ok {
+		if d, ok := l.duration(f.value, "ttl"); ok {
+			switch {
+			case d%time.Second != 0:
+				l.errorf(f.value, "ttl must be whole seconds")
+			case d > MaxTTL:
+				l.errorf(f.value, "ttl %s exceeds 30 days, which memcached would read as a Unix time", d)
+			default:
+				r.TTL = d
+			}
+		}
+	}
+	if f, ok := fs["rebump_after"]; ok {
+		if r.Kind != BumpRule && r.Kind != 0 {
+			l.errorf(f.key, "rebump_after is allowed only in bump rules")
+		} else if d, ok := l.duration(f.value, "rebump_after"); ok {
+			r.RebumpAfter = d
+		}
+	}
+
+	if len(l.problems) > before {
+		if r.Name != "" {
+			// Keep the name for duplicate checks; the load fails anyway.
+			return r
+		}
+		return nil
+	}
+	return r
+}
+
+// checkKeysQuery validates a set or count rule's keys query: it is only
+// useful with the query that gives the truth to compare with, takes no
+// '?' placeholder, and the key must have placeholders from which every
+// argument of that query can be bound.
+func (l *fileLoader) checkKeysQuery(r *Rule, keysNode *yaml.Node, hasQuery bool, queryField string) {
+	if !hasQuery {
+		l.errorf(keysNode, "keys needs %s: verification compares the cache with its result", queryField)
+		return
+	}
+	if n := countPlaceholders(r.Keys); n > 0 {
+		l.errorf(keysNode, "keys must not have '?' placeholders (found %d); it lists every key", n)
+		return
+	}
+	if r.Key == nil {
+		return
+	}
+	if !r.Key.HasPlaceholders() {
+		l.errorf(keysNode, "keys is for key templates with placeholders; %q has none", r.Key.String())
+		return
+	}
+	inKey := make(map[string]bool)
+	for _, c := range r.Key.Columns() {
+		inKey[c] = true
+	}
+	for _, a := range r.Args {
+		if !inKey[a] {
+			l.errorf(keysNode, "keys cannot be used: %s argument %q is not a placeholder of key %q", queryField, a, r.Key.String())
+			return
+		}
+	}
+}
+
+// locateInScalar maps a position inside a scalar's value (1-based line,
+// 0-based rune column) to a file position. exact is false when the
+// scalar's style makes that impossible (folded text, escapes before the
+// position); the scalar's own position is returned then.
+func (l *fileLoader) locateInScalar(n *yaml.Node, line, col int) (fileLine, fileCol int, exact bool) {
+	if l.lines == nil {
+		l.lines = strings.Split(string(l.data), "\n")
+	}
+	valueLines := strings.Split(n.Value, "\n")
+	if line < 1 || line > len(valueLines) {
+		return n.Line, n.Column, false
+	}
+	want := []rune(valueLines[line-1])
+	if col > len(want) {
+		return n.Line, n.Column, false
+	}
+	want = want[:col]
+	rawLine := func(i int) []rune {
+		if i < 1 || i > len(l.lines) {
+			return nil
+		}
+		return []rune(strings.TrimSuffix(l.lines[i-1], "\r"))
+	}
+	hasPrefixAt := func(raw []rune, at int) bool {
+		if at < 0 || at+len(want) > len(raw) {
+			return false
+		}
+		for i, r := range want {
+			if raw[at+i] != r {
+				return false
+			}
+		}
+		return true
+	}
+	switch n.Style {
+	case 0, yaml.SingleQuotedStyle, yaml.DoubleQuotedStyle, yaml.FlowStyle:
+		if len(valueLines) != 1 {
+			break
+		}
+		at := n.Column - 1
+		if n.Style == yaml.SingleQuotedStyle || n.Style == yaml.DoubleQuotedStyle {
+			at++
+		}
+		if hasPrefixAt(rawLine(n.Line), at) {
+			return n.Line, at + col + 1, true
+		}
+	case yaml.LiteralStyle:
+		// Content line k is on the k-th file line after the indicator,
+		// indented by the block's indentation.
+		fl := n.Line + line
+		raw := rawLine(fl)
+		indent := len(raw) - utf8.RuneCountInString(valueLines[line-1])
+		if hasPrefixAt(raw, indent) {
+			return fl, indent + col + 1, true
+		}
+	}
+	return n.Line, n.Column, false
+}
+
+// countPlaceholders counts the '?' placeholders of an SQL statement,
+// ignoring those inside quoted strings, quoted identifiers and comments.
+func countPlaceholders(sql string) int {
+	n := 0
+	for i := 0; i < len(sql); i++ {
+		switch c := sql[i]; c {
+		case '?':
+			n++
+		case '\'', '"', '`':
+			for i++; i < len(sql); i++ {
+				if sql[i] == '\\' && c != '`' {
+					i++
+					continue
+				}
+				if sql[i] == c {
+					if i+1 < len(sql) && sql[i+1] == c { // doubled quote
+						i++
+						continue
+					}
+					break
+				}
+			}
+		case '#':
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+		case '-':
+			if i+2 < len(sql) && sql[i+1] == '-' && (sql[i+2] == ' ' || sql[i+2] == '\t') {
+				for i < len(sql) && sql[i] != '\n' {
+					i++
+				}
+			}
+		case '/':
+			if i+1 < len(sql) && sql[i+1] == '*' {
+				end := strings.Index(sql[i+2:], "*/")
+				if end < 0 {
+					return n
+				}
+				i += end + 3
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,329 @@
+package rules
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func ruleNames(rs *RuleSet) []string {
+	var names []string
+	for _, r := range rs.Rules() {
+		names = append(names, r.Name)
+	}
+	return names
+}
+
+func TestLoadGoodFile(t *testing.T) {
+	rs := loadFixture(t, "testdata/good/shop.yaml")
+	if got, want := ruleNames(rs), []string{"user-profile", "user-interests", "post-comments", "all-users"}; !slices.Equal(got, want) {
+		t.Fatalf("rules = %q, want %q", got, want)
+	}
+	std := []Operation{Insert, Update, Delete}
+
+	p := rs.Rule("user-profile")
+	if p.Kind != BumpRule || p.Prefix != "shop:" || p.Database != "shop" || p.Table != "users" ||
+		p.Key.String() != "ns:user:{id}" || !slices.Equal(p.Columns, []string{"name", "email"}) ||
+		p.RebumpAfter != 5*time.Second || p.TTL != 0 || p.Query != "" || p.Args != nil || !slices.Equal(p.On, std) ||
+		p.File != "testdata/good/shop.yaml" || p.Line != 4 || p.Column != 5 {
+		t.Errorf("user-profile = %+v", *p)
+	}
+
+	s := rs.Rule("user-interests")
+	if s.Kind != SetRule || s.Key.String() != "interests:{user_id}" || s.Member.String() != "{interest_id}" ||
+		s.When != "active == 1" || !strings.HasPrefix(s.Query, "SELECT interest_id") ||
+		!slices.Equal(s.Args, []string{"user_id"}) || !slices.Equal(s.On, std) {
+		t.Errorf("user-interests = %+v", *s)
+	}
+
+	c := rs.Rule("post-comments")
+	if c.Kind != CountRule || c.Key.String() != "comments:{post_id}" || c.Database != "blog" ||
+		!slices.Equal(c.Args, []string{"post_id"}) || c.TTL != 0 || c.Member != nil {
+		t.Errorf("post-comments = %+v (args default to the key's columns)", *c)
+	}
+
+	a := rs.Rule("all-users")
+	if a.Database != "" || a.Table != "users" || a.TTL != time.Hour ||
+		!slices.Equal(a.On, []Operation{Insert, Delete, Truncate, Read}) {
+		t.Errorf("all-users = %+v", *a)
+	}
+	for op, want := range map[Operation]bool{Insert: true, Update: false, Delete: true, Read: true, Truncate: true} {
+		if a.Handles(op) != want {
+			t.Errorf("all-users.Handles(%s) = %v, want %v", op, !want, want)
+		}
+	}
+	if !a.Matches("any", "users") || a.Matches("any", "Users") || !p.Matches("shop", "users") || p.Matches("other", "users") {
+		t.Errorf("Matches is wrong")
+	}
+}
+
+// A YAML 1.1 reader would turn the key `on` into the boolean true; ours
+// must keep it a field name, quoted or not.
+func TestOnKeyStaysAString(t *testing.T) {
+	for _, key := range []string{"on", `"on"`, "'on'"} {
+		rs, err := Parse("t.yaml", []byte("version: 1\nrules:\n  - name: r\n    table: t\n    bump: k\n    "+key+": [read]\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if r := rs.Rules()[0]; !slices.Equal(r.On, []Operation{Read}) {
+			t.Errorf("%s: On = %v, want [read]", key, r.On)
+		}
+	}
+}
+
+func TestLoadDirectory(t *testing.T) {
+	rs := loadFixture(t, "testdata/dir")
+	if got, want := ruleNames(rs), []string{"first-a", "first-b", "second"}; !slices.Equal(got, want) {
+		t.Fatalf("rules = %q, want %q (name order; hidden, non-YAML files and directories skipped)", got, want)
+	}
+	if rs.Rule("first-a").Prefix != "a:" || rs.Rule("second").Prefix != "" {
+		t.Errorf("prefixes are per file")
+	}
+
+	rs, err := LoadPaths("testdata/dir/20-second.yml", "testdata/dir/10-first.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ruleNames(rs), []string{"second", "first-a", "first-b"}; !slices.Equal(got, want) {
+		t.Errorf("rules = %q, want %q (path order)", got, want)
+	}
+}
+
+func problemLines(t *testing.T, err error) []string {
+	t.Helper()
+	var le *LoadError
+	if !errors.As(err, &le) {
+		t.Fatalf("err = %v (%T), want *LoadError", err, err)
+	}
+	if got := strings.Join(func() []string {
+		var s []string
+		for _, p := range le.Problems {
+			s = append(s, p.String())
+		}
+		return s
+	}(), "\n"); got != le.Error() {
+		t.Errorf("Error() is not one problem per line:\n%s", le.Error())
+	}
+	return strings.Split(le.Error(), "\n")
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	_, err := LoadPaths("testdata/bad/many.yaml")
+	const f = "testdata/bad/many.yaml:"
+	want := []string{
+		f + `1:10: unsupported version "2" (want 1)`,
+		f + `2:9: prefix has byte 0x20 at 5, which a memcached key cannot hold`,
+		f + `6:11: bump: template "ns:user:{id": unclosed '{' at byte 8`,
+		f + `7:11: duplicate rule name "user-profile" (first defined at testdata/bad/many.yaml:4:11)`,
+		f + `10:5: unknown field "colour" in rule (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after)`,
+		f + `13:27: when: unexpected token EOF`,
+		f + `16:16: recount has 2 '?' placeholder(s) but the key's placeholders (default args) name 1 column(s)`,
+		f + `17:18: unknown operation "upsert" in on (want insert, update, delete, read or truncate)`,
+		f + `17:26: truncate is allowed only in bump rules`,
+		f + `21:5: rule "two-kinds" has both bump and set; a rule has exactly one`,
+		f + `22:19: rebump_after "soon": want seconds or a duration such as 30s, 5m, 1h`,
+		f + `23:5: rule "no-kind" needs one of bump, set or count`,
+		f + `25:10: ttl must be seconds (an integer) or a duration such as 30s, 5m, 1h`,
+		f + `26:37: when: builtin len() is not supported as a value in when; use a column or a literal`,
+		f + `29:5: columns is allowed only in bump rules`,
+		f + `33:7: args given without load`,
+	}
+	if got := problemLines(t, err); !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestLoadAcrossFiles(t *testing.T) {
+	_, err := LoadPaths("testdata/bad/dup_a.yaml", "testdata/bad/dup_b.yaml", "testdata/missing.yaml", "testdata/bad/syntax.yaml")
+	want := []string{
+		`testdata/missing.yaml: no such file or directory`,
+		`testdata/bad/dup_b.yaml:6:11: duplicate rule name "same" (first defined at testdata/bad/dup_a.yaml:3:11)`,
+		`testdata/bad/syntax.yaml:4:1: YAML: did not find expected ',' or ']'`,
+	}
+	if got := problemLines(t, err); !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := LoadPaths(); err == nil {
+		t.Errorf("LoadPaths() with no path loaded")
+	}
+	if _, err := LoadPaths("testdata/good/"); err != nil {
+		t.Errorf("a directory: %v", err)
+	}
+	empty := t.TempDir()
+	_, err = LoadPaths(empty)
+	if got := problemLines(t, err); !slices.Equal(got, []string{empty + ": directory has no *.yaml or *.yml rule file"}) {
+		t.Errorf("empty directory: %q", got)
+	}
+}
+
+func TestParseFilesCombines(t *testing.T) {
+	a := RuleFile{Name: "a.yaml", Data: []byte("version: 1\nprefix: 'a:'\nrules:\n  - {name: x, table: t, bump: k}\n")}
+	b := RuleFile{Name: "b.yaml", Data: []byte("version: 1\nrules:\n  - {name: y, table: t, bump: k}\n")}
+	rs, err := ParseFiles(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, _, err := rs.Plan(nil, &Event{Table: "t", Operation: Truncate})
+	if err != nil || len(ops) != 0 {
+		t.Fatalf("truncate without truncate in on: ops %v err %v", ops, err)
+	}
+	ops, _, err = rs.Plan(nil, &Event{Table: "t", Operation: Insert, After: Row{}})
+	if err != nil || len(ops) != 2 || ops[0].Key != "a:k" || ops[1].Key != "k" {
+		t.Fatalf("ops = %+v, err = %v", ops, err)
+	}
+	_, err = ParseFiles(a, RuleFile{Name: "c.yaml", Data: a.Data})
+	if got := problemLines(t, err); len(got) != 1 || !strings.HasPrefix(got[0], `c.yaml:4:12: duplicate rule name "x" (first defined at a.yaml:4:12)`) {
+		t.Errorf("problems = %q", got)
+	}
+}
+
+// TestParseProblems checks one mistake at a time: the exact problem and
+// its position.
+func TestParseProblems(t *testing.T) {
+	const head = "version: 1\nrules:\n  - name: r\n    table: t\n"
+	tests := []struct {
+		name, src, want string
+	}{
+		{"empty file has no rules", "", ""},
+		{"comments only", "# nothing yet\n", ""},
+		{"missing version", "rules: []\n", "t.yaml:1:1: missing version (want version: 1)"},
+		{"version as string", "version: '1'\nrules: []\n", `t.yaml:1:10: unsupported version "1" (want 1)`},
+		{"missing rules", "version: 1\n", "t.yaml:1:1: missing rules"},
+		{"rules not a list", "version: 1\nrules: {}\n", "t.yaml:2:8: rules must be a list"},
+		{"top level not a mapping", "- a\n", "t.yaml:1:1: expected a mapping with version, prefix and rules"},
+		{"unknown top-level field", "version: 1\nrules: []\nprefx: a\n", `t.yaml:3:1: unknown field "prefx" in the file's top level (known: version, prefix, rules)`},
+		{"repeated field", "version: 1\nversion: 1\nrules: []\n", `t.yaml:2:1: field "version" repeated (first at line 1)`},
+		{"two documents", "version: 1\nrules: []\n---\nversion: 1\n", "t.yaml:3:1: a rule file holds one YAML document; found another"},
+		{"prefix control byte", "version: 1\nprefix: \"a\\tb\"\nrules: []\n", "t.yaml:2:9: prefix has byte 0x09 at 1, which a memcached key cannot hold"},
+		{"rule not a mapping", "version: 1\nrules:\n  - r\n", "t.yaml:3:5: a rule must be a mapping"},
+		{"no name", "version: 1\nrules:\n  - table: t\n    bump: k\n", "t.yaml:3:5: rule has no name"},
+		{"name with space", "version: 1\nrules:\n  - name: a b\n    table: t\n    bump: k\n", `t.yaml:3:11: rule name "a b" must not contain spaces or control characters`},
+		{"empty name", "version: 1\nrules:\n  - name: ''\n    table: t\n    bump: k\n", `t.yaml:3:11: name must not be empty`},
+		{"no table", "version: 1\nrules:\n  - name: r\n    bump: k\n", `t.yaml:3:5: rule "r" has no table`},
+		{"bad table", "version: 1\nrules:\n  - name: r\n    table: .t\n    bump: k\n", `t.yaml:4:12: table ".t": want db.table or table`},
+		{"table a list", "version: 1\nrules:\n  - name: r\n    table: [t]\n    bump: k\n", `t.yaml:4:12: table must be a string`},
+		{"no kind", head, `t.yaml:3:5: rule "r" needs one of bump, set or count`},
+		{"three kinds", head + "    bump: k\n    count: {key: c}\n    set: {key: s, member: m}\n",
+			"t.yaml:6:5: rule \"r\" has both bump and count; a rule has exactly one\nt.yaml:7:5: rule \"r\" has both bump and set; a rule has exactly one"},
+		{"bad template", head + "    bump: 'a}b'\n", `t.yaml:5:11: bump: template "a}b": '}' without '{' at byte 1`},
+		{"template with space", head + "    bump: 'a b'\n", `t.yaml:5:11: bump: template "a b": byte 0x20 at 1 is not allowed in a memcached key`},
+		{"empty placeholder", head + "    bump: 'a{}'\n", `t.yaml:5:11: bump: template "a{}": empty placeholder at byte 1`},
+		{"set not a mapping", head + "    set: k\n", `t.yaml:5:10: set must be a mapping with key, …`},
+		{"set without member", head + "    set:\n      key: k\n", `t.yaml:6:7: set has no member`},
+		{"count without key", head + "    count:\n      recount: SELECT 1\n", "t.yaml:6:7: count has no key\n"},
+		{"unknown set field", head + "    set:\n      key: k\n      member: m\n      ttl: 5\n", `t.yaml:8:7: unknown field "ttl" in set (known: key, member, load, args, keys)`},
+		{"count with member", head + "    count:\n      key: k\n      member: m\n", `t.yaml:7:7: unknown field "member" in count (known: key, recount, args, keys)`},
+		{"load placeholders vs args", head + "    set:\n      key: 's:{a}'\n      member: '{m}'\n      load: SELECT m FROM t WHERE a = ? AND b = ?\n      args: [a]\n",
+			`t.yaml:8:13: load has 2 '?' placeholder(s) but args name 1 column(s)`},
+		{"placeholders in quotes and comments do not count", head + "    count:\n      key: 'c:{a}'\n      recount: \"SELECT COUNT(*) FROM t WHERE a = ? AND b <> '?' -- ?\"\n", ""},
+		{"args twice", head + "    count:\n      key: 'c:{a}'\n      recount: SELECT ?\n      args: [a, a]\n", `t.yaml:8:17: column "a" listed twice in args`},
+		{"args empty", head + "    count:\n      key: 'c:{a}'\n      recount: SELECT 1\n      args: []\n", `t.yaml:8:13: args must list at least one column`},
+		{"args without recount", head + "    count:\n      key: 'c:{a}'\n      args: [a]\n", `t.yaml:7:7: args given without recount`},
+		{"on not a list", head + "    bump: k\n    on: insert\n", `t.yaml:6:9: on must be a list such as [insert, update, delete]`},
+		{"on empty", head + "    bump: k\n    on: []\n", `t.yaml:6:9: on must list at least one operation`},
+		{"on twice", head + "    bump: k\n    on: [insert, insert]\n", `t.yaml:6:18: operation "insert" listed twice in on`},
+		{"on upper case", head + "    bump: k\n    on: [INSERT]\n", `t.yaml:6:10: unknown operation "INSERT" in on (want insert, update, delete, read or truncate)`},
+		{"truncate with placeholders", head + "    bump: 'k:{id}'\n    on: [truncate]\n", `t.yaml:6:10: truncate needs a bump key without placeholders; "k:{id}" has some`},
+		{"truncate in a set rule", head + "    set: {key: s, member: m}\n    on: [truncate]\n", `t.yaml:6:10: truncate is allowed only in bump rules`},
+		{"truncate with a literal key", head + "    bump: k\n    on: [truncate]\n", ""},
+		{"columns in a count rule", head + "    count: {key: c}\n    columns: [a]\n", `t.yaml:6:5: columns is allowed only in bump rules`},
+		{"columns empty", head + "    bump: k\n    columns: []\n", `t.yaml:6:14: columns must list at least one column`},
+		{"columns bad name", head + "    bump: k\n    columns: ['a b']\n", `t.yaml:6:15: bad column name "a b" in columns`},
+		{"rebump_after in a set rule", head + "    set: {key: s, member: m}\n    rebump_after: 5s\n", `t.yaml:6:5: rebump_after is allowed only in bump rules`},
+		{"rebump_after negative", head + "    bump: k\n    rebump_after: -5s\n", `t.yaml:6:19: rebump_after must not be negative`},
+		{"ttl negative", head + "    bump: k\n    ttl: -1\n", `t.yaml:6:10: ttl "-1" is not a usable number of seconds`},
+		{"ttl fraction", head + "    bump: k\n    ttl: 1500ms\n", `t.yaml:6:10: ttl must be whole seconds`},
+		{"ttl over 30 days", head + "    bump: k\n    ttl: 2592001\n", `t.yaml:6:10: ttl 720h0m1s exceeds 30 days, which memcached would read as a Unix time`},
+		{"ttl bad unit", head + "    bump: k\n    ttl: 5 minutes\n", `t.yaml:6:10: ttl "5 minutes": want seconds or a duration such as 30s, 5m, 1h`},
+		{"when syntax", head + "    bump: k\n    when: 'a == == 1'\n", `t.yaml:6:17: when: unexpected token Operator("==")`},
+		{"when plain scalar", head + "    bump: k\n    when: a + 1 > 2\n", `t.yaml:6:13: when: operator "+" is not supported as a value in when; use a column or a literal`},
+		{"when function", head + "    bump: k\n    when: \"lower(name) == 'x'\"\n", `t.yaml:6:12: when: builtin lower() is not supported as a value in when; use a column or a literal`},
+		{"when not boolean", head + "    bump: k\n    when: \"'yes'\"\n", `t.yaml:6:12: when: a literal is not a condition; compare a column with it: x == 1`},
+		{"when member access", head + "    bump: k\n    when: 'a.b == 1'\n", `t.yaml:6:14: when: member access is not supported as a value in when; use a column or a literal`},
+		{"when in without list", head + "    bump: k\n    when: 'a in b'\n", `t.yaml:6:17: when: in needs a list literal: x in [1, 2]`},
+		{"when bad regexp", head + "    bump: k\n    when: 'a matches \"(\"'\n", "t.yaml:6:22: when: bad regular expression: error parsing regexp: missing closing ): `(`"},
+		{"when literal block", head + "    bump: k\n    when: |\n      a == 1 &&\n        b ** 2\n", `t.yaml:8:11: when: operator "**" is not supported in when`},
+		{"when folded block", head + "    bump: k\n    when: >\n      a == 1 &&\n      b ** 2\n", `t.yaml:6:11: when: operator "**" is not supported in when (line 1, column 13 of the expression)`},
+		{"when with escapes before the error", head + "    bump: k\n    when: \"a == \\\"x\\\" || b ** 2\"\n", `t.yaml:6:11: when: operator "**" is not supported in when (line 1, column 15 of the expression)`},
+		{"alias of a rule", "version: 1\nrules:\n  - &r {name: a, table: t, bump: k}\n  - *r\n", `t.yaml:3:15: duplicate rule name "a" (first defined at t.yaml:3:15)`},
+		{"merge key", head + "    bump: k\n    <<: {ttl: 5}\n", `t.yaml:6:5: unknown field "<<" in rule (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after)`},
+		{"unknown anchor", head + "    bump: *nope\n", `t.yaml:5:11: YAML: unknown anchor 'nope' referenced`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, err := Parse("t.yaml", []byte(tc.src))
+			want := strings.TrimSuffix(tc.want, "\n")
+			if want == "" {
+				if err != nil {
+					t.Fatalf("unexpected problems:\n%v", err)
+				}
+				if rs == nil {
+					t.Fatal("nil RuleSet without error")
+				}
+				return
+			}
+			if rs != nil {
+				t.Errorf("got a RuleSet along with problems")
+			}
+			if got := strings.Join(problemLines(t, err), "\n"); got != want {
+				t.Errorf("problems:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestDurations(t *testing.T) {
+	tests := []struct {
+		ttl, rebump       string
+		wantTTL, wantBump time.Duration
+	}{
+		{"0", "0", 0, 0},
+		{"300", "2", 5 * time.Minute, 2 * time.Second},
+		{"5m", "500ms", 5 * time.Minute, 500 * time.Millisecond},
+		{"1h30m", "1m", 90 * time.Minute, time.Minute},
+		{"2592000", "10s", MaxTTL, 10 * time.Second},
+		{"'60'", "'5s'", 0, 0}, // a quoted number is not a duration
+	}
+	for _, tc := range tests {
+		src := "version: 1\nrules:\n  - name: r\n    table: t\n    bump: k\n    ttl: " + tc.ttl + "\n    rebump_after: " + tc.rebump + "\n"
+		rs, err := Parse("t.yaml", []byte(src))
+		if tc.ttl == "'60'" {
+			if err == nil || !strings.Contains(err.Error(), `ttl "60": want seconds`) {
+				t.Errorf("quoted ttl: err = %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ttl %s: %v", tc.ttl, err)
+			continue
+		}
+		r := rs.Rules()[0]
+		if r.TTL != tc.wantTTL || r.RebumpAfter != tc.wantBump {
+			t.Errorf("ttl %s rebump_after %s: got %v, %v", tc.ttl, tc.rebump, r.TTL, r.RebumpAfter)
+		}
+	}
+}
+
+func TestCountPlaceholders(t *testing.T) {
+	tests := []struct {
+		sql  string
+		want int
+	}{
+		{"SELECT 1", 0},
+		{"SELECT * FROM t WHERE a = ? AND b = ?", 2},
+		{"SELECT '?', \"?\", `?` FROM t WHERE a = ?", 1},
+		{`SELECT 'it''s ?', 'a\'?' FROM t WHERE a = ?`, 1},
+		{"SELECT 1 -- ?\nFROM t WHERE a = ?", 1},
+		{"SELECT 1 # ?\nFROM t WHERE a = ?", 1},
+		{"SELECT 1 /* ? */ FROM t WHERE a = ? /* ?", 1},
+		{"SELECT 1--1 FROM t WHERE a = ?", 1},
+		{"SELECT ? FROM t WHERE a = '?", 1},
+	}
+	for _, tc := range tests {
+		if got := countPlaceholders(tc.sql); got != tc.want {
+			t.Errorf("countPlaceholders(%q) = %d, want %d", tc.sql, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,398 @@
+package rules
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+)
+
+// PlanStats counts what Plan did with one event.
+type PlanStats struct {
+	// Rules is the number of rules whose table and `on` list matched.
+	Rules int
+	// NullKeys counts row images that produced no key or set member
+	// because a placeholder column was NULL (no op is planned for them).
+	NullKeys int
+	// Unchanged counts bump rules with `columns` that skipped an update
+	// because none of those columns changed.
+	Unchanged int
+}
+
+// Add adds o's counts to s.
+func (s *PlanStats) Add(o PlanStats) {
+	s.Rules += o.Rules
+	s.NullKeys += o.NullKeys
+	s.Unchanged += o.Unchanged
+}
+
+// EventError reports an event that cannot be planned: a row image a rule
+// needs is missing, a column a rule needs is missing from an image, or a
+// key renders empty. Such an event is a poison message.
+type EventError struct {
+	// Rule is the name of the rule that could not be applied.
+	Rule string
+	// Image is "before" or "after".
+	Image string
+	// Column is the missing column; "" when Reason says what is wrong.
+	Column string
+	// Reason describes a problem other than a missing column.
+	Reason string
+}
+
+func (e *EventError) Error() string {
+	if e.Column != "" {
+		return fmt.Sprintf("rule %q: column %q missing from the %s image", e.Rule, e.Column, e.Image)
+	}
+	return fmt.Sprintf("rule %q: %s image: %s", e.Rule, e.Image, e.Reason)
+}
+
+const (
+	imageBefore = "before"
+	imageAfter  = "after"
+)
+
+// Plan appends to dst the cache operations that ev produces under the rule
+// set, in rule order and, within a rule, before-image ops before
+// after-image ops; it returns the extended slice and what it skipped.
+//
+// For each rule that matches the event's table and lists its operation in
+// `on` (truncate events: the bump rules listing truncate):
+//
+//   - a rule considers a row image only when it exists and `when` holds on
+//     it; a NULL placeholder column gives no key (counted in NullKeys);
+//   - bump: key(before) and key(after), once if equal; with `columns`, an
+//     update whose listed columns all kept their values bumps nothing;
+//   - set: set_remove of the before membership (key, member) and set_add
+//     of the after one, nothing when they are equal;
+//   - count: -1 at key(before) and +1 at key(after), nothing when the keys
+//     are equal;
+//   - an update without a before image bumps key(after) whatever `when`
+//     says (the old row is unknown), set_adds the after membership when
+//     `when` holds and set_removes it otherwise, and recounts
+//     key(after).
+//
+// Op.Args holds the values of the rule's args columns taken from the image
+// that produced the op's key, when the rule has a load or recount query;
+// Op.Source is ev.Source.
+//
+// A row image the operation needs that is absent, or a column a key,
+// member, args or columns list needs that the image lacks, is an
+// *EventError; dst is then returned without any op of ev. Predicates read
+// a missing column as null instead.
+//
+// ev must not be nil. Plan is safe for concurrent use; it keeps no
+// reference to ev's rows except through Op.Args values, and the strings of
+// all ops of one call share one allocation.
+func (rs *RuleSet) Plan(dst []Op, ev *Event) ([]Op, PlanStats, error) {
+	cands := rs.byTable[ev.Table]
+	if len(cands) == 0 {
+		return dst, PlanStats{}, nil
+	}
+	sc := rs.scratch.Get().(*planScratch)
+	sc.buf, sc.spans, sc.args = sc.buf[:0], sc.spans[:0], sc.args[:0]
+	p := planner{sc: sc, ev: ev, dst: dst, base: len(dst)}
+	var err error
+	for _, r := range cands {
+		if (r.Database != "" && r.Database != ev.Database) || !r.Handles(ev.Operation) {
+			continue
+		}
+		p.st.Rules++
+		if err = p.rule(r); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		clear(p.dst[p.base:])
+		dst = p.dst[:p.base]
+	} else {
+		dst = p.finish()
+	}
+	if cap(sc.buf) > 64<<10 {
+		sc.buf = nil // do not keep a huge event's buffer around
+	}
+	clear(sc.args) // drop references to the event's strings
+	rs.scratch.Put(sc)
+	return dst, p.st, err
+}
+
+// planScratch is the reusable working memory of one Plan call.
+type planScratch struct {
+	buf   []byte // rendered keys and members of the event's ops
+	spans []opSpan
+	args  []Value
+}
+
+type span struct{ start, end int }
+
+type opSpan struct {
+	key, member span
+	args        span
+	hasArgs     bool
+}
+
+type planner struct {
+	sc   *planScratch
+	ev   *Event
+	st   PlanStats
+	dst  []Op
+	base int
+}
+
+func (p *planner) rule(r *Rule) error {
+	ev := p.ev
+	switch ev.Operation {
+	case Truncate:
+		k, _, err := p.key(r, nil, "")
+		if err != nil {
+			return err
+		}
+		p.emit(OpBump, r, k, span{}, 0, nil, "")
+		return nil
+	case Insert, Read:
+		if ev.After == nil {
+			return &EventError{Rule: r.Name, Image: imageAfter, Reason: "missing; an " + ev.Operation.String() + " needs it"}
+		}
+		return p.images(r, nil, ev.After)
+	case Delete:
+		if ev.Before == nil {
+			return &EventError{Rule: r.Name, Image: imageBefore, Reason: "missing; a delete needs it"}
+		}
+		return p.images(r, ev.Before, nil)
+	case Update:
+		if ev.After == nil {
+			return &EventError{Rule: r.Name, Image: imageAfter, Reason: "missing; an update needs it"}
+		}
+		if ev.Before == nil {
+			return p.updateWithoutBefore(r, ev.After)
+		}
+		return p.images(r, ev.Before, ev.After)
+	}
+	return nil
+}
+
+// images plans a rule for the before image b and after image a (either
+// may be nil).
+func (p *planner) images(r *Rule, b, a Row) error {
+	if r.Kind == BumpRule && b != nil && a != nil && len(r.Columns) > 0 {
+		changed, err := columnsChanged(r, b, a)
+		if err != nil {
+			return err
+		}
+		if !changed {
+			p.st.Unchanged++
+			return nil
+		}
+	}
+	var kb, ka, mb, ma span
+	var hb, ha bool
+	var err error
+	if b != nil && r.pred.holds(b) {
+		if kb, mb, hb, err = p.identity(r, b, imageBefore); err != nil {
+			return err
+		}
+	}
+	if a != nil && r.pred.holds(a) {
+		if ka, ma, ha, err = p.identity(r, a, imageAfter); err != nil {
+			return err
+		}
+	}
+	same := hb && ha && p.equal(kb, ka) && (r.Kind != SetRule || p.equal(mb, ma))
+	switch r.Kind {
+	case BumpRule:
+		// Bump rules have no query, so emit takes no args and cannot fail.
+		if hb {
+			p.emit(OpBump, r, kb, span{}, 0, nil, "")
+		}
+		if ha && !same {
+			p.emit(OpBump, r, ka, span{}, 0, nil, "")
+		}
+	case SetRule:
+		if same {
+			return nil
+		}
+		if hb {
+			if err := p.emit(OpSetRemove, r, kb, mb, 0, b, imageBefore); err != nil {
+				return err
+			}
+		}
+		if ha {
+			return p.emit(OpSetAdd, r, ka, ma, 0, a, imageAfter)
+		}
+	case CountRule:
+		if same {
+			return nil
+		}
+		if hb {
+			if err := p.emit(OpCount, r, kb, span{}, -1, b, imageBefore); err != nil {
+				return err
+			}
+		}
+		if ha {
+			return p.emit(OpCount, r, ka, span{}, +1, a, imageAfter)
+		}
+	}
+	return nil
+}
+
+// updateWithoutBefore plans an update whose before image is unknown.
+func (p *planner) updateWithoutBefore(r *Rule, a Row) error {
+	k, m, ok, err := p.identity(r, a, imageAfter)
+	if err != nil || !ok {
+		return err
+	}
+	switch r.Kind {
+	case BumpRule:
+		return p.emit(OpBump, r, k, span{}, 0, nil, "")
+	case SetRule:
+		if r.pred.holds(a) {
+			return p.emit(OpSetAdd, r, k, m, 0, a, imageAfter)
+		}
+		return p.emit(OpSetRemove, r, k, m, 0, a, imageAfter)
+	case CountRule:
+		return p.emit(OpRecount, r, k, span{}, 0, a, imageAfter)
+	}
+	return nil
+}
+
+// identity renders an image's key and, for set rules, its member. ok is
+// false (nothing rendered, NullKeys counted) when a placeholder is NULL.
+func (p *planner) identity(r *Rule, row Row, image string) (key, member span, ok bool, err error) {
+	key, null, err := p.key(r, row, image)
+	if err != nil || null {
+		return span{}, span{}, false, err
+	}
+	if r.Kind == SetRule {
+		member, null, err = p.render(r, r.Member, "", row, image)
+		if err != nil || null {
+			p.sc.buf = p.sc.buf[:key.start]
+			return span{}, span{}, false, err
+		}
+	}
+	return key, member, true, nil
+}
+
+// key renders prefix + key template for row and turns it into a legal
+// memcached key.
+func (p *planner) key(r *Rule, row Row, image string) (span, bool, error) {
+	s, null, err := p.render(r, r.Key, r.Prefix, row, image)
+	if err != nil || null {
+		return s, null, err
+	}
+	buf := p.sc.buf
+	switch n := s.end - s.start; {
+	case n == 0:
+		return s, false, &EventError{Rule: r.Name, Image: image, Reason: "the key renders empty"}
+	case n > MaxKeyLen:
+		sum := sha256.Sum256(buf[s.start:s.end])
+		buf = append(buf[:s.start+hashedKeyHead], '#')
+		buf = hex.AppendEncode(buf, sum[:16])
+		p.sc.buf = buf
+		s.end = len(buf)
+	}
+	return s, false, nil
+}
+
+// render appends prefix and the escaped rendering of t to the scratch
+// buffer. null is true (and nothing is kept) when a placeholder column is
+// NULL; a missing column is an *EventError.
+func (p *planner) render(r *Rule, t *Template, prefix string, row Row, image string) (s span, null bool, err error) {
+	buf := p.sc.buf
+	s.start = len(buf)
+	buf = append(buf, prefix...)
+	for i := range t.parts {
+		part := &t.parts[i]
+		if part.column == "" {
+			buf = append(buf, part.literal...)
+			continue
+		}
+		v, found := row.Get(part.column)
+		if !found {
+			p.sc.buf = buf[:s.start]
+			return span{}, false, &EventError{Rule: r.Name, Image: image, Column: part.column}
+		}
+		if v.IsNull() {
+			null = true
+			continue
+		}
+		buf = AppendEscaped(buf, v.Text)
+	}
+	if null {
+		p.st.NullKeys++
+		p.sc.buf = buf[:s.start]
+		return span{}, true, nil
+	}
+	p.sc.buf = buf
+	s.end = len(buf)
+	return s, false, nil
+}
+
+func (p *planner) equal(a, b span) bool {
+	buf := p.sc.buf
+	return bytes.Equal(buf[a.start:a.end], buf[b.start:b.end])
+}
+
+// emit appends an op; its strings are filled in by finish. When the rule
+// has a query, the args are taken from argRow.
+func (p *planner) emit(kind OpKind, r *Rule, key, member span, delta int64, argRow Row, image string) error {
+	sp := opSpan{key: key, member: member}
+	if r.Query != "" && argRow != nil {
+		sp.hasArgs = true
+		sp.args.start = len(p.sc.args)
+		for _, c := range r.Args {
+			v, ok := argRow.Get(c)
+			if !ok {
+				return &EventError{Rule: r.Name, Image: image, Column: c}
+			}
+			p.sc.args = append(p.sc.args, v)
+		}
+		sp.args.end = len(p.sc.args)
+	}
+	p.sc.spans = append(p.sc.spans, sp)
+	p.dst = append(p.dst, Op{Kind: kind, Rule: r, Delta: delta, Source: p.ev.Source})
+	return nil
+}
+
+// finish converts the scratch buffer to one string and points the new
+// ops' keys, members and args into it.
+func (p *planner) finish() []Op {
+	sc := p.sc
+	if len(sc.spans) == 0 {
+		return p.dst
+	}
+	s := string(sc.buf)
+	var args []Value
+	if len(sc.args) > 0 {
+		args = make([]Value, len(sc.args))
+		copy(args, sc.args)
+	}
+	ops := p.dst[p.base:]
+	for i := range ops {
+		sp := &sc.spans[i]
+		ops[i].Key = s[sp.key.start:sp.key.end]
+		ops[i].Member = s[sp.member.start:sp.member.end]
+		if sp.hasArgs {
+			ops[i].Args = args[sp.args.start:sp.args.end:sp.args.end]
+		}
+	}
+	return p.dst
+}
+
+// columnsChanged reports whether any of a bump rule's columns differs
+// between the before image b and the after image a.
+func columnsChanged(r *Rule, b, a Row) (bool, error) {
+	for _, c := range r.Columns {
+		vb, ok := b.Get(c)
+		if !ok {
+			return false, &EventError{Rule: r.Name, Image: imageBefore, Column: c}
+		}
+		va, ok := a.Get(c)
+		if !ok {
+			return false, &EventError{Rule: r.Name, Image: imageAfter, Column: c}
+		}
+		if !sameValue(vb, va) {
+			return true, nil
+		}
+	}
+	return false, nil
+}

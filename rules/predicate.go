@@ -1,0 +1,380 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/file"
+	"github.com/expr-lang/expr/parser"
+)
+
+// A predicate is a compiled `when` expression (the language and its
+// semantics are described on ParseFiles). It is evaluated directly on a
+// Row, without building an environment or allocating, and is safe for
+// concurrent use.
+type predicate struct {
+	root *pnode
+}
+
+type pkind uint8
+
+const (
+	pConst pkind = iota + 1
+	pAnd
+	pOr
+	pNot
+	pTruthy
+	pEq
+	pNe
+	pLt
+	pLe
+	pGt
+	pGe
+	pIn
+	pStartsWith
+	pEndsWith
+	pContains
+	pMatches
+)
+
+type pnode struct {
+	kind     pkind
+	constVal bool
+	l, r     *pnode
+	a, b     operand
+	list     []operand
+	re       *regexp.Regexp
+}
+
+// operand is a column reference or a literal.
+type operand struct {
+	column string
+	isCol  bool
+	lit    Value
+}
+
+func (o *operand) value(row Row) Value {
+	if o.isCol {
+		v, _ := row.Get(o.column)
+		return v
+	}
+	return o.lit
+}
+
+// holds evaluates the predicate on a row image. A nil predicate holds.
+func (p *predicate) holds(row Row) bool {
+	if p == nil {
+		return true
+	}
+	return p.root.eval(row)
+}
+
+func (n *pnode) eval(row Row) bool {
+	switch n.kind {
+	case pConst:
+		return n.constVal
+	case pAnd:
+		return n.l.eval(row) && n.r.eval(row)
+	case pOr:
+		return n.l.eval(row) || n.r.eval(row)
+	case pNot:
+		return !n.l.eval(row)
+	case pTruthy:
+		return truthy(n.a.value(row))
+	case pEq:
+		return equalValues(n.a.value(row), n.b.value(row))
+	case pNe:
+		return !equalValues(n.a.value(row), n.b.value(row))
+	case pLt, pLe, pGt, pGe:
+		a, b := n.a.value(row), n.b.value(row)
+		if a.IsNull() || b.IsNull() {
+			return false
+		}
+		c, ok := compareValues(a, b)
+		if !ok {
+			return false
+		}
+		switch n.kind {
+		case pLt:
+			return c < 0
+		case pLe:
+			return c <= 0
+		case pGt:
+			return c > 0
+		}
+		return c >= 0
+	case pIn:
+		a := n.a.value(row)
+		for i := range n.list {
+			if equalValues(a, n.list[i].value(row)) {
+				return true
+			}
+		}
+		return false
+	case pStartsWith, pEndsWith, pContains:
+		a, b := n.a.value(row), n.b.value(row)
+		if a.IsNull() || b.IsNull() {
+			return false
+		}
+		switch n.kind {
+		case pStartsWith:
+			return strings.HasPrefix(a.Text, b.Text)
+		case pEndsWith:
+			return strings.HasSuffix(a.Text, b.Text)
+		}
+		return strings.Contains(a.Text, b.Text)
+	case pMatches:
+		a := n.a.value(row)
+		return !a.IsNull() && n.re.MatchString(a.Text)
+	}
+	return false
+}
+
+// exprError is a compile error of a `when` expression at a position
+// inside it: 1-based line and 0-based rune column.
+type exprError struct {
+	line, col int
+	msg       string
+}
+
+func (e *exprError) Error() string { return e.msg }
+
+// compilePredicate parses src with expr's parser and compiles the subset
+// described on predicate. Errors are *exprError.
+func compilePredicate(src string) (p *predicate, err error) {
+	tree, err := parseExpr(src)
+	if err != nil {
+		var fe *file.Error
+		if errors.As(err, &fe) {
+			msg := fe.Message
+			if strings.HasPrefix(msg, "invalid integer literal") || msg == "integer literal is too large" {
+				msg = "integer literal beyond 64 bits; write it as a string: x == \"18446744073709551616\""
+			}
+			return nil, &exprError{line: max(fe.Line, 1), col: max(fe.Column, 0), msg: msg}
+		}
+		return nil, &exprError{line: 1, msg: err.Error()}
+	}
+	c := compiler{src: src}
+	root := c.cond(tree.Node)
+	if c.err != nil {
+		return nil, c.err
+	}
+	return &predicate{root: root}, nil
+}
+
+// parseExpr runs expr's parser, turning a panic on hostile input into an
+// error so that loading never crashes.
+func parseExpr(src string) (tree *parser.Tree, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			tree, err = nil, fmt.Errorf("cannot parse expression: %v", r)
+		}
+	}()
+	return parser.Parse(src)
+}
+
+type compiler struct {
+	src string
+	err *exprError
+}
+
+// fail records the first error, located at node n.
+func (c *compiler) fail(n ast.Node, format string, args ...any) *pnode {
+	if c.err != nil {
+		return nil
+	}
+	line, col := 1, 0
+	if n != nil {
+		from := n.Location().From
+		r := 0
+		for _, ch := range c.src {
+			if r == from {
+				break
+			}
+			if ch == '\n' {
+				line++
+				col = 0
+			} else {
+				col++
+			}
+			r++
+		}
+	}
+	c.err = &exprError{line: line, col: col, msg: fmt.Sprintf(format, args...)}
+	return nil
+}
+
+// cond compiles a node in a boolean position.
+func (c *compiler) cond(n ast.Node) *pnode {
+	if c.err != nil {
+		return nil
+	}
+	switch n := n.(type) {
+	case nil:
+		return c.fail(nil, "empty expression")
+	case *ast.BoolNode:
+		return &pnode{kind: pConst, constVal: n.Value}
+	case *ast.IdentifierNode:
+		if n.Value == "null" {
+			return c.fail(n, "null is not a condition; compare a column with it: x == null")
+		}
+		return &pnode{kind: pTruthy, a: operand{column: n.Value, isCol: true}}
+	case *ast.UnaryNode:
+		switch n.Operator {
+		case "!", "not":
+			return &pnode{kind: pNot, l: c.cond(n.Node)}
+		}
+		return c.fail(n, "%q does not give a condition; compare the value: x == 1", n.Operator)
+	case *ast.BinaryNode:
+		return c.binary(n)
+	case *ast.IntegerNode, *ast.FloatNode, *ast.StringNode, *ast.NilNode:
+		return c.fail(n, "a literal is not a condition; compare a column with it: x == 1")
+	}
+	return c.fail(n, "%s is not supported in when", describe(n))
+}
+
+func (c *compiler) binary(n *ast.BinaryNode) *pnode {
+	switch n.Operator {
+	case "&&", "and":
+		return &pnode{kind: pAnd, l: c.cond(n.Left), r: c.cond(n.Right)}
+	case "||", "or":
+		return &pnode{kind: pOr, l: c.cond(n.Left), r: c.cond(n.Right)}
+	}
+	var kind pkind
+	switch n.Operator {
+	case "==":
+		kind = pEq
+	case "!=":
+		kind = pNe
+	case "<":
+		kind = pLt
+	case "<=":
+		kind = pLe
+	case ">":
+		kind = pGt
+	case ">=":
+		kind = pGe
+	case "startsWith":
+		kind = pStartsWith
+	case "endsWith":
+		kind = pEndsWith
+	case "contains":
+		kind = pContains
+	case "in":
+		arr, ok := n.Right.(*ast.ArrayNode)
+		if !ok {
+			return c.fail(n.Right, "in needs a list literal: x in [1, 2]")
+		}
+		list := make([]operand, 0, len(arr.Nodes))
+		for _, e := range arr.Nodes {
+			list = append(list, c.operand(e))
+		}
+		return &pnode{kind: pIn, a: c.operand(n.Left), list: list}
+	case "matches":
+		s, ok := n.Right.(*ast.StringNode)
+		if !ok {
+			return c.fail(n.Right, "matches needs a string literal")
+		}
+		re, err := regexp.Compile(s.Value)
+		if err != nil {
+			return c.fail(n.Right, "bad regular expression: %v", err)
+		}
+		return &pnode{kind: pMatches, a: c.operand(n.Left), re: re}
+	default:
+		return c.fail(n, "operator %q is not supported in when", n.Operator)
+	}
+	return &pnode{kind: kind, a: c.operand(n.Left), b: c.operand(n.Right)}
+}
+
+// operand compiles a node in a value position.
+func (c *compiler) operand(n ast.Node) operand {
+	if c.err != nil {
+		return operand{}
+	}
+	switch n := n.(type) {
+	case *ast.IdentifierNode:
+		if n.Value == "null" {
+			return operand{}
+		}
+		return operand{column: n.Value, isCol: true}
+	case *ast.NilNode:
+		return operand{}
+	case *ast.IntegerNode:
+		return operand{lit: Value{Kind: KindInt, Text: strconv.Itoa(n.Value)}}
+	case *ast.FloatNode:
+		return operand{lit: Value{Kind: KindFloat, Text: strconv.FormatFloat(n.Value, 'g', -1, 64)}}
+	case *ast.StringNode:
+		return operand{lit: Value{Kind: KindString, Text: n.Value}}
+	case *ast.BoolNode:
+		t := "0"
+		if n.Value {
+			t = "1"
+		}
+		return operand{lit: Value{Kind: KindBool, Text: t}}
+	case *ast.UnaryNode:
+		if n.Operator == "-" || n.Operator == "+" {
+			inner := c.operand(n.Node)
+			if c.err != nil {
+				return operand{}
+			}
+			if inner.isCol || (inner.lit.Kind != KindInt && inner.lit.Kind != KindFloat) {
+				return c.failOperand(n, "unary %q applies only to number literals", n.Operator)
+			}
+			if n.Operator == "-" {
+				if strings.HasPrefix(inner.lit.Text, "-") {
+					inner.lit.Text = inner.lit.Text[1:]
+				} else {
+					inner.lit.Text = "-" + inner.lit.Text
+				}
+			}
+			return inner
+		}
+	case nil:
+		return c.failOperand(nil, "missing operand")
+	}
+	return c.failOperand(n, "%s is not supported as a value in when; use a column or a literal", describe(n))
+}
+
+func (c *compiler) failOperand(n ast.Node, format string, args ...any) operand {
+	c.fail(n, format, args...)
+	return operand{}
+}
+
+// describe names a node kind for error messages.
+func describe(n ast.Node) string {
+	switch n := n.(type) {
+	case *ast.BinaryNode:
+		return fmt.Sprintf("operator %q", n.Operator)
+	case *ast.UnaryNode:
+		return fmt.Sprintf("operator %q", n.Operator)
+	case *ast.CallNode:
+		return "a function call"
+	case *ast.BuiltinNode:
+		return fmt.Sprintf("builtin %s()", n.Name)
+	case *ast.MemberNode, *ast.ChainNode:
+		return "member access"
+	case *ast.ConditionalNode:
+		return "a conditional"
+	case *ast.ArrayNode:
+		return "a list"
+	case *ast.MapNode:
+		return "a map"
+	case *ast.SliceNode:
+		return "slicing"
+	case *ast.VariableDeclaratorNode:
+		return "let"
+	case *ast.SequenceNode:
+		return "a sequence of expressions"
+	case *ast.BytesNode:
+		return "a bytes literal"
+	case *ast.PointerNode, *ast.PredicateNode:
+		return "a predicate"
+	case *ast.BoolNode:
+		return "a boolean literal"
+	}
+	return fmt.Sprintf("%T", n)
+}

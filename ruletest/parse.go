@@ -1,0 +1,718 @@
+// Package ruletest runs rule unit tests: YAML files that list CDC message
+// values and the cache operations they must produce. Messages go through
+// the same decoder (package consumer) and planner (package rules) as in the
+// daemon, so a passing test says what the daemon will do.
+//
+// A test file looks like this (paths are relative to the test file):
+//
+//	rule_files: [../shop.yaml]
+//	format: auto              # optional default for every test
+//	table: shop.users         # optional default, for flattened rows
+//	tests:
+//	  - name: an approved comment moves to another post
+//	    events:               # a JSON string, a mapping written as JSON, or null (tombstone)
+//	      - '{"op":"u","before":{...},"after":{...},"source":{"db":"blog","table":"comments"}}'
+//	    expect:               # every op, in order; [] for none
+//	      - {event: 1, rule: post-comments, op: count, key: "blog:comments:9", delta: -1}
+//	    errors:               # optional: events that must fail
+//	      - {event: 2, contains: "missing column"}
+//
+// The format is described for users in docs/rules.md.
+package ruletest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// Suite is one parsed test file. It is read-only after Parse and safe for
+// concurrent use.
+type Suite struct {
+	// Path is the test file's path as given.
+	Path string
+	// RuleFiles are the rule files or directories to load, resolved
+	// against the test file's directory.
+	RuleFiles []string
+	Tests     []*Test
+}
+
+// Test is one named test case.
+type Test struct {
+	Name string
+	// Line is where the test's entry starts in the file.
+	Line   int
+	Format consumer.Format
+	// Table is the db.table of flattened rows that name no table.
+	Table  string
+	Events []Event
+	Expect []ExpectedOp
+	// Errors lists the events that must fail to decode or plan.
+	Errors []ExpectedError
+	// checkArgs is true when some expected op lists args; then every
+	// op's args are compared.
+	checkArgs bool
+}
+
+// Event is one message value of a test.
+type Event struct {
+	// Value is the message value; nil is a tombstone.
+	Value []byte
+	// Line is where the event is written in the test file.
+	Line int
+}
+
+// ExpectedOp is one operation a test expects.
+type ExpectedOp struct {
+	// Event is the 1-based index of the event that produces the op.
+	Event  int
+	Rule   string
+	Op     rules.OpKind
+	Key    string
+	Member string
+	Delta  int64
+	// Args are the expected query arguments as text (nil entries are
+	// NULL); compared only when HasArgs is true.
+	Args    []*string
+	HasArgs bool
+	// Line is where the expectation is written.
+	Line int
+}
+
+// ExpectedError says that an event must fail with a message containing
+// Contains.
+type ExpectedError struct {
+	Event    int
+	Contains string
+	Line     int
+}
+
+// ParseError lists every problem found in a test file.
+type ParseError struct {
+	// Problems are "file:line:col: message" strings in file order.
+	Problems []string
+}
+
+func (e *ParseError) Error() string { return strings.Join(e.Problems, "\n") }
+
+// Load reads and parses the test file at path.
+func Load(path string) (*Suite, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("ruletest: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse parses a test file's contents. path names the file in error
+// messages and anchors relative rule_files. Unknown fields, duplicate
+// fields, missing required fields and values of the wrong type are errors;
+// all of them are returned together as a *ParseError.
+func Parse(path string, data []byte) (*Suite, error) {
+	p := &parser{file: path}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &ParseError{Problems: []string{yamlProblem(path, err)}}
+	}
+	s := &Suite{Path: path}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, &ParseError{Problems: []string{path + ":1:1: empty test file"}}
+	}
+	p.suite(s, doc.Content[0])
+	if len(p.problems) > 0 {
+		return nil, p.result()
+	}
+	return s, nil
+}
+
+// yamlLine matches the "yaml: line N: msg" form of the YAML parser's errors.
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func yamlProblem(path string, err error) string {
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Sprintf("%s:%s:1: %s", path, m[1], m[2])
+	}
+	return fmt.Sprintf("%s:1:1: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+}
+
+type parser struct {
+	file     string
+	problems []problem
+}
+
+type problem struct {
+	line, col int
+	msg       string
+}
+
+func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+	p.problems = append(p.problems, problem{n.Line, n.Column, fmt.Sprintf(format, args...)})
+}
+
+// result returns the problems sorted by position.
+func (p *parser) result() error {
+	sort.SliceStable(p.problems, func(i, j int) bool {
+		return p.problems[i].line < p.problems[j].line ||
+			p.problems[i].line == p.problems[j].line && p.problems[i].col < p.problems[j].col
+	})
+	out := make([]string, len(p.problems))
+	for i, pr := range p.problems {
+		out[i] = fmt.Sprintf("%s:%d:%d: %s", p.file, pr.line, pr.col, pr.msg)
+	}
+	return &ParseError{Problems: out}
+}
+
+// resolve follows aliases.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// fields walks a mapping node, calling set for each known key and
+// reporting unknown or repeated keys. It returns the keys seen.
+func (p *parser) fields(n *yaml.Node, what string, known []string, set func(key string, k, v *yaml.Node)) map[string]bool {
+	n = resolve(n)
+	seen := make(map[string]bool)
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s must be a mapping", what)
+		return seen
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(k, "%s: keys must be plain names", what)
+			continue
+		}
+		if seen[k.Value] {
+			p.errorf(k, "%s: field %q given twice", what, k.Value)
+			continue
+		}
+		seen[k.Value] = true
+		found := false
+		for _, name := range known {
+			if name == k.Value {
+				found = true
+				break
+			}
+		}
+		if !found {
+			p.errorf(k, "%s: unknown field %q (want %s)", what, k.Value, strings.Join(known, ", "))
+			continue
+		}
+		set(k.Value, k, resolve(v))
+	}
+	return seen
+}
+
+// str decodes a scalar as text; numbers and booleans give their literal.
+func (p *parser) str(n *yaml.Node, what string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.errorf(n, "%s must be a string", what)
+		return "", false
+	}
+	return n.Value, true
+}
+
+// integer decodes a scalar of tag !!int.
+func (p *parser) integer(n *yaml.Node, what string) (int64, bool) {
+	var v int64
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
+		p.errorf(n, "%s must be an integer", what)
+		return 0, false
+	}
+	return v, true
+}
+
+func (p *parser) suite(s *Suite, n *yaml.Node) {
+	var format consumer.Format
+	var table string
+	var tests *yaml.Node
+	seen := p.fields(n, "test file", []string{"rule_files", "format", "table", "tests"}, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "rule_files":
+			s.RuleFiles = p.ruleFiles(v)
+		case "format":
+			format, _ = p.format(v)
+		case "table":
+			table, _ = p.table(v)
+		case "tests":
+			tests = v
+		}
+	})
+	if resolve(n).Kind != yaml.MappingNode {
+		return
+	}
+	if !seen["rule_files"] {
+		p.errorf(n, "test file: rule_files is required")
+	}
+	if tests == nil {
+		p.errorf(n, "test file: tests is required")
+		return
+	}
+	if tests.Kind != yaml.SequenceNode || len(tests.Content) == 0 {
+		p.errorf(tests, "tests must be a non-empty list")
+		return
+	}
+	names := make(map[string]int)
+	for _, tn := range tests.Content {
+		t := p.test(resolve(tn), format, table)
+		if t == nil {
+			continue
+		}
+		if prev, dup := names[t.Name]; dup {
+			p.errorf(tn, "test %q: name already used by the test at line %d", t.Name, prev)
+		}
+		names[t.Name] = t.Line
+		s.Tests = append(s.Tests, t)
+	}
+}
+
+func (p *parser) ruleFiles(n *yaml.Node) []string {
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		p.errorf(n, "rule_files must be a non-empty list of paths")
+		return nil
+	}
+	dir := filepath.Dir(p.file)
+	var out []string
+	for _, e := range n.Content {
+		f, ok := p.str(resolve(e), "rule_files entry")
+		if !ok {
+			continue
+		}
+		if f == "" {
+			p.errorf(e, "rule_files entry is empty")
+			continue
+		}
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(dir, f)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// table decodes a "db.table" name.
+func (p *parser) table(n *yaml.Node) (string, bool) {
+	s, ok := p.str(n, "table")
+	if !ok {
+		return "", false
+	}
+	if db, tbl, dotted := strings.Cut(s, "."); !dotted || db == "" || tbl == "" {
+		p.errorf(n, "table %q: want db.table", s)
+		return "", false
+	}
+	return s, true
+}
+
+func (p *parser) format(n *yaml.Node) (consumer.Format, bool) {
+	s, ok := p.str(n, "format")
+	if !ok {
+		return consumer.FormatAuto, false
+	}
+	f, err := consumer.ParseFormat(s)
+	if err != nil {
+		p.errorf(n, "format %q: want auto, debezium, debezium-flat, maxwell or canal", s)
+		return consumer.FormatAuto, false
+	}
+	return f, true
+}
+
+func (p *parser) test(n *yaml.Node, format consumer.Format, table string) *Test {
+	t := &Test{Line: n.Line, Format: format, Table: table}
+	var events, expect, errs *yaml.Node
+	seen := p.fields(n, "test", []string{"name", "format", "table", "events", "expect", "errors"}, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "name":
+			t.Name, _ = p.str(v, "name")
+		case "format":
+			t.Format, _ = p.format(v)
+		case "table":
+			t.Table, _ = p.table(v)
+		case "events":
+			events = v
+		case "expect":
+			expect = v
+		case "errors":
+			errs = v
+		}
+	})
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	if !seen["name"] || t.Name == "" {
+		p.errorf(n, "test: name is required")
+	}
+	what := fmt.Sprintf("test %q", t.Name)
+	if t.Name == "" {
+		what = fmt.Sprintf("test at line %d", t.Line)
+	}
+	if events == nil || events.Kind != yaml.SequenceNode || len(events.Content) == 0 {
+		at := n
+		if events != nil {
+			at = events
+		}
+		p.errorf(at, "%s: events must be a non-empty list", what)
+	} else {
+		for _, e := range events.Content {
+			t.Events = append(t.Events, p.event(e, what))
+		}
+	}
+	if expect == nil {
+		p.errorf(n, "%s: expect is required (write expect: [] when no op is expected)", what)
+	} else if expect.Kind != yaml.SequenceNode {
+		p.errorf(expect, "%s: expect must be a list", what)
+	} else {
+		for _, e := range expect.Content {
+			if op, ok := p.expectedOp(resolve(e), what, len(t.Events)); ok {
+				if len(t.Expect) > 0 && op.Event < t.Expect[len(t.Expect)-1].Event {
+					p.errorf(e, "%s: expected ops must be listed in event order (event %d after event %d)", what, op.Event, t.Expect[len(t.Expect)-1].Event)
+				}
+				t.checkArgs = t.checkArgs || op.HasArgs
+				t.Expect = append(t.Expect, op)
+			}
+		}
+	}
+	if errs != nil {
+		if errs.Kind != yaml.SequenceNode {
+			p.errorf(errs, "%s: errors must be a list", what)
+		} else {
+			byEvent := make(map[int]bool)
+			for _, e := range errs.Content {
+				ee, ok := p.expectedError(resolve(e), what, len(t.Events))
+				if !ok {
+					continue
+				}
+				if byEvent[ee.Event] {
+					p.errorf(e, "%s: event %d already has an expected error", what, ee.Event)
+				}
+				byEvent[ee.Event] = true
+				t.Errors = append(t.Errors, ee)
+			}
+			sort.SliceStable(t.Errors, func(i, j int) bool { return t.Errors[i].Event < t.Errors[j].Event })
+		}
+	}
+	return t
+}
+
+func (p *parser) event(n *yaml.Node, what string) Event {
+	ev := Event{Line: n.Line}
+	r := resolve(n)
+	switch {
+	case r.Kind == yaml.ScalarNode && r.Tag == "!!null":
+		// A tombstone.
+	case r.Kind == yaml.ScalarNode && r.Tag == "!!str":
+		ev.Value = []byte(r.Value)
+	case r.Kind == yaml.MappingNode:
+		var buf bytes.Buffer
+		if err := appendJSON(&buf, r); err != nil {
+			p.errorf(err.node, "%s: event: %s", what, err.msg)
+		}
+		ev.Value = buf.Bytes()
+	default:
+		p.errorf(n, "%s: an event is a JSON string, a mapping or null (a tombstone)", what)
+	}
+	return ev
+}
+
+// opNames maps the op names of plan output to kinds.
+var opNames = map[string]rules.OpKind{
+	"bump":       rules.OpBump,
+	"set_add":    rules.OpSetAdd,
+	"set_remove": rules.OpSetRemove,
+	"count":      rules.OpCount,
+	"recount":    rules.OpRecount,
+}
+
+func (p *parser) eventIndex(n *yaml.Node, what string, nEvents int) (int, bool) {
+	i, ok := p.integer(n, what+": event")
+	if !ok {
+		return 0, false
+	}
+	if i < 1 || (nEvents > 0 && i > int64(nEvents)) {
+		p.errorf(n, "%s: event %d does not exist (the test has %d events, numbered from 1)", what, i, nEvents)
+		return 0, false
+	}
+	return int(i), true
+}
+
+func (p *parser) expectedOp(n *yaml.Node, what string, nEvents int) (ExpectedOp, bool) {
+	op := ExpectedOp{Line: n.Line}
+	ok := true
+	var memberNode, deltaNode *yaml.Node
+	seen := p.fields(n, what+": expected op", []string{"event", "rule", "op", "key", "member", "delta", "args"}, func(key string, k, v *yaml.Node) {
+		var good bool
+		switch key {
+		case "event":
+			op.Event, good = p.eventIndex(v, what, nEvents)
+		case "rule":
+			op.Rule, good = p.str(v, "rule")
+		case "op":
+			var name string
+			if name, good = p.str(v, "op"); good {
+				if op.Op, good = opNames[name]; !good {
+					p.errorf(v, "%s: unknown op %q (want bump, set_add, set_remove, count or recount)", what, name)
+				}
+			}
+		case "key":
+			op.Key, good = p.str(v, "key")
+		case "member":
+			memberNode = k
+			op.Member, good = p.str(v, "member")
+		case "delta":
+			deltaNode = k
+			op.Delta, good = p.integer(v, "delta")
+			if good && op.Delta == 0 {
+				p.errorf(v, "%s: delta 0 is never planned", what)
+				good = false
+			}
+		case "args":
+			op.HasArgs = true
+			op.Args, good = p.args(v, what)
+		}
+		ok = ok && good
+	})
+	if n.Kind != yaml.MappingNode {
+		return op, false
+	}
+	for _, req := range []string{"event", "rule", "op", "key"} {
+		if !seen[req] {
+			p.errorf(n, "%s: expected op needs %s", what, req)
+			ok = false
+		}
+	}
+	if !ok {
+		return op, false
+	}
+	isSet := op.Op == rules.OpSetAdd || op.Op == rules.OpSetRemove
+	if isSet && memberNode == nil {
+		p.errorf(n, "%s: %s needs member", what, op.Op)
+		ok = false
+	}
+	if !isSet && memberNode != nil {
+		p.errorf(memberNode, "%s: member is only for set_add and set_remove", what)
+		ok = false
+	}
+	if op.Op == rules.OpCount && deltaNode == nil {
+		p.errorf(n, "%s: count needs delta", what)
+		ok = false
+	}
+	if op.Op != rules.OpCount && deltaNode != nil {
+		p.errorf(deltaNode, "%s: delta is only for count", what)
+		ok = false
+	}
+	return op, ok
+}
+
+func (p *parser) args(n *yaml.Node, what string) ([]*string, bool) {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "%s: args must be a list", what)
+		return nil, false
+	}
+	out := make([]*string, 0, len(n.Content))
+	for _, e := range n.Content {
+		e = resolve(e)
+		if e.Kind == yaml.ScalarNode && e.Tag == "!!null" {
+			out = append(out, nil)
+			continue
+		}
+		s, ok := p.str(e, "args entry")
+		if !ok {
+			return nil, false
+		}
+		out = append(out, &s)
+	}
+	return out, true
+}
+
+func (p *parser) expectedError(n *yaml.Node, what string, nEvents int) (ExpectedError, bool) {
+	ee := ExpectedError{Line: n.Line}
+	ok := true
+	seen := p.fields(n, what+": expected error", []string{"event", "contains"}, func(key string, k, v *yaml.Node) {
+		var good bool
+		switch key {
+		case "event":
+			ee.Event, good = p.eventIndex(v, what, nEvents)
+		case "contains":
+			ee.Contains, good = p.str(v, "contains")
+		}
+		ok = ok && good
+	})
+	if n.Kind != yaml.MappingNode {
+		return ee, false
+	}
+	for _, req := range []string{"event", "contains"} {
+		if !seen[req] {
+			p.errorf(n, "%s: expected error needs %s", what, req)
+			ok = false
+		}
+	}
+	return ee, ok
+}
+
+// jsonError is a YAML node that has no JSON form.
+type jsonError struct {
+	node *yaml.Node
+	msg  string
+}
+
+const (
+	// maxEventDepth bounds the nesting of an event written as YAML.
+	maxEventDepth = 64
+	// maxEventNodes bounds the values of one event, aliases expanded.
+	maxEventNodes = 1 << 20
+)
+
+// appendJSON writes a YAML node as JSON. Scalars keep their literal text:
+// an integer or a decimal number is written with exactly the digits given,
+// so values beyond float64 precision survive (hexadecimal and octal
+// integers are converted to decimal). Mapping keys keep their order;
+// aliases are expanded.
+func appendJSON(buf *bytes.Buffer, n *yaml.Node) *jsonError {
+	budget := maxEventNodes
+	return appendJSONNode(buf, n, 0, &budget)
+}
+
+func appendJSONNode(buf *bytes.Buffer, n *yaml.Node, depth int, budget *int) *jsonError {
+	n = resolve(n)
+	if depth > maxEventDepth {
+		return &jsonError{n, "nested too deeply"}
+	}
+	if *budget--; *budget < 0 {
+		return &jsonError{n, fmt.Sprintf("more than %d values (aliases included)", maxEventNodes)}
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		buf.WriteByte('{')
+		seen := make(map[string]bool, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := resolve(n.Content[i])
+			if k.Kind != yaml.ScalarNode || k.Tag == "!!null" {
+				return &jsonError{k, "object keys must be strings"}
+			}
+			if seen[k.Value] {
+				return &jsonError{k, fmt.Sprintf("key %q given twice", k.Value)}
+			}
+			seen[k.Value] = true
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeJSONString(buf, k.Value)
+			buf.WriteByte(':')
+			if err := appendJSONNode(buf, n.Content[i+1], depth+1, budget); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	case yaml.SequenceNode:
+		buf.WriteByte('[')
+		for i, e := range n.Content {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := appendJSONNode(buf, e, depth+1, budget); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			buf.WriteString("null")
+		case "!!bool":
+			var b bool
+			if err := n.Decode(&b); err != nil {
+				return &jsonError{n, err.Error()}
+			}
+			if b {
+				buf.WriteString("true")
+			} else {
+				buf.WriteString("false")
+			}
+		case "!!int":
+			if isJSONNumber(n.Value) {
+				buf.WriteString(n.Value)
+				break
+			}
+			var i big.Int
+			if _, ok := i.SetString(strings.TrimPrefix(n.Value, "+"), 0); !ok {
+				return &jsonError{n, fmt.Sprintf("integer %s has no JSON form; quote it", n.Value)}
+			}
+			buf.WriteString(i.String())
+		case "!!float":
+			v := strings.TrimPrefix(n.Value, "+")
+			if !isJSONNumber(v) {
+				return &jsonError{n, fmt.Sprintf("number %s has no JSON form; write it like 1.5 or 2e-3", n.Value)}
+			}
+			buf.WriteString(v)
+		case "!!str":
+			writeJSONString(buf, n.Value)
+		default:
+			return &jsonError{n, fmt.Sprintf("values tagged %s have no JSON form", n.Tag)}
+		}
+	default:
+		return &jsonError{n, "unsupported YAML node"}
+	}
+	return nil
+}
+
+func writeJSONString(buf *bytes.Buffer, s string) {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // writing a string to a bytes.Buffer cannot fail
+	buf.Truncate(buf.Len() - 1)
+}
+
+// isJSONNumber reports whether s is a number in RFC 8259 syntax.
+func isJSONNumber(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		start := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		start := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return false
+		}
+	}
+	return i == len(s)
+}
