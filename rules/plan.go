@@ -379,7 +379,8 @@ func (p *planner) finish() []Op {
 }
 
 // columnsChanged reports whether any of a bump rule's columns differs
-// between the before image b and the after image a.
+// between the before image b and the after image a, counting the key's
+// placeholder columns and the truth of `when` as listed.
 func columnsChanged(r *Rule, b, a Row) (bool, error) {
 	for _, c := range r.Columns {
 		vb, ok := b.Get(c)
@@ -393,6 +394,20 @@ func columnsChanged(r *Rule, b, a Row) (bool, error) {
 		if !sameValue(vb, va) {
 			return true, nil
 		}
+	}
+	// The columns that decide which keys an update touches always count
+	// as listed: a row that moves to another key, or enters or leaves the
+	// rule's `when`, must bump even if no listed column changed, else the
+	// old key would keep serving the moved row.
+	for _, c := range r.Key.Columns() {
+		vb, okb := b.Get(c)
+		va, oka := a.Get(c)
+		if okb && oka && !sameValue(vb, va) {
+			return true, nil
+		}
+	}
+	if r.pred.holds(b) != r.pred.holds(a) {
+		return true, nil
 	}
 	return false, nil
 }

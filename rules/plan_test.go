@@ -126,11 +126,16 @@ func TestPlan(t *testing.T) {
 			ev: Event{Database: "shop", Table: "users", Operation: Update,
 				Before: row("id=42", "name='a'", "email='a'", "active=1", "org_id=7"),
 				After:  row("id=43", "name='a'", "email='a'", "active=1", "org_id=8")},
+			// The key column changed: it counts as listed, so the
+			// profile rule bumps both keys although name and email kept
+			// their values.
 			want: []string{
+				"profile bump p:ns:user:42",
+				"profile bump p:ns:user:43",
 				"by-org bump p:ns:org:7",
 				"by-org bump p:ns:org:8",
 			},
-			wantStats: PlanStats{Rules: 2, Unchanged: 1},
+			wantStats: PlanStats{Rules: 2},
 		},
 		{
 			name: "predicate turning false bumps only the before key",
@@ -618,5 +623,37 @@ func TestNames(t *testing.T) {
 	s.Add(PlanStats{Rules: 10, NullKeys: 20, Unchanged: 30})
 	if s != (PlanStats{Rules: 11, NullKeys: 22, Unchanged: 33}) {
 		t.Errorf("Add = %+v", s)
+	}
+}
+
+func TestPlanColumnsCountWhenFlip(t *testing.T) {
+	rs, err := Parse("inline.yaml", []byte(`version: 1
+rules:
+  - name: visible-user
+    table: shop.users
+    when: "active == 1"
+    columns: [name]
+    bump: "ns:user:{id}"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name          string
+		before, after Row
+		want          int
+	}{
+		{"when turns false", row("id=1", "name='a'", "active=1"), row("id=1", "name='a'", "active=0"), 1},
+		{"when turns true", row("id=1", "name='a'", "active=0"), row("id=1", "name='a'", "active=1"), 1},
+		{"nothing listed changed", row("id=1", "name='a'", "active=1", "x=1"), row("id=1", "name='a'", "active=1", "x=2"), 0},
+	}
+	for _, c := range cases {
+		ops, _, err := rs.Plan(nil, &Event{Database: "shop", Table: "users", Operation: Update, Before: c.before, After: c.after})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if len(ops) != c.want {
+			t.Errorf("%s: %d ops (%v), want %d", c.name, len(ops), ops, c.want)
+		}
 	}
 }

@@ -58,6 +58,8 @@ type Rule struct {
 	When string
 	// Columns, for bump rules, lists the columns of which at least one
 	// must change for an update to bump; nil means every update bumps.
+	// The key's placeholder columns and the truth of `when` always count
+	// as listed, so a row that moves between keys is bumped at both.
 	Columns []string
 	// Key is the key template: the namespace key of a bump rule, the set
 	// key or the counter key. The file prefix is not part of it.
