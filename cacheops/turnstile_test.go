@@ -280,7 +280,9 @@ func TestGetOrComputeServesStaleDuringRecompute(t *testing.T) {
 func TestGetOrComputeWaitsAndRetriesOnce(t *testing.T) {
 	mc := readTestClient(t)
 	key := readTestKey("ts")
-	computer := NewReader(mc, readTestLogger(t), ReaderOptions{})
+	// A long compute time keeps the claim alive however slowly the waiter
+	// goroutine gets scheduled on a loaded machine.
+	computer := NewReader(mc, readTestLogger(t), ReaderOptions{Turnstile: TurnstileOptions{ComputeTime: time.Minute}})
 
 	started := make(chan struct{})
 	release := make(chan struct{})
@@ -303,7 +305,7 @@ func TestGetOrComputeWaitsAndRetriesOnce(t *testing.T) {
 			}
 		}
 	}}
-	waiter := NewReader(rc, readTestLogger(t), ReaderOptions{Turnstile: TurnstileOptions{Wait: time.Second}})
+	waiter := NewReader(rc, readTestLogger(t), ReaderOptions{Turnstile: TurnstileOptions{Wait: 2 * time.Second}})
 	type result struct {
 		v   []byte
 		err error

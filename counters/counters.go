@@ -1,0 +1,510 @@
+// Package counters keeps cached row counts in memcached: it applies counter
+// deltas with incr/decr, recounts from MySQL when a counter is missing or may
+// have drifted, and offers the read-side counter get that applications use.
+//
+// A counter item holds the count as ASCII decimal digits, so memcached's own
+// incr and decr change it atomically and no value is ever read, changed and
+// written back, except when it is recomputed from MySQL. A missing counter is
+// always a correct state; a counter that may be wrong is recounted or
+// deleted, never guessed.
+package counters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// Recounter runs a count rule's recount query with args bound to its '?'
+// placeholders and returns the single integer it yields. *MySQL satisfies
+// it. Implementations must be safe for concurrent use.
+type Recounter interface {
+	Count(ctx context.Context, query string, args []rules.Value) (int64, error)
+}
+
+// DefaultMaxConcurrency is Config.MaxConcurrency's default.
+const DefaultMaxConcurrency = 32
+
+// Config tunes Counters. The zero value gives the documented defaults.
+type Config struct {
+	// MaxConcurrency bounds the keys one Apply works on at a time. Default
+	// 32. The memcache.Client's MaxIdleConns should be at least this, or
+	// connections are opened and closed all the time.
+	MaxConcurrency int
+	// ReadTTL is the item TTL of the counters Get stores after a miss; 0
+	// means no expiry. Writers use their rule's TTL instead.
+	ReadTTL time.Duration
+	// Now turns TTLs longer than 30 days into memcached's absolute expiry
+	// times. Default time.Now.
+	Now func() time.Time
+}
+
+// Counters applies counter ops to memcached and reads counters. It is safe
+// for concurrent use.
+type Counters struct {
+	mc  *memcache.Client
+	rc  Recounter
+	cfg Config
+	log *slog.Logger
+
+	calls, recounts, recountErrors, drifts, deletes atomic.Uint64
+}
+
+// Stats are cumulative counts since the Counters was created.
+type Stats struct {
+	// Calls is the number of memcached requests made.
+	Calls uint64
+	// Recounts counts recount queries run, RecountErrors those that failed.
+	Recounts, RecountErrors uint64
+	// Drifts counts counters found possibly wrong: a decr that reached
+	// zero (memcached clamps at zero) or a non-numeric item.
+	Drifts uint64
+	// Deletes counts counters deleted because they could not be recounted.
+	Deletes uint64
+}
+
+// New returns Counters over mc. rc may be nil: then missing counters stay
+// missing and counters that need a recount are deleted. A nil logger
+// discards logs.
+func New(mc *memcache.Client, rc Recounter, cfg Config, logger *slog.Logger) *Counters {
+	if cfg.MaxConcurrency <= 0 {
+		cfg.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if idle := mc.MaxIdleConns; idle < cfg.MaxConcurrency {
+		if idle <= 0 {
+			idle = memcache.DefaultMaxIdleConns
+		}
+		logger.Warn("memcached client keeps fewer idle connections than the counters' concurrency; connections will churn",
+			"max_idle_conns", idle, "max_concurrency", cfg.MaxConcurrency)
+	}
+	return &Counters{mc: mc, rc: rc, cfg: cfg, log: logger}
+}
+
+// Stats returns the counts so far.
+func (c *Counters) Stats() Stats {
+	return Stats{
+		Calls:         c.calls.Load(),
+		Recounts:      c.recounts.Load(),
+		RecountErrors: c.recountErrors.Load(),
+		Drifts:        c.drifts.Load(),
+		Deletes:       c.deletes.Load(),
+	}
+}
+
+// Apply applies coalesced counter ops: OpCount (Delta summed per key) and
+// OpRecount. Ops of different keys run concurrently, at most
+// MaxConcurrency keys at a time; ops that share a key run one after the
+// other in slice order. results[i] receives the outcome of ops[i];
+// len(results) must be at least len(ops).
+//
+// OpCount adds Delta with incr (Delta > 0) or decr (Delta < 0); a zero
+// Delta sends nothing and reports cacheops.OutcomeIncr. On a miss, when
+// the rule has a recount query and a Recounter was given, the count is
+// recomputed (MySQL committed the change before it was published, so the
+// result includes it) and stored with add (cacheops.OutcomeLoaded); when
+// add finds the counter created meanwhile, the delta is applied to it
+// again. Without a recount query the counter stays missing
+// (cacheops.OutcomeMissing).
+//
+// memcached clamps a decr at zero, so a decr that returns 0 cannot tell a
+// counter that reached exactly zero from one that would have gone below
+// (drift). Both are recounted and stored with set
+// (cacheops.OutcomeRecounted): an extra query for counters that reach zero,
+// in exchange for never keeping a clamped value. A counter holding a value
+// that is not a number is recounted the same way.
+//
+// OpRecount recounts and stores the result with set.
+//
+// Whenever a recount is needed and cannot be done (no query, no
+// Recounter, MySQL down or failing, a negative result) the counter is
+// deleted (cacheops.OutcomeDeleted): a missing counter is correct, a
+// guessed one is not. Only memcached failures fail an op.
+//
+// Apply returns nil when every op succeeded, else a *cacheops.ApplyError
+// joining the failures (see cacheops.Retryable). A cancelled ctx fails the
+// ops not yet started.
+func (c *Counters) Apply(ctx context.Context, ops []rules.Op, results []cacheops.Result) error {
+	if len(results) < len(ops) {
+		return fmt.Errorf("counters: apply: %d results for %d ops: %w", len(results), len(ops), cacheops.ErrInvalidOp)
+	}
+	groups := groupByKey(ops)
+	workers := min(c.cfg.MaxConcurrency, len(groups))
+	var next atomic.Int64
+	work := func() {
+		for {
+			g := int(next.Add(1) - 1)
+			if g >= len(groups) {
+				return
+			}
+			for _, i := range groups[g] {
+				results[i] = c.apply(ctx, &ops[i])
+			}
+		}
+	}
+	if workers <= 1 {
+		work()
+	} else {
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(work)
+		}
+		wg.Wait()
+	}
+	var errs []error
+	for i := range ops {
+		if results[i].Err != nil {
+			errs = append(errs, results[i].Err)
+		}
+	}
+	if errs != nil {
+		return &cacheops.ApplyError{Ops: len(ops), Errs: errs}
+	}
+	return nil
+}
+
+// groupByKey returns the indexes of ops grouped by key, groups in order of
+// their first op, indexes in op order.
+func groupByKey(ops []rules.Op) [][]int {
+	groups := make([][]int, 0, len(ops))
+	byKey := make(map[string]int, len(ops))
+	for i := range ops {
+		if g, ok := byKey[ops[i].Key]; ok {
+			groups[g] = append(groups[g], i)
+			continue
+		}
+		byKey[ops[i].Key] = len(groups)
+		groups = append(groups, []int{i})
+	}
+	return groups
+}
+
+func failed(err error) cacheops.Result {
+	return cacheops.Result{Outcome: cacheops.OutcomeFailed, Err: err}
+}
+
+// apply applies one op.
+func (c *Counters) apply(ctx context.Context, op *rules.Op) cacheops.Result {
+	if err := ctx.Err(); err != nil {
+		return failed(fmt.Errorf("counters: %s %q: %w", op.Kind, op.Key, err))
+	}
+	if op.Rule == nil {
+		return failed(fmt.Errorf("counters: %s %q: op has no rule: %w", op.Kind, op.Key, cacheops.ErrInvalidOp))
+	}
+	switch op.Kind {
+	case rules.OpCount:
+		return c.count(ctx, op)
+	case rules.OpRecount:
+		return c.recountAndSet(ctx, op)
+	}
+	return failed(fmt.Errorf("counters: %s %q: not a counter op: %w", op.Kind, op.Key, cacheops.ErrInvalidOp))
+}
+
+// count applies op.Delta (DESIGN §5 counter row).
+func (c *Counters) count(ctx context.Context, op *rules.Op) cacheops.Result {
+	if op.Delta == 0 {
+		return cacheops.Result{Outcome: cacheops.OutcomeIncr}
+	}
+	key := op.Key
+	// At most two rounds: the second only re-applies the delta to a
+	// counter that another writer or a reader added after our miss.
+	for round := 0; ; round++ {
+		value, err := c.incrDecr(key, op.Delta)
+		switch {
+		case err == nil && op.Delta < 0 && value == 0:
+			c.drifts.Add(1)
+			c.log.Debug("counter decr reached zero; recounting", "key", key, "rule", op.Rule.Name, "delta", op.Delta)
+			return c.recountAndSet(ctx, op)
+		case err == nil && op.Delta < 0:
+			return cacheops.Result{Outcome: cacheops.OutcomeDecr}
+		case err == nil:
+			return cacheops.Result{Outcome: cacheops.OutcomeIncr}
+		case isClientError(err):
+			// CLIENT_ERROR: the item is not a decimal number, so it is not
+			// a counter value we can trust.
+			c.drifts.Add(1)
+			c.log.Warn("counter holds a non-numeric value; recounting", "key", key, "rule", op.Rule.Name, "err", err)
+			return c.recountAndSet(ctx, op)
+		case !errors.Is(err, memcache.ErrCacheMiss):
+			return failed(fmt.Errorf("counters: %s %q: %w", deltaVerb(op.Delta), key, err))
+		}
+		if round > 0 {
+			// Added by someone else after our miss, then evicted or deleted
+			// before our second round: missing is correct.
+			return cacheops.Result{Outcome: cacheops.OutcomeMissing}
+		}
+		if op.Rule.Query == "" || c.rc == nil {
+			return cacheops.Result{Outcome: cacheops.OutcomeMissing}
+		}
+		n, err := c.recount(ctx, op)
+		if err != nil {
+			return c.deleteAfterRecountError(ctx, op, err)
+		}
+		err = c.add(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Expiration: c.expiration(op.Rule.TTL)})
+		switch {
+		case err == nil:
+			return cacheops.Result{Outcome: cacheops.OutcomeLoaded}
+		case !errors.Is(err, memcache.ErrNotStored):
+			return failed(fmt.Errorf("counters: add %q: %w", key, err))
+		}
+		// Created since our miss by another writer or a reader: apply the
+		// delta to their value.
+		c.log.Debug("counter add lost a race; applying the delta again", "key", key, "rule", op.Rule.Name)
+	}
+}
+
+// recountAndSet recomputes the counter and stores it with set, deleting it
+// when it cannot be recomputed.
+func (c *Counters) recountAndSet(ctx context.Context, op *rules.Op) cacheops.Result {
+	if op.Rule.Query == "" || c.rc == nil {
+		return c.deleteItem(op.Key, "recount: no recount query")
+	}
+	n, err := c.recount(ctx, op)
+	if err != nil {
+		return c.deleteAfterRecountError(ctx, op, err)
+	}
+	err = c.set(&memcache.Item{Key: op.Key, Value: strconv.AppendInt(nil, n, 10), Expiration: c.expiration(op.Rule.TTL)})
+	if err != nil {
+		return failed(fmt.Errorf("counters: set %q: %w", op.Key, err))
+	}
+	return cacheops.Result{Outcome: cacheops.OutcomeRecounted}
+}
+
+// recount runs the rule's recount query for op. A negative count cannot be
+// a counter (memcached counters are unsigned) and is an error.
+func (c *Counters) recount(ctx context.Context, op *rules.Op) (int64, error) {
+	c.recounts.Add(1)
+	n, err := c.rc.Count(ctx, op.Rule.Query, op.Args)
+	if err == nil && n < 0 {
+		err = fmt.Errorf("counters: recount returned %d, a counter cannot be negative", n)
+	}
+	if err != nil {
+		c.recountErrors.Add(1)
+		return 0, err
+	}
+	return n, nil
+}
+
+// deleteAfterRecountError deletes a counter whose recount failed: whatever
+// it holds now (or will hold if a reader adds it) may be wrong. When ctx was
+// cancelled the op still fails after the delete, so that its batch is not
+// taken as done.
+func (c *Counters) deleteAfterRecountError(ctx context.Context, op *rules.Op, err error) cacheops.Result {
+	c.log.Warn("counter recount failed; deleting the counter",
+		"key", op.Key, "rule", op.Rule.Name, "retryable", cacheops.Retryable(err), "err", err)
+	res := c.deleteItem(op.Key, "recount")
+	if ctxErr := ctx.Err(); ctxErr != nil && res.Err == nil {
+		return failed(fmt.Errorf("counters: recount %q: %w", op.Key, ctxErr))
+	}
+	return res
+}
+
+// deleteItem deletes key because it cannot be kept correct; why names what
+// failed (for the error).
+func (c *Counters) deleteItem(key, why string) cacheops.Result {
+	err := c.delete(key)
+	if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+		return failed(fmt.Errorf("counters: delete %q after failed %s: %w", key, why, err))
+	}
+	c.deletes.Add(1)
+	return cacheops.Result{Outcome: cacheops.OutcomeDeleted}
+}
+
+// Get returns the counter at key. When it is missing (or does not hold a
+// number) it runs query with args bound to its '?' placeholders, stores the
+// result (add on a miss, so a value a writer stored meanwhile wins; set over
+// a non-numeric item) and returns it. When memcached fails the count comes
+// from the query and nothing is stored.
+//
+// args may be nil, rules.Value, string, []byte, bool, any Go integer or
+// float type; other types are an error. Get needs a Recounter only on a
+// miss.
+func (c *Counters) Get(ctx context.Context, key, query string, args ...any) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("counters: get %q: %w", key, err)
+	}
+	c.calls.Add(1)
+	it, err := c.mc.Get(key)
+	store := c.add
+	switch {
+	case err == nil:
+		// decr may leave trailing spaces where digits were.
+		n, perr := strconv.ParseInt(strings.TrimRight(string(it.Value), " "), 10, 64)
+		if perr == nil && n >= 0 {
+			return n, nil
+		}
+		c.drifts.Add(1)
+		c.log.Warn("counter holds a non-numeric value; recounting", "key", key, "value_bytes", len(it.Value))
+		store = c.set
+	case errors.Is(err, memcache.ErrCacheMiss):
+	default:
+		c.log.Debug("counter get failed; counting in MySQL", "key", key, "err", err)
+		store = nil
+	}
+	if c.rc == nil {
+		return 0, fmt.Errorf("counters: get %q: missing and no recounter", key)
+	}
+	values, err := valuesOf(args)
+	if err != nil {
+		return 0, fmt.Errorf("counters: get %q: %w", key, err)
+	}
+	c.recounts.Add(1)
+	n, err := c.rc.Count(ctx, query, values)
+	if err == nil && n < 0 {
+		err = fmt.Errorf("counters: recount returned %d, a counter cannot be negative", n)
+	}
+	if err != nil {
+		c.recountErrors.Add(1)
+		return 0, fmt.Errorf("counters: get %q: %w", key, err)
+	}
+	if store != nil {
+		err := store(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Expiration: c.expiration(c.cfg.ReadTTL)})
+		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
+			c.log.Debug("counter store failed", "key", key, "err", err)
+		}
+	}
+	return n, nil
+}
+
+// valuesOf converts Get's arguments to the values a Recounter binds.
+func valuesOf(args []any) ([]rules.Value, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	out := make([]rules.Value, len(args))
+	for i, a := range args {
+		var v rules.Value
+		switch a := a.(type) {
+		case nil:
+			v = rules.Value{Kind: rules.KindNull}
+		case rules.Value:
+			v = a
+		case string:
+			v = rules.Value{Kind: rules.KindString, Text: a}
+		case []byte:
+			v = rules.Value{Kind: rules.KindString, Text: string(a)}
+		case bool:
+			v = rules.Value{Kind: rules.KindBool, Text: "0"}
+			if a {
+				v.Text = "1"
+			}
+		case int:
+			v = intValueOf(int64(a))
+		case int8:
+			v = intValueOf(int64(a))
+		case int16:
+			v = intValueOf(int64(a))
+		case int32:
+			v = intValueOf(int64(a))
+		case int64:
+			v = intValueOf(a)
+		case uint:
+			v = uintValueOf(uint64(a))
+		case uint8:
+			v = uintValueOf(uint64(a))
+		case uint16:
+			v = uintValueOf(uint64(a))
+		case uint32:
+			v = uintValueOf(uint64(a))
+		case uint64:
+			v = uintValueOf(a)
+		case float32:
+			if math.IsNaN(float64(a)) || math.IsInf(float64(a), 0) {
+				return nil, fmt.Errorf("argument %d: %v is not a SQL number", i+1, a)
+			}
+			v = rules.Value{Kind: rules.KindFloat, Text: strconv.FormatFloat(float64(a), 'g', -1, 32)}
+		case float64:
+			if math.IsNaN(a) || math.IsInf(a, 0) {
+				return nil, fmt.Errorf("argument %d: %v is not a SQL number", i+1, a)
+			}
+			v = rules.Value{Kind: rules.KindFloat, Text: strconv.FormatFloat(a, 'g', -1, 64)}
+		default:
+			return nil, fmt.Errorf("argument %d: unsupported type %T", i+1, a)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func intValueOf(n int64) rules.Value {
+	return rules.Value{Kind: rules.KindInt, Text: strconv.FormatInt(n, 10)}
+}
+
+func uintValueOf(n uint64) rules.Value {
+	return rules.Value{Kind: rules.KindInt, Text: strconv.FormatUint(n, 10)}
+}
+
+// isClientError reports whether memcached answered CLIENT_ERROR (for incr
+// and decr: the item is not a decimal number).
+func isClientError(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "memcache: client error: ")
+}
+
+func deltaVerb(delta int64) string {
+	if delta < 0 {
+		return "decr"
+	}
+	return "incr"
+}
+
+// maxRelativeExpiry is the longest exptime memcached reads as seconds from
+// now; larger values are absolute unix times.
+const maxRelativeExpiry = 30 * 24 * 60 * 60
+
+// expiration converts a TTL to a memcached exptime: 0 (or negative) means
+// none; sub-second TTLs round up to one second; TTLs beyond 30 days become
+// absolute unix times.
+func (c *Counters) expiration(ttl time.Duration) int32 {
+	if ttl <= 0 {
+		return 0
+	}
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	if secs > maxRelativeExpiry {
+		secs += c.cfg.Now().Unix()
+	}
+	return int32(min(secs, math.MaxInt32))
+}
+
+// The memcached requests Counters makes, counted.
+
+// incrDecr sends incr (delta > 0) or decr (delta < 0) by |delta|. For
+// math.MinInt64, uint64(-delta) is 1<<63, its exact magnitude.
+func (c *Counters) incrDecr(key string, delta int64) (uint64, error) {
+	c.calls.Add(1)
+	if delta < 0 {
+		return c.mc.Decrement(key, uint64(-delta))
+	}
+	return c.mc.Increment(key, uint64(delta))
+}
+
+func (c *Counters) add(it *memcache.Item) error {
+	c.calls.Add(1)
+	return c.mc.Add(it)
+}
+
+func (c *Counters) set(it *memcache.Item) error {
+	c.calls.Add(1)
+	return c.mc.Set(it)
+}
+
+func (c *Counters) delete(key string) error {
+	c.calls.Add(1)
+	return c.mc.Delete(key)
+}
