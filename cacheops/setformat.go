@@ -1,7 +1,6 @@
 package cacheops
 
 import (
-	"bytes"
 	"strings"
 
 	"github.com/cachewarden/cachewarden/rules"
@@ -60,13 +59,21 @@ func (s SetState) Dirty(ratio float64) bool {
 	return float64(s.Tokens-len(s.Members)) >= ratio*float64(s.Tokens)
 }
 
-// DecodeSet parses a set item. Unknown op bytes and empty tokens are
-// ignored, so a reader never fails on a partly foreign item.
+// DecodeSet parses a set item. Tokens are separated by ASCII whitespace
+// and control bytes (any byte <= 0x20 or 0x7f; escaped members never hold
+// one), never by other Unicode spaces, which may occur inside a member.
+// Unknown op bytes and empty tokens are ignored, so a reader never fails on
+// a partly foreign item.
 func DecodeSet(value []byte) SetState {
 	var st SetState
 	present := make(map[string]int) // escaped member -> index in order, -1 when removed
 	var order []string
-	for _, tok := range bytes.Fields(value) {
+	for rest := value; ; {
+		var tok []byte
+		tok, rest = nextSetToken(rest)
+		if tok == nil {
+			break
+		}
 		st.Tokens++
 		op, member := tok[0], string(tok[1:])
 		switch op {
@@ -88,6 +95,26 @@ func DecodeSet(value []byte) SetState {
 		}
 	}
 	return st
+}
+
+// isSetTokenSeparator reports whether b separates set tokens.
+func isSetTokenSeparator(b byte) bool { return b <= ' ' || b == 0x7f }
+
+// nextSetToken returns the first token of b and what follows it; tok is nil
+// when b holds no more tokens.
+func nextSetToken(b []byte) (tok, rest []byte) {
+	start := 0
+	for start < len(b) && isSetTokenSeparator(b[start]) {
+		start++
+	}
+	if start == len(b) {
+		return nil, nil
+	}
+	end := start + 1
+	for end < len(b) && !isSetTokenSeparator(b[end]) {
+		end++
+	}
+	return b[start:end], b[end:]
 }
 
 // EncodeSet returns the compact item holding exactly the given escaped
