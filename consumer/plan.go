@@ -51,8 +51,9 @@ type PlanSummary struct {
 // be of any length and may end in "\n" or "\r\n". Lines that carry no
 // row change are skipped: empty or blank lines and "null" (tombstones),
 // DDL, heartbeats, transaction markers (see Decoder.Decode). A line that
-// fails to decode, or any of whose row changes fails to plan, is reported
-// on stderr as "line N: reason" and none of its operations are written.
+// fails to decode is reported on stderr as "line N: reason"; so is each
+// row change that fails to plan, while the operations of the line's other
+// rows are written, exactly as the daemon applies them.
 //
 // Keys and members are written as JSON strings exactly when they are valid
 // UTF-8. JSON text cannot carry other bytes, so each byte that is not part
@@ -129,18 +130,20 @@ func (p *planner) line(n int, value []byte) error {
 		return nil
 	}
 	events := p.decoded.Events
-	p.ops = p.ops[:0]
 	var stats rules.PlanStats
-	for i := range events {
-		ops, st, err := p.rs.Plan(p.ops, &events[i])
-		stats.Add(st)
-		if err != nil {
-			if len(events) > 1 {
-				err = fmt.Errorf("row %d of %d: %w", i+1, len(events), err)
-			}
-			return p.fail(n, err)
+	var werr error
+	var failed bool
+	p.ops, _ = planMessage(p.rs, events, p.ops[:0], &stats, func(_, _ int, err error) {
+		if err != nil && werr == nil {
+			failed = true
+			werr = p.report(n, err)
 		}
-		p.ops = ops
+	})
+	if failed {
+		p.sum.Failed++
+	}
+	if werr != nil {
+		return werr
 	}
 	p.sum.Events += len(events)
 	p.sum.Stats.Add(stats)
@@ -157,6 +160,11 @@ func (p *planner) line(n int, value []byte) error {
 // fail reports a bad line on the error stream.
 func (p *planner) fail(n int, reason error) error {
 	p.sum.Failed++
+	return p.report(n, reason)
+}
+
+// report writes "line N: reason" on the error stream.
+func (p *planner) report(n int, reason error) error {
 	p.buf = append(p.buf[:0], "line "...)
 	p.buf = strconv.AppendInt(p.buf, int64(n), 10)
 	p.buf = append(p.buf, ": "...)

@@ -103,16 +103,17 @@ func TestPlanStream(t *testing.T) {
 				"line 1: consumer: decode message: at byte 1: ",
 				`line 3: rule "user": column "id" missing from the after image`,
 			},
-			wantSum: PlanSummary{Lines: 4, Failed: 2, Events: 2, Ops: 3},
+			wantSum: PlanSummary{Lines: 4, Failed: 2, Events: 3, Ops: 3},
 		},
 		{
-			name: "a message whose second row fails keeps none of its ops",
+			name: "a message whose second row fails keeps the ops of its other rows",
 			in: `{"data":[{"id":"1","post_id":"9","approved":"1"},{"id":"2","approved":"1"}],"database":"blog","table":"comments","type":"INSERT","isDdl":false,"mysqlType":{"id":"int","post_id":"int","approved":"tinyint(1)"}}` + "\n" +
 				`{"data":[{"id":"1","post_id":"9","approved":"1"},{"id":"2","post_id":"10","approved":"0"}],"database":"blog","table":"comments","type":"INSERT","isDdl":false,"mysqlType":{"id":"int","post_id":"int","approved":"tinyint(1)"}}` + "\n",
-			wantOut: `{"line":2,"rule":"comments","op":"count","key":"t:comments:9","delta":1}
+			wantOut: `{"line":1,"rule":"comments","op":"count","key":"t:comments:9","delta":1}
+{"line":2,"rule":"comments","op":"count","key":"t:comments:9","delta":1}
 `,
-			wantErr: []string{`line 1: row 2 of 2: rule "comments": column "post_id" missing from the after image`},
-			wantSum: PlanSummary{Lines: 2, Failed: 1, Events: 2, Ops: 1},
+			wantErr: []string{`line 1: row 2 of 2 (blog.comments): rule "comments": column "post_id" missing from the after image`},
+			wantSum: PlanSummary{Lines: 2, Failed: 1, Events: 4, Ops: 2},
 		},
 		{
 			name: "flattened rows take their table from the decoder",

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/cachewarden/cachewarden/internal/testsvc"
+)
+
+// syncBuffer is an io.Writer safe for the daemon's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestRunConfigProblems(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(cfg, []byte("kafka:\n  brokers: []\n  group: g\n  topics: [t]\nmemcached:\n  servers: [localhost:11211]\n  timeout: 5\nrules: [nowhere.yaml]\n"), 0o644)
+	_, errOut, err := invoke(t, "", "run", "-c", cfg)
+	if code := exitCode(err); code != 1 {
+		t.Fatalf("exit code %d (%v), want 1", code, err)
+	}
+	for _, want := range []string{
+		cfg + ":2:12: kafka.brokers: list at least one broker address",
+		cfg + ":7:12: memcached.timeout: \"5\" has no unit",
+		filepath.Join(dir, "nowhere.yaml") + ": no such file or directory",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if _, _, err := invoke(t, "", "run"); exitCode(err) != 2 {
+		t.Errorf("run without -c: exit code %d, want 2", exitCode(err))
+	}
+}
+
+// TestRunDaemon runs `cachewarden run` against an in-process Kafka-protocol
+// broker and the test memcached, then stops it as SIGINT would.
+func TestRunDaemon(t *testing.T) {
+	mcAddr := testsvc.Memcached(t)
+	topic := "cdc-" + testsvc.Unique()
+	var brokers []string
+	if brokers = testsvc.Kafka(); brokers == nil {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+	}
+	prefix := "cwrun:" + testsvc.Unique() + ":"
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(fmt.Sprintf(`version: 1
+prefix: %q
+rules:
+  - name: user-profile
+    table: shop.users
+    bump: "ns:user:{id}"
+`, prefix)), 0o644)
+	cfgPath := filepath.Join(dir, "cachewarden.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`kafka:
+  brokers: ${CW_TEST_BROKERS}
+  group: cw-%s
+  topics: [%s]
+memcached:
+  servers: [%s]
+mysql:
+  dsn: "nobody:s3cr3t-pw@tcp(127.0.0.1:1)/none"
+rules: [rules.yaml]
+http:
+  listen: "127.0.0.1:0"
+log:
+  format: json
+  level: debug
+`, testsvc.Unique(), topic, mcAddr)), 0o644)
+	t.Setenv("CW_TEST_BROKERS", strings.Join(brokers, ","))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runWithInput(ctx, strings.NewReader(""), []string{"run", "-c", cfgPath}, &stdout, &stderr)
+	}()
+	defer func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("stderr:\n%s", stderr.String())
+		}
+	}()
+
+	// The HTTP address is in the start-up log.
+	var addr string
+	waitUntil(t, 10*time.Second, func() string {
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Addr != "" && strings.HasPrefix(rec.Msg, "serving") {
+				addr = rec.Addr
+				return ""
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned early: %v", err)
+		default:
+		}
+		return "no HTTP address logged yet"
+	})
+	httpGet := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := httpGet("/healthz"); code != 200 {
+		t.Errorf("/healthz = %d", code)
+	}
+	waitUntil(t, 10*time.Second, func() string {
+		if code, body := httpGet("/readyz"); code != 200 {
+			return fmt.Sprintf("/readyz = %d %s", code, body)
+		}
+		return ""
+	})
+
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	ev := `{"op":"c","before":null,"after":{"id":77,"name":"x"},"source":{"db":"shop","table":"users"},"ts_ms":1}`
+	if err := w.WriteMessages(ctx, kafka.Message{Value: []byte(ev)}); err != nil {
+		t.Fatal(err)
+	}
+	mc := memcache.New(mcAddr)
+	waitUntil(t, 10*time.Second, func() string {
+		if _, err := mc.Get(prefix + "ns:user:77"); err != nil {
+			return "namespace not bumped: " + err.Error()
+		}
+		return ""
+	})
+	waitUntil(t, 10*time.Second, func() string {
+		_, body := httpGet("/metrics")
+		for _, want := range []string{
+			fmt.Sprintf(`cachewarden_events_total{format="debezium",outcome="planned",topic=%q} 1`, topic),
+			`cachewarden_commits_total{outcome="ok"} 1`,
+			"cachewarden_memcached_requests_total",
+			"go_goroutines",
+		} {
+			if !strings.Contains(body, want) {
+				return "/metrics lacks " + want
+			}
+		}
+		return ""
+	})
+
+	cancel() // what SIGINT/SIGTERM do in main
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v after the signal, want nil (exit 0)", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop")
+	}
+	logs := stderr.String()
+	if strings.Contains(logs, "s3cr3t-pw") {
+		t.Errorf("the MySQL password was logged")
+	}
+	if !strings.Contains(logs, "consumer stopped") {
+		t.Errorf("no orderly shutdown in the log")
+	}
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msg := cond()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: %s", timeout, msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

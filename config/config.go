@@ -1,0 +1,173 @@
+// Package config loads the cachewarden daemon's YAML configuration file.
+//
+// Decoding is strict: an unknown or duplicate key, a value of the wrong
+// type, a bad duration or address, or a missing required setting is an
+// error, and every such problem in the file is reported at once as
+// "file:line:col: message". Scalar values may refer to the environment
+// with ${NAME} or ${NAME:-default} (see Parse). Secrets (the MySQL DSN's
+// password, the SASL password) are redacted by every String and LogValue
+// method, so a Config may be logged as a whole.
+//
+// A loaded Config is read-only; it is safe for concurrent use.
+package config
+
+import (
+	"time"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// Defaults applied by Parse to settings the file leaves out.
+const (
+	DefaultFormat              = "auto"
+	DefaultClientID            = "cachewarden"
+	DefaultMemcachedConcurrent = 32
+	DefaultMemcachedTimeout    = 500 * time.Millisecond
+	DefaultCompactRatio        = 0.5
+	DefaultCompactSample       = 0.01
+	DefaultMySQLMaxOpenConns   = 8
+	DefaultMySQLQueryTimeout   = 5 * time.Second
+	DefaultBatchMaxEvents      = 2000
+	DefaultBatchMaxWait        = 20 * time.Millisecond
+	DefaultHTTPListen          = "127.0.0.1:9464"
+	DefaultLogFormat           = "text"
+	DefaultLogLevel            = "info"
+)
+
+// Limits checked by validation.
+const (
+	MaxBatchEvents         = 100_000
+	MaxBatchWait           = time.Minute
+	MaxMemcachedConcurrent = 1024
+)
+
+// Formats lists the accepted values of kafka.format and kafka.topic_formats
+// (the CDC message formats the consumer decodes).
+var Formats = []string{"auto", "debezium", "debezium-flat", "maxwell", "canal"}
+
+// Config is the whole daemon configuration.
+type Config struct {
+	// File is the path the config was read from ("" when parsed from
+	// memory without a name).
+	File      string
+	Kafka     Kafka
+	Memcached Memcached
+	MySQL     MySQL
+	// Rules are the rule file or directory paths (key `rules`), relative
+	// paths resolved against the config file's directory.
+	Rules []string
+	// RuleSet holds the loaded rules (set by Load and LoadEnv, nil after
+	// Parse).
+	RuleSet *rules.RuleSet
+	Batch   Batch
+	HTTP    HTTP
+	Log     Log
+}
+
+// Kafka is the `kafka` section.
+type Kafka struct {
+	// Brokers are the bootstrap broker addresses (host:port); required.
+	// A single string is split on commas, so `brokers: ${KAFKA_BROKERS}`
+	// works.
+	Brokers []string
+	// Group is the consumer group ID; required.
+	Group string
+	// Topics are the CDC topics to consume; required.
+	Topics []string
+	// Format is the CDC format of every topic without an entry in
+	// TopicFormats; one of Formats, default "auto" (detected per message).
+	Format string
+	// TopicFormats fixes the format per topic.
+	TopicFormats map[string]string
+	// TopicTables maps a topic to "db.table" (or "table"), for formats
+	// whose messages do not name their table (flattened Debezium rows).
+	TopicTables map[string]string
+	// DLQTopic receives poison messages; "" means poison messages are only
+	// logged and counted.
+	DLQTopic string
+	// ClientID identifies the daemon to the brokers; default "cachewarden".
+	ClientID string
+	// TLS, when Enabled, encrypts broker connections.
+	TLS TLS
+	// SASL, when Mechanism is set, authenticates to the brokers.
+	SASL SASL
+}
+
+// TLS is the `kafka.tls` section.
+type TLS struct {
+	Enabled bool
+	// CAFile is a PEM bundle of CAs to trust instead of the system pool.
+	CAFile string
+	// CertFile and KeyFile are a client certificate, both or neither.
+	CertFile string
+	KeyFile  string
+	// ServerName overrides the name checked in the broker's certificate.
+	ServerName string
+	// InsecureSkipVerify disables certificate checks (tests only).
+	InsecureSkipVerify bool
+}
+
+// SASL is the `kafka.sasl` section.
+type SASL struct {
+	// Mechanism is "plain" (use it over TLS); "" means no SASL.
+	Mechanism string
+	Username  string
+	// Password is secret: String and LogValue redact it.
+	Password string
+}
+
+// Memcached is the `memcached` section.
+type Memcached struct {
+	// Servers are memcached addresses (host:port); required. Keys are
+	// spread over them the way the read-side package does.
+	Servers []string
+	// MaxConcurrency bounds the keys applied concurrently by each
+	// partition's batch (and the memcached client's idle connections);
+	// default 32.
+	MaxConcurrency int
+	// Timeout is the per-operation network timeout; default 500ms.
+	Timeout time.Duration
+	// CompactRatio is the share of removal tokens (0 < r <= 1) above which
+	// a set item counts as dirty and is compacted; default 0.5.
+	CompactRatio float64
+	// CompactSample is the share of set appends (0 <= s <= 1) after which
+	// the daemon checks whether the set is dirty; 0 never checks (readers
+	// still compact); default 0.01.
+	CompactSample float64
+}
+
+// MySQL is the `mysql` section. It is needed only when a rule has a `load`
+// or `recount` query.
+type MySQL struct {
+	// DSN is a go-sql-driver/mysql DSN; secret: String and LogValue
+	// redact its password.
+	DSN string
+	// MaxOpenConns bounds open connections; default 8.
+	MaxOpenConns int
+	// QueryTimeout bounds one load or recount query; default 5s.
+	QueryTimeout time.Duration
+}
+
+// Batch is the `batch` section.
+type Batch struct {
+	// MaxEvents is the most messages in one batch; default 2000.
+	MaxEvents int
+	// MaxWait is how long a batch stays open after its first message;
+	// default 20ms.
+	MaxWait time.Duration
+}
+
+// HTTP is the `http` section.
+type HTTP struct {
+	// Listen is the address of /metrics, /healthz and /readyz; default
+	// 127.0.0.1:9464.
+	Listen string
+}
+
+// Log is the `log` section.
+type Log struct {
+	// Format is "text" or "json"; default "text".
+	Format string
+	// Level is "debug", "info", "warn" or "error"; default "info".
+	Level string
+}

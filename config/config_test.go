@@ -1,0 +1,313 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.errors golden files")
+
+func env(vars map[string]string) LookupFunc {
+	return func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	}
+}
+
+func TestLoadGood(t *testing.T) {
+	cfg, err := LoadEnv("testdata/good.yaml", env(map[string]string{
+		"CW_BROKERS":        "k1:9092, k2:9092",
+		"CW_MYSQL_PASSWORD": "s3cret",
+	}))
+	if err != nil {
+		t.Fatalf("LoadEnv: %v", err)
+	}
+	want := &Config{
+		File: "testdata/good.yaml",
+		Kafka: Kafka{
+			Brokers:      []string{"k1:9092", "k2:9092"},
+			Group:        "cachewarden-shop",
+			Topics:       []string{"dbserver1.shop.users", "blog.comments", "shop.flat"},
+			Format:       "auto",
+			TopicFormats: map[string]string{"shop.flat": "debezium-flat"},
+			TopicTables:  map[string]string{"shop.flat": "shop.users"},
+			DLQTopic:     "cachewarden.dlq",
+			ClientID:     "cw-local",
+		},
+		Memcached: Memcached{
+			Servers:        []string{"127.0.0.1:11211", "127.0.0.1:11212"},
+			MaxConcurrency: 32,
+			Timeout:        250 * time.Millisecond,
+			CompactRatio:   0.4,
+			CompactSample:  0.1,
+		},
+		MySQL: MySQL{
+			DSN:          "cw:s3cret@tcp(127.0.0.1:3306)/shop",
+			MaxOpenConns: 8,
+			QueryTimeout: 3 * time.Second,
+		},
+		Rules:   []string{"testdata/rules/shop.yaml", "testdata/rules/counts.yaml"},
+		RuleSet: cfg.RuleSet,
+		Batch:   Batch{MaxEvents: 500, MaxWait: 50 * time.Millisecond},
+		HTTP:    HTTP{Listen: "127.0.0.1:0"},
+		Log:     Log{Format: "json", Level: "debug"},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("config:\n got %+v\nwant %+v", cfg, want)
+	}
+	if cfg.RuleSet == nil || len(cfg.RuleSet.Rules()) != 2 {
+		t.Fatalf("RuleSet not loaded: %v", cfg.RuleSet)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := LoadEnv("testdata/minimal.yaml", env(nil))
+	if err != nil {
+		t.Fatalf("LoadEnv: %v", err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"kafka.format", cfg.Kafka.Format, "auto"},
+		{"kafka.client_id", cfg.Kafka.ClientID, "cachewarden"},
+		{"memcached.max_concurrency", cfg.Memcached.MaxConcurrency, DefaultMemcachedConcurrent},
+		{"memcached.timeout", cfg.Memcached.Timeout, DefaultMemcachedTimeout},
+		{"memcached.compact_ratio", cfg.Memcached.CompactRatio, DefaultCompactRatio},
+		{"memcached.compact_sample", cfg.Memcached.CompactSample, DefaultCompactSample},
+		{"mysql.max_open_conns", cfg.MySQL.MaxOpenConns, DefaultMySQLMaxOpenConns},
+		{"mysql.query_timeout", cfg.MySQL.QueryTimeout, DefaultMySQLQueryTimeout},
+		{"batch.max_events", cfg.Batch.MaxEvents, 2000},
+		{"batch.max_wait", cfg.Batch.MaxWait, 20 * time.Millisecond},
+		{"http.listen", cfg.HTTP.Listen, "127.0.0.1:9464"},
+		{"log.format", cfg.Log.Format, "text"},
+		{"log.level", cfg.Log.Level, "info"},
+		{"rules", cfg.Rules, []string{filepath.Join("testdata", "rules", "shop.yaml")}},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// TestProblems loads broken configs and compares every reported problem
+// with testdata/NAME.errors (go test -update rewrites them).
+func TestProblems(t *testing.T) {
+	for _, name := range []string{"bad", "bad-rules", "needs-mysql", "env-missing", "syntax", "types"} {
+		t.Run(name, func(t *testing.T) {
+			_, err := LoadEnv(filepath.Join("testdata", name+".yaml"), env(map[string]string{"HOME": "/root"}))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			got := err.Error() + "\n"
+			golden := filepath.Join("testdata", name+".errors")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("problems differ\n--- got\n%s--- want\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestErrorTypes(t *testing.T) {
+	_, err := LoadEnv("testdata/bad.yaml", env(nil))
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %T is not a *config.Error", err)
+	}
+	for _, p := range ce.Problems {
+		if p.File != "testdata/bad.yaml" || p.Line < 1 || p.Column < 1 {
+			t.Errorf("problem without a position: %+v", p)
+		}
+	}
+	// A broken rule file is reported with the config's own problems.
+	_, err = LoadEnv("testdata/bad-rules.yaml", env(nil))
+	var le *rules.LoadError
+	if !errors.As(err, &le) || !errors.As(err, &ce) {
+		t.Fatalf("want both a *rules.LoadError and a *config.Error, got %v", err)
+	}
+}
+
+func TestExpandEnv(t *testing.T) {
+	lookup := env(map[string]string{"A": "alpha", "EMPTY": "", "PORT": "11211"})
+	cases := []struct {
+		in, want, err string
+	}{
+		{in: "plain", want: "plain"},
+		{in: "${A}", want: "alpha"},
+		{in: "x-${A}-${A}", want: "x-alpha-alpha"},
+		{in: "host:${PORT}", want: "host:11211"},
+		{in: "${EMPTY}", want: ""},
+		{in: "${EMPTY:-def}", want: "def"},
+		{in: "${UNSET:-d:e-f}", want: "d:e-f"},
+		{in: "${UNSET:-}", want: ""},
+		{in: "${A:-def}", want: "alpha"},
+		{in: "pa$$word", want: "pa$$word"},
+		{in: "$A", want: "$A"},
+		{in: "$${A}", want: "${A}"},
+		{in: "${UNSET}", err: "environment variable UNSET is not set"},
+		{in: "${A", err: "unterminated ${"},
+		{in: "${}", err: "bad environment variable reference ${}"},
+		{in: "${1A}", err: "bad environment variable reference ${1A}"},
+	}
+	for _, c := range cases {
+		got, err := expandEnv(c.in, lookup)
+		switch {
+		case c.err != "":
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("expandEnv(%q) error = %v, want %q", c.in, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("expandEnv(%q): %v", c.in, err)
+		case got != c.want:
+			t.Errorf("expandEnv(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestExpansionKeepsStructure(t *testing.T) {
+	// A value that looks like YAML stays one scalar.
+	cfg, err := Parse("inline.yaml", []byte("kafka:\n  brokers: [b:1]\n  group: ${G}\n  topics: [t]\nmemcached:\n  servers: [m:1]\nrules: [r]\n"),
+		env(map[string]string{"G": "x: [y]\nz: 1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kafka.Group != "x: [y]\nz: 1" {
+		t.Errorf("group = %q", cfg.Kafka.Group)
+	}
+}
+
+func TestSecretsRedacted(t *testing.T) {
+	cfg, err := Parse("s.yaml", []byte(`
+kafka:
+  brokers: [b:1]
+  group: g
+  topics: [t]
+  sasl: {mechanism: plain, username: u, password: "kafka-pw-123"}
+memcached:
+  servers: [m:1]
+mysql:
+  dsn: "app:mysql-pw-456@tcp(db:3306)/shop?parseTime=true"
+rules: [r]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logged, nil))
+	logger.Info("config", "config", cfg)
+	logger.Info("mysql", "mysql", cfg.MySQL, "sasl", cfg.Kafka.SASL)
+	outputs := map[string]string{
+		"log":          logged.String(),
+		"String":       cfg.String(),
+		"%v":           fmt.Sprintf("%v", cfg),
+		"%+v mysql":    fmt.Sprintf("%+v", cfg.MySQL),
+		"%#v mysql":    fmt.Sprintf("%#v", cfg.MySQL),
+		"%+v kafka":    fmt.Sprintf("%+v", cfg.Kafka),
+		"%v sasl":      fmt.Sprintf("%v", cfg.Kafka.SASL),
+		"%+v *cfg val": fmt.Sprintf("%+v", *cfg),
+	}
+	for name, out := range outputs {
+		for _, secret := range []string{"kafka-pw-123", "mysql-pw-456"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("%s reveals %q: %s", name, secret, out)
+			}
+		}
+	}
+	if !strings.Contains(logged.String(), "app:xxxxx@tcp(db:3306)/shop") {
+		t.Errorf("log does not show the redacted DSN: %s", logged.String())
+	}
+}
+
+func TestRedactDSN(t *testing.T) {
+	cases := map[string]string{
+		"":                                  "",
+		"root@tcp(127.0.0.1:3306)/":         "root@tcp(127.0.0.1:3306)/",
+		"u:p@tcp(h:1)/db":                   "u:xxxxx@tcp(h:1)/db",
+		"u:p@ss:w@rd@tcp(h:1)/db":           "u:xxxxx@tcp(h:1)/db",
+		"u:secret@tcp(h:1)/db?bad=%zz(":     "u:xxxxx@tcp(h:1)/db?bad=%zz(",
+		"u:secret@unix(/tmp/sock)/db?x=%zz": "u:xxxxx@unix(/tmp/sock)/db?x=%zz",
+	}
+	for in, want := range cases {
+		if got := RedactDSN(in); got != want {
+			t.Errorf("RedactDSN(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	var buf bytes.Buffer
+	l := Log{Format: "json", Level: "warn"}.NewLogger(&buf)
+	l.Info("hidden")
+	l.Warn("shown")
+	out := buf.String()
+	if strings.Contains(out, "hidden") || !strings.Contains(out, `"msg":"shown"`) {
+		t.Errorf("json warn logger wrote %q", out)
+	}
+}
+
+// FuzzParse feeds arbitrary bytes to the config decoder: it must report
+// problems with positions, never panic.
+func FuzzParse(f *testing.F) {
+	for _, name := range []string{"good", "minimal", "bad", "types", "syntax", "env-missing"} {
+		data, err := os.ReadFile(filepath.Join("testdata", name+".yaml"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("kafka: &a {brokers: *a}\n"))
+	f.Add([]byte("kafka:\n  brokers: ${X:-a:1,b:2}\n  group: ${}\n"))
+	lookup := env(map[string]string{"X": "h:1", "CW_BROKERS": "b:9092"})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse("f.yaml", data, lookup)
+		if err == nil {
+			if cfg.Batch.MaxEvents < 1 || cfg.Batch.MaxWait <= 0 || len(cfg.Kafka.Brokers) == 0 {
+				t.Fatalf("accepted config without required settings: %+v", cfg)
+			}
+			return
+		}
+		var ce *Error
+		if !errors.As(err, &ce) || len(ce.Problems) == 0 {
+			t.Fatalf("error %v is not a *config.Error with problems", err)
+		}
+		for _, p := range ce.Problems {
+			if p.Line < 1 || p.Column < 1 {
+				t.Fatalf("problem without a position: %+v", p)
+			}
+		}
+	})
+}
+
+func FuzzExpandEnv(f *testing.F) {
+	for _, s := range []string{"", "${A}", "$${A}", "${A:-x}", "${", "a${B}c${A}", "$$$${A}"} {
+		f.Add(s)
+	}
+	lookup := env(map[string]string{"A": "alpha"})
+	f.Fuzz(func(t *testing.T, s string) {
+		out, err := expandEnv(s, lookup)
+		if err == nil && !strings.Contains(s, "${") && out != s {
+			t.Fatalf("expandEnv(%q) = %q: text without ${ must not change", s, out)
+		}
+	})
+}

@@ -1,0 +1,527 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cachewarden/cachewarden/rules"
+	"go.yaml.in/yaml/v3"
+)
+
+// Load reads the config file at path, expands ${NAME} references from the
+// process environment, validates it and loads the rule files it names. The
+// error lists every problem of the config and of the rule files at once
+// (an *Error and/or a *rules.LoadError, joined).
+func Load(path string) (*Config, error) {
+	return LoadEnv(path, os.LookupEnv)
+}
+
+// LoadEnv is Load with ${NAME} references resolved by lookup.
+func LoadEnv(path string, lookup LookupFunc) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return LoadBytes(path, data, lookup)
+}
+
+// LoadBytes is LoadEnv with the config file's contents given; name locates
+// problems and anchors relative rule paths (use a path in the directory
+// the rule paths are relative to).
+func LoadBytes(name string, data []byte, lookup LookupFunc) (*Config, error) {
+	d, cfg := parse(name, data, lookup)
+	var rulesErr error
+	if len(cfg.Rules) > 0 {
+		cfg.RuleSet, rulesErr = rules.LoadPaths(cfg.Rules...)
+		if rulesErr == nil {
+			d.checkRuleNeeds(cfg)
+		}
+	}
+	if len(d.problems) > 0 {
+		sortProblems(d.problems)
+		return nil, errors.Join(&Error{Problems: d.problems}, rulesErr)
+	}
+	if rulesErr != nil {
+		return nil, rulesErr
+	}
+	return cfg, nil
+}
+
+// Parse decodes and validates one config file's contents without reading
+// the rule files (RuleSet stays nil); name is used in problem locations
+// and to resolve relative rule paths. lookup resolves ${NAME} references;
+// nil means no variable is set.
+//
+// Every problem found is returned at once in an *Error. On success the
+// Config has every default applied.
+func Parse(name string, data []byte, lookup LookupFunc) (*Config, error) {
+	d, cfg := parse(name, data, lookup)
+	if len(d.problems) > 0 {
+		sortProblems(d.problems)
+		return nil, &Error{Problems: d.problems}
+	}
+	return cfg, nil
+}
+
+func parse(name string, data []byte, lookup LookupFunc) (*decoder, *Config) {
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	d := &decoder{file: name, lookup: lookup}
+	cfg := &Config{File: name}
+	d.decodeFile(data, cfg)
+	if d.parsed {
+		d.validate(cfg)
+	}
+	cfg.resolvePaths()
+	return d, cfg
+}
+
+// checkRuleNeeds reports settings that the loaded rules require: a rule
+// with a load or recount query needs mysql.dsn.
+func (d *decoder) checkRuleNeeds(cfg *Config) {
+	if cfg.MySQL.DSN != "" || d.bad["mysql.dsn"] {
+		return
+	}
+	for _, r := range cfg.RuleSet.Rules() {
+		if r.Query != "" {
+			d.problem(d.place("mysql.dsn"), "mysql.dsn: required: rule %q (%s:%d:%d) queries MySQL", r.Name, r.File, r.Line, r.Column)
+			return
+		}
+	}
+}
+
+// resolvePaths makes relative rule paths relative to the config file.
+func (c *Config) resolvePaths() {
+	if c.File == "" {
+		return
+	}
+	dir := filepath.Dir(c.File)
+	for i, p := range c.Rules {
+		if !filepath.IsAbs(p) {
+			c.Rules[i] = filepath.Join(dir, p)
+		}
+	}
+}
+
+// pos is a location in the file, kept for validation messages.
+type pos struct{ line, col int }
+
+func at(n *yaml.Node) pos { return pos{n.Line, n.Column} }
+
+type decoder struct {
+	file     string
+	lookup   LookupFunc
+	problems []Problem
+	// parsed is set once the YAML itself was read, so that validation
+	// still runs (and reports more) when only values were wrong.
+	parsed bool
+	// values and keys remember where each setting read was written, for
+	// validation messages about values that are individually fine; a
+	// missing setting is reported at its section's key, or at 1:1.
+	values map[string]pos
+	keys   map[string]pos
+	// bad marks settings whose value could not be decoded.
+	bad map[string]bool
+}
+
+// unreadable reports a value that cannot be decoded and marks its setting
+// so that validation does not report it again.
+func (d *decoder) unreadable(n *yaml.Node, path, format string, args ...any) {
+	if d.bad == nil {
+		d.bad = make(map[string]bool)
+	}
+	d.bad[path] = true
+	d.problem(at(n), format, args...)
+}
+
+func (d *decoder) problem(p pos, format string, args ...any) {
+	d.problems = append(d.problems, Problem{File: d.file, Line: p.line, Column: p.col, Message: fmt.Sprintf(format, args...)})
+}
+
+func (d *decoder) remember(path string, key, val *yaml.Node) {
+	if d.values == nil {
+		d.values = make(map[string]pos)
+		d.keys = make(map[string]pos)
+	}
+	if key != nil {
+		d.keys[path] = at(key)
+	}
+	d.values[path] = at(resolveAlias(val))
+}
+
+// place returns where a setting's value was written or, for a setting left
+// out, the key of the closest enclosing section that is present, and
+// finally the top of the file.
+func (d *decoder) place(path string) pos {
+	if p, ok := d.values[path]; ok {
+		return p
+	}
+	if i := strings.IndexByte(path, '['); i > 0 {
+		if p, ok := d.values[path[:i]]; ok {
+			return p // an element of a list given as one string
+		}
+	}
+	for {
+		i := strings.LastIndexByte(path, '.')
+		if i < 0 {
+			return pos{1, 1}
+		}
+		path = path[:i]
+		if p, ok := d.keys[path]; ok {
+			return p
+		}
+	}
+}
+
+func (d *decoder) decodeFile(data []byte, cfg *Config) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			d.parsed = true // an empty file: report what is missing
+			return
+		}
+		d.yamlError(err)
+		return
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		d.problem(at(&extra), "only one YAML document is allowed")
+	} else if !errors.Is(err, io.EOF) {
+		d.yamlError(err)
+	}
+	d.parsed = true
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	d.mapping(root, "", map[string]func(*yaml.Node){
+		"kafka":     func(n *yaml.Node) { d.kafka(n, &cfg.Kafka) },
+		"memcached": func(n *yaml.Node) { d.memcached(n, &cfg.Memcached) },
+		"mysql":     func(n *yaml.Node) { d.mysql(n, &cfg.MySQL) },
+		"rules":     func(n *yaml.Node) { cfg.Rules = d.strings(n, "rules") },
+		"batch":     func(n *yaml.Node) { d.batch(n, &cfg.Batch) },
+		"http":      func(n *yaml.Node) { d.http(n, &cfg.HTTP) },
+		"log":       func(n *yaml.Node) { d.log(n, &cfg.Log) },
+	})
+}
+
+// yamlError turns a YAML syntax error ("yaml: line N: msg") into a problem.
+func (d *decoder) yamlError(err error) {
+	msg := err.Error()
+	line := 1
+	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
+		if num, after, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(num); err == nil {
+				line, msg = n, after
+			}
+		}
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	d.problem(pos{line, 1}, "YAML: %s", msg)
+}
+
+func (d *decoder) kafka(n *yaml.Node, k *Kafka) {
+	d.mapping(n, "kafka", map[string]func(*yaml.Node){
+		"brokers":       func(v *yaml.Node) { k.Brokers = d.strings(v, "kafka.brokers") },
+		"group":         func(v *yaml.Node) { k.Group = d.str(v, "kafka.group") },
+		"topics":        func(v *yaml.Node) { k.Topics = d.strings(v, "kafka.topics") },
+		"format":        func(v *yaml.Node) { k.Format = d.str(v, "kafka.format") },
+		"topic_formats": func(v *yaml.Node) { k.TopicFormats = d.stringMap(v, "kafka.topic_formats") },
+		"topic_tables":  func(v *yaml.Node) { k.TopicTables = d.stringMap(v, "kafka.topic_tables") },
+		"dlq_topic":     func(v *yaml.Node) { k.DLQTopic = d.str(v, "kafka.dlq_topic") },
+		"client_id":     func(v *yaml.Node) { k.ClientID = d.str(v, "kafka.client_id") },
+		"tls": func(v *yaml.Node) {
+			d.mapping(v, "kafka.tls", map[string]func(*yaml.Node){
+				"enabled":              func(v *yaml.Node) { k.TLS.Enabled = d.boolean(v, "kafka.tls.enabled") },
+				"ca_file":              func(v *yaml.Node) { k.TLS.CAFile = d.str(v, "kafka.tls.ca_file") },
+				"cert_file":            func(v *yaml.Node) { k.TLS.CertFile = d.str(v, "kafka.tls.cert_file") },
+				"key_file":             func(v *yaml.Node) { k.TLS.KeyFile = d.str(v, "kafka.tls.key_file") },
+				"server_name":          func(v *yaml.Node) { k.TLS.ServerName = d.str(v, "kafka.tls.server_name") },
+				"insecure_skip_verify": func(v *yaml.Node) { k.TLS.InsecureSkipVerify = d.boolean(v, "kafka.tls.insecure_skip_verify") },
+			})
+		},
+		"sasl": func(v *yaml.Node) {
+			d.mapping(v, "kafka.sasl", map[string]func(*yaml.Node){
+				"mechanism": func(v *yaml.Node) { k.SASL.Mechanism = d.str(v, "kafka.sasl.mechanism") },
+				"username":  func(v *yaml.Node) { k.SASL.Username = d.str(v, "kafka.sasl.username") },
+				"password":  func(v *yaml.Node) { k.SASL.Password = d.str(v, "kafka.sasl.password") },
+			})
+		},
+	})
+}
+
+func (d *decoder) memcached(n *yaml.Node, m *Memcached) {
+	d.mapping(n, "memcached", map[string]func(*yaml.Node){
+		"servers":         func(v *yaml.Node) { m.Servers = d.strings(v, "memcached.servers") },
+		"max_concurrency": func(v *yaml.Node) { m.MaxConcurrency = d.integer(v, "memcached.max_concurrency") },
+		"timeout":         func(v *yaml.Node) { m.Timeout = d.duration(v, "memcached.timeout") },
+		"compact_ratio":   func(v *yaml.Node) { m.CompactRatio = d.float(v, "memcached.compact_ratio") },
+		"compact_sample":  func(v *yaml.Node) { m.CompactSample = d.float(v, "memcached.compact_sample") },
+	})
+}
+
+func (d *decoder) mysql(n *yaml.Node, m *MySQL) {
+	d.mapping(n, "mysql", map[string]func(*yaml.Node){
+		"dsn":            func(v *yaml.Node) { m.DSN = d.str(v, "mysql.dsn") },
+		"max_open_conns": func(v *yaml.Node) { m.MaxOpenConns = d.integer(v, "mysql.max_open_conns") },
+		"query_timeout":  func(v *yaml.Node) { m.QueryTimeout = d.duration(v, "mysql.query_timeout") },
+	})
+}
+
+func (d *decoder) batch(n *yaml.Node, b *Batch) {
+	d.mapping(n, "batch", map[string]func(*yaml.Node){
+		"max_events": func(v *yaml.Node) { b.MaxEvents = d.integer(v, "batch.max_events") },
+		"max_wait":   func(v *yaml.Node) { b.MaxWait = d.duration(v, "batch.max_wait") },
+	})
+}
+
+func (d *decoder) http(n *yaml.Node, h *HTTP) {
+	d.mapping(n, "http", map[string]func(*yaml.Node){
+		"listen": func(v *yaml.Node) { h.Listen = d.str(v, "http.listen") },
+	})
+}
+
+func (d *decoder) log(n *yaml.Node, l *Log) {
+	d.mapping(n, "log", map[string]func(*yaml.Node){
+		"format": func(v *yaml.Node) { l.Format = d.str(v, "log.format") },
+		"level":  func(v *yaml.Node) { l.Level = d.str(v, "log.level") },
+	})
+}
+
+func resolveAlias(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return "a scalar"
+	}
+	return "an unsupported node"
+}
+
+// mapping walks a mapping's keys, calling fields[key] with each value and
+// reporting unknown and duplicate keys. A null value is an empty mapping.
+func (d *decoder) mapping(n *yaml.Node, path string, fields map[string]func(*yaml.Node)) {
+	n = resolveAlias(n)
+	if isNull(n) {
+		return
+	}
+	where := path
+	if where == "" {
+		where = "the top level"
+	}
+	if n.Kind != yaml.MappingNode {
+		d.problem(at(n), "%s must be a mapping, not %s", where, kindName(n))
+		return
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		full := key.Value
+		if path != "" {
+			full = path + "." + key.Value
+		}
+		if key.Kind != yaml.ScalarNode {
+			d.problem(at(key), "%s: keys must be plain names", where)
+			continue
+		}
+		if seen[key.Value] {
+			d.problem(at(key), "%s: duplicate key", full)
+			continue
+		}
+		seen[key.Value] = true
+		set, ok := fields[key.Value]
+		if !ok {
+			known := make([]string, 0, len(fields))
+			for name := range fields {
+				known = append(known, name)
+			}
+			slices.Sort(known)
+			if path == "" {
+				d.problem(at(key), "unknown key %q (known: %s)", key.Value, strings.Join(known, ", "))
+			} else {
+				d.problem(at(key), "%s: unknown key %q (known: %s)", path, key.Value, strings.Join(known, ", "))
+			}
+			continue
+		}
+		d.remember(full, key, val)
+		set(val)
+	}
+}
+
+// scalar returns a scalar's expanded text, or false after reporting a
+// problem.
+func (d *decoder) scalar(n *yaml.Node, path string) (string, bool) {
+	n = resolveAlias(n)
+	if n.Kind != yaml.ScalarNode {
+		d.unreadable(n, path, "%s must be a single value, not %s", path, kindName(n))
+		return "", false
+	}
+	if isNull(n) {
+		return "", true
+	}
+	s, err := expandEnv(n.Value, d.lookup)
+	if err != nil {
+		d.unreadable(n, path, "%s: %v", path, err)
+		return "", false
+	}
+	return s, true
+}
+
+func (d *decoder) str(n *yaml.Node, path string) string {
+	s, _ := d.scalar(n, path)
+	return s
+}
+
+// strings decodes a list of strings; a single scalar is split on commas
+// (after expansion) so that a list can come from one variable. Empty
+// elements are dropped.
+func (d *decoder) strings(n *yaml.Node, path string) []string {
+	n = resolveAlias(n)
+	var out []string
+	switch n.Kind {
+	case yaml.SequenceNode:
+		for i, item := range n.Content {
+			itemPath := fmt.Sprintf("%s[%d]", path, len(out))
+			s, ok := d.scalar(item, fmt.Sprintf("%s[%d]", path, i))
+			d.remember(itemPath, nil, item)
+			if ok {
+				if s = strings.TrimSpace(s); s != "" {
+					out = append(out, s)
+				}
+			}
+		}
+	case yaml.ScalarNode:
+		s, ok := d.scalar(n, path)
+		if !ok {
+			return nil
+		}
+		for _, part := range strings.Split(s, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, part)
+			}
+		}
+	default:
+		d.unreadable(n, path, "%s must be a list, not %s", path, kindName(n))
+	}
+	return out
+}
+
+// stringMap decodes a mapping of names to strings.
+func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
+	n = resolveAlias(n)
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		d.unreadable(n, path, "%s must be a mapping, not %s", path, kindName(n))
+		return nil
+	}
+	out := make(map[string]string, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		if key.Kind != yaml.ScalarNode {
+			d.problem(at(key), "%s: keys must be plain names", path)
+			continue
+		}
+		full := path + "[" + strconv.Quote(key.Value) + "]"
+		if _, dup := out[key.Value]; dup {
+			d.problem(at(key), "%s: duplicate key", full)
+			continue
+		}
+		s, ok := d.scalar(val, full)
+		if !ok {
+			continue
+		}
+		out[key.Value] = s
+		d.remember(full, key, val)
+	}
+	return out
+}
+
+func (d *decoder) integer(n *yaml.Node, path string) int {
+	s, ok := d.scalar(n, path)
+	if !ok {
+		return 0
+	}
+	v, err := strconv.Atoi(strings.ReplaceAll(s, "_", ""))
+	if err != nil {
+		d.unreadable(n, path, "%s: %q is not an integer", path, s)
+		return 0
+	}
+	return v
+}
+
+func (d *decoder) float(n *yaml.Node, path string) float64 {
+	s, ok := d.scalar(n, path)
+	if !ok {
+		return 0
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		d.unreadable(n, path, "%s: %q is not a number", path, s)
+		return 0
+	}
+	return v
+}
+
+func (d *decoder) boolean(n *yaml.Node, path string) bool {
+	s, ok := d.scalar(n, path)
+	if !ok {
+		return false
+	}
+	switch strings.ToLower(s) {
+	case "true", "yes", "on":
+		return true
+	case "false", "no", "off", "":
+		return false
+	}
+	d.unreadable(n, path, "%s: %q is not true or false", path, s)
+	return false
+}
+
+// duration decodes a Go duration ("20ms", "1m30s"). A bare number is
+// refused: the unit is never guessed.
+func (d *decoder) duration(n *yaml.Node, path string) time.Duration {
+	s, ok := d.scalar(n, path)
+	if !ok {
+		return 0
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		if _, numErr := strconv.ParseFloat(s, 64); numErr == nil && s != "0" {
+			d.unreadable(n, path, "%s: %q has no unit (write e.g. %sms or %ss)", path, s, s, s)
+		} else {
+			d.unreadable(n, path, "%s: %q is not a duration (e.g. 20ms, 5s, 1m)", path, s)
+		}
+		return 0
+	}
+	if v < 0 {
+		d.unreadable(n, path, "%s: %s is negative", path, s)
+		return 0
+	}
+	return v
+}

@@ -1,0 +1,106 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// redacted replaces a secret wherever the config is printed or logged.
+const redacted = "xxxxx"
+
+// RedactDSN returns dsn with its password replaced by "xxxxx", for logs and
+// error messages. A DSN the driver cannot parse is redacted from its first
+// ':' up to its last '@' (which covers "user:password@…" shapes).
+func RedactDSN(dsn string) string {
+	if dsn == "" {
+		return ""
+	}
+	if c, err := mysql.ParseDSN(dsn); err == nil {
+		if c.Passwd == "" {
+			return c.FormatDSN()
+		}
+		c.Passwd = redacted
+		return c.FormatDSN()
+	}
+	at := strings.LastIndexByte(dsn, '@')
+	if at < 0 {
+		return dsn
+	}
+	colon := strings.IndexByte(dsn[:at], ':')
+	if colon < 0 {
+		return dsn
+	}
+	return dsn[:colon+1] + redacted + dsn[at:]
+}
+
+// String describes the section with the DSN's password redacted.
+func (m MySQL) String() string {
+	return fmt.Sprintf("{DSN:%s MaxOpenConns:%d QueryTimeout:%s}", RedactDSN(m.DSN), m.MaxOpenConns, m.QueryTimeout)
+}
+
+// GoString is String, so that %#v redacts too.
+func (m MySQL) GoString() string { return "config.MySQL" + m.String() }
+
+// LogValue logs the section with the DSN's password redacted.
+func (m MySQL) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("dsn", RedactDSN(m.DSN)),
+		slog.Int("max_open_conns", m.MaxOpenConns),
+		slog.Duration("query_timeout", m.QueryTimeout),
+	)
+}
+
+// String describes the section with the password redacted.
+func (s SASL) String() string {
+	pw := ""
+	if s.Password != "" {
+		pw = redacted
+	}
+	return fmt.Sprintf("{Mechanism:%s Username:%s Password:%s}", s.Mechanism, s.Username, pw)
+}
+
+// GoString is String, so that %#v redacts too.
+func (s SASL) GoString() string { return "config.SASL" + s.String() }
+
+// LogValue logs the section with the password redacted.
+func (s SASL) LogValue() slog.Value {
+	pw := ""
+	if s.Password != "" {
+		pw = redacted
+	}
+	return slog.GroupValue(
+		slog.String("mechanism", s.Mechanism),
+		slog.String("username", s.Username),
+		slog.String("password", pw),
+	)
+}
+
+// LogValue logs the settings an operator checks at start-up; secrets are
+// redacted.
+func (c *Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("file", c.File),
+		slog.Any("brokers", c.Kafka.Brokers),
+		slog.String("group", c.Kafka.Group),
+		slog.Any("topics", c.Kafka.Topics),
+		slog.String("format", c.Kafka.Format),
+		slog.String("dlq_topic", c.Kafka.DLQTopic),
+		slog.Bool("tls", c.Kafka.TLS.Enabled),
+		slog.Any("sasl", c.Kafka.SASL),
+		slog.Any("memcached", c.Memcached.Servers),
+		slog.Any("mysql", c.MySQL),
+		slog.Any("rules", c.Rules),
+		slog.Int("batch_max_events", c.Batch.MaxEvents),
+		slog.Duration("batch_max_wait", c.Batch.MaxWait),
+		slog.String("http_listen", c.HTTP.Listen),
+	)
+}
+
+// String describes the whole config with secrets redacted.
+func (c *Config) String() string {
+	return fmt.Sprintf("{File:%s Kafka:%+v Memcached:%+v MySQL:%s Rules:%v Batch:%+v HTTP:%+v Log:%+v}",
+		c.File, c.Kafka, c.Memcached, c.MySQL, c.Rules, c.Batch, c.HTTP, c.Log)
+}

@@ -1,0 +1,301 @@
+package config
+
+import (
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// validate applies defaults to settings the file left out and reports every
+// value that is wrong on its own or together with others.
+func (d *decoder) validate(c *Config) {
+	d.validateKafka(&c.Kafka)
+	d.validateMemcached(&c.Memcached)
+	d.validateMySQL(&c.MySQL)
+	if len(c.Rules) == 0 && d.readable("rules") {
+		d.problem(d.place("rules"), "rules: list at least one rule file or directory")
+	}
+	d.validateBatch(&c.Batch)
+	d.validateHTTP(&c.HTTP)
+	d.validateLog(&c.Log)
+}
+
+// set reports whether the file wrote the setting (so that an explicit zero
+// is checked rather than replaced by the default).
+func (d *decoder) set(path string) bool {
+	_, ok := d.values[path]
+	return ok
+}
+
+// readable reports whether a setting that was written could be decoded;
+// one that could not was reported already and is not checked again.
+func (d *decoder) readable(path string) bool { return !d.bad[path] }
+
+func (d *decoder) validateKafka(k *Kafka) {
+	if len(k.Brokers) == 0 && d.readable("kafka.brokers") {
+		d.problem(d.place("kafka.brokers"), "kafka.brokers: list at least one broker address (host:port)")
+	}
+	for i, b := range k.Brokers {
+		path := "kafka.brokers[" + strconv.Itoa(i) + "]"
+		if msg := checkHostPort(b, false); msg != "" {
+			d.problem(d.place(path), "%s: %q %s", path, b, msg)
+		}
+	}
+	if k.Group == "" && d.readable("kafka.group") {
+		d.problem(d.place("kafka.group"), "kafka.group: a consumer group ID is required")
+	}
+	if len(k.Topics) == 0 && d.readable("kafka.topics") {
+		d.problem(d.place("kafka.topics"), "kafka.topics: list at least one topic")
+	}
+	topics := make(map[string]bool, len(k.Topics))
+	for i, t := range k.Topics {
+		path := "kafka.topics[" + strconv.Itoa(i) + "]"
+		if msg := checkTopicName(t); msg != "" {
+			d.problem(d.place(path), "%s: %q %s", path, t, msg)
+		}
+		if topics[t] {
+			d.problem(d.place(path), "%s: topic %q is listed twice", path, t)
+		}
+		topics[t] = true
+	}
+	if !d.set("kafka.format") {
+		k.Format = DefaultFormat
+	} else if d.readable("kafka.format") && !slices.Contains(Formats, k.Format) {
+		d.problem(d.place("kafka.format"), "kafka.format: %q is not one of %s", k.Format, strings.Join(Formats, ", "))
+	}
+	for _, t := range sortedKeys(k.TopicFormats) {
+		path := "kafka.topic_formats[" + strconv.Quote(t) + "]"
+		if !topics[t] {
+			d.problem(d.keyPlace(path), "kafka.topic_formats: topic %q is not in kafka.topics", t)
+		}
+		if f := k.TopicFormats[t]; !slices.Contains(Formats, f) {
+			d.problem(d.place(path), "%s: %q is not one of %s", path, f, strings.Join(Formats, ", "))
+		}
+	}
+	for _, t := range sortedKeys(k.TopicTables) {
+		path := "kafka.topic_tables[" + strconv.Quote(t) + "]"
+		if !topics[t] {
+			d.problem(d.keyPlace(path), "kafka.topic_tables: topic %q is not in kafka.topics", t)
+		}
+		if tbl := k.TopicTables[t]; !validTableName(tbl) {
+			d.problem(d.place(path), "%s: %q is not a table name (write db.table or table)", path, tbl)
+		}
+	}
+	if k.DLQTopic != "" {
+		if msg := checkTopicName(k.DLQTopic); msg != "" {
+			d.problem(d.place("kafka.dlq_topic"), "kafka.dlq_topic: %q %s", k.DLQTopic, msg)
+		} else if topics[k.DLQTopic] {
+			d.problem(d.place("kafka.dlq_topic"), "kafka.dlq_topic: %q is also a consumed topic; poison messages would come back", k.DLQTopic)
+		}
+	}
+	if !d.set("kafka.client_id") {
+		k.ClientID = DefaultClientID
+	} else if d.readable("kafka.client_id") && k.ClientID == "" {
+		d.problem(d.place("kafka.client_id"), "kafka.client_id: must not be empty")
+	}
+	d.validateTLS(&k.TLS)
+	d.validateSASL(&k.SASL)
+}
+
+func (d *decoder) validateTLS(t *TLS) {
+	files := []struct{ path, name string }{
+		{"kafka.tls.ca_file", t.CAFile},
+		{"kafka.tls.cert_file", t.CertFile},
+		{"kafka.tls.key_file", t.KeyFile},
+	}
+	for _, f := range files {
+		if f.name == "" {
+			continue
+		}
+		if !t.Enabled {
+			d.problem(d.place(f.path), "%s: set, but kafka.tls.enabled is not true", f.path)
+			continue
+		}
+		if _, err := os.Stat(f.name); err != nil {
+			d.problem(d.place(f.path), "%s: %v", f.path, err)
+		}
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		d.problem(d.place("kafka.tls"), "kafka.tls: cert_file and key_file go together")
+	}
+}
+
+// SASLMechanisms lists the accepted values of kafka.sasl.mechanism.
+var SASLMechanisms = []string{"plain"}
+
+func (d *decoder) validateSASL(s *SASL) {
+	if s.Mechanism == "" {
+		if s.Username != "" || s.Password != "" {
+			d.problem(d.place("kafka.sasl"), "kafka.sasl: username and password need a mechanism (%s)", strings.Join(SASLMechanisms, ", "))
+		}
+		return
+	}
+	if !slices.Contains(SASLMechanisms, s.Mechanism) {
+		d.problem(d.place("kafka.sasl.mechanism"), "kafka.sasl.mechanism: %q is not one of %s", s.Mechanism, strings.Join(SASLMechanisms, ", "))
+	}
+	if s.Username == "" {
+		d.problem(d.place("kafka.sasl.username"), "kafka.sasl.username: required with a mechanism")
+	}
+	if s.Password == "" {
+		d.problem(d.place("kafka.sasl.password"), "kafka.sasl.password: required with a mechanism")
+	}
+}
+
+func (d *decoder) validateMemcached(m *Memcached) {
+	if len(m.Servers) == 0 && d.readable("memcached.servers") {
+		d.problem(d.place("memcached.servers"), "memcached.servers: list at least one server address (host:port)")
+	}
+	for i, s := range m.Servers {
+		path := "memcached.servers[" + strconv.Itoa(i) + "]"
+		if msg := checkHostPort(s, false); msg != "" {
+			d.problem(d.place(path), "%s: %q %s", path, s, msg)
+		}
+	}
+	if !d.set("memcached.max_concurrency") {
+		m.MaxConcurrency = DefaultMemcachedConcurrent
+	} else if d.readable("memcached.max_concurrency") && (m.MaxConcurrency < 1 || m.MaxConcurrency > MaxMemcachedConcurrent) {
+		d.problem(d.place("memcached.max_concurrency"), "memcached.max_concurrency: %d is outside 1..%d", m.MaxConcurrency, MaxMemcachedConcurrent)
+	}
+	d.positiveDuration(&m.Timeout, "memcached.timeout", DefaultMemcachedTimeout, time.Minute)
+	if !d.set("memcached.compact_ratio") {
+		m.CompactRatio = DefaultCompactRatio
+	} else if d.readable("memcached.compact_ratio") && !(m.CompactRatio > 0 && m.CompactRatio <= 1) {
+		d.problem(d.place("memcached.compact_ratio"), "memcached.compact_ratio: %g is outside (0, 1]", m.CompactRatio)
+	}
+	if !d.set("memcached.compact_sample") {
+		m.CompactSample = DefaultCompactSample
+	} else if d.readable("memcached.compact_sample") && !(m.CompactSample >= 0 && m.CompactSample <= 1) {
+		d.problem(d.place("memcached.compact_sample"), "memcached.compact_sample: %g is outside [0, 1]", m.CompactSample)
+	}
+}
+
+func (d *decoder) validateMySQL(m *MySQL) {
+	if m.DSN != "" {
+		if _, err := mysql.ParseDSN(m.DSN); err != nil {
+			// The driver's messages name the problem, never the password.
+			d.problem(d.place("mysql.dsn"), "mysql.dsn: %v", err)
+		}
+	}
+	if !d.set("mysql.max_open_conns") {
+		m.MaxOpenConns = DefaultMySQLMaxOpenConns
+	} else if d.readable("mysql.max_open_conns") && m.MaxOpenConns < 1 {
+		d.problem(d.place("mysql.max_open_conns"), "mysql.max_open_conns: %d must be at least 1", m.MaxOpenConns)
+	}
+	d.positiveDuration(&m.QueryTimeout, "mysql.query_timeout", DefaultMySQLQueryTimeout, 10*time.Minute)
+}
+
+func (d *decoder) validateBatch(b *Batch) {
+	if !d.set("batch.max_events") {
+		b.MaxEvents = DefaultBatchMaxEvents
+	} else if d.readable("batch.max_events") && (b.MaxEvents < 1 || b.MaxEvents > MaxBatchEvents) {
+		d.problem(d.place("batch.max_events"), "batch.max_events: %d is outside 1..%d", b.MaxEvents, MaxBatchEvents)
+	}
+	d.positiveDuration(&b.MaxWait, "batch.max_wait", DefaultBatchMaxWait, MaxBatchWait)
+}
+
+// positiveDuration defaults an unset duration and checks a set one against
+// (0, max].
+func (d *decoder) positiveDuration(v *time.Duration, path string, def, max time.Duration) {
+	if !d.set(path) {
+		*v = def
+		return
+	}
+	if d.readable(path) && (*v <= 0 || *v > max) {
+		d.problem(d.place(path), "%s: %s is outside (0, %s]", path, *v, max)
+	}
+}
+
+func (d *decoder) validateHTTP(h *HTTP) {
+	if !d.set("http.listen") {
+		h.Listen = DefaultHTTPListen
+		return
+	}
+	if msg := checkHostPort(h.Listen, true); d.readable("http.listen") && msg != "" {
+		d.problem(d.place("http.listen"), "http.listen: %q %s", h.Listen, msg)
+	}
+}
+
+func (d *decoder) validateLog(l *Log) {
+	if !d.set("log.format") {
+		l.Format = DefaultLogFormat
+	} else if d.readable("log.format") && l.Format != "text" && l.Format != "json" {
+		d.problem(d.place("log.format"), "log.format: %q is not text or json", l.Format)
+	}
+	if !d.set("log.level") {
+		l.Level = DefaultLogLevel
+	} else if _, ok := parseLevel(l.Level); d.readable("log.level") && !ok {
+		d.problem(d.place("log.level"), "log.level: %q is not debug, info, warn or error", l.Level)
+	}
+}
+
+// keyPlace returns where a map entry's key was written.
+func (d *decoder) keyPlace(path string) pos {
+	if p, ok := d.keys[path]; ok {
+		return p
+	}
+	return d.place(path)
+}
+
+// checkHostPort returns why addr is not host:port, or "". A listen address
+// may leave the host empty (all interfaces) and use port 0 (any port).
+func checkHostPort(addr string, listen bool) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "is not host:port"
+	}
+	if host == "" && !listen {
+		return "has no host"
+	}
+	if strings.ContainsAny(host, " \t/") {
+		return "has a bad host"
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 || (n == 0 && !listen) {
+		return "has a bad port"
+	}
+	return ""
+}
+
+// checkTopicName returns why t is not a legal Kafka topic name, or "".
+func checkTopicName(t string) string {
+	if t == "" || t == "." || t == ".." {
+		return "is not a topic name"
+	}
+	if len(t) > 249 {
+		return "is longer than 249 characters"
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c == '.' || c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return "may hold only letters, digits, '.', '_' and '-'"
+		}
+	}
+	return ""
+}
+
+// validTableName accepts "table" and "db.table" with non-empty parts and no
+// whitespace.
+func validTableName(s string) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return false
+	}
+	db, table, qualified := strings.Cut(s, ".")
+	if !qualified {
+		return true
+	}
+	return db != "" && table != "" && !strings.Contains(table, ".")
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

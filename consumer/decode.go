@@ -1,0 +1,349 @@
+package consumer
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// Reasons reported in Decoded.Skip for messages that carry no row change.
+const (
+	// SkipTombstone: a null or empty message value (Kafka tombstone), or a
+	// Debezium envelope whose payload is null.
+	SkipTombstone = "tombstone"
+	// SkipDDL: a schema statement (Maxwell database-/table- types, Canal
+	// isDdl messages other than TRUNCATE).
+	SkipDDL = "ddl"
+	// SkipHeartbeat: a Debezium heartbeat ({"ts_ms":...} alone).
+	SkipHeartbeat = "heartbeat"
+	// SkipTransaction: a Debezium transaction BEGIN/END record.
+	SkipTransaction = "transaction"
+	// SkipSchemaChange: a Debezium schema-change record.
+	SkipSchemaChange = "schema-change"
+	// SkipBootstrap: Maxwell bootstrap-start / bootstrap-complete markers.
+	SkipBootstrap = "bootstrap"
+	// SkipUnsupportedType: an operation type the decoder does not know
+	// (an unknown Debezium op, Maxwell type or Canal type).
+	SkipUnsupportedType = "unsupported-type"
+	// SkipEmpty: a row-change message that holds no rows (Canal "data":[]).
+	SkipEmpty = "empty"
+)
+
+// Decoder decodes one Kafka message value into row-change events.
+//
+// The zero Decoder detects the format of every message. A Decoder is safe
+// for concurrent use as long as its fields are not changed; each goroutine
+// needs its own Decoded.
+type Decoder struct {
+	// Format is the format of the topic's messages; FormatAuto (the
+	// default) detects it per message from the top-level keys.
+	Format Format
+	// TopicTables maps a topic to "db.table". It names the table of
+	// flattened Debezium rows that carry no __db/__table fields, and fills
+	// in a database or table missing from any message. May be nil.
+	TopicTables map[string]string
+	// Table is the "db.table" used when TopicTables has no entry for the
+	// message's topic (the --table flag of plan). May be empty.
+	Table string
+}
+
+// Decoded is the reusable output of Decoder.Decode. Decode resets and
+// refills it; reusing one Decoded across calls avoids allocations.
+//
+// Events and their row images are owned by the Decoded: they are valid
+// until the next Decode into the same Decoded, which overwrites the row
+// slices (the strings in them stay valid). Copy what must be kept longer.
+type Decoded struct {
+	// Events holds one event per row change, in message order.
+	Events []rules.Event
+	// Format is the format the message was decoded as (the detected one
+	// when the decoder's format is FormatAuto; FormatAuto when nothing
+	// could be detected).
+	Format Format
+	// Skip is non-empty, and Events empty, when the message carries no
+	// row change; it is one of the Skip* constants.
+	Skip string
+
+	st decodeState
+}
+
+// DecodeError describes a message that cannot be decoded (a poison
+// message). Retrying cannot help.
+type DecodeError struct {
+	// Format is the format the message was decoded as (FormatAuto when it
+	// failed before the format was known).
+	Format Format
+	// Offset is the byte offset in the message value where the problem
+	// was found, or -1 when it concerns the message as a whole.
+	Offset int
+	// Path is the JSON path of the offending field, such as
+	// "payload.after.id" or "data[1].price"; empty for the top level.
+	Path string
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *DecodeError) Error() string {
+	var b strings.Builder
+	b.WriteString("consumer: decode ")
+	if e.Format != FormatAuto {
+		b.WriteString(e.Format.String())
+		b.WriteByte(' ')
+	}
+	b.WriteString("message: ")
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	if e.Offset >= 0 {
+		b.WriteString("at byte ")
+		b.WriteString(strconv.Itoa(e.Offset))
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// span is a range of decodeState.cols holding one row image; lo < 0
+// means the image is absent.
+type span struct{ lo, hi int32 }
+
+var absent = span{-1, -1}
+
+func (s span) present() bool { return s.lo >= 0 }
+
+// evRows are the row images of one pending event.
+type evRows struct{ before, after span }
+
+// decodeState is the scratch space of one Decoded.
+type decodeState struct {
+	sc       scanner
+	top      []field
+	inner    []field
+	topIdx   keyIndex
+	innerIdx keyIndex
+	// cols holds every parsed row; rows and event images are ranges of it.
+	cols []rules.Column
+	// rows holds the rows of arrays of objects (Canal data/old).
+	rows     []span
+	evRows   []evRows
+	sources  []sourceInfo
+	decimals []decimalCol
+	kinds    []canalKind
+}
+
+// Decode decodes one message value. pos gives the message's Kafka
+// coordinates (or input line); it is copied into every event's Source,
+// completed with the binlog position, GTID and source timestamp the
+// format carries.
+//
+// A nil, empty or JSON null value is a tombstone (out.Skip is set, no
+// error). A message that cannot be decoded returns a *DecodeError and
+// leaves out without events.
+//
+// Format detection (FormatAuto), from the top-level keys of the message
+// or of the payload of a {"schema","payload"} envelope:
+//   - "__op" or "__deleted": flattened Debezium row;
+//   - "op" with "before", "after" or "source": Debezium;
+//   - "isDdl", or "data" holding an array: Canal;
+//   - "type" with "data", "database", "table" or "encrypted", or
+//     "encrypted" alone: Maxwell;
+//   - Debezium transaction markers ("status" with "event_count" or
+//     "data_collections"), schema changes ("ddl" with "tableChanges" or
+//     "databaseName") and heartbeats (only "ts_ms") are skipped;
+//   - anything else is a DecodeError.
+func (d *Decoder) Decode(value []byte, pos rules.Position, out *Decoded) error {
+	out.Events = out.Events[:0]
+	out.Format = d.Format
+	out.Skip = ""
+	st := &out.st
+	st.evRows = st.evRows[:0]
+
+	i := 0
+	for i < len(value) && isSpace(value[i]) {
+		i++
+	}
+	if i == len(value) {
+		out.Skip = SkipTombstone
+		return nil
+	}
+	s := string(value)
+	st.reset(s, value)
+	sc := &st.sc
+	sc.i = i
+	if s[i] == 'n' {
+		if strings.HasPrefix(s[i:], "null") && isBlank(s[i+4:]) {
+			out.Skip = SkipTombstone
+			return nil
+		}
+	}
+	if s[i] != '{' {
+		return &DecodeError{Format: d.Format, Offset: i, Reason: "message is not a JSON object (starts with " + describeByte(s[i]) + ")"}
+	}
+	if !st.fields(&st.top, &st.topIdx, true) {
+		return st.syntaxError(d.Format)
+	}
+	sc.skipWS()
+	if sc.i != len(s) {
+		return &DecodeError{Format: d.Format, Offset: sc.i, Reason: "unexpected data after the JSON object"}
+	}
+
+	err := d.interpret(pos, out)
+	if err != nil {
+		out.Events = out.Events[:0]
+		return err
+	}
+	if out.Skip != "" {
+		out.Events = out.Events[:0]
+		return nil
+	}
+	// Attach the row images now that the column arena has stopped growing.
+	for k := range out.Events {
+		r := st.evRows[k]
+		out.Events[k].Before = st.image(r.before)
+		out.Events[k].After = st.image(r.after)
+	}
+	return nil
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func isBlank(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isSpace(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (st *decodeState) reset(s string, b []byte) {
+	st.sc.reset(s, b)
+	st.top = st.top[:0]
+	st.inner = st.inner[:0]
+	st.topIdx.reset()
+	st.innerIdx.reset()
+	if st.cols == nil {
+		// A present but empty image must be a non-nil Row.
+		st.cols = make([]rules.Column, 0, 64)
+	}
+	st.cols = st.cols[:0]
+	st.rows = st.rows[:0]
+	st.sources = st.sources[:0]
+	st.decimals = st.decimals[:0]
+}
+
+// image returns the row image of sp: nil when absent, else a slice of the
+// arena whose capacity ends at its length, so that appending to one row
+// never overwrites another.
+func (st *decodeState) image(sp span) rules.Row {
+	if !sp.present() {
+		return nil
+	}
+	return rules.Row(st.cols[sp.lo:sp.hi:sp.hi])
+}
+
+func (st *decodeState) syntaxError(f Format) *DecodeError {
+	sc := &st.sc
+	return &DecodeError{Format: f, Offset: sc.errOff, Path: sc.errPath, Reason: sc.errMsg}
+}
+
+// interpret turns the parsed top-level fields into events or a skip.
+func (d *Decoder) interpret(pos rules.Position, out *Decoded) error {
+	st := &out.st
+	m := msg{fields: st.top, idx: &st.topIdx}
+	if d.Format == FormatAuto || d.Format == FormatDebezium || d.Format == FormatDebeziumFlat {
+		if p := m.get(kPayload); p != nil && m.has(kSchema) && len(m.fields) == 2 {
+			switch {
+			case p.shape == shapeFields:
+				m = msg{fields: st.inner, idx: &st.innerIdx, prefix: "payload.", schema: m.get(kSchema)}
+			case p.val.Kind == rules.KindNull:
+				out.Skip = SkipTombstone
+				return nil
+			default:
+				return &DecodeError{Format: d.Format, Offset: int(p.off), Path: "payload", Reason: "envelope payload is not an object or null"}
+			}
+		}
+	}
+	f := d.Format
+	if f == FormatAuto {
+		var err error
+		if f, err = m.detect(); err != nil {
+			return err
+		}
+	}
+	out.Format = f
+	switch f {
+	case FormatDebezium:
+		return d.debezium(m, pos, out)
+	case FormatDebeziumFlat:
+		return d.flat(m, pos, out)
+	case FormatMaxwell:
+		return d.maxwell(m, pos, out)
+	case FormatCanal:
+		return d.canal(m, pos, out)
+	}
+	return &DecodeError{Format: f, Offset: -1, Reason: "unknown decoder format " + f.String()}
+}
+
+// addEvent appends an event whose row images are spans of the arena; Decode
+// attaches the images once all events are known.
+func (out *Decoded) addEvent(op rules.Operation, db, table string, before, after span, src rules.Position) {
+	out.Events = append(out.Events, rules.Event{Database: db, Table: table, Operation: op, Source: src})
+	out.st.evRows = append(out.st.evRows, evRows{before: before, after: after})
+}
+
+// resolveTable completes a database or table name missing from the
+// message from TopicTables[topic], else from Table. It reports which one
+// is still missing.
+func (d *Decoder) resolveTable(topic, db, table string) (string, string, string) {
+	if db == "" || table == "" {
+		def := d.TopicTables[topic]
+		if def == "" {
+			def = d.Table
+		}
+		if def != "" {
+			ddb, dtable, ok := strings.Cut(def, ".")
+			if !ok {
+				ddb, dtable = "", def
+			}
+			if table == "" {
+				table = dtable
+			}
+			if db == "" {
+				db = ddb
+			}
+		}
+	}
+	switch {
+	case table == "":
+		return db, table, "table"
+	case db == "":
+		return db, table, "database"
+	}
+	return db, table, ""
+}
+
+func (d *Decoder) missingTable(f Format, what, path, topic string) *DecodeError {
+	where := "no table is configured for topic " + strconv.Quote(topic)
+	if topic == "" {
+		where = "no default table is configured"
+	}
+	return &DecodeError{Format: f, Offset: -1, Path: path, Reason: "missing " + what + " name: the message has none and " + where}
+}
+
+// parseInt64 reads an integer from a KindInt value or a string of digits
+// (some producers quote numbers).
+func parseInt64(v rules.Value) (int64, bool) {
+	if v.Kind != rules.KindInt && v.Kind != rules.KindString {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v.Text, 10, 64)
+	return n, err == nil
+}
+
+// stringValue returns the text of a string value.
+func stringValue(v rules.Value) (string, bool) {
+	return v.Text, v.Kind == rules.KindString
+}

@@ -1,0 +1,65 @@
+package consumer
+
+import (
+	"testing"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// Realistic single-row messages of about 800 bytes: an orders row of 12
+// columns, as each producer writes it.
+const (
+	benchDebezium = `{"before":{"id":1000042,"customer_id":20771,"status":"pending","currency":"EUR","total_cents":129900,"items":3,"coupon":null,"paid":false,"note":"leave at the door","created_at":1718000000000,"updated_at":1718000000000,"version":7},` +
+		`"after":{"id":1000042,"customer_id":20771,"status":"paid","currency":"EUR","total_cents":129900,"items":3,"coupon":null,"paid":true,"note":"leave at the door","created_at":1718000000000,"updated_at":1718000123456,"version":8},` +
+		`"source":{"version":"2.7.3.Final","connector":"mysql","name":"shop","ts_ms":1718000123000,"snapshot":"false","db":"shop","sequence":null,"table":"orders","server_id":223344,"gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:23871","file":"mysql-bin.000042","pos":81231,"row":0,"thread":19,"query":null},` +
+		`"op":"u","ts_ms":1718000123512,"transaction":null}`
+
+	benchFlat = `{"id":1000042,"customer_id":20771,"status":"paid","currency":"EUR","total_cents":129900,"items":3,"coupon":null,"paid":true,"note":"leave at the door, ring twice, the dog is friendly","shipping_address":"Hauptstrasse 12, 10115 Berlin","billing_address":"Hauptstrasse 12, 10115 Berlin","created_at":1718000000000,"updated_at":1718000123456,"version":8,` +
+		`"__op":"u","__db":"shop","__table":"orders","__source_ts_ms":1718000123000,"__source_file":"mysql-bin.000042","__source_pos":81231,"__source_gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:23871","__deleted":"false"}`
+
+	benchMaxwell = `{"database":"shop","table":"orders","type":"update","ts":1718000123,"xid":940521,"commit":true,"position":"mysql-bin.000042:81231","gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:23871","server_id":223344,"thread_id":19,"primary_key":[1000042],"primary_key_columns":["id"],` +
+		`"data":{"id":1000042,"customer_id":20771,"status":"paid","currency":"EUR","total_cents":129900,"items":3,"coupon":null,"paid":1,"note":"leave at the door, ring twice, the dog is friendly","shipping_address":"Hauptstrasse 12, 10115 Berlin","created_at":"2024-06-10 06:13:20","updated_at":"2024-06-10 06:15:23.456000","version":8},` +
+		`"old":{"status":"pending","paid":0,"updated_at":"2024-06-10 06:13:20","version":7}}`
+
+	benchCanal = `{"data":[{"id":"1000042","customer_id":"20771","status":"paid","currency":"EUR","total_cents":"129900","items":"3","coupon":null,"paid":"1","note":"leave at the door","created_at":"2024-06-10 06:13:20","updated_at":"2024-06-10 06:15:23","version":"8"}],` +
+		`"database":"shop","es":1718000123000,"id":5521,"isDdl":false,` +
+		`"mysqlType":{"id":"bigint(20)","customer_id":"bigint(20)","status":"varchar(16)","currency":"char(3)","total_cents":"bigint(20)","items":"int(11)","coupon":"varchar(32)","paid":"tinyint(1)","note":"varchar(255)","created_at":"datetime","updated_at":"datetime","version":"int(11)"},` +
+		`"old":[{"status":"pending","paid":"0","updated_at":"2024-06-10 06:13:20","version":"7"}],"pkNames":["id"],"sql":"",` +
+		`"sqlType":{"id":-5,"customer_id":-5,"status":12,"currency":1,"total_cents":-5,"items":4,"coupon":12,"paid":-6,"note":12,"created_at":93,"updated_at":93,"version":4},"table":"orders","ts":1718000123512,"type":"UPDATE"}`
+)
+
+// BenchmarkDecode decodes one message per iteration into a reused Decoded.
+// Run with -benchmem; "B/msg" is the message size.
+func BenchmarkDecode(b *testing.B) {
+	cases := []struct {
+		name  string
+		dec   Decoder
+		value string
+	}{
+		{"debezium", Decoder{Format: FormatDebezium}, benchDebezium},
+		{"debezium-auto", Decoder{}, benchDebezium},
+		{"debezium-flat", Decoder{Format: FormatDebeziumFlat}, benchFlat},
+		{"maxwell", Decoder{Format: FormatMaxwell}, benchMaxwell},
+		{"canal", Decoder{Format: FormatCanal}, benchCanal},
+		{"debezium-envelope", Decoder{Format: FormatDebezium}, fixtureLine(b, "debezium-mysql-with-schema.ndjson", 10)},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			in := []byte(tc.value)
+			var out Decoded
+			pos := rules.Position{Topic: "shop.orders", Partition: 3, Offset: 1}
+			if err := tc.dec.Decode(in, pos, &out); err != nil || len(out.Events) != 1 {
+				b.Fatalf("Decode: %v (%d events)", err, len(out.Events))
+			}
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if err := tc.dec.Decode(in, pos, &out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(in)), "B/msg")
+		})
+	}
+}

@@ -1,0 +1,532 @@
+package consumer
+
+import (
+	"strings"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// A message is read in one pass into a shallow tree: the members of the
+// top-level object (and of an envelope's "payload") become fields; object
+// members become rows in the column arena; arrays of objects become lists
+// of rows; anything deeper is kept as raw JSON text. The format decoders
+// then read fields by name and take row images straight from the arena.
+
+// Shapes of a field's value.
+const (
+	shapeScalar = iota // string, number, bool or null in val
+	shapeRow           // object parsed into cols[lo:hi]
+	shapeRows          // array of objects parsed into rows[lo:hi]
+	shapeArray         // any other array (raw text only)
+	shapeFields        // the envelope payload, parsed into inner[lo:hi]
+	shapeSource        // a Debezium "source" object, read into sources[lo]
+)
+
+// field is one member of the top-level (or payload) object.
+type field struct {
+	name string
+	// val is the value; objects and arrays are KindJSON with raw text.
+	val    rules.Value
+	off    int32
+	shape  uint8
+	lo, hi int32
+}
+
+// Keys the decoders look up, indexed while parsing.
+const (
+	kSchema = iota
+	kPayload
+	kBefore
+	kAfter
+	kSource
+	kOp
+	kTsMs
+	kStatus
+	kEventCount
+	kDataCollections
+	kDDL
+	kDatabaseName
+	kTableChanges
+	kDatabase
+	kTable
+	kType
+	kData
+	kOld
+	kTs
+	kPosition
+	kGTID
+	kEncrypted
+	kIsDdl
+	kEs
+	kMysqlType
+	kSQLType
+	kFlatOp
+	kFlatDeleted
+	nKeys
+)
+
+func keyID(name string) int {
+	switch name {
+	case "schema":
+		return kSchema
+	case "payload":
+		return kPayload
+	case "before":
+		return kBefore
+	case "after":
+		return kAfter
+	case "source":
+		return kSource
+	case "op":
+		return kOp
+	case "ts_ms":
+		return kTsMs
+	case "status":
+		return kStatus
+	case "event_count":
+		return kEventCount
+	case "data_collections":
+		return kDataCollections
+	case "ddl":
+		return kDDL
+	case "databaseName":
+		return kDatabaseName
+	case "tableChanges":
+		return kTableChanges
+	case "database":
+		return kDatabase
+	case "table":
+		return kTable
+	case "type":
+		return kType
+	case "data":
+		return kData
+	case "old":
+		return kOld
+	case "ts":
+		return kTs
+	case "position":
+		return kPosition
+	case "gtid":
+		return kGTID
+	case "encrypted":
+		return kEncrypted
+	case "isDdl":
+		return kIsDdl
+	case "es":
+		return kEs
+	case "mysqlType":
+		return kMysqlType
+	case "sqlType":
+		return kSQLType
+	case "__op":
+		return kFlatOp
+	case "__deleted":
+		return kFlatDeleted
+	}
+	return -1
+}
+
+// keyIndex maps a known key to the index of its (last) field, or -1.
+type keyIndex [nKeys]int32
+
+func (x *keyIndex) reset() {
+	for i := range x {
+		x[i] = -1
+	}
+}
+
+// msg is the object a format decoder reads: the top level or the
+// envelope payload.
+type msg struct {
+	fields []field
+	idx    *keyIndex
+	// prefix is prepended to error paths ("payload." inside an envelope).
+	prefix string
+	// schema is the envelope's "schema" field, nil without an envelope.
+	schema *field
+}
+
+func (m msg) get(k int) *field {
+	if i := m.idx[k]; i >= 0 {
+		return &m.fields[i]
+	}
+	return nil
+}
+
+func (m msg) has(k int) bool { return m.idx[k] >= 0 }
+
+// str returns the string value of key k ("" unless it is a string) and
+// the field itself (nil when absent).
+func (m msg) str(k int) (string, *field) {
+	f := m.get(k)
+	if f == nil || f.val.Kind != rules.KindString {
+		return "", f
+	}
+	return f.val.Text, f
+}
+
+// detect picks the format of m from its keys (see Decoder.Decode).
+func (m msg) detect() (Format, error) {
+	switch {
+	case m.has(kFlatOp) || m.has(kFlatDeleted):
+		return FormatDebeziumFlat, nil
+	case m.has(kOp) && (m.has(kBefore) || m.has(kAfter) || m.has(kSource)):
+		return FormatDebezium, nil
+	case m.has(kIsDdl):
+		return FormatCanal, nil
+	}
+	if f := m.get(kData); f != nil && (f.shape == shapeRows || f.shape == shapeArray) {
+		return FormatCanal, nil
+	}
+	switch {
+	case m.has(kType) && (m.has(kData) || m.has(kDatabase) || m.has(kTable) || m.has(kEncrypted)):
+		return FormatMaxwell, nil
+	case m.has(kEncrypted) && len(m.fields) == 1:
+		return FormatMaxwell, nil
+	case m.debeziumSkip() != "":
+		return FormatDebezium, nil
+	}
+	var b strings.Builder
+	b.WriteString("unrecognised change-event format (top-level keys:")
+	for i, f := range m.fields {
+		if i == 8 {
+			b.WriteString(" ...")
+			break
+		}
+		b.WriteString(" ")
+		b.WriteString(f.name)
+	}
+	b.WriteString(`); a flattened Debezium row needs "__op" or "__deleted" to be detected, or format debezium-flat`)
+	return FormatAuto, &DecodeError{Format: FormatAuto, Offset: -1, Path: strings.TrimSuffix(m.prefix, "."), Reason: b.String()}
+}
+
+// debeziumSkip classifies Debezium records that carry no row change.
+func (m msg) debeziumSkip() string {
+	switch {
+	case m.has(kStatus) && (m.has(kEventCount) || m.has(kDataCollections)):
+		return SkipTransaction
+	case m.has(kDDL) && (m.has(kTableChanges) || m.has(kDatabaseName)):
+		return SkipSchemaChange
+	case len(m.fields) == 1 && m.has(kTsMs):
+		return SkipHeartbeat
+	}
+	return ""
+}
+
+// fields parses the object at sc.i into *dst, indexing known keys in idx.
+// Object members become rows, arrays of objects lists of rows; with
+// envelope set, a "payload" object is parsed as fields into st.inner.
+func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
+	sc := &st.sc
+	if !sc.beginObject() {
+		return false
+	}
+	for first := true; ; first = false {
+		key, ok := sc.nextKey(first)
+		if !ok {
+			return !sc.failed
+		}
+		sc.pushKey(sc.keyLo, sc.keyHi)
+		f := field{name: key, off: int32(sc.i)}
+		start := sc.i
+		var c byte
+		if sc.i < len(sc.s) {
+			c = sc.s[sc.i]
+		}
+		switch c {
+		case '{':
+			if envelope && key == "payload" {
+				if len(st.inner) != 0 {
+					return sc.fail(sc.i, "duplicate payload member")
+				}
+				if !st.fields(&st.inner, &st.innerIdx, false) {
+					return false
+				}
+				f.shape, f.lo, f.hi = shapeFields, 0, int32(len(st.inner))
+			} else if key == "source" {
+				// Only its position fields matter: read them without
+				// storing the block as a row.
+				if !st.source() {
+					return false
+				}
+				f.shape, f.lo, f.hi = shapeSource, int32(len(st.sources)-1), 0
+			} else {
+				r, ok := st.row()
+				if !ok {
+					return false
+				}
+				f.shape, f.lo, f.hi = shapeRow, r.lo, r.hi
+			}
+			f.val = rules.Value{Kind: rules.KindJSON, Text: sc.s[start:sc.i]}
+		case '[':
+			if !st.array(&f) {
+				return false
+			}
+			f.val = rules.Value{Kind: rules.KindJSON, Text: sc.s[start:sc.i]}
+		default:
+			if f.val, ok = sc.value(); !ok {
+				return false
+			}
+		}
+		sc.pop()
+		n := len(*dst)
+		if k := keyID(key); k >= 0 {
+			idx[k] = int32(n)
+		}
+		// Copy field by field (see addColumn).
+		if n == cap(*dst) {
+			*dst = append(*dst, field{})
+		} else {
+			*dst = (*dst)[:n+1]
+		}
+		d := &(*dst)[n]
+		d.name = f.name
+		d.val.Kind = f.val.Kind
+		d.val.Text = f.val.Text
+		d.off, d.shape, d.lo, d.hi = f.off, f.shape, f.lo, f.hi
+	}
+}
+
+// sourceInfo is what a Debezium "source" block says about a change.
+type sourceInfo struct {
+	db, schema, table string
+	file, gtid        string
+	pos, tsMs, tsSec  int64 // -1 when absent
+	snapshot          bool
+}
+
+// source reads a Debezium "source" object at sc.i into a new entry of
+// st.sources. Members other than the position fields are only validated.
+func (st *decodeState) source() bool {
+	sc := &st.sc
+	if !sc.beginObject() {
+		return false
+	}
+	st.sources = append(st.sources, sourceInfo{pos: -1, tsMs: -1, tsSec: -1})
+	si := &st.sources[len(st.sources)-1]
+	for first := true; ; first = false {
+		key, ok := sc.nextKey(first)
+		if !ok {
+			return !sc.failed
+		}
+		switch key {
+		case "db", "schema", "table", "file", "gtid", "pos", "ts_ms", "ts_sec", "snapshot":
+		default:
+			if !sc.skip() {
+				return false
+			}
+			continue
+		}
+		sc.pushKey(sc.keyLo, sc.keyHi)
+		v, ok := sc.value()
+		if !ok {
+			return false
+		}
+		sc.pop()
+		str := ""
+		if v.Kind == rules.KindString {
+			str = v.Text
+		}
+		switch key {
+		case "db":
+			si.db = str
+		case "schema":
+			si.schema = str
+		case "table":
+			si.table = str
+		case "file":
+			si.file = str
+		case "gtid":
+			si.gtid = str
+		case "pos":
+			if n, ok := parseInt64(v); ok {
+				si.pos = n
+			}
+		case "ts_ms":
+			if n, ok := parseInt64(v); ok {
+				si.tsMs = n
+			}
+		case "ts_sec":
+			if n, ok := parseInt64(v); ok {
+				si.tsSec = n
+			}
+		case "snapshot":
+			si.snapshot = isSnapshotMarker(v)
+		}
+	}
+}
+
+// array parses the array at sc.i. When every element is an object, the
+// elements become rows and f.shape is shapeRows; otherwise shapeArray.
+func (st *decodeState) array(f *field) bool {
+	sc := &st.sc
+	if !sc.enter() {
+		return false
+	}
+	sc.i++
+	f.shape = shapeRows
+	f.lo = int32(len(st.rows))
+	n := 0
+	for first := true; sc.nextElem(first); first = false {
+		sc.pushElem(n)
+		if f.shape == shapeRows && sc.i < len(sc.s) && sc.s[sc.i] == '{' {
+			r, ok := st.row()
+			if !ok {
+				return false
+			}
+			st.rows = append(st.rows, r)
+		} else {
+			f.shape = shapeArray
+			if !sc.skip() {
+				return false
+			}
+		}
+		sc.pop()
+		n++
+	}
+	f.hi = int32(len(st.rows))
+	return !sc.failed
+}
+
+// row parses the object at sc.i into the column arena. Nested objects and
+// arrays become KindJSON values with their raw text.
+//
+// This is the hot loop of decoding: it keeps the offset in a local and
+// reads strings and numbers inline, falling back to the scanner's methods
+// for anything else.
+func (st *decodeState) row() (span, bool) {
+	sc := &st.sc
+	if !sc.beginObject() {
+		return absent, false
+	}
+	s := sc.s
+	lo := int32(len(st.cols))
+	i := wsEnd(s, sc.i)
+	if i < len(s) && s[i] == '}' {
+		sc.i = i + 1
+		sc.leave()
+		return span{lo, lo}, true
+	}
+	for {
+		if i >= len(s) || s[i] != '"' {
+			sc.i = i
+			return absent, sc.failAt("expected member name")
+		}
+		sc.i = i
+		key, ok := sc.str()
+		if !ok {
+			return absent, false
+		}
+		klo, khi := i+1, sc.i-1
+		i = wsEnd(s, sc.i)
+		if i >= len(s) || s[i] != ':' {
+			sc.i = i
+			return absent, sc.failAt("expected ':' after member name")
+		}
+		i = wsEnd(s, i+1)
+		sc.pushKey(klo, khi)
+		var v rules.Value
+		switch {
+		case i >= len(s):
+			sc.i = i
+			return absent, sc.failAt("expected a JSON value")
+		case s[i] == '"':
+			sc.i = i
+			if v.Text, ok = sc.str(); !ok {
+				return absent, false
+			}
+			v.Kind = rules.KindString
+			i = sc.i
+		case s[i] == '-' || s[i]-'0' <= 9:
+			end, kind, problem := numberEnd(s, i)
+			if problem != "" {
+				return absent, sc.fail(i, problem)
+			}
+			v = rules.Value{Kind: kind, Text: s[i:end]}
+			i = end
+		default:
+			sc.i = i
+			if v, ok = sc.value(); !ok {
+				return absent, false
+			}
+			i = sc.i
+		}
+		sc.pop()
+		st.addColumn(key, v)
+		i = wsEnd(s, i)
+		if i < len(s) {
+			if s[i] == ',' {
+				i = wsEnd(s, i+1)
+				continue
+			}
+			if s[i] == '}' {
+				sc.i = i + 1
+				sc.leave()
+				return span{lo, int32(len(st.cols))}, true
+			}
+		}
+		sc.i = i
+		return absent, sc.failAt("expected ',' or '}' after object member")
+	}
+}
+
+// addColumn appends a column to the arena. Writing the fields in place
+// rather than appending a composite value keeps the GC's write barrier on
+// its fast path.
+func (st *decodeState) addColumn(name string, v rules.Value) {
+	n := len(st.cols)
+	if n == cap(st.cols) {
+		st.cols = append(st.cols, rules.Column{})
+	} else {
+		st.cols = st.cols[:n+1]
+	}
+	c := &st.cols[n]
+	c.Name = name
+	c.Value.Kind = v.Kind
+	c.Value.Text = v.Text
+}
+
+// rowOf returns the row image held by field f: absent for a missing field
+// or null, an error reason for anything but an object.
+func rowOf(f *field) (span, bool) {
+	if f == nil || (f.shape == shapeScalar && f.val.Kind == rules.KindNull) {
+		return absent, true
+	}
+	if f.shape != shapeRow {
+		return absent, false
+	}
+	return span{f.lo, f.hi}, true
+}
+
+// overlay appends to the arena a copy of base with the values of old
+// replacing those of the same name; columns of old that base lacks are
+// appended after base's. It returns the new row.
+func (st *decodeState) overlay(base, old span) span {
+	lo := int32(len(st.cols))
+	for i := base.lo; i < base.hi; i++ {
+		c := st.cols[i]
+		if old.present() {
+			for j := old.lo; j < old.hi; j++ {
+				if st.cols[j].Name == c.Name {
+					c.Value = st.cols[j].Value
+					break
+				}
+			}
+		}
+		st.addColumn(c.Name, c.Value)
+	}
+	if old.present() {
+	next:
+		for j := old.lo; j < old.hi; j++ {
+			name := st.cols[j].Name
+			for i := base.lo; i < base.hi; i++ {
+				if st.cols[i].Name == name {
+					continue next
+				}
+			}
+			st.addColumn(name, st.cols[j].Value)
+		}
+	}
+	return span{lo, int32(len(st.cols))}
+}

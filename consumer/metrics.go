@@ -1,0 +1,191 @@
+package consumer
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the daemon's Prometheus metrics. Create them with NewMetrics
+// on a registry of your own; a Metrics is safe for concurrent use.
+//
+// Outcomes of cachewarden_events_total: "planned" (a row change that
+// produced ops), "unmatched" (a row change no rule turned into an op),
+// "skipped" (a message without row changes: DDL, heartbeat, tombstone...),
+// "poison" (a message that could not be decoded or planned). Outcomes of
+// cachewarden_ops_total are cacheops outcome names ("incr", "added",
+// "appended", "loaded", "deleted", "recounted", ...) and "failed" for an op
+// given up on after a permanent error; retried attempts are counted in
+// cachewarden_apply_retries_total, not as outcomes.
+type Metrics struct {
+	events          *prometheus.CounterVec
+	ops             *prometheus.CounterVec
+	batchMessages   prometheus.Histogram
+	batchOps        prometheus.Histogram
+	batchDuration   prometheus.Histogram
+	coalesceSaved   prometheus.Counter
+	applyDuration   *prometheus.HistogramVec
+	applyRetries    prometheus.Counter
+	mysqlDuration   *prometheus.HistogramVec
+	recounts        *prometheus.CounterVec
+	poison          *prometheus.CounterVec
+	dlqMessages     *prometheus.CounterVec
+	dlqErrors       prometheus.Counter
+	lag             *prometheus.GaugeVec
+	commitDuration  prometheus.Histogram
+	commits         *prometheus.CounterVec
+	rebumpsPending  prometheus.Gauge
+	rebumps         *prometheus.CounterVec
+	ready           prometheus.Gauge
+	memcachedUp     prometheus.Gauge
+	groupJoined     prometheus.Gauge
+	assigned        prometheus.Gauge
+	generations     prometheus.Counter
+	partitionErrors prometheus.Counter
+}
+
+// latencyBuckets span 0.5ms to ~16s.
+var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
+
+// NewMetrics creates the metrics and registers them with reg (which must
+// not hold them already). A nil reg leaves them unregistered.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_events_total",
+			Help: "Change events read, by topic, CDC format and outcome (planned, unmatched, skipped, poison).",
+		}, []string{"topic", "format", "outcome"}),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_ops_total",
+			Help: "Coalesced cache ops applied, by kind and outcome (failed: given up after a permanent error).",
+		}, []string{"kind", "outcome"}),
+		batchMessages: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cachewarden_batch_messages",
+			Help:    "Messages per batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+		}),
+		batchOps: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cachewarden_batch_ops",
+			Help:    "Cache ops per batch after coalescing.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+		}),
+		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cachewarden_batch_duration_seconds",
+			Help:    "Time to decode, plan, coalesce and apply one batch, retries and DLQ writes included.",
+			Buckets: latencyBuckets,
+		}),
+		coalesceSaved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cachewarden_coalesce_saved_ops_total",
+			Help: "Planned ops that coalescing merged away (memcached operations saved).",
+		}),
+		applyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cachewarden_apply_duration_seconds",
+			Help:    "Time of one apply call, by applier (cacheops: bumps and sets in memcached; counters: memcached incr/decr and MySQL recounts).",
+			Buckets: latencyBuckets,
+		}, []string{"applier"}),
+		applyRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cachewarden_apply_retries_total",
+			Help: "Apply attempts repeated after a transient memcached or MySQL error.",
+		}),
+		mysqlDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cachewarden_mysql_query_duration_seconds",
+			Help:    "Time of one MySQL query, by query kind (recount, load) and outcome (ok, error).",
+			Buckets: latencyBuckets,
+		}, []string{"query", "outcome"}),
+		recounts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_recounts_total",
+			Help: "Counter recounts requested, by reason (planned: an update without before image; reassigned: deltas of the first batch after a partition assignment; replay).",
+		}, []string{"reason"}),
+		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_poison_messages_total",
+			Help: "Messages that could not be decoded or planned, by topic.",
+		}, []string{"topic"}),
+		dlqMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_dlq_messages_total",
+			Help: "Poison messages written to the dead-letter topic, by original topic.",
+		}, []string{"topic"}),
+		dlqErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cachewarden_dlq_write_errors_total",
+			Help: "Failed attempts to write poison messages to the dead-letter topic (retried).",
+		}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cachewarden_consumer_lag",
+			Help: "Messages behind the partition's high watermark after the last applied batch.",
+		}, []string{"topic", "partition"}),
+		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cachewarden_commit_duration_seconds",
+			Help:    "Time of one offset commit.",
+			Buckets: latencyBuckets,
+		}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_commits_total",
+			Help: "Offset commits, by outcome (ok, error).",
+		}, []string{"outcome"}),
+		rebumpsPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cachewarden_rebumps_pending",
+			Help: "Delayed second bumps (rebump_after) waiting in memory.",
+		}),
+		rebumps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_rebumps_total",
+			Help: "Delayed second bumps applied, by outcome (ok, error, dropped).",
+		}, []string{"outcome"}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cachewarden_ready",
+			Help: "1 when memcached answers and the consumer group is joined.",
+		}),
+		memcachedUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cachewarden_memcached_up",
+			Help: "1 when every memcached server answered the last health check.",
+		}),
+		groupJoined: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cachewarden_group_joined",
+			Help: "1 while the daemon is a member of a consumer group generation.",
+		}),
+		assigned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cachewarden_assigned_partitions",
+			Help: "Partitions assigned in the current generation.",
+		}),
+		generations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cachewarden_group_generations_total",
+			Help: "Consumer group generations joined (rebalances).",
+		}),
+		partitionErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cachewarden_partition_errors_total",
+			Help: "Partition consumers stopped by a read or commit error (the group rejoins).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.coalesceSaved,
+			m.applyDuration, m.applyRetries, m.mysqlDuration, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
+			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.ready, m.memcachedUp,
+			m.groupJoined, m.assigned, m.generations, m.partitionErrors)
+	}
+	return m
+}
+
+// ObserveMySQL records one MySQL query's duration; query is "recount" or
+// "load".
+func (m *Metrics) ObserveMySQL(query string, d time.Duration, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.mysqlDuration.WithLabelValues(query, outcome).Observe(d.Seconds())
+}
+
+func (m *Metrics) setLag(topic string, partition int, lag int64) {
+	m.lag.WithLabelValues(topic, strconv.Itoa(partition)).Set(float64(max(lag, 0)))
+}
+
+func (m *Metrics) forgetPartition(topic string, partition int) {
+	m.lag.DeleteLabelValues(topic, strconv.Itoa(partition))
+}
+
+func boolGauge(g prometheus.Gauge, v bool) {
+	if v {
+		g.Set(1)
+	} else {
+		g.Set(0)
+	}
+}

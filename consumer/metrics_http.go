@@ -1,0 +1,35 @@
+package consumer
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewHTTPHandler serves the daemon's operational endpoints:
+//
+//   - /metrics: the metrics gathered from g, in Prometheus text format;
+//   - /healthz: 200 "ok" while the process serves requests;
+//   - /readyz: 200 "ready" when ready() is true, else 503 "not ready"
+//     (see Daemon.Ready).
+//
+// The handler is safe for concurrent use.
+func NewHTTPHandler(g prometheus.Gatherer, ready func() bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if ready == nil || !ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte("not ready\n"))
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	return mux
+}

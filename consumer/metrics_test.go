@@ -1,0 +1,61 @@
+package consumer
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestHTTPHandler(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.events.WithLabelValues("cdc", "debezium", "planned").Add(3)
+	m.setLag("cdc", 2, 17)
+	var ready atomic.Bool
+	srv := httptest.NewServer(NewHTTPHandler(reg, ready.Load))
+	defer srv.Close()
+
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz = %d", code)
+	}
+	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz when not ready = %d, want 503", code)
+	}
+	ready.Store(true)
+	if code, _ := get("/readyz"); code != 200 {
+		t.Errorf("/readyz when ready = %d, want 200", code)
+	}
+	code, body := get("/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics = %d", code)
+	}
+	for _, want := range []string{
+		`cachewarden_events_total{format="debezium",outcome="planned",topic="cdc"} 3`,
+		`cachewarden_consumer_lag{partition="2",topic="cdc"} 17`,
+		`# TYPE cachewarden_commit_duration_seconds histogram`,
+		`# TYPE cachewarden_apply_retries_total counter`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	m.forgetPartition("cdc", 2)
+	if _, body := get("/metrics"); strings.Contains(body, "cachewarden_consumer_lag{") {
+		t.Errorf("lag of a revoked partition still exported")
+	}
+}

@@ -1,0 +1,524 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// Message is one CDC message to process: a Kafka record, or a line of an
+// NDJSON file (Pos.Line set, no Kafka coordinates).
+type Message struct {
+	Key     []byte
+	Value   []byte
+	Headers []kafka.Header
+	// Time is the record's timestamp; zero when unknown.
+	Time time.Time
+	// Pos is where the message came from; it becomes the events' Source.
+	Pos rules.Position
+}
+
+// Applier applies cache ops; results[i] receives the outcome of ops[i].
+// *cacheops.Writer (bumps and sets) and *counters.Counters (counts and
+// recounts) are Appliers.
+type Applier interface {
+	Apply(ctx context.Context, ops []rules.Op, results []cacheops.Result) error
+}
+
+// Poison is a message that could not be decoded, or one of whose row
+// changes could not be planned.
+type Poison struct {
+	Message Message
+	Err     error
+}
+
+// PoisonSink receives poison messages before the batch holding them is
+// committed. *DLQ is one.
+type PoisonSink interface {
+	Send(ctx context.Context, poison []Poison) error
+}
+
+// Retry backoff defaults (PipelineConfig.RetryMin, RetryMax).
+const (
+	DefaultRetryMin = 50 * time.Millisecond
+	DefaultRetryMax = 5 * time.Second
+)
+
+// PipelineConfig assembles a Pipeline.
+type PipelineConfig struct {
+	// Rules plans events into ops; required.
+	Rules *rules.RuleSet
+	// Decoder decodes messages of topics without an entry in
+	// TopicDecoders; nil means a zero Decoder (format auto).
+	Decoder *Decoder
+	// TopicDecoders fixes the decoder per topic; may be nil.
+	TopicDecoders map[string]*Decoder
+	// Writer applies bumps and set ops (a *cacheops.Writer); required.
+	Writer Applier
+	// Counters applies count and recount ops (a *counters.Counters); nil
+	// means Writer applies them too (for a writer that handles every
+	// kind).
+	Counters Applier
+	// Poison receives poison messages (a *DLQ); nil means they are only
+	// logged and counted.
+	Poison PoisonSink
+	// Rebump schedules the delayed second bump of rules with
+	// rebump_after; nil means rebump_after is ignored.
+	Rebump *Rebumper
+	// Metrics records what the pipeline does; nil means unregistered
+	// metrics of its own.
+	Metrics *Metrics
+	// Logger receives poison, failure and retry records; nil discards.
+	Logger *slog.Logger
+	// RetryMin and RetryMax bound the exponential backoff between apply
+	// attempts after transient errors; defaults 50ms and 5s.
+	RetryMin, RetryMax time.Duration
+	// RecountReason labels recounts that CoalesceOptions.Recount creates
+	// in cachewarden_recounts_total; default "reassigned".
+	RecountReason string
+}
+
+// Pipeline turns batches of CDC messages into applied cache ops: decode,
+// plan, coalesce, apply (DESIGN §6). The daemon runs one per process and
+// shares it between partitions; replay uses it the same way. It is safe
+// for concurrent use; each goroutine brings its own Batch.
+type Pipeline struct {
+	cfg PipelineConfig
+	log *slog.Logger
+	m   *Metrics
+}
+
+// NewPipeline checks cfg and returns a Pipeline.
+func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("consumer: pipeline: no rules")
+	}
+	if cfg.Writer == nil {
+		return nil, errors.New("consumer: pipeline: a Writer is required")
+	}
+	if cfg.Decoder == nil {
+		cfg.Decoder = &Decoder{}
+	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = DefaultRetryMin
+	}
+	if cfg.RetryMax < cfg.RetryMin {
+		cfg.RetryMax = max(DefaultRetryMax, cfg.RetryMin)
+	}
+	if cfg.RecountReason == "" {
+		cfg.RecountReason = "reassigned"
+	}
+	p := &Pipeline{cfg: cfg, log: cfg.Logger, m: cfg.Metrics}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.m == nil {
+		p.m = NewMetrics(nil)
+	}
+	return p, nil
+}
+
+// Metrics returns the metrics the pipeline records into.
+func (p *Pipeline) Metrics() *Metrics { return p.m }
+
+// BatchStats counts what planning one batch found.
+type BatchStats struct {
+	// Messages is the number of messages in the batch.
+	Messages int
+	// Events counts row changes decoded; Unmatched those that produced
+	// no op.
+	Events, Unmatched int
+	// Skipped counts messages without row changes; Poison the poison
+	// messages.
+	Skipped, Poison int
+	// Plan sums the planner's counts.
+	Plan rules.PlanStats
+	// Coalesce says what coalescing did; Coalesce.In is the number of
+	// planned ops.
+	Coalesce CoalesceStats
+}
+
+// Batch is one batch's plan, and the scratch memory to make it. The zero
+// Batch is ready; reuse it for the next batch of the same goroutine.
+type Batch struct {
+	// Ops are the coalesced ops to apply.
+	Ops []rules.Op
+	// Poison are the batch's poison messages. The ops of their row
+	// changes that could be planned are in Ops all the same: applying
+	// them keeps the cache fresher, and re-applying them when the message
+	// is replayed from the DLQ is safe.
+	Poison []Poison
+	Stats  BatchStats
+
+	planned   []rules.Op
+	decoded   Decoded
+	coalescer Coalescer
+	results   []cacheops.Result
+	events    map[eventLabels]int
+	outcomes  map[opLabels]int
+}
+
+type eventLabels struct{ topic, format, outcome string }
+
+type opLabels struct{ kind, outcome string }
+
+func (p *Pipeline) decoderFor(topic string) *Decoder {
+	if d, ok := p.cfg.TopicDecoders[topic]; ok {
+		return d
+	}
+	return p.cfg.Decoder
+}
+
+// Plan decodes msgs, plans their row changes and coalesces the ops into
+// b.Ops; poison messages go to b.Poison. Nothing is applied. msgs' values
+// must stay unchanged until b is reused (poison messages keep them).
+func (p *Pipeline) Plan(b *Batch, msgs []Message, opts CoalesceOptions) {
+	b.planned = b.planned[:0]
+	clear(b.Poison) // drop references to old messages
+	b.Poison = b.Poison[:0]
+	b.Stats = BatchStats{Messages: len(msgs)}
+	if b.events == nil {
+		b.events = make(map[eventLabels]int)
+	}
+	clear(b.events)
+	for i := range msgs {
+		msg := &msgs[i]
+		dec := p.decoderFor(msg.Pos.Topic)
+		if err := dec.Decode(msg.Value, msg.Pos, &b.decoded); err != nil {
+			b.poison(msg, err, b.decoded.Format)
+			continue
+		}
+		format := b.decoded.Format.String()
+		if b.decoded.Skip != "" {
+			b.Stats.Skipped++
+			b.events[eventLabels{msg.Pos.Topic, format, "skipped"}]++
+			continue
+		}
+		var st rules.PlanStats
+		var firstErr error
+		b.planned, firstErr = planMessage(p.cfg.Rules, b.decoded.Events, b.planned, &st, func(_, added int, err error) {
+			b.Stats.Events++
+			switch {
+			case err != nil:
+			case added == 0:
+				b.Stats.Unmatched++
+				b.events[eventLabels{msg.Pos.Topic, format, "unmatched"}]++
+			default:
+				b.events[eventLabels{msg.Pos.Topic, format, "planned"}]++
+			}
+		})
+		b.Stats.Plan.Add(st)
+		if firstErr != nil {
+			b.poison(msg, firstErr, b.decoded.Format)
+		}
+	}
+	var cs CoalesceStats
+	b.Ops, cs = b.coalescer.Coalesce(b.Ops[:0], b.planned, opts)
+	b.Stats.Coalesce = cs
+	clear(b.planned) // the coalesced ops hold what is needed
+}
+
+func (b *Batch) poison(msg *Message, err error, format Format) {
+	b.Stats.Poison++
+	b.Poison = append(b.Poison, Poison{Message: *msg, Err: err})
+	b.events[eventLabels{msg.Pos.Topic, format.String(), "poison"}]++
+}
+
+// Process plans msgs into b and applies the result (Plan, then Apply).
+func (p *Pipeline) Process(ctx context.Context, b *Batch, msgs []Message, opts CoalesceOptions) error {
+	start := time.Now()
+	p.Plan(b, msgs, opts)
+	err := p.Apply(ctx, b)
+	if err == nil {
+		p.m.batchDuration.Observe(time.Since(start).Seconds())
+	}
+	return err
+}
+
+// Apply handles a planned batch:
+//
+//  1. poison messages are logged once each, counted, and handed to the
+//     PoisonSink (retried with backoff until it takes them);
+//  2. the ops are applied, bumps and sets by the Writer and counter ops by
+//     the Counters (if any) concurrently; ops that fail with an error
+//     cacheops.Retryable accepts are retried, alone, with capped
+//     exponential backoff (RetryMin..RetryMax) for as long as it takes:
+//     the caller (the partition) waits, nothing is skipped;
+//  3. an op that fails permanently (an invalid key, a value memcached
+//     refuses whatever happens) is logged once with its rule and source,
+//     counted as outcome "failed", and given up: retrying could never
+//     succeed, and holding the partition forever would stop every other
+//     key. The cache operations that do the handling (cacheops,
+//     counters) delete items they cannot keep correct, so giving up
+//     leaves no wrong value behind.
+//
+// Apply returns nil when the batch may be committed, or ctx's error when
+// ctx ends first (the batch must then not be committed). After success
+// the delayed second bumps of the batch's bump ops are scheduled.
+func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
+	p.recordPlan(b)
+	if len(b.Poison) > 0 {
+		if err := p.handlePoison(ctx, b.Poison); err != nil {
+			return err
+		}
+	}
+	if len(b.Ops) > 0 {
+		if err := p.applyOps(ctx, b); err != nil {
+			return err
+		}
+	}
+	if p.cfg.Rebump != nil {
+		for i := range b.Ops {
+			op := &b.Ops[i]
+			if op.Kind == rules.OpBump && op.Rule != nil && op.Rule.RebumpAfter > 0 && b.results[i].Err == nil {
+				p.cfg.Rebump.Schedule(*op)
+			}
+		}
+	}
+	return nil
+}
+
+// recordPlan adds a planned batch's counts to the metrics.
+func (p *Pipeline) recordPlan(b *Batch) {
+	for l, n := range b.events {
+		p.m.events.WithLabelValues(l.topic, l.format, l.outcome).Add(float64(n))
+	}
+	clear(b.events)
+	p.m.batchMessages.Observe(float64(b.Stats.Messages))
+	p.m.batchOps.Observe(float64(len(b.Ops)))
+	if saved := b.Stats.Coalesce.Saved(); saved > 0 {
+		p.m.coalesceSaved.Add(float64(saved))
+	}
+	if n := b.Stats.Coalesce.DeltasToRecounts; n > 0 {
+		p.m.recounts.WithLabelValues(p.cfg.RecountReason).Add(float64(n))
+	}
+	planned := -b.Stats.Coalesce.DeltasToRecounts
+	for i := range b.Ops {
+		if b.Ops[i].Kind == rules.OpRecount {
+			planned++
+		}
+	}
+	if planned > 0 {
+		p.m.recounts.WithLabelValues("planned").Add(float64(planned))
+	}
+}
+
+func (p *Pipeline) handlePoison(ctx context.Context, poison []Poison) error {
+	for i := range poison {
+		msg := &poison[i].Message
+		p.m.poison.WithLabelValues(msg.Pos.Topic).Inc()
+		p.log.Warn("poison message", positionAttrs(msg.Pos, "error", poison[i].Err.Error(),
+			"to_dlq", p.cfg.Poison != nil)...)
+	}
+	if p.cfg.Poison == nil {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		err := p.cfg.Poison.Send(ctx, poison)
+		if err == nil {
+			for i := range poison {
+				p.m.dlqMessages.WithLabelValues(poison[i].Message.Pos.Topic).Inc()
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.m.dlqErrors.Inc()
+		wait := p.backoff(attempt)
+		if logAttempt(attempt) {
+			p.log.Error("cannot write poison messages to the DLQ; the partition waits",
+				"messages", len(poison), "attempt", attempt+1, "retry_in", wait, "error", err.Error())
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// applyOps applies b.Ops until each has succeeded or failed permanently.
+func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
+	n := len(b.Ops)
+	if cap(b.results) < n {
+		b.results = make([]cacheops.Result, n)
+	}
+	b.results = b.results[:n]
+	clear(b.results)
+	pending := make([]int, n)
+	for i := range pending {
+		pending[i] = i
+	}
+	if b.outcomes == nil {
+		b.outcomes = make(map[opLabels]int)
+	}
+	clear(b.outcomes)
+	defer func() {
+		for l, c := range b.outcomes {
+			p.m.ops.WithLabelValues(l.kind, l.outcome).Add(float64(c))
+		}
+	}()
+	var (
+		writerIdx, counterIdx []int
+		writerOps, counterOps []rules.Op
+		writerRes, counterRes []cacheops.Result
+		permanentLogged       int
+	)
+	for attempt := 0; ; attempt++ {
+		writerIdx, counterIdx = writerIdx[:0], counterIdx[:0]
+		writerOps, counterOps = writerOps[:0], counterOps[:0]
+		for _, i := range pending {
+			if p.cfg.Counters != nil && isCounterOp(b.Ops[i].Kind) {
+				counterIdx = append(counterIdx, i)
+				counterOps = append(counterOps, b.Ops[i])
+			} else {
+				writerIdx = append(writerIdx, i)
+				writerOps = append(writerOps, b.Ops[i])
+			}
+		}
+		writerRes = resize(writerRes, len(writerOps))
+		counterRes = resize(counterRes, len(counterOps))
+		var wg sync.WaitGroup
+		if len(counterOps) > 0 {
+			wg.Go(func() { p.timedApply(ctx, "counters", p.cfg.Counters, counterOps, counterRes) })
+		}
+		if len(writerOps) > 0 {
+			p.timedApply(ctx, "cacheops", p.cfg.Writer, writerOps, writerRes)
+		}
+		wg.Wait()
+		for j, i := range writerIdx {
+			b.results[i] = writerRes[j]
+		}
+		for j, i := range counterIdx {
+			b.results[i] = counterRes[j]
+		}
+		if err := ctx.Err(); err != nil {
+			// Cancelled ops fail with ctx's error, which is not an op
+			// failure: the whole batch is abandoned uncommitted.
+			return err
+		}
+
+		retry := pending[:0]
+		var firstErr error
+		for _, i := range pending {
+			res := b.results[i]
+			kind := b.Ops[i].Kind.String()
+			switch {
+			case res.Err == nil:
+				b.outcomes[opLabels{kind, res.Outcome.String()}]++
+			case cacheops.Retryable(res.Err):
+				retry = append(retry, i)
+				if firstErr == nil {
+					firstErr = res.Err
+				}
+			default:
+				b.outcomes[opLabels{kind, "failed"}]++
+				if permanentLogged < maxPermanentLogs {
+					op := &b.Ops[i]
+					p.log.Error("cache op failed permanently; giving up on it", positionAttrs(op.Source,
+						"op", kind, "key", op.Key, "rule", ruleName(op), "error", res.Err.Error())...)
+				}
+				permanentLogged++
+			}
+		}
+		pending = retry
+		if len(pending) == 0 {
+			break
+		}
+		p.m.applyRetries.Inc()
+		wait := p.backoff(attempt)
+		if logAttempt(attempt) {
+			p.log.Warn("cache ops failed; retrying, the partition waits",
+				"failed", len(pending), "of", n, "attempt", attempt+1, "retry_in", wait, "error", firstErr.Error())
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+	if permanentLogged > maxPermanentLogs {
+		p.log.Error("more cache ops failed permanently in the batch", "not_logged", permanentLogged-maxPermanentLogs)
+	}
+	return nil
+}
+
+// maxPermanentLogs bounds the per-op failure records of one batch.
+const maxPermanentLogs = 10
+
+func (p *Pipeline) timedApply(ctx context.Context, name string, a Applier, ops []rules.Op, res []cacheops.Result) {
+	start := time.Now()
+	// The error joins the per-op errors that res holds already.
+	_ = a.Apply(ctx, ops, res)
+	p.m.applyDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+}
+
+// backoff returns the wait before retry attempt+1: RetryMin doubled per
+// attempt up to RetryMax, with up to 20% jitter subtracted so partitions do
+// not retry in lockstep.
+func (p *Pipeline) backoff(attempt int) time.Duration {
+	d := p.cfg.RetryMin
+	for range min(attempt, 30) {
+		d *= 2
+		if d >= p.cfg.RetryMax {
+			d = p.cfg.RetryMax
+			break
+		}
+	}
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// logAttempt reports whether retry attempt (0-based) is logged: the first
+// ones and then every power of two, so a long outage logs a few lines an
+// hour rather than one per retry.
+func logAttempt(attempt int) bool {
+	n := attempt + 1
+	return n <= 3 || n&(n-1) == 0
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func resize(r []cacheops.Result, n int) []cacheops.Result {
+	if cap(r) < n {
+		return make([]cacheops.Result, n)
+	}
+	r = r[:n]
+	clear(r)
+	return r
+}
+
+func isCounterOp(k rules.OpKind) bool { return k == rules.OpCount || k == rules.OpRecount }
+
+func ruleName(op *rules.Op) string {
+	if op.Rule == nil {
+		return ""
+	}
+	return op.Rule.Name
+}
+
+// positionAttrs returns slog key-value pairs naming where a message came
+// from, followed by extra.
+func positionAttrs(pos rules.Position, extra ...any) []any {
+	attrs := make([]any, 0, 6+len(extra))
+	if pos.Topic != "" {
+		attrs = append(attrs, "topic", pos.Topic, "partition", pos.Partition, "offset", pos.Offset)
+	}
+	if pos.Line > 0 {
+		attrs = append(attrs, "line", pos.Line)
+	}
+	return append(attrs, extra...)
+}

@@ -1,0 +1,280 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// startMemcached starts a private memcached on addr for the rest of the
+// test (for tests that need to take memcached away and bring it back).
+func startMemcached(t *testing.T, addr string) {
+	t.Helper()
+	bin, err := exec.LookPath("memcached")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("memcached binary not found: %v", err)
+		}
+		t.Skipf("memcached binary not found (install memcached): %v", err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	args := []string{"-l", host, "-p", port, "-U", "0", "-m", "16"}
+	if os.Geteuid() == 0 {
+		args = append(args, "-u", "nobody")
+	}
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start memcached: %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	waitFor(t, 5*time.Second, func() string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return "memcached not listening yet: " + err.Error()
+		}
+		c.Close()
+		return ""
+	})
+}
+
+func userMessage(t *testing.T, offset int64, id int) Message {
+	t.Helper()
+	m := debezium("c", "shop", "users", nil, row("id", id))
+	return Message{Value: m.Value, Pos: rules.Position{Topic: "t", Offset: offset}}
+}
+
+// TestPipelineWaitsForMemcached checks that a batch is retried, without
+// giving up, until memcached comes back, and then applied.
+func TestPipelineWaitsForMemcached(t *testing.T) {
+	addr := deadAddr(t)
+	r := newRig(t, daemonRules, rigOptions{mcAddr: addr})
+	msgs := []Message{userMessage(t, 0, 1), userMessage(t, 1, 2)}
+	done := make(chan error, 1)
+	var b Batch
+	go func() { done <- r.pipeline.Process(context.Background(), &b, msgs, CoalesceOptions{}) }()
+	waitFor(t, 10*time.Second, func() string {
+		if n := metricValue(r.metrics.applyRetries); n < 5 {
+			return fmt.Sprintf("%v retries, want 5", n)
+		}
+		return ""
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Process returned %v while memcached was down", err)
+	default:
+	}
+	startMemcached(t, addr)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Process: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Process did not finish after memcached came back")
+	}
+	for _, id := range []string{"1", "2"} {
+		v, err := strconv.ParseInt(r.get("ns:user:"+id), 10, 64)
+		if err != nil || v <= 0 {
+			t.Errorf("ns:user:%s = %q, want a namespace version", id, r.get("ns:user:"+id))
+		}
+	}
+	if n := metricValue(r.metrics.ops.WithLabelValues("bump", "added")); n != 2 {
+		t.Errorf("bump/added ops = %v, want 2", n)
+	}
+	if n := metricValue(r.metrics.ops.WithLabelValues("bump", "failed")); n != 0 {
+		t.Errorf("bump/failed ops = %v, want 0: retried ops are not failures", n)
+	}
+}
+
+// TestPipelineCancelAbandons checks that cancelling a waiting batch
+// returns the context's error and counts no op as failed.
+func TestPipelineCancelAbandons(t *testing.T) {
+	r := newRig(t, daemonRules, rigOptions{mcAddr: deadAddr(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var b Batch
+	go func() { done <- r.pipeline.Process(ctx, &b, []Message{userMessage(t, 0, 1)}, CoalesceOptions{}) }()
+	waitFor(t, 10*time.Second, func() string {
+		if n := metricValue(r.metrics.applyRetries); n < 1 {
+			return "no retry yet"
+		}
+		return ""
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Process = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Process ignored the cancellation")
+	}
+	if n := metricValue(r.metrics.ops.WithLabelValues("bump", "failed")); n != 0 {
+		t.Errorf("bump/failed ops = %v, want 0", n)
+	}
+}
+
+// TestPipelinePermanentFailureDoesNotBlock applies an op the writer
+// refuses for good (no rule) next to a good one: the batch completes, the
+// good op is applied and the bad one is counted as failed.
+func TestPipelinePermanentFailureDoesNotBlock(t *testing.T) {
+	r := newRig(t, daemonRules, rigOptions{})
+	rule := r.pipeline.cfg.Rules.Rule("user-profile")
+	r.set("ns:user:8", "1")
+	b := Batch{Ops: []rules.Op{
+		{Kind: rules.OpBump, Key: r.key("ns:user:7")}, // no rule: cacheops.ErrInvalidOp
+		{Kind: rules.OpBump, Rule: rule, Key: r.key("ns:user:8")},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.pipeline.Apply(ctx, &b); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if got := r.get("ns:user:8"); got != "2" {
+		t.Errorf("ns:user:8 = %q, want 2", got)
+	}
+	if !errors.Is(b.results[0].Err, cacheops.ErrInvalidOp) {
+		t.Errorf("result of the bad op = %v, want ErrInvalidOp", b.results[0].Err)
+	}
+	if n := metricValue(r.metrics.ops.WithLabelValues("bump", "failed")); n != 1 {
+		t.Errorf("bump/failed ops = %v, want 1", n)
+	}
+	if n := metricValue(r.metrics.applyRetries); n != 0 {
+		t.Errorf("%v retries of a permanent failure", n)
+	}
+}
+
+// TestPipelinePoisonWithoutDLQ checks that without a DLQ poison messages
+// are counted and the batch completes.
+func TestPipelinePoisonWithoutDLQ(t *testing.T) {
+	r := newRig(t, daemonRules, rigOptions{})
+	msgs := []Message{
+		{Value: []byte("not json"), Pos: rules.Position{Topic: "t", Offset: 0}},
+		userMessage(t, 1, 4),
+	}
+	var b Batch
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.pipeline.Process(ctx, &b, msgs, CoalesceOptions{}); err != nil {
+		t.Fatalf("Process: %v", err)
+	}
+	if b.Stats.Poison != 1 || len(b.Poison) != 1 || b.Poison[0].Message.Pos.Offset != 0 {
+		t.Errorf("poison = %+v (stats %+v), want the message at offset 0", b.Poison, b.Stats)
+	}
+	if n := metricValue(r.metrics.poison.WithLabelValues("t")); n != 1 {
+		t.Errorf("poison metric = %v, want 1", n)
+	}
+	if r.get("ns:user:4") == "<missing>" {
+		t.Errorf("the good message was not applied")
+	}
+}
+
+// TestPlanStats checks the counts Plan reports and the recount option.
+func TestPlanStats(t *testing.T) {
+	r := newRig(t, daemonRules, rigOptions{})
+	comment := func(off int64, op string, before, after map[string]any) Message {
+		m := debezium(op, "blog", "comments", before, after)
+		return Message{Value: m.Value, Pos: rules.Position{Topic: "t", Offset: off}}
+	}
+	msgs := []Message{
+		comment(0, "c", nil, row("id", 1, "post_id", 9)),
+		comment(1, "c", nil, row("id", 2, "post_id", 9)),
+		comment(2, "d", row("id", 1, "post_id", 9), nil),
+		comment(3, "c", nil, row("id", 3, "post_id", 10)),
+		{Value: []byte(`{"op":"c","after":{"id":1},"source":{"db":"shop","table":"orders"}}`), Pos: rules.Position{Topic: "t", Offset: 4}},
+		{Value: nil, Pos: rules.Position{Topic: "t", Offset: 5}},
+	}
+	var b Batch
+	r.pipeline.Plan(&b, msgs, CoalesceOptions{})
+	want := BatchStats{Messages: 6, Events: 5, Unmatched: 1, Skipped: 1}
+	got := b.Stats
+	got.Plan, got.Coalesce = rules.PlanStats{}, CoalesceStats{}
+	if got != want {
+		t.Errorf("stats = %+v, want %+v", got, want)
+	}
+	if b.Stats.Coalesce.In != 4 || len(b.Ops) != 2 || b.Ops[0].Delta != 1 || b.Ops[1].Delta != 1 {
+		t.Errorf("ops = %v (coalesce %+v), want +1 at post 9 and +1 at post 10", b.Ops, b.Stats.Coalesce)
+	}
+	r.pipeline.Plan(&b, msgs, CoalesceOptions{Recount: true})
+	if len(b.Ops) != 2 || b.Ops[0].Kind != rules.OpRecount || b.Ops[1].Kind != rules.OpRecount || b.Stats.Coalesce.DeltasToRecounts != 2 {
+		t.Errorf("with Recount: ops = %v", b.Ops)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	p := &Pipeline{cfg: PipelineConfig{RetryMin: 50 * time.Millisecond, RetryMax: 5 * time.Second}}
+	prevMax := time.Duration(0)
+	for attempt := range 40 {
+		d := p.backoff(attempt)
+		ceiling := min(50*time.Millisecond<<min(attempt, 20), 5*time.Second)
+		if d > ceiling || d < ceiling*4/5 {
+			t.Errorf("backoff(%d) = %s, want within [%s, %s]", attempt, d, ceiling*4/5, ceiling)
+		}
+		prevMax = max(prevMax, d)
+	}
+	if prevMax > 5*time.Second {
+		t.Errorf("backoff exceeded its cap: %s", prevMax)
+	}
+}
+
+// BenchmarkPipelinePlan measures decode, plan and coalesce of a batch of
+// 2000 Debezium messages (no I/O).
+func BenchmarkPipelinePlan(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(daemonRules, "PREFIX", "bench:")), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	rs, err := rules.LoadPaths(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mc := memcache.New("127.0.0.1:1") // never contacted by Plan
+	p, err := NewPipeline(PipelineConfig{
+		Rules:    rs,
+		Writer:   cacheops.NewWriter(mc, nil, cacheops.WriterConfig{}, nil),
+		Counters: counters.New(mc, nil, counters.Config{}, nil),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	msgs := make([]Message, 0, 2000)
+	for i := range 2000 {
+		var m kafka.Message
+		switch i % 3 {
+		case 0:
+			m = debezium("u", "shop", "users", row("id", i%500, "name", "a"), row("id", i%500, "name", "b"))
+		case 1:
+			m = debezium("c", "shop", "user_interests", nil, row("user_id", i%200, "interest_id", i))
+		default:
+			m = debezium("c", "blog", "comments", nil, row("id", i, "post_id", i%100))
+		}
+		msgs = append(msgs, Message{Value: m.Value, Pos: rules.Position{Topic: "t", Offset: int64(i)}})
+	}
+	var batch Batch
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Plan(&batch, msgs, CoalesceOptions{})
+	}
+	st := batch.Stats.Coalesce
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(msgs)), "ns/msg")
+	b.ReportMetric(float64(st.In), "planned-ops")
+	b.ReportMetric(float64(st.Out), "coalesced-ops")
+}

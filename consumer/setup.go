@@ -1,0 +1,291 @@
+package consumer
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/segmentio/kafka-go/sasl/plain"
+
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// Stack is everything the daemon, replay and demo build from one
+// configuration: clients, appliers, the pipeline and the metrics. Build it
+// with NewStack and release it with Close once nothing uses it.
+type Stack struct {
+	Config *config.Config
+	Logger *slog.Logger
+	// Registry holds the cachewarden metrics plus the Go runtime and
+	// process collectors; serve it with HTTPHandler.
+	Registry *prometheus.Registry
+	Metrics  *Metrics
+	// Memcache is the client every applier shares.
+	Memcache *memcache.Client
+	// MySQL runs load and recount queries; nil when mysql.dsn is empty.
+	MySQL    *counters.MySQL
+	Writer   *cacheops.Writer
+	Counters *counters.Counters
+	Rebump   *Rebumper
+	// DLQ receives poison messages; nil without kafka.dlq_topic or with
+	// StackOptions.NoDLQ.
+	DLQ      *DLQ
+	Pipeline *Pipeline
+	// Kafka is how to reach the brokers (TLS and SASL included).
+	Kafka KafkaConn
+}
+
+// StackOptions adjust NewStack for commands other than `run`.
+type StackOptions struct {
+	// NoDLQ leaves poison messages to the log even when the config names
+	// a DLQ topic.
+	NoDLQ bool
+	// RecountReason labels the recounts that the pipeline makes of
+	// counter deltas (cachewarden_recounts_total); default "reassigned",
+	// replay uses "replay".
+	RecountReason string
+}
+
+// NewStack builds the stack for cfg, which must come from config.Load (its
+// RuleSet loaded). It does not connect to anything: memcached, MySQL and
+// Kafka are dialled when first used, so a service that is down at start-up
+// only delays readiness.
+func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stack, error) {
+	if cfg.RuleSet == nil {
+		return nil, errors.New("consumer: config has no loaded rules")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Stack{Config: cfg, Logger: logger, Registry: prometheus.NewRegistry()}
+	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.Metrics = NewMetrics(s.Registry)
+
+	kc, err := KafkaConnFromConfig(cfg.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	s.Kafka = kc
+
+	mc := memcache.New(cfg.Memcached.Servers...)
+	mc.Timeout = cfg.Memcached.Timeout
+	// The writer and the counters of every partition share the client.
+	mc.MaxIdleConns = 2 * cfg.Memcached.MaxConcurrency
+	s.Memcache = mc
+
+	var loader cacheops.SetLoader
+	var recounter counters.Recounter
+	if cfg.MySQL.DSN != "" {
+		s.MySQL, err = counters.OpenMySQL(cfg.MySQL.DSN, counters.DBConfig{
+			MaxOpenConns: cfg.MySQL.MaxOpenConns,
+			QueryTimeout: cfg.MySQL.QueryTimeout,
+		}, logger.With("component", "mysql"))
+		if err != nil {
+			return nil, err
+		}
+		timed := &timedMySQL{db: s.MySQL, m: s.Metrics}
+		loader, recounter = timed, timed
+	}
+	compactSample := cfg.Memcached.CompactSample
+	if compactSample == 0 {
+		compactSample = -1 // the writer's "never"
+	}
+	s.Writer = cacheops.NewWriter(mc, loader, cacheops.WriterConfig{
+		MaxConcurrency: cfg.Memcached.MaxConcurrency,
+		CompactRatio:   cfg.Memcached.CompactRatio,
+		CompactSample:  compactSample,
+		LoadTimeout:    cfg.MySQL.QueryTimeout,
+	}, logger.With("component", "cacheops"))
+	s.Counters = counters.New(mc, recounter, counters.Config{
+		MaxConcurrency: cfg.Memcached.MaxConcurrency,
+	}, logger.With("component", "counters"))
+	s.registerClientStats()
+
+	s.Rebump = NewRebumper(s.Writer, s.Metrics, logger.With("component", "rebump"))
+	if cfg.Kafka.DLQTopic != "" && !opts.NoDLQ {
+		if s.DLQ, err = NewDLQ(kc, cfg.Kafka.DLQTopic); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+
+	dec, topicDecoders, err := decodersFromConfig(cfg.Kafka)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	pc := PipelineConfig{
+		Rules:         cfg.RuleSet,
+		Decoder:       dec,
+		TopicDecoders: topicDecoders,
+		Writer:        s.Writer,
+		Counters:      s.Counters,
+		Rebump:        s.Rebump,
+		Metrics:       s.Metrics,
+		Logger:        logger.With("component", "pipeline"),
+		RecountReason: opts.RecountReason,
+	}
+	if s.DLQ != nil {
+		pc.Poison = s.DLQ
+	}
+	if s.Pipeline, err = NewPipeline(pc); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// DaemonConfig returns the daemon configuration the config file describes.
+func (s *Stack) DaemonConfig() Config {
+	return Config{
+		Kafka:     s.Kafka,
+		Group:     s.Config.Kafka.Group,
+		Topics:    s.Config.Kafka.Topics,
+		MaxEvents: s.Config.Batch.MaxEvents,
+		MaxWait:   s.Config.Batch.MaxWait,
+	}
+}
+
+// NewDaemon returns a daemon over the stack's pipeline with cfg (usually
+// DaemonConfig, adjusted).
+func (s *Stack) NewDaemon(cfg Config) (*Daemon, error) {
+	return New(cfg, Deps{Pipeline: s.Pipeline, Memcached: s.Memcache, Logger: s.Logger.With("component", "consumer")})
+}
+
+// HTTPHandler serves /metrics from the stack's registry, /healthz and
+// /readyz (ready reports readiness, usually Daemon.Ready).
+func (s *Stack) HTTPHandler(ready func() bool) http.Handler {
+	return NewHTTPHandler(s.Registry, ready)
+}
+
+// Close releases the stack's clients. Pending delayed bumps are not
+// applied here; Daemon.Run does that when it stops (or call
+// Rebump.Flush).
+func (s *Stack) Close() error {
+	var errs []error
+	if s.DLQ != nil {
+		errs = append(errs, s.DLQ.Close())
+	}
+	if s.MySQL != nil {
+		errs = append(errs, s.MySQL.Close())
+	}
+	if s.Memcache != nil {
+		errs = append(errs, s.Memcache.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// registerClientStats exposes the appliers' own counts as metrics.
+func (s *Stack) registerClientStats() {
+	w, c := s.Writer, s.Counters
+	s.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cachewarden_memcached_requests_total",
+			Help: "memcached requests (round trips) made by the writer and the counters.",
+		}, func() float64 { return float64(w.Stats().Calls + c.Stats().Calls) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cachewarden_set_compactions_total",
+			Help: "Set items rewritten without their dropped tokens.",
+		}, func() float64 { return float64(w.Stats().Compactions) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cachewarden_items_deleted_total",
+			Help: "Items deleted because they could not be kept correct (load or recount failed, set too large...).",
+		}, func() float64 { return float64(w.Stats().Deletes + c.Stats().Deletes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cachewarden_counter_drifts_total",
+			Help: "Counters found possibly wrong (a decr reaching zero, a non-numeric item) and recounted.",
+		}, func() float64 { return float64(c.Stats().Drifts) }),
+	)
+}
+
+// KafkaConnFromConfig translates the kafka section's connection settings,
+// reading the TLS files it names.
+func KafkaConnFromConfig(k config.Kafka) (KafkaConn, error) {
+	kc := KafkaConn{Brokers: k.Brokers, ClientID: k.ClientID}
+	if k.TLS.Enabled {
+		tc := &tls.Config{
+			MinVersion:         tls.VersionTLS12,
+			ServerName:         k.TLS.ServerName,
+			InsecureSkipVerify: k.TLS.InsecureSkipVerify,
+		}
+		if k.TLS.CAFile != "" {
+			pem, err := os.ReadFile(k.TLS.CAFile)
+			if err != nil {
+				return kc, fmt.Errorf("consumer: kafka.tls.ca_file: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return kc, fmt.Errorf("consumer: kafka.tls.ca_file %s: no PEM certificate", k.TLS.CAFile)
+			}
+		}
+		if k.TLS.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(k.TLS.CertFile, k.TLS.KeyFile)
+			if err != nil {
+				return kc, fmt.Errorf("consumer: kafka.tls client certificate: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		kc.TLS = tc
+	}
+	switch k.SASL.Mechanism {
+	case "":
+	case "plain":
+		kc.SASL = plain.Mechanism{Username: k.SASL.Username, Password: k.SASL.Password}
+	default:
+		return kc, fmt.Errorf("consumer: kafka.sasl: unsupported mechanism %q", k.SASL.Mechanism)
+	}
+	return kc, nil
+}
+
+// decodersFromConfig returns the default decoder and the per-topic ones.
+func decodersFromConfig(k config.Kafka) (*Decoder, map[string]*Decoder, error) {
+	f, err := ParseFormat(k.Format)
+	if err != nil {
+		return nil, nil, err
+	}
+	dec := &Decoder{Format: f, TopicTables: k.TopicTables}
+	var byTopic map[string]*Decoder
+	for topic, name := range k.TopicFormats {
+		f, err := ParseFormat(name)
+		if err != nil {
+			return nil, nil, fmt.Errorf("consumer: topic %s: %w", topic, err)
+		}
+		if byTopic == nil {
+			byTopic = make(map[string]*Decoder)
+		}
+		byTopic[topic] = &Decoder{Format: f, TopicTables: k.TopicTables}
+	}
+	return dec, byTopic, nil
+}
+
+// timedMySQL records the latency of every load and recount query.
+type timedMySQL struct {
+	db *counters.MySQL
+	m  *Metrics
+}
+
+func (t *timedMySQL) LoadMembers(ctx context.Context, query string, args []rules.Value) ([]string, error) {
+	start := time.Now()
+	members, err := t.db.LoadMembers(ctx, query, args)
+	t.m.ObserveMySQL("load", time.Since(start), err)
+	return members, err
+}
+
+func (t *timedMySQL) Count(ctx context.Context, query string, args []rules.Value) (int64, error) {
+	start := time.Now()
+	n, err := t.db.Count(ctx, query, args)
+	t.m.ObserveMySQL("recount", time.Since(start), err)
+	return n, err
+}

@@ -1,0 +1,97 @@
+package consumer
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
+)
+
+// TestConfigFormatsParse keeps the config's list of formats and the
+// decoders' names in step.
+func TestConfigFormatsParse(t *testing.T) {
+	for _, name := range config.Formats {
+		f, err := ParseFormat(name)
+		if err != nil || f.String() != name {
+			t.Errorf("config format %q: ParseFormat = %v, %v", name, f, err)
+		}
+	}
+}
+
+func TestNewStack(t *testing.T) {
+	mc := testsvc.Memcached(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("version: 1\nrules:\n  - name: u\n    table: shop.users\n    bump: \"ns:{id}\"\n"), 0o644)
+	path := filepath.Join(dir, "cw.yaml")
+	os.WriteFile(path, []byte(fmt.Sprintf(`kafka:
+  brokers: [127.0.0.1:9092]
+  group: g
+  topics: [cdc, flat]
+  topic_formats: {flat: debezium-flat}
+  topic_tables: {flat: shop.users}
+  dlq_topic: dead
+memcached:
+  servers: [%s]
+  max_concurrency: 4
+rules: [rules.yaml]
+batch: {max_events: 77, max_wait: 5ms}
+`, mc)), 0o644)
+	cfg, err := config.LoadEnv(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStack(cfg, nil, StackOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dc := s.DaemonConfig()
+	if dc.Group != "g" || !slices.Equal(dc.Topics, []string{"cdc", "flat"}) || dc.MaxEvents != 77 || dc.MaxWait != 5*time.Millisecond ||
+		!slices.Equal(dc.Kafka.Brokers, []string{"127.0.0.1:9092"}) || dc.Kafka.ClientID != "cachewarden" {
+		t.Errorf("DaemonConfig = %+v", dc)
+	}
+	if s.MySQL != nil {
+		t.Errorf("MySQL pool without a DSN")
+	}
+	if s.DLQ == nil || s.DLQ.Topic() != "dead" {
+		t.Errorf("DLQ = %v", s.DLQ)
+	}
+	if f := s.Pipeline.decoderFor("flat"); f.Format != FormatDebeziumFlat || f.TopicTables["flat"] != "shop.users" {
+		t.Errorf("decoder of topic flat = %+v", f)
+	}
+	if f := s.Pipeline.decoderFor("cdc"); f.Format != FormatAuto {
+		t.Errorf("decoder of topic cdc = %+v", f)
+	}
+	if err := s.Memcache.Ping(); err != nil {
+		t.Errorf("memcached client: %v", err)
+	}
+	mfs, err := s.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	for _, want := range []string{"cachewarden_memcached_requests_total", "cachewarden_ready", "go_goroutines", "cachewarden_batch_messages"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("registry lacks %s", want)
+		}
+	}
+	if d, err := s.NewDaemon(dc); err != nil || d.Ready() {
+		t.Errorf("NewDaemon = %v, %v (ready before running?)", d, err)
+	}
+	noDLQ, err := NewStack(cfg, nil, StackOptions{NoDLQ: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noDLQ.Close()
+	if noDLQ.DLQ != nil || noDLQ.Pipeline.cfg.Poison != nil {
+		t.Errorf("NoDLQ stack has a DLQ")
+	}
+}
