@@ -12,8 +12,8 @@ const (
 	// SkipTombstone: a null or empty message value (Kafka tombstone), or a
 	// Debezium envelope whose payload is null.
 	SkipTombstone = "tombstone"
-	// SkipDDL: a schema statement (Maxwell database-/table- types, Canal
-	// isDdl messages other than TRUNCATE).
+	// SkipDDL: a schema statement (Maxwell database-*, table-* and view-*
+	// types; Canal isDdl messages other than TRUNCATE).
 	SkipDDL = "ddl"
 	// SkipHeartbeat: a Debezium heartbeat ({"ts_ms":...} alone).
 	SkipHeartbeat = "heartbeat"
@@ -341,9 +341,4 @@ func parseInt64(v rules.Value) (int64, bool) {
 	}
 	n, err := strconv.ParseInt(v.Text, 10, 64)
 	return n, err == nil
-}
-
-// stringValue returns the text of a string value.
-func stringValue(v rules.Value) (string, bool) {
-	return v.Text, v.Kind == rules.KindString
 }

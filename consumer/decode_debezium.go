@@ -113,7 +113,7 @@ func (d *Decoder) debezium(m msg, pos rules.Position, out *Decoded) error {
 
 	db, table, missing := d.resolveTable(pos.Topic, db, table)
 	if missing != "" {
-		return d.missingTable(f, missing, m.prefix+"source", pos.Topic)
+		return d.missingTable(f, missing, m.prefix+"source."+shortName(missing), pos.Topic)
 	}
 	if err := st.applySchemaDecimals(f, m, before, after); err != nil {
 		return err
@@ -233,7 +233,7 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 	}
 	db, table, missing := d.resolveTable(pos.Topic, db, table)
 	if missing != "" {
-		return d.missingTable(f, missing, m.prefix+"__"+missing2flat(missing), pos.Topic)
+		return d.missingTable(f, missing, m.prefix+"__"+shortName(missing), pos.Topic)
 	}
 	before, after := absent, row
 	switch op {
@@ -249,7 +249,9 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 	return nil
 }
 
-func missing2flat(what string) string {
+// shortName is how Debezium names a missing "database" or "table" field
+// ("db" or "table").
+func shortName(what string) string {
 	if what == "database" {
 		return "db"
 	}

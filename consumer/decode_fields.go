@@ -419,12 +419,16 @@ func (st *decodeState) row() (span, bool) {
 			return absent, false
 		}
 		klo, khi := i+1, sc.i-1
-		i = wsEnd(s, sc.i)
+		i = sc.i
 		if i >= len(s) || s[i] != ':' {
-			sc.i = i
-			return absent, sc.failAt("expected ':' after member name")
+			if i = wsEnd(s, i); i >= len(s) || s[i] != ':' {
+				sc.i = i
+				return absent, sc.failAt("expected ':' after member name")
+			}
 		}
-		i = wsEnd(s, i+1)
+		if i++; i < len(s) && s[i] <= ' ' {
+			i = wsEnd(s, i)
+		}
 		sc.pushKey(klo, khi)
 		var v rules.Value
 		switch {
@@ -454,10 +458,14 @@ func (st *decodeState) row() (span, bool) {
 		}
 		sc.pop()
 		st.addColumn(key, v)
-		i = wsEnd(s, i)
+		if i < len(s) && s[i] <= ' ' {
+			i = wsEnd(s, i)
+		}
 		if i < len(s) {
 			if s[i] == ',' {
-				i = wsEnd(s, i+1)
+				if i++; i < len(s) && s[i] <= ' ' {
+					i = wsEnd(s, i)
+				}
 				continue
 			}
 			if s[i] == '}' {

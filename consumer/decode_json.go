@@ -27,8 +27,9 @@ const maxPath = 8
 // the first error.
 type scanner struct {
 	s string
-	// b holds the same bytes as s, or is nil; when present, strings are
-	// scanned eight bytes at a time.
+	// b holds the same bytes as s (the caller's message, read only during
+	// Decode), or is nil; when present, strings are scanned eight bytes at
+	// a time.
 	b     []byte
 	i     int
 	depth int
@@ -59,6 +60,9 @@ type pathSeg struct {
 }
 
 func (sc *scanner) reset(s string, b []byte) {
+	if len(b) != len(s) {
+		b = nil // not a copy of s: scan s bytewise
+	}
 	sc.s = s
 	sc.b = b
 	sc.i = 0
@@ -198,36 +202,48 @@ func (sc *scanner) beginObject() bool {
 // It returns ok=false with sc.failed unset at the closing '}'. first
 // tells whether no member has been read yet.
 func (sc *scanner) nextKey(first bool) (key string, ok bool) {
-	c := sc.peek()
-	if c == '}' {
-		sc.i++
+	s := sc.s
+	i := sc.i
+	if i < len(s) && s[i] <= ' ' {
+		i = wsEnd(s, i)
+	}
+	if i < len(s) && s[i] == '}' {
+		sc.i = i + 1
 		sc.leave()
 		return "", false
 	}
 	if !first {
-		if c != ',' {
+		if i >= len(s) || s[i] != ',' {
+			sc.i = i
 			sc.failAt("expected ',' or '}' after object member")
 			return "", false
 		}
-		sc.i++
-		c = sc.peek()
+		if i++; i < len(s) && s[i] <= ' ' {
+			i = wsEnd(s, i)
+		}
 	}
-	if c != '"' {
+	sc.i = i
+	if i >= len(s) || s[i] != '"' {
 		sc.failAt("expected member name")
 		return "", false
 	}
-	sc.keyLo = sc.i + 1
-	key, ok = sc.str()
-	if !ok {
+	sc.keyLo = i + 1
+	if key, ok = sc.str(); !ok {
 		return "", false
 	}
-	sc.keyHi = sc.i - 1
-	if sc.peek() != ':' {
-		sc.failAt("expected ':' after member name")
-		return "", false
+	i = sc.i
+	sc.keyHi = i - 1
+	if i >= len(s) || s[i] != ':' {
+		if i = wsEnd(s, i); i >= len(s) || s[i] != ':' {
+			sc.i = i
+			sc.failAt("expected ':' after member name")
+			return "", false
+		}
 	}
-	sc.i++
-	sc.skipWS()
+	if i++; i < len(s) && s[i] <= ' ' {
+		i = wsEnd(s, i)
+	}
+	sc.i = i
 	return key, true
 }
 
@@ -306,7 +322,7 @@ func specialBytes(w uint64) uint64 {
 // plainEnd returns the offset of the first byte at or after j that is
 // '"', '\\' or a control character (len(s) if none).
 func (sc *scanner) plainEnd(j int) int {
-	if b := sc.b; len(b) == len(sc.s) && j <= len(b) {
+	if b := sc.b; j <= len(b) {
 		for rest := b[j:]; len(rest) >= 8; rest = rest[8:] {
 			if m := specialBytes(binary.LittleEndian.Uint64(rest)); m != 0 {
 				return j + bits.TrailingZeros64(m)>>3
@@ -527,7 +543,7 @@ func (sc *scanner) literal(word string) bool {
 	return sc.failAt("expected a JSON value")
 }
 
-// scalar reads any JSON value at sc.i (spaces already skipped). Objects and
+// value reads any JSON value at sc.i (spaces already skipped). Objects and
 // arrays are validated and returned as KindJSON with their raw text.
 func (sc *scanner) value() (rules.Value, bool) {
 	if sc.i >= len(sc.s) {

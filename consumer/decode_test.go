@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cachewarden/cachewarden/rules"
@@ -665,6 +666,8 @@ func TestDecodeMalformed(t *testing.T) {
 		{"bad unicode escape", `{"op":"\u12G4"}`, []string{`invalid \u escape`}, 7, "op"},
 		{"unterminated string", `{"op":"c`, []string{"unterminated string"}, 6, "op"},
 		{"error inside array element", `{"data":[{"a":"1"},{"a":x}],"type":"INSERT","isDdl":false}`, []string{"data[1].a"}, 24, "data[1].a"},
+		{"error inside envelope", `{"schema":{},"payload":{"op":"c","after":{"id":x}}}`, []string{"payload.after.id: at byte 47"}, 47, "payload.after.id"},
+		{"escaped key in path", `{"op":"c","after":{"i\u0064":x}}`, []string{"after.id"}, 29, "after.id"},
 		{"too deep", deep, []string{"nesting deeper than 64"}, -2, "after.x"},
 		{"unknown shape", `{"hello":"world"}`, []string{"unrecognised change-event format", "hello"}, -1, ""},
 	}
@@ -843,4 +846,30 @@ func TestDecodeAllocs(t *testing.T) {
 			t.Errorf("%s: %.1f allocations per Decode, want at most 1", tc.name, allocs)
 		}
 	}
+}
+
+// TestDecodeConcurrent decodes with one Decoder from several goroutines,
+// each with its own Decoded (run with -race).
+func TestDecodeConcurrent(t *testing.T) {
+	d := Decoder{TopicTables: map[string]string{"t": "d.t"}}
+	lines := fixtureLines(t, "debezium-mysql-payload.ndjson")
+	want := make([]string, len(lines))
+	for i, line := range lines {
+		var out Decoded
+		err := d.Decode([]byte(line), rules.Position{Topic: "t"}, &out)
+		want[i] = fmt.Sprint(err) + renderEvents(&out)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			var out Decoded
+			for i, line := range lines {
+				err := d.Decode([]byte(line), rules.Position{Topic: "t"}, &out)
+				if got := fmt.Sprint(err) + renderEvents(&out); got != want[i] {
+					t.Errorf("line %d decoded differently concurrently", i+1)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
