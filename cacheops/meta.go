@@ -10,13 +10,14 @@ package cacheops
 // succeed, so a pipeline of successful appends reads back next to nothing.
 //
 // memcached answers errors (CLIENT_ERROR, SERVER_ERROR, ERROR) without the
-// opaque token, so an error line can only be placed by its position:
-// replies come back in command order, and the error belongs to one of the
-// commands between the last reply that could be placed and the next one.
-// To keep that window small an exchange puts a no-op (mn, answered MN)
-// after every metaAnchorEvery commands and at its end; the final MN also
-// tells the reader that every reply has arrived. A window whose error
-// lines cannot be matched to its commands exactly marks its commands as
+// opaque token, so an error line can only be placed by its position and
+// its kind: replies come back in command order, so the error belongs to
+// one of the commands between the last reply that could be placed and the
+// next one, and some errors can come from one verb only. To keep that
+// window small an exchange puts a no-op (mn, answered MN) after every
+// metaAnchorEvery commands and at its end; the final MN also tells the
+// reader that every reply has arrived. When the error lines of a window
+// cannot be matched to its commands exactly, the candidates are marked
 // resendable: each either succeeded silently or failed, and is sent again
 // without q (see metaReply.resend). Only commands whose repetition is
 // harmless may be quiet.
@@ -29,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +50,10 @@ const metaAnchorEvery = 32
 // memcached's largest item size), so that a corrupt stream cannot make it
 // allocate without limit.
 const metaMaxValue = 1 << 30
+
+// metaValueChunk is the most memory a value takes before its bytes
+// arrive.
+const metaValueChunk = 1 << 20
 
 // metaReadBuffer is the size of a connection's read buffer; reply lines
 // (not values) must fit into it.
@@ -441,17 +447,11 @@ func (rd *metaReader) reply(line []byte) error {
 	}
 	rep := metaReply{status: status, cas: cas}
 	if size >= 0 {
-		value := make([]byte, size+2)
-		if _, err := io.ReadFull(rd.r, value); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
+		value, err := metaReadValue(rd.r, size)
+		if err != nil {
 			return err
 		}
-		if value[size] != '\r' || value[size+1] != '\n' {
-			return fmt.Errorf("%w: value of %d bytes not followed by CRLF", errMetaProtocol, size)
-		}
-		rep.value = value[:size:size]
+		rep.value = value
 	}
 	if err := rd.settle(opaque); err != nil {
 		return err
@@ -461,56 +461,118 @@ func (rd *metaReader) reply(line []byte) error {
 	return nil
 }
 
+// metaReadValue reads a data block of size bytes and its CRLF. Memory
+// grows with the bytes that arrive, not with the size announced.
+func metaReadValue(r *bufio.Reader, size int) ([]byte, error) {
+	n := size + 2
+	value := make([]byte, 0, min(n, metaValueChunk))
+	for len(value) < n {
+		if len(value) == cap(value) {
+			value = slices.Grow(value, min(n-len(value), cap(value)))
+		}
+		m, err := r.Read(value[len(value):min(cap(value), n)])
+		value = value[:len(value)+m]
+		if err != nil && len(value) < n {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	if value[size] != '\r' || value[size+1] != '\n' {
+		return nil, fmt.Errorf("%w: value of %d bytes not followed by CRLF", errMetaProtocol, size)
+	}
+	return value[:size:size], nil
+}
+
 // settle settles the commands from rd.pos up to end (exclusive), none of
 // which has sent a status line: quiet ones succeeded silently unless the
 // pending error lines belong to them.
 func (rd *metaReader) settle(end int) error {
 	errLines := rd.errLines
 	rd.errLines = rd.errLines[:0]
-	var waiting, loud int // commands without a reply; those not quiet
+	var waiting []int
 	for i := rd.pos; i < end; i++ {
 		if rd.replies[i].status == metaPending {
-			waiting++
-			if !rd.cmds[i].quiet {
-				loud++
-			}
+			waiting = append(waiting, i)
 		}
 	}
-	start := rd.pos
 	rd.pos = end
+	if len(errLines) == 0 || len(waiting) == len(errLines) {
+		return rd.place(waiting, errLines)
+	}
+	// Some error lines name the only command that can send them: place
+	// each kind among the commands of its verb.
+	byVerb := make(map[metaVerb][]string, 2)
+	for _, line := range errLines {
+		verb := metaErrorVerb(line)
+		if verb == 0 {
+			return rd.place(waiting, errLines)
+		}
+		byVerb[verb] = append(byVerb[verb], line)
+	}
+	var cands []int
+	for _, verb := range []metaVerb{metaGet, metaSet, metaArith, metaDelete} {
+		cands = cands[:0]
+		for _, i := range waiting {
+			if rd.cmds[i].verb == verb {
+				cands = append(cands, i)
+			}
+		}
+		if err := rd.place(cands, byVerb[verb]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// place settles the waiting commands cands (in order) given the error
+// lines they answered.
+func (rd *metaReader) place(cands []int, errLines []string) error {
+	loud := 0
+	for _, i := range cands {
+		if !rd.cmds[i].quiet {
+			loud++
+		}
+	}
 	switch {
-	case len(errLines) > waiting || len(errLines) < loud:
+	case len(errLines) > len(cands) || len(errLines) < loud:
 		// Every command that is not quiet answers with a status line or
 		// an error line, and nothing else sends error lines.
-		return fmt.Errorf("%w: %d error lines for %d commands without a reply, %d of them not quiet", errMetaProtocol, len(errLines), waiting, loud)
-	case len(errLines) == waiting || len(errLines) == loud:
+		return fmt.Errorf("%w: %d error lines for %d commands without a reply, %d of them not quiet", errMetaProtocol, len(errLines), len(cands), loud)
+	case len(errLines) == len(cands) || len(errLines) == loud:
 		// Every waiting command failed, or exactly the loud ones did:
 		// the error lines are theirs, in order.
 		next := 0
-		for i := start; i < end; i++ {
-			rep := &rd.replies[i]
-			if rep.status != metaPending {
-				continue
-			}
-			if len(errLines) == waiting || !rd.cmds[i].quiet {
-				*rep = metaReply{status: metaFailed, err: &metaErrorLine{line: errLines[next]}}
+		for _, i := range cands {
+			if len(errLines) == len(cands) || !rd.cmds[i].quiet {
+				rd.replies[i] = metaReply{status: metaFailed, err: &metaErrorLine{line: errLines[next]}}
 				next++
 			} else {
-				*rep = metaReply{status: metaQuietOK}
+				rd.replies[i] = metaReply{status: metaQuietOK}
 			}
 		}
 	default:
 		// Some quiet commands failed, but not which ones.
 		cause := &metaErrorLine{line: errLines[0]}
-		for i := start; i < end; i++ {
-			rep := &rd.replies[i]
-			if rep.status == metaPending {
-				*rep = metaReply{status: metaFailed, resend: true,
-					err: fmt.Errorf("one of %d commands failed, possibly this one: %w", waiting, cause)}
-			}
+		for _, i := range cands {
+			rd.replies[i] = metaReply{status: metaFailed, resend: true,
+				err: fmt.Errorf("one of %d commands failed, possibly this one: %w", len(cands), cause)}
 		}
 	}
 	return nil
+}
+
+// metaErrorVerb returns the only verb that can answer line, or 0 when
+// several can.
+func metaErrorVerb(line string) metaVerb {
+	switch line {
+	case "CLIENT_ERROR cannot increment or decrement non-numeric value":
+		return metaArith
+	case "SERVER_ERROR object too large for cache", "SERVER_ERROR out of memory storing object":
+		return metaSet
+	}
+	return 0
 }
 
 // metaNextToken returns the first space-separated token of b and the rest.
@@ -633,10 +695,16 @@ type metaPool struct {
 	timeout        time.Duration
 	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// servers holds the pools by network and address; byAddr caches them
+	// by the net.Addr values the selector returns.
 	servers map[string]*metaServer
+	byAddr  map[net.Addr]*metaServer
 	closed  bool
 }
+
+// metaMaxAddrs bounds metaPool.byAddr.
+const metaMaxAddrs = 1024
 
 // server returns the pool of the server that key lives on: the one the
 // selector picks, exactly as gomemcache's client does.
@@ -645,14 +713,23 @@ func (p *metaPool) server(key string) (*metaServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := addr.Network() + "://" + addr.String()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if s := p.byAddr[addr]; s != nil {
+		return s, nil
+	}
+	// A selector may return new net.Addr values for the same servers
+	// (memcache.ServerList after SetServers): pools go by address.
+	name := addr.Network() + "://" + addr.String()
 	s := p.servers[name]
 	if s == nil {
 		s = newMetaServer(addr, p.connsPerServer)
 		p.servers[name] = s
 	}
+	if len(p.byAddr) >= metaMaxAddrs {
+		clear(p.byAddr)
+	}
+	p.byAddr[addr] = s
 	return s, nil
 }
 

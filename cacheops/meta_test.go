@@ -48,8 +48,8 @@ func loadMetaFixtures(t testing.TB) []metaFixture {
 }
 
 // metaSpecCommands builds commands from a spec: each letter, optionally
-// followed by a count, is that many commands: q a quiet append, l a loud
-// increment, v a loud decrement asking for the value, g a get, x a command
+// followed by a count, is that many commands: q a quiet append, b a quiet
+// bump (vivifying increment), l a loud increment, v a loud decrement asking for the value, g a get, x a command
 // with an invalid key. Spaces are ignored; at most limit commands are made.
 func metaSpecCommands(spec string, limit int) []metaCmd {
 	var cmds []metaCmd
@@ -66,6 +66,8 @@ func metaSpecCommands(spec string, limit int) []metaCmd {
 		switch c {
 		case 'q':
 			cmd = metaCmd{verb: metaSet, mode: metaModeAppend, quiet: true, data: "+m "}
+		case 'b':
+			cmd = metaCmd{verb: metaArith, quiet: true, delta: 1, vivify: true, initial: 1}
 		case 'l':
 			cmd = metaCmd{verb: metaArith, delta: 1}
 		case 'v':
@@ -78,7 +80,7 @@ func metaSpecCommands(spec string, limit int) []metaCmd {
 			continue
 		}
 		for range min(n, limit-len(cmds)) {
-			if cmd.key == "" || c != 'x' {
+			if c != 'x' {
 				cmd.key = "k" + strconv.Itoa(len(cmds))
 			}
 			cmds = append(cmds, cmd)
@@ -307,7 +309,7 @@ func TestMetaVivify(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("replies = %v, want %v", got, want)
 	}
-	ttl := (&wtEnv{addr: addr}).ttl(t, k1)
+	ttl := plTTL(t, addr, k1)
 	if ttl < 3590 || ttl > 3600 {
 		t.Errorf("ttl of the created item = %d, want 3600 (N)", ttl)
 	}
@@ -320,7 +322,8 @@ func TestMetaExchangeErrors(t *testing.T) {
 	mc := memcache.New(addr)
 	prefix := "cwmeta:" + testsvc.Unique() + ":"
 	text, set := prefix+"text", prefix+"set"
-	for key, v := range map[string]string{text: "not a number", set: "+a "} {
+	number := prefix + "number"
+	for key, v := range map[string]string{text: "not a number", set: "+a ", number: "5"} {
 		if err := mc.Set(&memcache.Item{Key: key, Value: []byte(v)}); err != nil {
 			t.Fatal(err)
 		}
@@ -338,15 +341,19 @@ func TestMetaExchangeErrors(t *testing.T) {
 	if got := []string{metaReplyToken(reps[0]), metaReplyToken(reps[1]), metaReplyToken(reps[2]), metaReplyToken(reps[3])}; strings.Join(got, " ") != "ok err:client NS ok" {
 		t.Fatalf("replies = %v", got)
 	}
-	// A quiet incr's error among quiet appends: they are all resendable.
+	// A quiet incr's error among quiet appends is placed by its kind.
 	reps = metaExchange(t, c, appendTo(set), quietIncr, appendTo(set))
-	for i, r := range reps {
-		if !r.resend {
-			t.Errorf("reply %d = %s, want resend", i, metaReplyToken(r))
-		}
+	if got := metaReplyToken(reps[0]) + " " + metaReplyToken(reps[1]) + " " + metaReplyToken(reps[2]); got != "ok err:client ok" {
+		t.Errorf("replies = %s", got)
+	}
+	// Among quiet incrs, it cannot be: they are resendable.
+	numberIncr := metaCmd{verb: metaArith, key: number, quiet: true, delta: 1}
+	reps = metaExchange(t, c, numberIncr, quietIncr, appendTo(set))
+	if got := metaReplyToken(reps[0]) + " " + metaReplyToken(reps[1]) + " " + metaReplyToken(reps[2]); got != "resend resend ok" {
+		t.Errorf("replies = %s", got)
 	}
 	it, err := mc.Get(set)
-	if err != nil || string(it.Value) != "+a +b +b +b +b " {
+	if err != nil || string(it.Value) != "+a +b +b +b +b +b " {
 		t.Fatalf("set = %v, %v", it, err)
 	}
 	// The connection is still in step.

@@ -75,30 +75,34 @@ const (
 //
 // # Why a pipeline, and why its own client
 //
-// gomemcache makes one round trip per request, which caps a writer at
-// about 150k requests/s however many goroutines it runs. A batch of the
-// daemon holds thousands of independent ops, so PipelineWriter writes all
-// the commands for one server in one buffer, reads the replies in bulk, and
-// needs a second round only for the few ops that missed.
+// gomemcache makes one round trip per request, so a writer on it is
+// bounded by round trips (on the order of 10^5 requests/s on a small
+// machine) however many goroutines it runs. A batch of the daemon holds
+// thousands of independent ops, so PipelineWriter writes all the commands
+// for one server in one buffer, reads the replies in bulk, and needs a
+// second round only for the few ops that missed.
 //
 // The Go meta-protocol clients that exist were weighed against what the
 // daemon needs: the same server for a key as gomemcache (the read side
 // uses gomemcache: crc32-IEEE of the key modulo the server count, as in
 // memcache.ServerList.PickServer), append mode, arithmetic with
 // autovivify, quiet mode with opaque tokens, and active maintenance.
-// github.com/QuangTung97/go-memcache pipelines mg, ms and md but has no
-// arithmetic command at all (neither bumps nor counters) and talks to one
-// address per client, so routing would have to be rebuilt around it.
-// github.com/jsp-lqk/metapipe-memcached offers get/set/add/replace/delete
-// and touch, no append mode and no arithmetic, and routes keys with an
-// FNV-1a jump hash, so its servers for a key differ from gomemcache's; it
-// calls itself experimental. Neither uses quiet mode for writes.
+// github.com/QuangTung97/go-memcache, maintained, pipelines mg, ms and md
+// but has no arithmetic command at all (neither bumps nor counters), no ms
+// mode (so no append), no quiet mode (replies are matched by position),
+// and talks to one address per client, so routing would have to be
+// rebuilt around it. github.com/jsp-lqk/metapipe-memcached offers
+// get/set/add/replace/delete and touch, no append mode and no arithmetic,
+// routes keys with an FNV-1a jump hash, so its server for a key differs
+// from gomemcache's, and calls itself experimental. Either would need
+// most of what follows added to it.
 //
 // So PipelineWriter speaks the protocol itself (meta.go), a few hundred
 // lines: server selection is delegated to a memcache.ServerSelector — pass
 // the memcache.ServerList the gomemcache clients use and routing is
 // identical by construction — and each server has a small pool of
-// persistent connections.
+// persistent connections. It needs memcached 1.6 with ma autovivify and
+// opaque tokens on every reply, EN included (tested with 1.6.18).
 //
 // # Commands
 //
@@ -121,8 +125,9 @@ const (
 // Only bumps and set appends are sent quiet: they are the bulk of a batch,
 // and sending one again is harmless (an extra bump, tokens that leave the
 // set as it is). memcached answers errors without the opaque token, so an
-// error among quiet commands cannot always be told apart from its
-// neighbours' silent successes; those commands are then sent again, loud.
+// error is placed by its position among the replies and by its kind (only
+// an ma answers "non-numeric value", only an ms "object too large"). When
+// several quiet commands could have sent it, they are all sent again, loud.
 // Every other command, the counter deltas above all, is answered
 // individually and is never repeated blindly.
 //
@@ -218,7 +223,7 @@ func NewPipelineWriter(servers memcache.ServerSelector, loader SetLoader, recoun
 		logger = slog.New(slog.DiscardHandler)
 	}
 	pool := &metaPool{sel: servers, connsPerServer: cfg.ConnsPerServer, timeout: cfg.Timeout, dial: cfg.Dial,
-		servers: make(map[string]*metaServer)}
+		servers: make(map[string]*metaServer), byAddr: make(map[net.Addr]*metaServer)}
 	return &PipelineWriter{pool: pool, loader: loader, recounter: recounter, cfg: cfg, log: logger}
 }
 
