@@ -23,6 +23,7 @@ const (
 	DefaultClientID            = "cachewarden"
 	DefaultMemcachedConcurrent = 32
 	DefaultMemcachedTimeout    = 500 * time.Millisecond
+	DefaultMemcachedProtocol   = "meta"
 	DefaultCompactRatio        = 0.5
 	DefaultCompactSample       = 0.01
 	DefaultMySQLMaxOpenConns   = 8
@@ -121,6 +122,11 @@ type Memcached struct {
 	// Servers are memcached addresses (host:port); required. Keys are
 	// spread over them the way the read-side package does.
 	Servers []string
+	// Protocol is how the daemon writes: "meta" (default) pipelines many
+	// meta commands per write and reads the replies in bulk; "text" sends
+	// one classic text command per round trip (for servers or proxies
+	// without the meta protocol, memcached < 1.6).
+	Protocol string
 	// MaxConcurrency bounds the keys applied concurrently by each
 	// partition's batch (and the memcached client's idle connections);
 	// default 32.

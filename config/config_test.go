@@ -49,6 +49,7 @@ func TestLoadGood(t *testing.T) {
 			Servers:        []string{"127.0.0.1:11211", "127.0.0.1:11212"},
 			MaxConcurrency: 32,
 			Timeout:        250 * time.Millisecond,
+			Protocol:       "text",
 			CompactRatio:   0.4,
 			CompactSample:  0.1,
 		},
@@ -310,4 +311,20 @@ func FuzzExpandEnv(f *testing.F) {
 			t.Fatalf("expandEnv(%q) = %q: text without ${ must not change", s, out)
 		}
 	})
+}
+
+func TestMemcachedProtocol(t *testing.T) {
+	const base = "kafka: {brokers: [localhost:9092], group: cw, topics: [shop]}\nrules: [r.yaml]\nmemcached:\n  servers: [localhost:11211]\n"
+	cfg, err := Parse("p.yaml", []byte(base), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Memcached.Protocol != "meta" {
+		t.Errorf("default protocol %q, want meta", cfg.Memcached.Protocol)
+	}
+	_, err = Parse("p.yaml", []byte(base+"  protocol: binary\n"), env(nil))
+	want := `p.yaml:5:13: memcached.protocol: "binary" is not meta or text`
+	if err == nil || err.Error() != want {
+		t.Errorf("error %v, want %s", err, want)
+	}
 }

@@ -266,6 +266,7 @@ func (d *decoder) memcached(n *yaml.Node, m *Memcached) {
 		"servers":         func(v *yaml.Node) { m.Servers = d.strings(v, "memcached.servers") },
 		"max_concurrency": func(v *yaml.Node) { m.MaxConcurrency = d.integer(v, "memcached.max_concurrency") },
 		"timeout":         func(v *yaml.Node) { m.Timeout = d.duration(v, "memcached.timeout") },
+		"protocol":        func(v *yaml.Node) { m.Protocol = d.str(v, "memcached.protocol") },
 		"compact_ratio":   func(v *yaml.Node) { m.CompactRatio = d.float(v, "memcached.compact_ratio") },
 		"compact_sample":  func(v *yaml.Node) { m.CompactSample = d.float(v, "memcached.compact_sample") },
 	})

@@ -162,6 +162,13 @@ func (d *decoder) validateMemcached(m *Memcached) {
 		d.problem(d.place("memcached.max_concurrency"), "memcached.max_concurrency: %d is outside 1..%d", m.MaxConcurrency, MaxMemcachedConcurrent)
 	}
 	d.positiveDuration(&m.Timeout, "memcached.timeout", DefaultMemcachedTimeout, time.Minute)
+	switch m.Protocol {
+	case "":
+		m.Protocol = DefaultMemcachedProtocol
+	case "meta", "text":
+	default:
+		d.problem(d.place("memcached.protocol"), "memcached.protocol: %q is not meta or text", m.Protocol)
+	}
 	if !d.set("memcached.compact_ratio") {
 		m.CompactRatio = DefaultCompactRatio
 	} else if d.readable("memcached.compact_ratio") && !(m.CompactRatio > 0 && m.CompactRatio <= 1) {

@@ -415,6 +415,14 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 				b.outcomes[opLabels{kind, res.Outcome.String()}]++
 			case cacheops.Retryable(res.Err):
 				retry = append(retry, i)
+				if b.Ops[i].Kind == rules.OpCount {
+					// A failed delta may still have been applied (its
+					// reply was lost, or a step after it failed), so
+					// sending it again could count twice. A recount sets
+					// the value from MySQL (or deletes it), whatever the
+					// first attempt did.
+					b.Ops[i].Kind, b.Ops[i].Delta = rules.OpRecount, 0
+				}
 				if firstErr == nil {
 					firstErr = res.Err
 				}

@@ -35,7 +35,15 @@ type Stack struct {
 	// Memcache is the client every applier shares.
 	Memcache *memcache.Client
 	// MySQL runs load and recount queries; nil when mysql.dsn is empty.
-	MySQL    *counters.MySQL
+	MySQL *counters.MySQL
+	// Applier applies every op of the pipeline's batches and the delayed
+	// bumps: the pipelined meta-protocol writer (memcached.protocol
+	// "meta"), or Writer with Counters beside it ("text").
+	Applier Applier
+	// Pipelined is the meta-protocol writer; nil with protocol "text".
+	Pipelined *cacheops.PipelineWriter
+	// Writer and Counters are the classic text-protocol appliers; nil
+	// with protocol "meta".
 	Writer   *cacheops.Writer
 	Counters *counters.Counters
 	Rebump   *Rebumper
@@ -102,18 +110,40 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	if compactSample == 0 {
 		compactSample = -1 // the writer's "never"
 	}
-	s.Writer = cacheops.NewWriter(mc, loader, cacheops.WriterConfig{
+	wc := cacheops.WriterConfig{
 		MaxConcurrency: cfg.Memcached.MaxConcurrency,
 		CompactRatio:   cfg.Memcached.CompactRatio,
 		CompactSample:  compactSample,
 		LoadTimeout:    cfg.MySQL.QueryTimeout,
-	}, logger.With("component", "cacheops"))
-	s.Counters = counters.New(mc, recounter, counters.Config{
-		MaxConcurrency: cfg.Memcached.MaxConcurrency,
-	}, logger.With("component", "counters"))
+	}
+	var counterApplier Applier
+	switch cfg.Memcached.Protocol {
+	case "text":
+		s.Writer = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
+		s.Counters = counters.New(mc, recounter, counters.Config{
+			MaxConcurrency: cfg.Memcached.MaxConcurrency,
+		}, logger.With("component", "counters"))
+		s.Applier, counterApplier = s.Writer, s.Counters
+	default: // "meta"
+		// The same server list as gomemcache clients build from the same
+		// addresses, so readers find every key where the daemon wrote it.
+		servers := new(memcache.ServerList)
+		if err := servers.SetServers(cfg.Memcached.Servers...); err != nil {
+			return nil, fmt.Errorf("consumer: memcached.servers: %w", err)
+		}
+		var rc cacheops.Recounter
+		if recounter != nil {
+			rc = recounter
+		}
+		s.Pipelined = cacheops.NewPipelineWriter(servers, loader, rc, cacheops.PipelineConfig{
+			WriterConfig: wc,
+			Timeout:      cfg.Memcached.Timeout,
+		}, logger.With("component", "cacheops"))
+		s.Applier = s.Pipelined
+	}
 	s.registerClientStats()
 
-	s.Rebump = NewRebumper(s.Writer, s.Metrics, logger.With("component", "rebump"))
+	s.Rebump = NewRebumper(s.Applier, s.Metrics, logger.With("component", "rebump"))
 	if cfg.Kafka.DLQTopic != "" && !opts.NoDLQ {
 		if s.DLQ, err = NewDLQ(kc, cfg.Kafka.DLQTopic); err != nil {
 			s.Close()
@@ -130,8 +160,8 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		Rules:         cfg.RuleSet,
 		Decoder:       dec,
 		TopicDecoders: topicDecoders,
-		Writer:        s.Writer,
-		Counters:      s.Counters,
+		Writer:        s.Applier,
+		Counters:      counterApplier,
 		Rebump:        s.Rebump,
 		Metrics:       s.Metrics,
 		Logger:        logger.With("component", "pipeline"),
@@ -184,29 +214,39 @@ func (s *Stack) Close() error {
 	if s.Memcache != nil {
 		errs = append(errs, s.Memcache.Close())
 	}
+	if s.Pipelined != nil {
+		errs = append(errs, s.Pipelined.Close())
+	}
 	return errors.Join(errs...)
 }
 
 // registerClientStats exposes the appliers' own counts as metrics.
 func (s *Stack) registerClientStats() {
-	w, c := s.Writer, s.Counters
+	stats := func() (requests, compactions, deletes, drifts uint64) {
+		if s.Pipelined != nil {
+			st := s.Pipelined.Stats()
+			return st.RoundTrips, st.Compactions, st.Deletes, st.Drifts
+		}
+		w, c := s.Writer.Stats(), s.Counters.Stats()
+		return w.Calls + c.Calls, w.Compactions, w.Deletes + c.Deletes, c.Drifts
+	}
 	s.Registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cachewarden_memcached_requests_total",
-			Help: "memcached requests (round trips) made by the writer and the counters.",
-		}, func() float64 { return float64(w.Stats().Calls + c.Stats().Calls) }),
+			Help: "memcached round trips made by the appliers (one per command with protocol text, one per pipelined exchange with meta).",
+		}, func() float64 { r, _, _, _ := stats(); return float64(r) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cachewarden_set_compactions_total",
 			Help: "Set items rewritten without their dropped tokens.",
-		}, func() float64 { return float64(w.Stats().Compactions) }),
+		}, func() float64 { _, c, _, _ := stats(); return float64(c) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cachewarden_items_deleted_total",
 			Help: "Items deleted because they could not be kept correct (load or recount failed, set too large...).",
-		}, func() float64 { return float64(w.Stats().Deletes + c.Stats().Deletes) }),
+		}, func() float64 { _, _, d, _ := stats(); return float64(d) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cachewarden_counter_drifts_total",
 			Help: "Counters found possibly wrong (a decr reaching zero, a non-numeric item) and recounted.",
-		}, func() float64 { return float64(c.Stats().Drifts) }),
+		}, func() float64 { _, _, _, d := stats(); return float64(d) }),
 	)
 }
 
