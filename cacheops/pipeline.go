@@ -191,21 +191,7 @@ type PipelineStats struct {
 // that need a recount stay missing or are deleted. A nil logger discards
 // logs. Close it to close its connections.
 func NewPipelineWriter(servers memcache.ServerSelector, loader SetLoader, recounter Recounter, cfg PipelineConfig, logger *slog.Logger) *PipelineWriter {
-	if cfg.MaxConcurrency <= 0 {
-		cfg.MaxConcurrency = writerDefaultConcurrency
-	}
-	if cfg.CompactRatio <= 0 {
-		cfg.CompactRatio = writerDefaultCompactRatio
-	}
-	if cfg.CompactSample == 0 {
-		cfg.CompactSample = writerDefaultCompactSample
-	}
-	if cfg.LoadTimeout <= 0 {
-		cfg.LoadTimeout = writerDefaultLoadTimeout
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.WriterConfig = cfg.WriterConfig.withDefaults()
 	if cfg.ConnsPerServer <= 0 {
 		cfg.ConnsPerServer = pipelineDefaultConnsPerServer
 	}

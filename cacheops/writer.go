@@ -98,21 +98,7 @@ type WriterStats struct {
 // NewWriter returns a Writer over mc. loader may be nil: then missing sets
 // are never loaded, whatever their rule says. A nil logger discards logs.
 func NewWriter(mc *memcache.Client, loader SetLoader, cfg WriterConfig, logger *slog.Logger) *Writer {
-	if cfg.MaxConcurrency <= 0 {
-		cfg.MaxConcurrency = writerDefaultConcurrency
-	}
-	if cfg.CompactRatio <= 0 {
-		cfg.CompactRatio = writerDefaultCompactRatio
-	}
-	if cfg.CompactSample == 0 {
-		cfg.CompactSample = writerDefaultCompactSample
-	}
-	if cfg.LoadTimeout <= 0 {
-		cfg.LoadTimeout = writerDefaultLoadTimeout
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg = cfg.withDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -252,8 +238,18 @@ func (w *Writer) Apply(ctx context.Context, ops []rules.Op, results []Result) er
 	if len(results) < len(ops) {
 		return fmt.Errorf("cacheops: apply: %d results for %d ops: %w", len(results), len(ops), ErrInvalidOp)
 	}
+	return ApplyByKey(ops, results, w.cfg.MaxConcurrency, func(op *rules.Op) Result { return w.apply(ctx, op) })
+}
+
+// ApplyByKey runs apply for every op, ops of different keys concurrently
+// (at most maxConcurrency at a time), ops that share a key one after the
+// other in slice order, and stores each result in results[i] (len(results)
+// must be at least len(ops)). It returns nil when every op succeeded, else
+// an *ApplyError joining the failures. Writer and the counters package
+// apply their batches with it.
+func ApplyByKey(ops []rules.Op, results []Result, maxConcurrency int, apply func(op *rules.Op) Result) error {
 	groups := groupOpsByKey(ops)
-	workers := min(w.cfg.MaxConcurrency, len(groups))
+	workers := min(maxConcurrency, len(groups))
 	var next atomic.Int64
 	work := func() {
 		for {
@@ -262,7 +258,7 @@ func (w *Writer) Apply(ctx context.Context, ops []rules.Op, results []Result) er
 				return
 			}
 			for _, i := range groups[g] {
-				results[i] = w.apply(ctx, &ops[i])
+				results[i] = apply(&ops[i])
 			}
 		}
 	}
@@ -285,6 +281,26 @@ func (w *Writer) Apply(ctx context.Context, ops []rules.Op, results []Result) er
 		return &ApplyError{Ops: len(ops), Errs: errs}
 	}
 	return nil
+}
+
+// withDefaults returns cfg with the documented defaults filled in.
+func (cfg WriterConfig) withDefaults() WriterConfig {
+	if cfg.MaxConcurrency <= 0 {
+		cfg.MaxConcurrency = writerDefaultConcurrency
+	}
+	if cfg.CompactRatio <= 0 {
+		cfg.CompactRatio = writerDefaultCompactRatio
+	}
+	if cfg.CompactSample == 0 {
+		cfg.CompactSample = writerDefaultCompactSample
+	}
+	if cfg.LoadTimeout <= 0 {
+		cfg.LoadTimeout = writerDefaultLoadTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg
 }
 
 // groupOpsByKey returns the indexes of ops grouped by key, groups in order of

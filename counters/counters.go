@@ -17,7 +17,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +48,15 @@ type Config struct {
 	// Now turns TTLs longer than 30 days into memcached's absolute expiry
 	// times. Default time.Now.
 	Now func() time.Time
+	// FenceTTL is the item TTL of the fences stored with recounts
+	// (docs/exact-counters.md); it must exceed the longest consumer lag.
+	// Default DefaultFenceTTL (1h).
+	FenceTTL time.Duration
+	// DisableFences turns fencing off: recounts are plain queries and
+	// deltas are applied whatever their position, as before fences
+	// existed. Fencing is also off when the Recounter is not a
+	// SnapshotCounter.
+	DisableFences bool
 }
 
 // Counters applies counter ops to memcached and reads counters. It is safe
@@ -60,6 +68,8 @@ type Counters struct {
 	log *slog.Logger
 
 	calls, recounts, recountErrors, drifts, deletes atomic.Uint64
+
+	fence fencing
 }
 
 // Stats are cumulative counts since the Counters was created.
@@ -73,6 +83,13 @@ type Stats struct {
 	Drifts uint64
 	// Deletes counts counters deleted because they could not be recounted.
 	Deletes uint64
+	// FencedRecounts counts recounts stored with a fence (the database
+	// named their snapshot's binary log position); UnfencedRecounts those
+	// with fencing on whose position the database could not name.
+	FencedRecounts, UnfencedRecounts uint64
+	// ExactRecountGiveUps counts counters deleted because they changed
+	// during every attempt of an exact recount.
+	ExactRecountGiveUps uint64
 }
 
 // New returns Counters over mc. rc may be nil: then missing counters stay
@@ -95,7 +112,9 @@ func New(mc *memcache.Client, rc Recounter, cfg Config, logger *slog.Logger) *Co
 		logger.Warn("memcached client keeps fewer idle connections than the counters' concurrency; connections will churn",
 			"max_idle_conns", idle, "max_concurrency", cfg.MaxConcurrency)
 	}
-	return &Counters{mc: mc, rc: rc, cfg: cfg, log: logger}
+	c := &Counters{mc: mc, rc: rc, cfg: cfg, log: logger}
+	c.initFencing()
+	return c
 }
 
 // Stats returns the counts so far.
@@ -106,6 +125,10 @@ func (c *Counters) Stats() Stats {
 		RecountErrors: c.recountErrors.Load(),
 		Drifts:        c.drifts.Load(),
 		Deletes:       c.deletes.Load(),
+
+		FencedRecounts:      c.fence.fenced.Load(),
+		UnfencedRecounts:    c.fence.unfenced.Load(),
+		ExactRecountGiveUps: c.fence.giveUps.Load(),
 	}
 }
 
@@ -133,6 +156,16 @@ func (c *Counters) Stats() Stats {
 //
 // OpRecount recounts and stores the result with set.
 //
+// With fencing on (Fencing, docs/exact-counters.md) every recount runs in
+// a consistent snapshot and stores its binary log position as the
+// counter's fence before the value; the value is then stored with cas (add
+// when missing) and counted again if a delta changed the counter in the
+// meantime, so that no delta is lost or counted twice. A lost add on a
+// miss no longer re-applies the delta blindly: when the winner's fence
+// shows its recount includes the change the op is done, else the counter
+// is recounted exactly. Callers filter deltas against the fences with
+// CheckDeltas and RecheckDeltas.
+//
 // Whenever a recount is needed and cannot be done (no query, no
 // Recounter, MySQL down or failing, a negative result) the counter is
 // deleted (cacheops.OutcomeDeleted): a missing counter is correct, a
@@ -145,55 +178,7 @@ func (c *Counters) Apply(ctx context.Context, ops []rules.Op, results []cacheops
 	if len(results) < len(ops) {
 		return fmt.Errorf("counters: apply: %d results for %d ops: %w", len(results), len(ops), cacheops.ErrInvalidOp)
 	}
-	groups := groupByKey(ops)
-	workers := min(c.cfg.MaxConcurrency, len(groups))
-	var next atomic.Int64
-	work := func() {
-		for {
-			g := int(next.Add(1) - 1)
-			if g >= len(groups) {
-				return
-			}
-			for _, i := range groups[g] {
-				results[i] = c.apply(ctx, &ops[i])
-			}
-		}
-	}
-	if workers <= 1 {
-		work()
-	} else {
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(work)
-		}
-		wg.Wait()
-	}
-	var errs []error
-	for i := range ops {
-		if results[i].Err != nil {
-			errs = append(errs, results[i].Err)
-		}
-	}
-	if errs != nil {
-		return &cacheops.ApplyError{Ops: len(ops), Errs: errs}
-	}
-	return nil
-}
-
-// groupByKey returns the indexes of ops grouped by key, groups in order of
-// their first op, indexes in op order.
-func groupByKey(ops []rules.Op) [][]int {
-	groups := make([][]int, 0, len(ops))
-	byKey := make(map[string]int, len(ops))
-	for i := range ops {
-		if g, ok := byKey[ops[i].Key]; ok {
-			groups[g] = append(groups[g], i)
-			continue
-		}
-		byKey[ops[i].Key] = len(groups)
-		groups = append(groups, []int{i})
-	}
-	return groups
+	return cacheops.ApplyByKey(ops, results, c.cfg.MaxConcurrency, func(op *rules.Op) cacheops.Result { return c.apply(ctx, op) })
 }
 
 func failed(err error) cacheops.Result {
@@ -253,9 +238,12 @@ func (c *Counters) count(ctx context.Context, op *rules.Op) cacheops.Result {
 		if op.Rule.Query == "" || c.rc == nil {
 			return cacheops.Result{Outcome: cacheops.OutcomeMissing}
 		}
-		n, err := c.recount(ctx, op)
+		n, fence, err := c.recountAt(ctx, op.Rule.Query, op.Args)
 		if err != nil {
 			return c.deleteAfterRecountError(ctx, op, err)
+		}
+		if fence.ID != 0 {
+			return c.addFenced(ctx, op, n, fence)
 		}
 		err = c.add(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Expiration: c.expiration(op.Rule.TTL)})
 		switch {
@@ -273,6 +261,9 @@ func (c *Counters) count(ctx context.Context, op *rules.Op) cacheops.Result {
 // recountAndSet recomputes the counter and stores it with set, deleting it
 // when it cannot be recomputed.
 func (c *Counters) recountAndSet(ctx context.Context, op *rules.Op) cacheops.Result {
+	if c.fence.snap != nil {
+		return c.recountExact(ctx, op)
+	}
 	if op.Rule.Query == "" || c.rc == nil {
 		return c.deleteItem(op.Key, "recount: no recount query")
 	}
@@ -330,7 +321,8 @@ func (c *Counters) deleteItem(key, why string) cacheops.Result {
 // Get returns the counter at key. When it is missing (or does not hold a
 // number) it runs query with args bound to its '?' placeholders, stores the
 // result (add on a miss, so a value a writer stored meanwhile wins; set over
-// a non-numeric item) and returns it. When memcached fails the count comes
+// a non-numeric item) and returns it. With fencing on, the query runs in a
+// consistent snapshot and its fence is stored first, as writers do. When memcached fails the count comes
 // from the query and nothing is stored.
 //
 // args may be nil, rules.Value, string, []byte, bool, any Go integer or
@@ -365,17 +357,20 @@ func (c *Counters) Get(ctx context.Context, key, query string, args ...any) (int
 	if err != nil {
 		return 0, fmt.Errorf("counters: get %q: %w", key, err)
 	}
-	c.recounts.Add(1)
-	n, err := c.rc.Count(ctx, query, values)
-	if err == nil && n < 0 {
-		err = fmt.Errorf("counters: recount returned %d, a counter cannot be negative", n)
-	}
+	n, fence, err := c.recountAt(ctx, query, values)
 	if err != nil {
-		c.recountErrors.Add(1)
 		return 0, fmt.Errorf("counters: get %q: %w", key, err)
 	}
+	if store != nil && fence.ID != 0 {
+		// Like a writer's recount: the fence first, so that daemons skip
+		// the deltas this count includes.
+		if err := c.storeFence(key, fence); err != nil {
+			c.log.Debug("counter fence store failed", "key", key, "err", err)
+			store = nil
+		}
+	}
 	if store != nil {
-		err := store(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Expiration: c.expiration(c.cfg.ReadTTL)})
+		err := store(c.counterItem(key, n, fence, c.cfg.ReadTTL))
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
 			c.log.Debug("counter store failed", "key", key, "err", err)
 		}
