@@ -4,9 +4,13 @@
 #     (installs Debian's memcached package when the binary is missing);
 #   - a MariaDB/MySQL server: 127.0.0.1:3306 when it answers, else the
 #     machine's mariadbd is started, else Debian's mariadb-server is
-#     installed and a private instance is started on port 3307.
+#     installed and a private instance is started on port 3307;
+#   - a MariaDB/MySQL server with the binary log on, for the tests of exact
+#     (fenced) counters: the server above when its log_bin is ON, else the
+#     private instance on port 3307 (started with --log-bin), in addition.
 # It then writes the addresses to .services/env, which `make` and the tests
-# read (CACHEWARDEN_TEST_MEMCACHED, CACHEWARDEN_TEST_MYSQL_DSN).
+# read (CACHEWARDEN_TEST_MEMCACHED, CACHEWARDEN_TEST_MYSQL_DSN,
+# CACHEWARDEN_TEST_MYSQL_BINLOG_DSN).
 #
 # Usage: scripts/services.sh [start|stop|env]
 set -euo pipefail
@@ -91,6 +95,17 @@ start_mysql() {
       return 0
     fi
   fi
+  start_private_mysql
+  mysql_port=$private_mysql_port
+}
+
+# start_private_mysql starts (initialising it first if needed) a private
+# MariaDB on 127.0.0.1:$private_mysql_port with the binary log on, in ROW
+# format.
+start_private_mysql() {
+  if mysql_ping "$private_mysql_port"; then
+    return 0
+  fi
   command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || apt_install mariadb-server mariadb-client
   local data="$state/mysql"
   if [ ! -d "$data/mysql" ]; then
@@ -105,14 +120,41 @@ start_mysql() {
     --pid-file="$state/mysql.pid" --log-bin=mysql-bin --server-id=1 --binlog-format=ROW \
     --skip-name-resolve >"$state/mysql.log" 2>&1 &
   wait_mysql "$private_mysql_port" || { log "MariaDB did not start; see $state/mysql.log"; exit 1; }
-  mysql_port=$private_mysql_port
+}
+
+# mysql_binlog_on reports whether the server on port $1 has log_bin ON.
+mysql_binlog_on() {
+  local client
+  client=$(command -v mariadb || command -v mysql) || return 1
+  [ "$("$client" --protocol=tcp -h127.0.0.1 -P"$1" -uroot --connect-timeout=2 -N -B \
+    -e 'SELECT @@log_bin' 2>/dev/null)" = 1 ]
+}
+
+# start_binlog_mysql finds a server with the binary log on: the main one
+# when it has it, else the private instance (started in addition).
+start_binlog_mysql() {
+  if mysql_binlog_on "$mysql_port"; then
+    binlog_mysql_port=$mysql_port
+    return 0
+  fi
+  start_private_mysql
+  if ! mysql_binlog_on "$private_mysql_port"; then
+    log "MariaDB on port $private_mysql_port has no binary log; exact-counter tests will skip"
+    binlog_mysql_port=
+    return 0
+  fi
+  binlog_mysql_port=$private_mysql_port
+  log "MariaDB with the binary log on listening on 127.0.0.1:$binlog_mysql_port"
 }
 
 write_env() {
   cat >"$state/env" <<ENV
-CACHEWARDEN_TEST_MEMCACHED=127.0.0.1:$mc_port
-CACHEWARDEN_TEST_MYSQL_DSN=root@tcp(127.0.0.1:$mysql_port)/
+CACHEWARDEN_TEST_MEMCACHED='127.0.0.1:$mc_port'
+CACHEWARDEN_TEST_MYSQL_DSN='root@tcp(127.0.0.1:$mysql_port)/'
 ENV
+  if [ -n "${binlog_mysql_port:-}" ]; then
+    echo "CACHEWARDEN_TEST_MYSQL_BINLOG_DSN='root@tcp(127.0.0.1:$binlog_mysql_port)/'" >>"$state/env"
+  fi
   cat "$state/env"
 }
 
@@ -131,6 +173,7 @@ case "${1:-start}" in
   start)
     start_memcached
     start_mysql
+    start_binlog_mysql
     write_env
     ;;
   stop) stop ;;

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/verify"
+)
+
+// verifyCmd implements `verify`: compare the sets and counters in
+// memcached with MySQL.
+func (a *app) verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("verify",
+		"verify -c FILE [--rule NAME]... [--sample N] [--recheck DURATION]",
+		"Compares the sets and counters in memcached with what MySQL says they hold.\n"+
+			"Keys are listed by each set or count rule's `keys` query; a missing item is\n"+
+			"consistent, a present one must equal the rule's load or recount result.\n"+
+			"Prints every mismatch (key, cached, truth), a table per rule and a summary\n"+
+			"with the consistency in percent and nines. Exit status 1 when any item is\n"+
+			"wrong.",
+		stderr)
+	configPath := fs.String("c", "", "daemon config file (memcached servers, MySQL DSN, rules; required)")
+	var ruleNames stringList
+	fs.Var(&ruleNames, "rule", "check only this rule (repeatable; default: every set and count rule with a keys query)")
+	sample := fs.Int("sample", 0, "check at most N keys per rule, chosen at random (0: every key)")
+	recheck := fs.Duration("recheck", 2*time.Second, "re-read a mismatched key after this delay and count it wrong only if it still differs (0: off); on a live system it lets in-flight changes land")
+	maxMismatches := fs.Int("max-mismatches", verify.DefaultMaxMismatches, "list at most this many mismatches (the counts stay exact)")
+	if err := fs.Parse(args); err != nil {
+		return flagError(err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		fs.Usage()
+		return usageErrorf("verify: unexpected argument %q", fs.Arg(0))
+	case *configPath == "":
+		fs.Usage()
+		return usageErrorf("verify: -c FILE is required")
+	case *sample < 0:
+		return usageErrorf("verify: --sample must not be negative")
+	case *recheck < 0:
+		return usageErrorf("verify: --recheck must not be negative")
+	case *maxMismatches < 0:
+		return usageErrorf("verify: --max-mismatches must not be negative")
+	}
+	if *maxMismatches == 0 {
+		*maxMismatches = -1 // verify.Options: negative keeps none
+	}
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return errReported
+	}
+	if cfg.MySQL.DSN == "" {
+		return fmt.Errorf("verify: %s has no mysql.dsn; verification needs the database", *configPath)
+	}
+	mc := memcache.New(cfg.Memcached.Servers...)
+	mc.Timeout = cfg.Memcached.Timeout
+	mc.MaxIdleConns = cfg.Memcached.MaxConcurrency
+	defer mc.Close()
+	db, err := counters.OpenMySQL(cfg.MySQL.DSN, counters.DBConfig{
+		// The keys query's cursor holds one connection while the truth
+		// queries run on the others.
+		MaxOpenConns: max(cfg.MySQL.MaxOpenConns, 2),
+		QueryTimeout: cfg.MySQL.QueryTimeout,
+	}, a.log)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	defer db.Close()
+
+	v := verify.New(mc, db, db.DB(), a.log)
+	rep, err := v.Verify(ctx, cfg.RuleSet.Rules(), verify.Options{
+		Rules:         ruleNames,
+		Sample:        *sample,
+		Recheck:       *recheck,
+		MaxMismatches: *maxMismatches,
+		// Up to the pool's size, leaving one connection for the keys
+		// query that stays open while keys are checked.
+		Concurrency: max(1, db.DB().Stats().MaxOpenConnections-1),
+	})
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteText(stdout); err != nil {
+		return fmt.Errorf("verify: write report: %w", err)
+	}
+	if !rep.OK() {
+		return fmt.Errorf("verify: %d of %d checked items are wrong", rep.Wrong, rep.Checked)
+	}
+	return nil
+}
