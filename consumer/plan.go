@@ -117,6 +117,9 @@ type planner struct {
 	ops     []rules.Op
 	buf     []byte
 	sum     PlanSummary
+	// where, when not empty, is written after "line N: " in error
+	// reports; replay names a Kafka message's coordinates there.
+	where string
 }
 
 // line plans one input line. It returns only write errors.
@@ -168,6 +171,10 @@ func (p *planner) report(n int, reason error) error {
 	p.buf = append(p.buf[:0], "line "...)
 	p.buf = strconv.AppendInt(p.buf, int64(n), 10)
 	p.buf = append(p.buf, ": "...)
+	if p.where != "" {
+		p.buf = append(p.buf, p.where...)
+		p.buf = append(p.buf, ": "...)
+	}
 	p.buf = append(p.buf, reason.Error()...)
 	p.buf = append(p.buf, '\n')
 	if _, err := p.err.Write(p.buf); err != nil {

@@ -1,0 +1,517 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// PartitionOffset is an offset of one partition, written
+// topic:partition:offset.
+type PartitionOffset struct {
+	Topic     string
+	Partition int
+	Offset    int64
+}
+
+func (po PartitionOffset) String() string {
+	return po.Topic + ":" + strconv.Itoa(po.Partition) + ":" + strconv.FormatInt(po.Offset, 10)
+}
+
+// ReplayBound is where a replay starts (--from) or ends (--to). At most
+// one of its fields is set; the zero ReplayBound means "not given".
+type ReplayBound struct {
+	// Earliest means each partition's first retained offset.
+	Earliest bool
+	// Time, when not zero, means in each partition the first record
+	// whose timestamp is at or after Time.
+	Time time.Time
+	// Offsets are offsets of single partitions. A start bound lists the
+	// partitions to replay (others are not replayed); an end bound ends
+	// the listed partitions there (others end at their end offset).
+	Offsets []PartitionOffset
+}
+
+// IsZero reports whether no bound was given.
+func (b ReplayBound) IsZero() bool {
+	return !b.Earliest && b.Time.IsZero() && len(b.Offsets) == 0
+}
+
+func (b ReplayBound) String() string {
+	switch {
+	case b.Earliest:
+		return "earliest"
+	case !b.Time.IsZero():
+		return b.Time.Format(time.RFC3339Nano)
+	}
+	parts := make([]string, len(b.Offsets))
+	for i, po := range b.Offsets {
+		parts[i] = po.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseReplayBound parses a --from or --to value: "earliest", an RFC 3339
+// time (2026-05-01T12:00:00Z, 2026-05-01T14:00:00.5+02:00), or a comma
+// separated list of topic:partition:offset (cdc.users:0:1200,cdc.users:1:950)
+// naming each partition at most once.
+func ParseReplayBound(s string) (ReplayBound, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ReplayBound{}, errors.New("empty; want earliest, an RFC 3339 time or topic:partition:offset,...")
+	}
+	if s == "earliest" {
+		return ReplayBound{Earliest: true}, nil
+	}
+	t, timeErr := time.Parse(time.RFC3339Nano, s)
+	if timeErr == nil {
+		return ReplayBound{Time: t}, nil
+	}
+	offsets, err := parsePartitionOffsets(s)
+	if err == nil {
+		return ReplayBound{Offsets: offsets}, nil
+	}
+	if looksLikeDate(s) {
+		return ReplayBound{}, fmt.Errorf("%q is not an RFC 3339 time such as 2026-05-01T12:00:00Z", s)
+	}
+	return ReplayBound{}, err
+}
+
+// looksLikeDate reports whether s starts like a date (2026-), so that a
+// malformed time gets a message about times rather than offsets.
+func looksLikeDate(s string) bool {
+	if len(s) < 5 || s[4] != '-' {
+		return false
+	}
+	for _, c := range s[:4] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func parsePartitionOffsets(s string) ([]PartitionOffset, error) {
+	var out []PartitionOffset
+	seen := make(map[topicPartition]bool)
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		rest, offStr, ok1 := cutLast(item, ':')
+		topic, partStr, ok2 := cutLast(rest, ':')
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("%q: want topic:partition:offset", item)
+		}
+		if err := checkTopic(topic); err != nil {
+			return nil, fmt.Errorf("%q: %w", item, err)
+		}
+		part, err := strconv.Atoi(partStr)
+		if err != nil || part < 0 || part > math.MaxInt32 {
+			return nil, fmt.Errorf("%q: partition %q is not a partition number", item, partStr)
+		}
+		off, err := strconv.ParseInt(offStr, 10, 64)
+		if err != nil || off < 0 {
+			return nil, fmt.Errorf("%q: offset %q is not an offset (a number from 0)", item, offStr)
+		}
+		tp := topicPartition{topic, part}
+		if seen[tp] {
+			return nil, fmt.Errorf("%s:%d is listed twice", topic, part)
+		}
+		seen[tp] = true
+		out = append(out, PartitionOffset{Topic: topic, Partition: part, Offset: off})
+	}
+	return out, nil
+}
+
+func cutLast(s string, sep byte) (before, after string, ok bool) {
+	i := strings.LastIndexByte(s, sep)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// checkTopic checks a Kafka topic name: 1 to 249 of [a-zA-Z0-9._-].
+func checkTopic(t string) error {
+	if t == "" || len(t) > 249 {
+		return fmt.Errorf("topic name %q must have 1 to 249 characters", t)
+	}
+	for _, c := range []byte(t) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("topic name %q: only letters, digits, '.', '_' and '-' are allowed", t)
+		}
+	}
+	return nil
+}
+
+type topicPartition struct {
+	topic     string
+	partition int
+}
+
+// PartitionRange is the part of one partition a replay reads: offsets
+// Start (included) to End (excluded).
+type PartitionRange struct {
+	Topic     string
+	Partition int
+	Start     int64
+	End       int64
+}
+
+// Len returns the number of offsets in the range.
+func (r PartitionRange) Len() int64 { return max(r.End-r.Start, 0) }
+
+func (r PartitionRange) String() string {
+	return fmt.Sprintf("%s:%d:[%d,%d)", r.Topic, r.Partition, r.Start, r.End)
+}
+
+// partitionOffsets are what the brokers said about one partition.
+type partitionOffsets struct {
+	// first is the log start offset, end the last stable offset (the
+	// offset after the last committed record).
+	first, end int64
+	// fromAt and toAt are the offsets found for the bounds' times; -1
+	// when no record is that recent.
+	fromAt, toAt int64
+}
+
+// ResolveReplayRanges asks the brokers which partitions to read and from
+// where to where, and returns one range per partition, sorted by topic and
+// partition, leaving out empty ones.
+//
+// topics are the topics to replay; when empty, the topics named in
+// from.Offsets (which must then be given). from.Offsets lists the only
+// partitions replayed; otherwise every partition of topics is. from
+// selects each partition's start (required); to its end, default the end
+// offset the partition has now, so a replay never waits for new messages.
+// Time bounds select the first record at or after the time, so a replay
+// from T1 to T2 reads the records stamped [T1, T2). A start before the log
+// start offset (records removed by retention) starts at the log start
+// offset; an end beyond the end offset ends there; both are logged.
+func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, from, to ReplayBound, logger *slog.Logger) ([]PartitionRange, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if from.IsZero() {
+		return nil, errors.New("consumer: replay: no start given")
+	}
+	if to.Earliest {
+		return nil, errors.New("consumer: replay: \"earliest\" is not an end")
+	}
+	if len(topics) == 0 {
+		for _, po := range from.Offsets {
+			if !slices.Contains(topics, po.Topic) {
+				topics = append(topics, po.Topic)
+			}
+		}
+		if len(topics) == 0 {
+			return nil, errors.New("consumer: replay: no topics")
+		}
+	}
+	client := &kafka.Client{Addr: kafka.TCP(conn.Brokers...), Timeout: 30 * time.Second, Transport: conn.Transport()}
+	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, fmt.Errorf("consumer: replay: read topic metadata: %w", err)
+	}
+	exists := make(map[topicPartition]bool)
+	var all []topicPartition
+	for _, t := range meta.Topics {
+		if t.Error != nil {
+			return nil, fmt.Errorf("consumer: replay: topic %s: %w", t.Name, t.Error)
+		}
+		if !slices.Contains(topics, t.Name) {
+			continue
+		}
+		for _, p := range t.Partitions {
+			tp := topicPartition{t.Name, p.ID}
+			exists[tp] = true
+			all = append(all, tp)
+		}
+	}
+	for _, t := range topics {
+		if !slices.ContainsFunc(meta.Topics, func(mt kafka.Topic) bool { return mt.Name == t }) {
+			return nil, fmt.Errorf("consumer: replay: topic %s does not exist", t)
+		}
+	}
+	check := func(flag string, offs []PartitionOffset) error {
+		for _, po := range offs {
+			if !slices.Contains(topics, po.Topic) {
+				return fmt.Errorf("consumer: replay: %s names topic %s, which is not replayed (topics: %s)", flag, po.Topic, strings.Join(topics, ","))
+			}
+			if !exists[topicPartition{po.Topic, po.Partition}] {
+				return fmt.Errorf("consumer: replay: %s names %s:%d, which does not exist", flag, po.Topic, po.Partition)
+			}
+		}
+		return nil
+	}
+	if err := check("the start", from.Offsets); err != nil {
+		return nil, err
+	}
+	if err := check("the end", to.Offsets); err != nil {
+		return nil, err
+	}
+	parts := all
+	if len(from.Offsets) > 0 {
+		parts = parts[:0:0]
+		for _, po := range from.Offsets {
+			parts = append(parts, topicPartition{po.Topic, po.Partition})
+		}
+		for _, po := range to.Offsets {
+			if !slices.Contains(parts, topicPartition{po.Topic, po.Partition}) {
+				return nil, fmt.Errorf("consumer: replay: the end names %s:%d, which the start does not list", po.Topic, po.Partition)
+			}
+		}
+	}
+	slices.SortFunc(parts, func(a, b topicPartition) int {
+		if c := strings.Compare(a.topic, b.topic); c != 0 {
+			return c
+		}
+		return a.partition - b.partition
+	})
+
+	offs, err := listPartitionOffsets(ctx, client, parts, from.Time, to.Time)
+	if err != nil {
+		return nil, err
+	}
+	var ranges []PartitionRange
+	for _, tp := range parts {
+		o := offs[tp]
+		r, notes := replayRange(tp, o, from, to)
+		for _, n := range notes {
+			logger.Warn(n, "topic", tp.topic, "partition", tp.partition, "log_start", o.first, "end", o.end)
+		}
+		if r.Len() > 0 {
+			ranges = append(ranges, r)
+		}
+	}
+	return ranges, nil
+}
+
+// replayRange applies the bounds to one partition's offsets. notes say
+// where a bound was moved into the partition's log.
+func replayRange(tp topicPartition, o partitionOffsets, from, to ReplayBound) (PartitionRange, []string) {
+	var notes []string
+	start := o.end
+	switch {
+	case from.Earliest:
+		start = o.first
+	case !from.Time.IsZero():
+		if o.fromAt >= 0 {
+			start = o.fromAt
+		}
+	default:
+		for _, po := range from.Offsets {
+			if po.Topic == tp.topic && po.Partition == tp.partition {
+				start = po.Offset
+			}
+		}
+		if start < o.first {
+			notes = append(notes, fmt.Sprintf("replay start %d was removed by retention; starting at the log start offset", start))
+		}
+		if start > o.end {
+			notes = append(notes, fmt.Sprintf("replay start %d is beyond the partition's end offset; nothing to replay", start))
+		}
+	}
+	start = min(max(start, o.first), o.end)
+
+	end := o.end
+	switch {
+	case !to.Time.IsZero():
+		if o.toAt >= 0 {
+			end = o.toAt
+		}
+	default:
+		for _, po := range to.Offsets {
+			if po.Topic == tp.topic && po.Partition == tp.partition {
+				end = po.Offset
+				if end > o.end {
+					notes = append(notes, fmt.Sprintf("replay end %d is beyond the partition's end offset; ending there", end))
+				}
+			}
+		}
+	}
+	end = max(min(end, o.end), start)
+	return PartitionRange{Topic: tp.topic, Partition: tp.partition, Start: start, End: end}, notes
+}
+
+// listPartitionOffsets asks for the log start and end offsets of parts,
+// and for the offsets of the times that are not zero. Each question is its
+// own request: a partition may appear only once per request.
+func listPartitionOffsets(ctx context.Context, client *kafka.Client, parts []topicPartition, fromTime, toTime time.Time) (map[topicPartition]partitionOffsets, error) {
+	out := make(map[topicPartition]partitionOffsets, len(parts))
+	for _, tp := range parts {
+		out[tp] = partitionOffsets{first: -1, end: -1, fromAt: -1, toAt: -1}
+	}
+	ask := func(what string, req func(partition int) kafka.OffsetRequest, set func(o *partitionOffsets, po kafka.PartitionOffsets)) error {
+		topics := make(map[string][]kafka.OffsetRequest)
+		for _, tp := range parts {
+			topics[tp.topic] = append(topics[tp.topic], req(tp.partition))
+		}
+		resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: topics, IsolationLevel: kafka.ReadCommitted})
+		if err != nil {
+			return fmt.Errorf("consumer: replay: list %s offsets: %w", what, err)
+		}
+		for topic, pos := range resp.Topics {
+			for _, po := range pos {
+				tp := topicPartition{topic, po.Partition}
+				o, ok := out[tp]
+				if !ok {
+					continue
+				}
+				if po.Error != nil {
+					return fmt.Errorf("consumer: replay: list %s offsets of %s:%d: %w", what, topic, po.Partition, po.Error)
+				}
+				set(&o, po)
+				out[tp] = o
+			}
+		}
+		return nil
+	}
+	err := ask("first", kafka.FirstOffsetOf, func(o *partitionOffsets, po kafka.PartitionOffsets) { o.first = po.FirstOffset })
+	if err == nil {
+		err = ask("end", kafka.LastOffsetOf, func(o *partitionOffsets, po kafka.PartitionOffsets) { o.end = po.LastOffset })
+	}
+	// The offset found for a time is the one key of Offsets; a partition
+	// with no record that recent has none.
+	timeOffset := func(po kafka.PartitionOffsets) int64 {
+		for off := range po.Offsets {
+			if off >= 0 {
+				return off
+			}
+		}
+		return -1
+	}
+	if err == nil && !fromTime.IsZero() {
+		err = ask("start time", func(p int) kafka.OffsetRequest { return kafka.TimeOffsetOf(p, fromTime) },
+			func(o *partitionOffsets, po kafka.PartitionOffsets) { o.fromAt = timeOffset(po) })
+	}
+	if err == nil && !toTime.IsZero() {
+		err = ask("end time", func(p int) kafka.OffsetRequest { return kafka.TimeOffsetOf(p, toTime) },
+			func(o *partitionOffsets, po kafka.PartitionOffsets) { o.toAt = timeOffset(po) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	for tp, o := range out {
+		if o.first < 0 || o.end < 0 {
+			return nil, fmt.Errorf("consumer: replay: the brokers did not report the offsets of %s:%d", tp.topic, tp.partition)
+		}
+	}
+	return out, nil
+}
+
+// Replay reading settings.
+const (
+	// DefaultReplayIdleTimeout is how long a partition may deliver
+	// nothing before its end before the replay gives up on it.
+	DefaultReplayIdleTimeout = 30 * time.Second
+	// replayBatchWait is how long a batch waits for more messages once it
+	// has one: short, the messages are there already.
+	replayBatchWait = 100 * time.Millisecond
+	// replayFetchWait is how long one fetch waits on the broker for new
+	// messages. Only a fetch past the last message waits, and closing the
+	// reader at the end of a range waits for it: keep it short.
+	replayFetchWait = 250 * time.Millisecond
+)
+
+// readPartition reads r from Start to End in batches of up to max
+// messages and hands each batch to handle. Offsets missing from the log
+// (compaction) are passed over; progress counts offsets.
+func (rp *Replayer) readPartition(ctx context.Context, r PartitionRange, maxMessages int, handle func([]Message) error) error {
+	log := rp.log.With("topic", r.Topic, "partition", r.Partition)
+	reader := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:        rp.cfg.Kafka.Brokers,
+		Topic:          r.Topic,
+		Partition:      r.Partition,
+		Dialer:         rp.cfg.Kafka.Dialer(),
+		MinBytes:       1,
+		MaxBytes:       readerMaxBytes,
+		MaxWait:        replayFetchWait,
+		QueueCapacity:  min(readerQueue, maxMessages),
+		IsolationLevel: kafka.ReadCommitted,
+		ErrorLogger:    kafkaLogger(log, "replay reader"),
+	})
+	defer reader.Close()
+	if err := reader.SetOffset(r.Start); err != nil {
+		return fmt.Errorf("consumer: replay %s:%d: start at %d: %w", r.Topic, r.Partition, r.Start, err)
+	}
+	log.Debug("replaying partition", "from", r.Start, "to", r.End)
+	next := r.Start
+	msgs := make([]Message, 0, min(maxMessages, int(r.Len())))
+	for next < r.End {
+		msgs = msgs[:0]
+		idle, cancel := context.WithTimeout(ctx, rp.cfg.IdleTimeout)
+		km, err := reader.FetchMessage(idle)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("consumer: replay %s:%d: no message for %s at offset %d (the range ends at %d); are the brokers reachable?",
+					r.Topic, r.Partition, rp.cfg.IdleTimeout, next, r.End)
+			}
+			return fmt.Errorf("consumer: replay %s:%d: read at offset %d: %w", r.Topic, r.Partition, next, err)
+		}
+		atEnd := km.Offset >= r.End
+		if !atEnd {
+			msgs = append(msgs, MessageFromKafka(&km))
+			atEnd, err = rp.fillReplayBatch(ctx, reader, r, maxMessages, &msgs)
+			if err != nil {
+				return err
+			}
+		}
+		if len(msgs) > 0 {
+			if err := handle(msgs); err != nil {
+				return err
+			}
+			last := msgs[len(msgs)-1].Pos.Offset
+			rp.progress.add(last + 1 - next)
+			next = last + 1
+			clear(msgs)
+		}
+		if atEnd {
+			break
+		}
+	}
+	rp.progress.add(r.End - next)
+	return nil
+}
+
+// fillReplayBatch appends to msgs the messages that arrive within
+// replayBatchWait, up to maxMessages or the end of r. atEnd is true when a
+// message at or past r.End was seen (and dropped) or r.End-1 was taken.
+func (rp *Replayer) fillReplayBatch(ctx context.Context, reader *kafka.Reader, r PartitionRange, maxMessages int, msgs *[]Message) (atEnd bool, err error) {
+	if (*msgs)[len(*msgs)-1].Pos.Offset+1 >= r.End {
+		return true, nil
+	}
+	bctx, cancel := context.WithTimeout(ctx, replayBatchWait)
+	defer cancel()
+	for len(*msgs) < maxMessages {
+		km, err := reader.FetchMessage(bctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return false, nil
+			}
+			return false, fmt.Errorf("consumer: replay %s:%d: read: %w", r.Topic, r.Partition, err)
+		}
+		if km.Offset >= r.End {
+			return true, nil
+		}
+		*msgs = append(*msgs, MessageFromKafka(&km))
+		if km.Offset+1 >= r.End {
+			return true, nil
+		}
+	}
+	return false, nil
+}
