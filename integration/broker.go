@@ -39,6 +39,12 @@ type Broker struct {
 // one (github.com/twmb/franz-go/pkg/kfake, one node, automatic topic
 // creation on). It creates the requested topics and returns once the
 // broker answers metadata requests for them.
+//
+// The tests pass internal/testsvc's Kafka() as opts.Addrs, so their broker
+// is the one CACHEWARDEN_TEST_KAFKA names, else a Kafka container when a
+// Docker engine answers (and CACHEWARDEN_TEST_CONTAINERS is not "0"), else
+// the in-process one. StartBroker itself reads no environment variable and
+// starts no container.
 func StartBroker(ctx context.Context, log *slog.Logger, opts BrokerOptions) (*Broker, error) {
 	partitions := opts.Partitions
 	if partitions <= 0 {
@@ -119,7 +125,7 @@ func (b *Broker) waitTopics(ctx context.Context, topics []string) error {
 		if err == nil {
 			ready := 0
 			for _, t := range resp.Topics {
-				if t.Error == nil && len(t.Partitions) > 0 {
+				if t.Error == nil && len(t.Partitions) > 0 && allLed(t.Partitions) {
 					ready++
 				}
 			}
@@ -133,6 +139,17 @@ func (b *Broker) waitTopics(ctx context.Context, topics []string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// allLed reports whether every partition has a leader. A Kafka broker may
+// report a topic it has just created before its partitions have one.
+func allLed(partitions []kafka.Partition) bool {
+	for _, p := range partitions {
+		if p.Error != nil || p.Leader.Host == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // Partitions returns how many partitions topic has. A topic created a

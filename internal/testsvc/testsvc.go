@@ -2,16 +2,20 @@
 //
 // Each service is looked up in this order:
 //  1. an environment variable with its address (CACHEWARDEN_TEST_MEMCACHED,
-//     CACHEWARDEN_TEST_MYSQL_DSN, CACHEWARDEN_TEST_KAFKA), which
+//     CACHEWARDEN_TEST_MYSQL_DSN, CACHEWARDEN_TEST_MYSQL_BINLOG_DSN,
+//     CACHEWARDEN_TEST_KAFKA), which
 //     scripts/services.sh and `make test` set;
 //  2. a container started with testcontainers-go, when a Docker engine
 //     answers (and CACHEWARDEN_TEST_CONTAINERS is not "0");
 //  3. none: the test fails when CI=true, and is skipped with a hint
 //     otherwise.
 //
-// Kafka is special: with no address the caller starts an in-process
-// Kafka-protocol broker (see integration), so Kafka() only reports what the
-// environment or Docker provides.
+// Kafka is special: with neither an address nor Docker the caller starts an
+// in-process Kafka-protocol broker (see integration), so Kafka() only
+// reports what the environment or Docker provides and returns nil
+// otherwise. Its container runs confluentinc/confluent-local (Kafka in KRaft
+// mode, one node that is both broker and controller) through
+// github.com/testcontainers/testcontainers-go/modules/kafka.
 //
 // Containers are started at most once per test binary and are reused by
 // every test in it; the helpers are safe for concurrent use.
@@ -22,6 +26,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -31,6 +36,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/testcontainers/testcontainers-go"
+	tckafka "github.com/testcontainers/testcontainers-go/modules/kafka"
 	"github.com/testcontainers/testcontainers-go/wait"
 )
 
@@ -54,7 +60,16 @@ type containerOnce struct {
 var (
 	memcachedContainer containerOnce
 	mysqlContainer     containerOnce
+	kafkaContainer     struct {
+		once    sync.Once
+		brokers []string
+		err     error
+	}
 )
+
+// kafkaImage is the image of the Kafka container: the module's starter
+// script needs a Confluent image, and KRaft mode needs 7.4.0 or later.
+const kafkaImage = "confluentinc/confluent-local:7.5.0"
 
 func dockerAvailable() bool {
 	if os.Getenv("CACHEWARDEN_TEST_CONTAINERS") == "0" {
@@ -139,21 +154,78 @@ func MySQLDSN(t testing.TB) string {
 	return ""
 }
 
-// Kafka returns broker addresses from CACHEWARDEN_TEST_KAFKA (comma
-// separated), or nil when the caller should start an in-process broker.
+// Kafka returns Kafka bootstrap addresses: those of CACHEWARDEN_TEST_KAFKA
+// (comma separated), else those of KafkaContainer's container when a
+// Docker engine answers, else nil, meaning the caller should start an
+// in-process broker. Having no test to fail, it panics when the container
+// does not start: falling back to the in-process broker would hide that.
 func Kafka() []string {
-	v := os.Getenv("CACHEWARDEN_TEST_KAFKA")
-	if v == "" {
+	if v := os.Getenv("CACHEWARDEN_TEST_KAFKA"); v != "" {
+		return strings.Split(v, ",")
+	}
+	if !dockerAvailable() {
 		return nil
 	}
-	return strings.Split(v, ",")
+	brokers, err := startKafka()
+	if err != nil {
+		panic(fmt.Sprintf("testsvc: Kafka container: %v", err))
+	}
+	return brokers
+}
+
+// KafkaContainer returns the bootstrap addresses of a single-node Kafka
+// (KRaft mode) running in a container, or nil when no Docker engine
+// answers or CACHEWARDEN_TEST_CONTAINERS is "0". The container is started
+// by the first call (image pull included, within three minutes) and
+// shared by every later one; when it does not start, the test fails.
+func KafkaContainer(t testing.TB) []string {
+	t.Helper()
+	if !dockerAvailable() {
+		return nil
+	}
+	brokers, err := startKafka()
+	if err != nil {
+		t.Fatalf("testsvc: Kafka container: %v", err)
+	}
+	return brokers
+}
+
+// startKafka starts the Kafka container once per test binary and returns
+// its bootstrap addresses, or the error that stopped it.
+func startKafka() ([]string, error) {
+	kafkaContainer.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		// Run waits until the broker has left recovery and is serving.
+		// A container that started but failed later is removed here;
+		// a running one lives until the test binary exits.
+		c, err := tckafka.Run(ctx, kafkaImage)
+		if err != nil {
+			kafkaContainer.err = errors.Join(err, testcontainers.TerminateContainer(c))
+			return
+		}
+		brokers, err := c.Brokers(ctx)
+		if err != nil {
+			kafkaContainer.err = errors.Join(fmt.Errorf("broker addresses: %w", err), testcontainers.TerminateContainer(c))
+			return
+		}
+		kafkaContainer.brokers = brokers
+	})
+	return append([]string(nil), kafkaContainer.brokers...), kafkaContainer.err
 }
 
 // MySQL creates a fresh database for the test, dropped when it ends, and
 // returns a handle to it and its DSN.
 func MySQL(t testing.TB) (*sql.DB, string) {
 	t.Helper()
-	base := MySQLDSN(t)
+	return freshDatabase(t, MySQLDSN(t))
+}
+
+// freshDatabase creates a database for the test on the server of base (a
+// DSN without a database name), dropped when the test ends, and returns a
+// handle to it and its DSN.
+func freshDatabase(t testing.TB, base string) (*sql.DB, string) {
+	t.Helper()
 	cfg, err := mysql.ParseDSN(base)
 	if err != nil {
 		t.Fatalf("testsvc: bad MySQL DSN %q: %v", base, err)
