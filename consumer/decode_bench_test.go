@@ -63,3 +63,73 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// benchOrderRules are two rules that every bench message matches: a
+// namespace bump whose listed columns changed and a counter whose `when`
+// flips (a pending order becomes paid).
+const benchOrderRules = `version: 1
+prefix: "shop:"
+rules:
+  - name: order
+    table: shop.orders
+    columns: [status, total_cents, items]
+    bump: "ns:order:{id}"
+  - name: customer-paid-orders
+    table: shop.orders
+    when: "paid == 1"
+    count:
+      key: "paid-orders:{customer_id}"
+      recount: "SELECT COUNT(*) FROM orders WHERE customer_id = ? AND paid = 1"
+`
+
+// BenchmarkDecodePlan is the per-event cost of the daemon's hot path
+// before coalescing: decode one message and plan its row change against
+// two matching rules, per format, with reused buffers.
+func BenchmarkDecodePlan(b *testing.B) {
+	rs, err := rules.Parse("bench.yaml", []byte(benchOrderRules))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		dec   Decoder
+		value string
+		ops   int
+	}{
+		{"debezium", Decoder{Format: FormatDebezium}, benchDebezium, 2},
+		{"debezium-auto", Decoder{}, benchDebezium, 2},
+		// No before image: a bump and a recount.
+		{"debezium-flat", Decoder{Format: FormatDebeziumFlat}, benchFlat, 2},
+		{"maxwell", Decoder{Format: FormatMaxwell}, benchMaxwell, 2},
+		{"canal", Decoder{Format: FormatCanal}, benchCanal, 2},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			in := []byte(tc.value)
+			var out Decoded
+			var ops []rules.Op
+			pos := rules.Position{Topic: "shop.orders", Partition: 3, Offset: 1}
+			plan := func() {
+				if err := tc.dec.Decode(in, pos, &out); err != nil {
+					b.Fatal(err)
+				}
+				ops = ops[:0]
+				for i := range out.Events {
+					if ops, _, err = rs.Plan(ops, &out.Events[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			plan()
+			if len(ops) != tc.ops {
+				b.Fatalf("%d ops planned, want %d: %+v", len(ops), tc.ops, ops)
+			}
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				plan()
+			}
+		})
+	}
+}
