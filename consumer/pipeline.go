@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -84,6 +85,11 @@ type PipelineConfig struct {
 	// RecountReason labels recounts that CoalesceOptions.Recount creates
 	// in cachewarden_recounts_total; default "reassigned".
 	RecountReason string
+	// Fences filters counter deltas against the fences of their counters'
+	// recounts before coalescing, and rechecks them after applying (a
+	// *counters.Counters; see fence.go). nil: deltas are applied whatever
+	// their binary log position.
+	Fences DeltaFencer
 }
 
 // Pipeline turns batches of CDC messages into applied cache ops: decode,
@@ -144,6 +150,9 @@ type BatchStats struct {
 	// Coalesce says what coalescing did; Coalesce.In is the number of
 	// planned ops.
 	Coalesce CoalesceStats
+	// Fence says what the fence checks did (Process with
+	// PipelineConfig.Fences only).
+	Fence counters.FenceStats
 }
 
 // Batch is one batch's plan, and the scratch memory to make it. The zero
@@ -164,6 +173,7 @@ type Batch struct {
 	results   []cacheops.Result
 	events    map[eventLabels]int
 	outcomes  map[opLabels]int
+	fence     batchFence
 }
 
 type eventLabels struct{ topic, format, outcome string }
@@ -181,6 +191,13 @@ func (p *Pipeline) decoderFor(topic string) *Decoder {
 // b.Ops; poison messages go to b.Poison. Nothing is applied. msgs' values
 // must stay unchanged until b is reused (poison messages keep them).
 func (p *Pipeline) Plan(b *Batch, msgs []Message, opts CoalesceOptions) {
+	p.planEvents(b, msgs)
+	p.coalesce(b, opts)
+}
+
+// planEvents decodes msgs and plans their row changes into b.planned.
+func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
+	b.fence.checked = false
 	b.planned = b.planned[:0]
 	clear(b.Poison) // drop references to old messages
 	b.Poison = b.Poison[:0]
@@ -220,6 +237,10 @@ func (p *Pipeline) Plan(b *Batch, msgs []Message, opts CoalesceOptions) {
 			b.poison(msg, firstErr, b.decoded.Format)
 		}
 	}
+}
+
+// coalesce turns b.planned into b.Ops.
+func (p *Pipeline) coalesce(b *Batch, opts CoalesceOptions) {
 	var cs CoalesceStats
 	b.Ops, cs = b.coalescer.Coalesce(b.Ops[:0], b.planned, opts)
 	b.Stats.Coalesce = cs
@@ -233,9 +254,16 @@ func (b *Batch) poison(msg *Message, err error, format Format) {
 }
 
 // Process plans msgs into b and applies the result (Plan, then Apply).
+// With PipelineConfig.Fences, counter deltas are checked against their
+// counters' fences between planning and coalescing (fence.go); it returns
+// ctx's error when ctx ends while memcached cannot be read.
 func (p *Pipeline) Process(ctx context.Context, b *Batch, msgs []Message, opts CoalesceOptions) error {
 	start := time.Now()
-	p.Plan(b, msgs, opts)
+	p.planEvents(b, msgs)
+	if err := p.checkFences(ctx, b, opts); err != nil {
+		return err
+	}
+	p.coalesce(b, opts)
 	err := p.Apply(ctx, b)
 	if err == nil {
 		p.m.batchDuration.Observe(time.Since(start).Seconds())
@@ -274,6 +302,9 @@ func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 		if err := p.applyOps(ctx, b); err != nil {
 			return err
 		}
+		if err := p.recheckFences(ctx, b); err != nil {
+			return err
+		}
 	}
 	if p.cfg.Rebump != nil {
 		for i := range b.Ops {
@@ -300,7 +331,13 @@ func (p *Pipeline) recordPlan(b *Batch) {
 	if n := b.Stats.Coalesce.DeltasToRecounts; n > 0 {
 		p.m.recounts.WithLabelValues(p.cfg.RecountReason).Add(float64(n))
 	}
-	planned := -b.Stats.Coalesce.DeltasToRecounts
+	if n := b.Stats.Fence.Recounts; n > 0 {
+		p.m.recounts.WithLabelValues("fence").Add(float64(n))
+	}
+	if n := b.Stats.Fence.Skipped; n > 0 {
+		p.m.ops.WithLabelValues(rules.OpCount.String(), "fenced").Add(float64(n))
+	}
+	planned := -b.Stats.Coalesce.DeltasToRecounts - b.Stats.Fence.Recounts
 	for i := range b.Ops {
 		if b.Ops[i].Kind == rules.OpRecount {
 			planned++

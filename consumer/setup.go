@@ -43,7 +43,9 @@ type Stack struct {
 	// Pipelined is the meta-protocol writer; nil with protocol "text".
 	Pipelined *cacheops.PipelineWriter
 	// Writer and Counters are the classic text-protocol appliers; nil
-	// with protocol "meta".
+	// with protocol "meta", except Counters when mysql.dsn is set: then
+	// counter ops go to it in both protocols, for exact counters
+	// (docs/exact-counters.md).
 	Writer   *cacheops.Writer
 	Counters *counters.Counters
 	Rebump   *Rebumper
@@ -140,6 +142,16 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 			Timeout:      cfg.Memcached.Timeout,
 		}, logger.With("component", "cacheops"))
 		s.Applier = s.Pipelined
+		if recounter != nil {
+			// Exact counters (docs/exact-counters.md): counter ops go to
+			// the counters package, which fences recounts at their
+			// snapshot's binary log position; the pipelined writer
+			// does not.
+			s.Counters = counters.New(mc, recounter, counters.Config{
+				MaxConcurrency: cfg.Memcached.MaxConcurrency,
+			}, logger.With("component", "counters"))
+			counterApplier = s.Counters
+		}
 	}
 	s.registerClientStats()
 
@@ -166,6 +178,9 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		Metrics:       s.Metrics,
 		Logger:        logger.With("component", "pipeline"),
 		RecountReason: opts.RecountReason,
+	}
+	if s.Counters != nil {
+		pc.Fences = s.Counters
 	}
 	if s.DLQ != nil {
 		pc.Poison = s.DLQ
@@ -225,7 +240,12 @@ func (s *Stack) registerClientStats() {
 	stats := func() (requests, compactions, deletes, drifts uint64) {
 		if s.Pipelined != nil {
 			st := s.Pipelined.Stats()
-			return st.RoundTrips, st.Compactions, st.Deletes, st.Drifts
+			requests, compactions, deletes, drifts = st.RoundTrips, st.Compactions, st.Deletes, st.Drifts
+			if s.Counters != nil {
+				c := s.Counters.Stats()
+				requests, deletes, drifts = requests+c.Calls, deletes+c.Deletes, drifts+c.Drifts
+			}
+			return requests, compactions, deletes, drifts
 		}
 		w, c := s.Writer.Stats(), s.Counters.Stats()
 		return w.Calls + c.Calls, w.Compactions, w.Deletes + c.Deletes, c.Drifts
@@ -248,6 +268,18 @@ func (s *Stack) registerClientStats() {
 			Help: "Counters found possibly wrong (a decr reaching zero, a non-numeric item) and recounted.",
 		}, func() float64 { _, _, _, d := stats(); return float64(d) }),
 	)
+	if c := s.Counters; c != nil {
+		s.Registry.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "cachewarden_recount_fenced_total",
+				Help: "Counter recounts stored with a fence at their snapshot's binary log position (exact counters).",
+			}, func() float64 { return float64(c.Stats().FencedRecounts) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "cachewarden_recount_unfenced_total",
+				Help: "Counter recounts stored without a fence because the database could not name their snapshot's binary log position (binary log off, MySQL).",
+			}, func() float64 { return float64(c.Stats().UnfencedRecounts) }),
+		)
+	}
 }
 
 // KafkaConnFromConfig translates the kafka section's connection settings,
@@ -321,6 +353,15 @@ func (t *timedMySQL) LoadMembers(ctx context.Context, query string, args []rules
 	members, err := t.db.LoadMembers(ctx, query, args)
 	t.m.ObserveMySQL("load", time.Since(start), err)
 	return members, err
+}
+
+// CountInSnapshot makes timedMySQL a counters.SnapshotCounter, so that
+// the counters fence their recounts.
+func (t *timedMySQL) CountInSnapshot(ctx context.Context, query string, args []rules.Value) (counters.SnapshotCount, error) {
+	start := time.Now()
+	sc, err := t.db.CountInSnapshot(ctx, query, args)
+	t.m.ObserveMySQL("recount", time.Since(start), err)
+	return sc, err
 }
 
 func (t *timedMySQL) Count(ctx context.Context, query string, args []rules.Value) (int64, error) {

@@ -322,8 +322,8 @@ func (c *Counters) deleteItem(key, why string) cacheops.Result {
 // number) it runs query with args bound to its '?' placeholders, stores the
 // result (add on a miss, so a value a writer stored meanwhile wins; set over
 // a non-numeric item) and returns it. With fencing on, the query runs in a
-// consistent snapshot and its fence is stored first, as writers do. When memcached fails the count comes
-// from the query and nothing is stored.
+// consistent snapshot and its fence is stored first, as writers do. When
+// memcached fails the count comes from the query and nothing is stored.
 //
 // args may be nil, rules.Value, string, []byte, bool, any Go integer or
 // float type; other types are an error. Get needs a Recounter only on a

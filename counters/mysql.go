@@ -62,6 +62,9 @@ type MySQL struct {
 	db      *sql.DB
 	timeout time.Duration
 	log     *slog.Logger
+	// snapshots remembers that the server cannot name a snapshot's
+	// binary log position (CountInSnapshot).
+	snapshots snapshotSupport
 }
 
 // OpenMySQL opens a pool for a go-sql-driver DSN. It does not connect: a
@@ -117,7 +120,11 @@ func (m *MySQL) Count(ctx context.Context, query string, args []rules.Value) (in
 	}
 	ctx, cancel := m.queryContext(ctx)
 	defer cancel()
-	rows, err := m.db.QueryContext(ctx, query, bound...)
+	return scanCount(m.db.QueryContext(ctx, query, bound...))
+}
+
+// scanCount reads the one integer a recount query must return.
+func scanCount(rows *sql.Rows, err error) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("counters: recount query: %w", err)
 	}
