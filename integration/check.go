@@ -25,9 +25,9 @@ type Warmed struct {
 
 // Warm reads the cache as an application would before the workload runs,
 // through the read-side helpers: the namespace of every entity of the
-// snapshot that a bump rule covers (created when missing), and about
-// share (0..1) of the sets and counters the rules' keys queries list
-// (loaded or recounted from the database when missing). Items the daemon
+// snapshot that a bump rule covers (created when missing), and the first
+// and about share (0..1) of the others of the sets and counters the rules'
+// keys queries list (loaded or recounted from the database when missing). Items the daemon
 // later changes in place are then present, which makes the final check
 // meaningful.
 func Warm(ctx context.Context, rs *rules.RuleSet, mc *memcache.Client, db *counters.MySQL, snapshot []Change, share float64, rng *rand.Rand) (*Warmed, error) {
@@ -60,10 +60,14 @@ func Warm(ctx context.Context, rs *rules.RuleSet, mc *memcache.Client, db *count
 		if (r.Kind != rules.SetRule && r.Kind != rules.CountRule) || r.Query == "" || (r.Keys == "" && r.Key.HasPlaceholders()) {
 			continue
 		}
+		first := true
 		err := verify.ListKeys(ctx, db.DB(), r, func(key string, args []rules.Value) error {
-			if rng.Float64() >= share {
+			// The first key of each rule is always warmed, so that every
+			// rule has a present item for the final check to judge.
+			if !first && rng.Float64() >= share {
 				return nil
 			}
+			first = false
 			if r.Kind == rules.CountRule {
 				bound := make([]any, len(args))
 				for i, a := range args {
