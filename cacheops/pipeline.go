@@ -581,7 +581,9 @@ func (w *PipelineWriter) exchange(ctx context.Context, x *pipeExchange) {
 		}
 		return
 	}
+	start := time.Now()
 	sent, err := conn.exchange(ctx, x.cmds, x.replies, w.cfg.Timeout)
+	w.cfg.ObserveRoundTrip.Since(start)
 	w.pool.release(x.server, conn, err != nil)
 	w.roundTrips.Add(1)
 	w.commands.Add(uint64(sent))

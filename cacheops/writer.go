@@ -48,6 +48,21 @@ type WriterConfig struct {
 	// milliseconds) and turns TTLs longer than 30 days into memcached's
 	// absolute expiry times. Default time.Now.
 	Now func() time.Time
+	// ObserveRoundTrip, when set, receives the duration of every
+	// memcached round trip (one command with Writer, one pipelined
+	// exchange with PipelineWriter); it must be safe for concurrent use.
+	ObserveRoundTrip RoundTripObserver
+}
+
+// RoundTripObserver receives the duration of one memcached round trip,
+// e.g. to feed a latency histogram. The nil observer ignores everything.
+type RoundTripObserver func(time.Duration)
+
+// Since reports the time elapsed since start, the start of a round trip.
+func (o RoundTripObserver) Since(start time.Time) {
+	if o != nil {
+		o(time.Since(start))
+	}
 }
 
 const (
@@ -639,30 +654,36 @@ func checkSetTokens(tokens string) error {
 
 func (w *Writer) incr(key string) (uint64, error) {
 	w.calls.Add(1)
+	defer w.cfg.ObserveRoundTrip.Since(time.Now())
 	return w.mc.Increment(key, 1)
 }
 
 func (w *Writer) add(it *memcache.Item) error {
 	w.calls.Add(1)
+	defer w.cfg.ObserveRoundTrip.Since(time.Now())
 	return w.mc.Add(it)
 }
 
 func (w *Writer) append(key string, tokens []byte) error {
 	w.calls.Add(1)
+	defer w.cfg.ObserveRoundTrip.Since(time.Now())
 	return w.mc.Append(&memcache.Item{Key: key, Value: tokens})
 }
 
 func (w *Writer) gets(key string) (*memcache.Item, error) {
 	w.calls.Add(1)
+	defer w.cfg.ObserveRoundTrip.Since(time.Now())
 	return w.mc.Get(key) // gomemcache's get sends "gets": the item carries its cas id
 }
 
 func (w *Writer) cas(it *memcache.Item) error {
 	w.calls.Add(1)
+	defer w.cfg.ObserveRoundTrip.Since(time.Now())
 	return w.mc.CompareAndSwap(it)
 }
 
 func (w *Writer) delete(key string) error {
 	w.calls.Add(1)
+	defer w.cfg.ObserveRoundTrip.Since(time.Now())
 	return w.mc.Delete(key)
 }

@@ -28,6 +28,7 @@ type Metrics struct {
 	applyDuration   *prometheus.HistogramVec
 	applyRetries    prometheus.Counter
 	mysqlDuration   *prometheus.HistogramVec
+	memcachedRTT    prometheus.Histogram
 	recounts        *prometheus.CounterVec
 	poison          *prometheus.CounterVec
 	dlqMessages     *prometheus.CounterVec
@@ -87,6 +88,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		applyRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cachewarden_apply_retries_total",
 			Help: "Apply attempts repeated after a transient memcached or MySQL error.",
+		}),
+		memcachedRTT: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cachewarden_memcached_round_trip_duration_seconds",
+			Help:    "Time of one memcached round trip: one command with memcached.protocol text, one pipelined exchange of many commands with meta.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18),
 		}),
 		mysqlDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cachewarden_mysql_query_duration_seconds",
@@ -157,12 +163,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.coalesceSaved,
-			m.applyDuration, m.applyRetries, m.mysqlDuration, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
+			m.applyDuration, m.applyRetries, m.mysqlDuration, m.memcachedRTT, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
 			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.ready, m.memcachedUp,
 			m.groupJoined, m.assigned, m.generations, m.partitionErrors)
 	}
 	return m
 }
+
+// ObserveMemcached records one memcached round trip's duration; it is a
+// cacheops.RoundTripObserver.
+func (m *Metrics) ObserveMemcached(d time.Duration) { m.memcachedRTT.Observe(d.Seconds()) }
 
 // ObserveMySQL records one MySQL query's duration; query is "recount" or
 // "load".

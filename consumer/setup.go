@@ -117,13 +117,16 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		CompactRatio:   cfg.Memcached.CompactRatio,
 		CompactSample:  compactSample,
 		LoadTimeout:    cfg.MySQL.QueryTimeout,
+
+		ObserveRoundTrip: s.Metrics.ObserveMemcached,
 	}
 	var counterApplier Applier
 	switch cfg.Memcached.Protocol {
 	case "text":
 		s.Writer = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
 		s.Counters = counters.New(mc, recounter, counters.Config{
-			MaxConcurrency: cfg.Memcached.MaxConcurrency,
+			MaxConcurrency:   cfg.Memcached.MaxConcurrency,
+			ObserveRoundTrip: s.Metrics.ObserveMemcached,
 		}, logger.With("component", "counters"))
 		s.Applier, counterApplier = s.Writer, s.Counters
 	default: // "meta"
@@ -148,7 +151,8 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 			// snapshot's binary log position; the pipelined writer
 			// does not.
 			s.Counters = counters.New(mc, recounter, counters.Config{
-				MaxConcurrency: cfg.Memcached.MaxConcurrency,
+				MaxConcurrency:   cfg.Memcached.MaxConcurrency,
+				ObserveRoundTrip: s.Metrics.ObserveMemcached,
 			}, logger.With("component", "counters"))
 			counterApplier = s.Counters
 		}

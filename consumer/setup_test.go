@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 // TestConfigFormatsParse keeps the config's list of formats and the
@@ -70,6 +72,12 @@ batch: {max_events: 77, max_wait: 5ms}
 	if err := s.Memcache.Ping(); err != nil {
 		t.Errorf("memcached client: %v", err)
 	}
+	// A bump through the stack's applier is timed as a memcached round
+	// trip.
+	bump := []rules.Op{{Kind: rules.OpBump, Rule: cfg.RuleSet.Rules()[0], Key: "ns:" + testsvc.Unique()}}
+	if err := s.Applier.Apply(t.Context(), bump, make([]cacheops.Result, 1)); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := s.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +85,14 @@ batch: {max_events: 77, max_wait: 5ms}
 	var names []string
 	for _, mf := range mfs {
 		names = append(names, mf.GetName())
+		if mf.GetName() == "cachewarden_memcached_round_trip_duration_seconds" {
+			if n := mf.GetMetric()[0].GetHistogram().GetSampleCount(); n == 0 {
+				t.Errorf("no memcached round trip observed after a bump")
+			}
+		}
+	}
+	if !slices.Contains(names, "cachewarden_memcached_round_trip_duration_seconds") {
+		t.Errorf("registry lacks the memcached round-trip histogram")
 	}
 	for _, want := range []string{"cachewarden_memcached_requests_total", "cachewarden_ready", "go_goroutines", "cachewarden_batch_messages"} {
 		if !slices.Contains(names, want) {

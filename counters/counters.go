@@ -57,6 +57,9 @@ type Config struct {
 	// existed. Fencing is also off when the Recounter is not a
 	// SnapshotCounter.
 	DisableFences bool
+	// ObserveRoundTrip, when set, receives the duration of every
+	// memcached round trip; it must be safe for concurrent use.
+	ObserveRoundTrip cacheops.RoundTripObserver
 }
 
 // Counters applies counter ops to memcached and reads counters. It is safe
@@ -332,8 +335,7 @@ func (c *Counters) Get(ctx context.Context, key, query string, args ...any) (int
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("counters: get %q: %w", key, err)
 	}
-	c.calls.Add(1)
-	it, err := c.mc.Get(key)
+	it, err := c.get(key)
 	store := c.add
 	switch {
 	case err == nil:
@@ -483,6 +485,7 @@ func (c *Counters) expiration(ttl time.Duration) int32 {
 // math.MinInt64, uint64(-delta) is 1<<63, its exact magnitude.
 func (c *Counters) incrDecr(key string, delta int64) (uint64, error) {
 	c.calls.Add(1)
+	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	if delta < 0 {
 		return c.mc.Decrement(key, uint64(-delta))
 	}
@@ -491,15 +494,36 @@ func (c *Counters) incrDecr(key string, delta int64) (uint64, error) {
 
 func (c *Counters) add(it *memcache.Item) error {
 	c.calls.Add(1)
+	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	return c.mc.Add(it)
 }
 
 func (c *Counters) set(it *memcache.Item) error {
 	c.calls.Add(1)
+	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	return c.mc.Set(it)
+}
+
+func (c *Counters) get(key string) (*memcache.Item, error) {
+	c.calls.Add(1)
+	defer c.cfg.ObserveRoundTrip.Since(time.Now())
+	return c.mc.Get(key)
+}
+
+func (c *Counters) getMulti(keys []string) (map[string]*memcache.Item, error) {
+	c.calls.Add(1)
+	defer c.cfg.ObserveRoundTrip.Since(time.Now())
+	return c.mc.GetMulti(keys)
+}
+
+func (c *Counters) cas(it *memcache.Item) error {
+	c.calls.Add(1)
+	defer c.cfg.ObserveRoundTrip.Since(time.Now())
+	return c.mc.CompareAndSwap(it)
 }
 
 func (c *Counters) delete(key string) error {
 	c.calls.Add(1)
+	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	return c.mc.Delete(key)
 }

@@ -232,8 +232,7 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 			// during the recount. Not needed while the database cannot
 			// fence: the result is then stored with set (and when it
 			// can again, a present counter fails the add: count again).
-			c.calls.Add(1)
-			cur, err = c.mc.Get(op.Key)
+			cur, err = c.get(op.Key)
 			if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
 				return failed(fmt.Errorf("counters: gets %q: %w", op.Key, err))
 			}
@@ -254,8 +253,7 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 		}
 		if cur != nil {
 			it.CasID = cur.CasID
-			c.calls.Add(1)
-			err = c.mc.CompareAndSwap(it)
+			err = c.cas(it)
 		} else {
 			err = c.add(it)
 		}
@@ -300,8 +298,7 @@ func (c *Counters) viewFences(keys []string, into map[string]FenceView) error {
 		fenceOf[fk] = k
 		all = append(all, k, fk)
 	}
-	c.calls.Add(1)
-	items, err := c.mc.GetMulti(all)
+	items, err := c.getMulti(all)
 	if err != nil {
 		return fmt.Errorf("counters: get %d counters and fences: %w", len(keys), err)
 	}
