@@ -35,5 +35,25 @@ unit:
 demo: services build
 	set -a && . ./$(SERVICES_ENV) && set +a && ./$(BIN) demo
 
+# bench runs the end-to-end throughput benchmark (docs/benchmarks.md):
+# the naive consumer and `cachewarden run` over the same generated events,
+# 300,000 per workload (the harness's own default is 1,000,000), 3 runs,
+# and rewrites the results section of docs/benchmarks.md. Extra cwbench
+# flags go in BENCH_FLAGS, e.g. make bench BENCH_FLAGS="-events 1000000".
+bench: build
+	$(GO) build -o bin/cwbench ./bench/cmd/cwbench
+	$(GO) build -o bin/cwbroker ./bench/cmd/cwbroker
+	./bin/cwbench -events 300000 -doc docs/benchmarks.md $(BENCH_FLAGS)
+
+# soak runs the fault suite (integration/fault*_test.go) at its long size:
+# 200,000 events with 10 SIGKILLs of the daemon, 30 s memcached and MariaDB
+# outages, killed daemons left to the broker's session timeout; then it
+# rewrites the results section of docs/reliability.md. `make test` runs
+# the same scenarios at CI size.
+soak: services build
+	set -a && . ./$(SERVICES_ENV) && set +a && CACHEWARDEN_SOAK=1 \
+		CACHEWARDEN_RELIABILITY_REPORT=docs/reliability.md CACHEWARDEN_RELIABILITY_COMMAND="make soak" \
+		$(GO) test -count=1 -timeout 3h -run '^TestFault' -v ./integration/
+
 clean:
 	rm -rf bin

@@ -1,0 +1,133 @@
+// Command cwbench is cachewarden's end-to-end throughput benchmark (see
+// docs/benchmarks.md). It starts a Kafka-protocol broker (bin/cwbroker, or
+// uses KAFKA_BROKERS) and memcached, loads generated Debezium change
+// events, and measures on the same data a naive consumer and
+// `cachewarden run`: events/s, CPU per event, memcached commands per
+// event, peak RSS, and cachewarden's event-to-applied latency at a fixed
+// offered rate. `make bench` runs it.
+//
+// Usage:
+//
+//	cwbench [flags]              run the benchmark
+//	cwbench -rss-events 5000000  memory-flatness run only
+//	cwbench baseline -brokers B -topic T -group G -memcached ADDR
+//	                             the naive consumer (started by cwbench)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cachewarden/cachewarden/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "baseline" {
+		err = baseline(ctx, os.Args[2:])
+	} else {
+		err = benchmark(ctx, os.Args[1:])
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "cwbench:", err)
+		os.Exit(1)
+	}
+}
+
+func benchmark(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("cwbench", flag.ContinueOnError)
+	var o bench.Options
+	fs.IntVar(&o.Events, "events", 1_000_000, "events per workload topic")
+	fs.IntVar(&o.Runs, "runs", 3, "repetitions of every measurement (results are medians)")
+	fs.IntVar(&o.Partitions, "partitions", 4, "partitions of every topic")
+	fs.IntVar(&o.Keys, "keys", 100_000, "distinct users and posts the events touch")
+	fs.Float64Var(&o.ZipfS, "zipf-s", 1.1, "exponent s (> 1) of the Zipf workload")
+	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the generated events")
+	workloads := fs.String("workloads", "uniform,zipf", "workloads to measure (uniform, zipf)")
+	fs.BoolVar(&o.SkipBaseline, "skip-baseline", false, "measure cachewarden only")
+	fs.IntVar(&o.LatencyRate, "latency-rate", 50_000, "offered events/s of the latency measurement; -1 skips it")
+	fs.DurationVar(&o.LatencyDuration, "latency-duration", 10*time.Second, "how long latency is measured (after the warm-up)")
+	fs.DurationVar(&o.LatencyWarmup, "latency-warmup", 2*time.Second, "paced production before latency samples count")
+	fs.IntVar(&o.LatencySamplesPerSec, "latency-samples", 100, "latency sample events per second")
+	fs.IntVar(&o.RSSEvents, "rss-events", 0, "run only the memory-flatness measurement over this many events (e.g. 5000000)")
+	fs.DurationVar(&o.RSSInterval, "rss-interval", time.Second, "RSS sampling period of the memory-flatness run")
+	fs.StringVar(&o.CachewardenBin, "cachewarden", "bin/cachewarden", "cachewarden binary")
+	fs.StringVar(&o.BrokerBin, "broker", "bin/cwbroker", "cwbroker binary (unused when KAFKA_BROKERS is set)")
+	fs.StringVar(&o.MemcachedBin, "memcached", "/usr/bin/memcached", "memcached binary")
+	fs.DurationVar(&o.RunTimeout, "run-timeout", 15*time.Minute, "limit of one consumer run")
+	fs.StringVar(&o.Doc, "doc", "", "Markdown file whose results section is rewritten (docs/benchmarks.md)")
+	verbose := fs.Bool("v", false, "log diagnostics to stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	for _, w := range strings.Split(*workloads, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			o.Workloads = append(o.Workloads, bench.Distribution(w))
+		}
+	}
+	for _, w := range o.Workloads {
+		if w != bench.Uniform && w != bench.Zipf {
+			return fmt.Errorf("-workloads: unknown workload %q", w)
+		}
+	}
+	o.KafkaBrokers = os.Getenv("KAFKA_BROKERS")
+	o.Command = commandLine(args)
+	if *verbose {
+		o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	_, err := bench.Run(ctx, o)
+	return err
+}
+
+// commandLine is how the run is shown in the report (Markdown).
+func commandLine(args []string) string {
+	parts := []string{"bin/cwbench"}
+	for _, a := range args {
+		if strings.ContainsAny(a, " \t'\"") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts = append(parts, a)
+	}
+	cwbench := "`" + strings.Join(parts, " ") + "`"
+	if os.Getenv("MAKELEVEL") == "" {
+		return cwbench
+	}
+	// Run by `make bench`; make passes command-line variables on to its
+	// recipes' environment.
+	mk := "make bench"
+	if f := os.Getenv("BENCH_FLAGS"); f != "" {
+		mk += ` BENCH_FLAGS="` + f + `"`
+	}
+	return "`" + mk + "`, which runs " + cwbench
+}
+
+func baseline(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("cwbench baseline", flag.ContinueOnError)
+	brokers := fs.String("brokers", "", "bootstrap brokers, comma-separated")
+	var cfg bench.BaselineConfig
+	fs.StringVar(&cfg.Topic, "topic", "", "topic to consume")
+	fs.StringVar(&cfg.Group, "group", "", "consumer group")
+	fs.StringVar(&cfg.Memcached, "memcached", "", "memcached address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *brokers == "" || cfg.Topic == "" || cfg.Group == "" || cfg.Memcached == "" {
+		return errors.New("baseline: -brokers, -topic, -group and -memcached are required")
+	}
+	cfg.Brokers = strings.Split(*brokers, ",")
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	return bench.RunBaseline(ctx, cfg)
+}
