@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -641,18 +640,9 @@ func (w *PipelineWriter) setTTL(cmd *metaCmd, ttl time.Duration) {
 	}
 }
 
-// exptime converts a rule TTL to a memcached exptime: 0 (or negative)
-// means none; sub-second TTLs round up to one second; TTLs beyond 30 days
-// become absolute unix times.
+// exptime converts a rule TTL with Expiration.
 func (w *PipelineWriter) exptime(ttl time.Duration) int64 {
-	if ttl <= 0 {
-		return 0
-	}
-	secs := int64((ttl + time.Second - 1) / time.Second)
-	if secs > writerMaxRelativeExpiry {
-		secs += w.cfg.Now().Unix()
-	}
-	return min(secs, math.MaxInt32)
+	return int64(Expiration(ttl, w.cfg.Now()))
 }
 
 // pipeVerb names p's step as the Writer names its requests, for errors.

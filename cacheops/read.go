@@ -7,7 +7,6 @@ package cacheops
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -129,24 +128,15 @@ func (k *KeyTemplate) Key(values map[string]string) (string, error) {
 // key or set member: each byte <= 0x20, 0x7f and '%' becomes "%XX".
 func EscapeKeyPart(s string) string { return rules.Escape(s) }
 
-// memcachedRelativeLimit is the largest expiration memcached takes as
-// relative seconds; larger values are absolute Unix times.
-const memcachedRelativeLimit = 30 * 24 * 60 * 60
-
 // readExpiration converts a lifetime into memcached's expiration field.
 // memcached counts whole seconds on its own clock and drops an item once
 // that clock reaches the deadline, so a relative expiration of n seconds
-// lasts between n-1 and n seconds; the lifetime is therefore rounded up to
-// whole seconds and one second is added, so the item lives at least d and
-// less than d+2s. d <= 0 means no expiry (0). Lifetimes beyond 30 days are
-// sent as absolute Unix times.
+// lasts between n-1 and n seconds; one second is therefore added to
+// Expiration's rounding up, so the item lives at least d and less than
+// d+2s. d <= 0 means no expiry (0).
 func readExpiration(d time.Duration, now time.Time) int32 {
 	if d <= 0 {
 		return 0
 	}
-	secs := int64((d+time.Second-1)/time.Second) + 1
-	if secs > memcachedRelativeLimit {
-		return int32(min(now.Unix()+secs, math.MaxInt32))
-	}
-	return int32(secs)
+	return Expiration(d+time.Second, now)
 }

@@ -579,23 +579,26 @@ func (w *Writer) deleteItem(key, op string) Result {
 	return Result{Outcome: OutcomeDeleted}
 }
 
-// writerMaxRelativeExpiry is the longest exptime memcached reads as seconds
-// from now; larger values are absolute unix times.
-const writerMaxRelativeExpiry = 30 * 24 * 60 * 60
+// maxRelativeExpiry is the longest exptime memcached reads as seconds
+// from now; larger values are absolute Unix times.
+const maxRelativeExpiry = 30 * 24 * 60 * 60
 
-// expiration converts a rule TTL to a memcached exptime: 0 (or negative)
-// means none; sub-second TTLs round up to one second; TTLs beyond 30 days
-// become absolute unix times.
-func (w *Writer) expiration(ttl time.Duration) int32 {
+// Expiration converts an item TTL into memcached's exptime field: 0 (or a
+// negative ttl) means no expiry; a TTL is rounded up to whole seconds;
+// TTLs beyond 30 days become absolute Unix times from now. The writers,
+// the counters and the read side all use it.
+func Expiration(ttl time.Duration, now time.Time) int32 {
 	if ttl <= 0 {
 		return 0
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	if secs > writerMaxRelativeExpiry {
-		secs += w.cfg.Now().Unix()
+	if secs > maxRelativeExpiry {
+		secs += now.Unix()
 	}
 	return int32(min(secs, math.MaxInt32))
 }
+
+func (w *Writer) expiration(ttl time.Duration) int32 { return Expiration(ttl, w.cfg.Now()) }
 
 // checkWriteKey rejects keys memcached cannot take, so that no key can alter
 // the request it is sent in.

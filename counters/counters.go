@@ -461,23 +461,7 @@ func deltaVerb(delta int64) string {
 	return "incr"
 }
 
-// maxRelativeExpiry is the longest exptime memcached reads as seconds from
-// now; larger values are absolute unix times.
-const maxRelativeExpiry = 30 * 24 * 60 * 60
-
-// expiration converts a TTL to a memcached exptime: 0 (or negative) means
-// none; sub-second TTLs round up to one second; TTLs beyond 30 days become
-// absolute unix times.
-func (c *Counters) expiration(ttl time.Duration) int32 {
-	if ttl <= 0 {
-		return 0
-	}
-	secs := int64((ttl + time.Second - 1) / time.Second)
-	if secs > maxRelativeExpiry {
-		secs += c.cfg.Now().Unix()
-	}
-	return int32(min(secs, math.MaxInt32))
-}
+func (c *Counters) expiration(ttl time.Duration) int32 { return cacheops.Expiration(ttl, c.cfg.Now()) }
 
 // The memcached requests Counters makes, counted.
 
