@@ -144,7 +144,7 @@ func (d *decoder) unreadable(n *yaml.Node, path, format string, args ...any) {
 }
 
 func (d *decoder) problem(p pos, format string, args ...any) {
-	d.problems = append(d.problems, Problem{File: d.file, Line: p.line, Column: p.col, Message: fmt.Sprintf(format, args...)})
+	d.problems = append(d.problems, Problem{File: d.file, Line: p.line, Column: p.col, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (d *decoder) remember(path string, key, val *yaml.Node) {

@@ -2,24 +2,15 @@ package config
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
-	"strings"
+
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 // Problem is one mistake found in a config file, located at the YAML node
-// that holds it.
-type Problem struct {
-	File    string
-	Line    int
-	Column  int
-	Message string
-}
-
-// String formats the problem as "file:line:col: message".
-func (p Problem) String() string {
-	return fmt.Sprintf("%s:%d:%d: %s", p.File, p.Line, p.Column, p.Message)
-}
+// that holds it; it prints as "file:line:col: message", like the problems
+// of rule files.
+type Problem = rules.Problem
 
 // Error is every problem found in one config file, in file order. Load and
 // Parse return it (wrapped with rule-file errors, if any) so that an
@@ -30,14 +21,7 @@ type Error struct {
 
 // Error returns one "file:line:col: message" line per problem.
 func (e *Error) Error() string {
-	var b strings.Builder
-	for i, p := range e.Problems {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(p.String())
-	}
-	return b.String()
+	return (&rules.LoadError{Problems: e.Problems}).Error()
 }
 
 func sortProblems(ps []Problem) {
