@@ -21,7 +21,17 @@ const (
 	HeaderOffset    = "cachewarden.offset"
 	// HeaderLine is the input line, for messages read from a file.
 	HeaderLine = "cachewarden.line"
+	// HeaderValueDropped is set, to the value's size in bytes, on a DLQ
+	// record written without its value because the brokers refused it as
+	// too large; the original stays at the topic, partition and offset
+	// the other headers name.
+	HeaderValueDropped = "cachewarden.value-dropped"
 )
+
+// maxKeptValue is the largest value a DLQ record keeps once the brokers
+// refused a batch as too large (Kafka's default max.message.bytes is
+// 1 MiB).
+const maxKeptValue = 256 << 10
 
 // maxErrorHeader bounds the error header's length in bytes.
 const maxErrorHeader = 1024
@@ -71,7 +81,24 @@ func (d *DLQ) Send(ctx context.Context, poison []Poison) error {
 	for i := range poison {
 		msgs[i] = dlqRecord(&poison[i])
 	}
-	if err := d.w.WriteMessages(ctx, msgs...); err != nil {
+	err := d.w.WriteMessages(ctx, msgs...)
+	if errors.Is(err, kafka.MessageSizeTooLarge) {
+		// Retrying the same records cannot succeed and would hold the
+		// partition forever: keep the reason and the origin, drop the
+		// large values.
+		dropped := 0
+		for i := range msgs {
+			if n := len(msgs[i].Value); n > maxKeptValue {
+				msgs[i].Value = nil
+				msgs[i].Headers = append(msgs[i].Headers, kafka.Header{Key: HeaderValueDropped, Value: []byte(strconv.Itoa(n))})
+				dropped++
+			}
+		}
+		if dropped > 0 {
+			err = d.w.WriteMessages(ctx, msgs...)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("consumer: write %d poison messages to %s: %w", len(msgs), d.topic, err)
 	}
 	return nil

@@ -1,0 +1,434 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// The fault suite: each scenario drives the workload (inserts, updates
+// that move rows between keys, predicate flips, deletes) through MariaDB
+// with its binary log on, publishes the change events in commit order with
+// their real binlog positions, injects its fault while the daemons consume
+// them, and ends with quiesce, verify and the namespace check
+// (faultScenario.finish). CACHEWARDEN_SOAK=1 selects the soak sizes;
+// CACHEWARDEN_RELIABILITY_REPORT=path writes the results table
+// (docs/reliability.md).
+
+// Scenario names, as the report lists them.
+const (
+	scenarioKill             = "daemon killed (SIGKILL)"
+	scenarioMemcachedStop    = "memcached frozen (SIGSTOP)"
+	scenarioMemcachedRestart = "memcached restarted empty"
+	scenarioMySQLOutage      = "MariaDB unreachable"
+	scenarioGroup            = "3 daemons, 1 killed under load"
+	scenarioHostile          = "hostile input"
+	scenarioDrift            = "counter drift (stream behind MariaDB, flush_all mid-run)"
+)
+
+// TestFaultDaemonKill kills `cachewarden run` with SIGKILL at random points
+// of the run, restarting it each time: nothing may be lost, and the first
+// batch after each restart must not count a counter delta twice.
+func TestFaultDaemonKill(t *testing.T) {
+	started := time.Now()
+	fs := newFaultScenario(t, faultOptions{Name: scenarioKill})
+	ctx := context.Background()
+	sz := fs.sizes
+	d := fs.startDaemon()
+	fs.start(ctx)
+
+	// Kill rounds spread over the run's expected length.
+	rounds := max(sz.KillEvents/sz.RoundTxs, sz.Kills+2)
+	killIn := map[int]bool{}
+	for len(killIn) < sz.Kills {
+		killIn[1+fs.rng.IntN(rounds-1)] = true
+	}
+	kills := 0
+	var waiting []string
+	for r := 0; fs.events < sz.KillEvents || kills < sz.Kills; r++ {
+		var h roundHooks
+		if killIn[r] || (fs.events >= sz.KillEvents && kills < sz.Kills) {
+			h.mid = func([]Tx) {
+				// A random point: part of the round is published, and the
+				// daemon may be fetching, applying or committing it; the
+				// rest is published while no daemon runs.
+				time.Sleep(time.Duration(fs.rng.IntN(20)) * time.Millisecond)
+				lag, err := fs.Broker.GroupLag(ctx, fs.Opts.Group, fs.Topics...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.sigkill(t)
+				kills++
+				waiting = append(waiting, strconv.FormatInt(lag.Total, 10))
+				d = fs.restart(ctx, d)
+			}
+		}
+		fs.round(ctx, sz.RoundTxs, h)
+	}
+	fs.fault("%d × SIGKILL at random points, restarted each time (uncommitted messages at the kills: %s)", kills, strings.Join(waiting, ", "))
+	row := fs.finish(ctx, d)
+	recordRow(t, started, row)
+}
+
+// TestFaultMemcachedStop freezes memcached with SIGSTOP while a round is
+// published: the daemon must commit nothing that needs it, report not
+// ready, and recover by itself when it resumes, skipping nothing.
+func TestFaultMemcachedStop(t *testing.T) {
+	started := time.Now()
+	fs := newFaultScenario(t, faultOptions{Name: scenarioMemcachedStop})
+	ctx := context.Background()
+	sz := fs.sizes
+	d := fs.startDaemon()
+	addr := d.httpAddr(t)
+	fs.start(ctx)
+	for fs.events < sz.Events/3 {
+		fs.round(ctx, sz.RoundTxs, roundHooks{})
+	}
+	var waiting int64
+	var notReady bool
+	var resumed time.Time
+	fs.round(ctx, sz.RoundTxs, roundHooks{
+		before: func([]Tx) { fs.mc.signal(syscall.SIGSTOP) },
+		during: func([]Tx) {
+			waiting, notReady = fs.holdDown(ctx, d, addr, sz.Outage)
+			fs.mc.signal(syscall.SIGCONT)
+			resumed = time.Now()
+		},
+	})
+	caughtUp := time.Since(resumed).Round(10 * time.Millisecond)
+	ready, notReadyAfter := waitReady(t, d, addr, 30*time.Second)
+	if !notReady && !notReadyAfter {
+		t.Errorf("/readyz never answered 503 while memcached was frozen")
+	}
+	fs.fault("memcached frozen (SIGSTOP) for %v during a round: %d messages waiting, none with cache ops committed, /readyz 503; caught up %v after SIGCONT, ready again after %v",
+		sz.Outage, waiting, caughtUp, (ready + caughtUp).Round(10*time.Millisecond))
+	for fs.events < sz.Events {
+		fs.round(ctx, sz.RoundTxs, roundHooks{})
+	}
+	recordRow(t, started, fs.finish(ctx, d))
+}
+
+// TestFaultMemcachedRestart kills memcached in the middle of a round and
+// starts it again empty after a while: the same guarantees as a freeze,
+// and the namespaces, sets and counters it lost are simply missing.
+func TestFaultMemcachedRestart(t *testing.T) {
+	started := time.Now()
+	fs := newFaultScenario(t, faultOptions{Name: scenarioMemcachedRestart})
+	ctx := context.Background()
+	sz := fs.sizes
+	d := fs.startDaemon()
+	addr := d.httpAddr(t)
+	fs.start(ctx)
+	for fs.events < sz.Events/3 {
+		fs.round(ctx, sz.RoundTxs, roundHooks{})
+	}
+	var waiting int64
+	var notReady bool
+	var restarted time.Time
+	fs.round(ctx, sz.RoundTxs, roundHooks{
+		mid: func([]Tx) {
+			time.Sleep(time.Duration(fs.rng.IntN(20)) * time.Millisecond)
+			fs.mc.kill()
+			fs.emptied = true
+		},
+		during: func([]Tx) {
+			waiting, notReady = fs.holdDown(ctx, d, addr, sz.MemcachedDown)
+			fs.mc.start()
+			restarted = time.Now()
+		},
+	})
+	caughtUp := time.Since(restarted).Round(10 * time.Millisecond)
+	ready, notReadyAfter := waitReady(t, d, addr, 2*time.Minute)
+	if !notReady && !notReadyAfter {
+		t.Errorf("/readyz never answered 503 while memcached was down")
+	}
+	fs.fault("memcached killed mid-round, down %v (%d messages waiting, none with cache ops committed, /readyz 503), restarted empty; caught up %v later, ready again after %v",
+		sz.MemcachedDown, waiting, caughtUp, (ready + caughtUp).Round(10*time.Millisecond))
+	fs.rewarm(ctx)
+	for fs.events < sz.Events {
+		fs.round(ctx, sz.RoundTxs, roundHooks{})
+	}
+	recordRow(t, started, fs.finish(ctx, d))
+}
+
+// TestFaultMySQLOutage cuts the daemon off MariaDB (a proxy drops its
+// traffic, then refuses connections) while a round is consumed: sets and
+// counters that need a query are left missing, never wrong, the stream
+// does not stop, and recounts resume when MariaDB is back.
+func TestFaultMySQLOutage(t *testing.T) {
+	started := time.Now()
+	fs := newFaultScenario(t, faultOptions{Name: scenarioMySQLOutage, Proxy: true})
+	ctx := context.Background()
+	sz := fs.sizes
+	d := fs.startDaemon()
+	addr := d.httpAddr(t)
+	fs.start(ctx)
+	for fs.events < sz.Events/3 {
+		fs.round(ctx, sz.RoundTxs, roundHooks{})
+	}
+	errorsBefore, err := d.metric(addr, "cachewarden_mysql_query_duration_seconds_count", `outcome="error"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outageStart time.Time
+	fs.round(ctx, sz.RoundTxs, roundHooks{
+		before: func([]Tx) {
+			fs.proxy.SetMode(proxyBlackhole)
+			outageStart = time.Now()
+		},
+		during: func([]Tx) {
+			time.Sleep(sz.Outage / 2)
+			fs.proxy.SetMode(proxyRefuse)
+		},
+	})
+	// Still cut off: whatever is cached must be right.
+	mid := fs.verifyNow(ctx)
+	if !mid.OK() {
+		t.Errorf("during the outage %d items are wrong: %+v", mid.Wrong, mid.Mismatches[:min(5, len(mid.Mismatches))])
+	}
+	errorsDuring, err := d.metric(addr, "cachewarden_mysql_query_duration_seconds_count", `outcome="error"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errorsDuring == errorsBefore {
+		t.Errorf("no load or recount query failed during the outage: the fault proved nothing")
+	}
+	if rest := sz.Outage - time.Since(outageStart); rest > 0 {
+		time.Sleep(rest)
+	}
+	outage := time.Since(outageStart).Round(100 * time.Millisecond)
+	fs.proxy.SetMode(proxyPass)
+
+	// Recounts resume: counters the next round changes that are missing
+	// (some are evicted here first, as memcached would) are recounted and
+	// present again.
+	var missing []string
+	fs.round(ctx, sz.RoundTxs, roundHooks{before: func(txs []Tx) {
+		ops, err := PlanOps(fs.Rules, fs.Opts.Format, txs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		var keys []string
+		for _, op := range ops {
+			if op.Kind == rules.OpCount && !seen[op.Key] {
+				seen[op.Key] = true
+				keys = append(keys, op.Key)
+			}
+		}
+		items, err := fs.MC.GetMulti(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if items[k] == nil {
+				missing = append(missing, k)
+			} else if len(missing) < 20 {
+				if err := fs.MC.Delete(k); err != nil {
+					t.Fatal(err)
+				}
+				missing = append(missing, k)
+			}
+		}
+	}})
+	items, err := fs.MC.GetMulti(missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recounted := len(items)
+	if len(missing) == 0 || recounted != len(missing) {
+		t.Errorf("%d of the %d missing counters the round after the outage changed were recounted", recounted, len(missing))
+	}
+	fs.fault("MariaDB cut off for %v (traffic dropped for half of it, connections refused for the rest) during a round: %.0f load/recount queries failed; during the outage %d sets and counters missing, 0 wrong; after it %d of %d missing counters recounted",
+		outage, errorsDuring-errorsBefore, mid.Missing, recounted, len(missing))
+	for fs.events < sz.Events {
+		fs.round(ctx, sz.RoundTxs, roundHooks{})
+	}
+	recordRow(t, started, fs.finish(ctx, d))
+}
+
+// TestFaultGroupKill runs three daemons in one consumer group and kills
+// one with SIGKILL while it applies a round: the others take its
+// partitions over and nothing is lost or counted twice.
+func TestFaultGroupKill(t *testing.T) {
+	started := time.Now()
+	fs := newFaultScenario(t, faultOptions{Name: scenarioGroup, Partitions: 4})
+	ctx := context.Background()
+	sz := fs.sizes
+	daemons := []*faultDaemon{fs.startDaemon(), fs.startDaemon(), fs.startDaemon()}
+	addrs := make([]string, len(daemons))
+	for i, d := range daemons {
+		addrs[i] = d.httpAddr(t)
+	}
+	total := float64(len(fs.Topics) * fs.Opts.Partitions)
+	fs.start(ctx)
+	holding := func(ds []int) (bool, string) {
+		sum, parts := 0.0, make([]string, 0, len(ds))
+		for _, i := range ds {
+			n, err := daemons[i].metric(addrs[i], "cachewarden_assigned_partitions", "")
+			if err != nil || n == 0 {
+				return false, fmt.Sprint(err)
+			}
+			sum += n
+			parts = append(parts, strconv.FormatFloat(n, 'f', 0, 64))
+		}
+		return sum == total, strings.Join(parts, "+")
+	}
+	var split string
+	waitFor(t, time.Minute, "every daemon to hold partitions", func() (bool, error) {
+		var ok bool
+		ok, split = holding([]int{0, 1, 2})
+		return ok, nil
+	})
+	for fs.events < sz.GroupEvents/2 {
+		fs.round(ctx, sz.RoundTxs, roundHooks{})
+	}
+	victim := fs.rng.IntN(len(daemons))
+	survivors := []int{}
+	for i := range daemons {
+		if i != victim {
+			survivors = append(survivors, i)
+		}
+	}
+	var killed time.Time
+	var waiting int64
+	fs.round(ctx, sz.RoundTxs, roundHooks{mid: func([]Tx) {
+		time.Sleep(time.Duration(fs.rng.IntN(20)) * time.Millisecond)
+		lag, err := fs.Broker.GroupLag(ctx, fs.Opts.Group, fs.Topics...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting = lag.Total
+		daemons[victim].sigkill(t)
+		killed = time.Now()
+		if sz.ExpireSessions {
+			if _, err := expireMembers(ctx, fs.Broker, fs.Opts.Group, daemons[victim].ClientID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}})
+	var after string
+	waitFor(t, 2*time.Minute, "the survivors to hold every partition", func() (bool, error) {
+		var ok bool
+		ok, after = holding(survivors)
+		return ok, nil
+	})
+	took := time.Since(killed).Round(100 * time.Millisecond)
+	how := "its session expired at once"
+	if !sz.ExpireSessions {
+		how = "the broker's session timeout expired it"
+	}
+	fs.fault("1 of 3 daemons SIGKILLed under load (%d messages uncommitted), %s; partitions %s → %s (of %.0f), rebalanced within %v",
+		waiting, how, split, after, total, took)
+	for fs.events < sz.GroupEvents {
+		fs.round(ctx, sz.RoundTxs, roundHooks{})
+	}
+	alive := make([]*faultDaemon, 0, len(survivors))
+	for _, i := range survivors {
+		alive = append(alive, daemons[i])
+	}
+	recordRow(t, started, fs.finish(ctx, alive...))
+}
+
+// TestFaultCounterDrift measures counter drift where it comes from: the
+// change stream runs one round behind MariaDB (as a CDC pipeline always
+// lags a little), and memcached is flushed twice mid-run, so the counters
+// that the next deltas find missing are recounted from a database that is
+// already ahead of the stream. Without fences the deltas MariaDB had
+// already counted are applied on top; with them they are skipped. The
+// same workload (same seed) runs twice: on the MariaDB without a binary
+// log, where recounts cannot be fenced (the behaviour before fences), and
+// on the one with it. After quiesce every present counter is compared
+// with COUNT(*).
+func TestFaultCounterDrift(t *testing.T) {
+	started := time.Now()
+	seed := uint64(time.Now().UnixNano()) | 1
+	var before, after *reliabilityRow
+	t.Run("unfenced", func(t *testing.T) {
+		before = runDrift(t, false, seed)
+	})
+	t.Run("fenced", func(t *testing.T) {
+		after = runDrift(t, true, seed)
+	})
+	if after == nil {
+		return
+	}
+	row := after
+	row.Scenario = scenarioDrift
+	if before != nil {
+		row.DriftBefore = before.DriftAfter
+		row.Notes = append(row.Notes, fmt.Sprintf("The same workload (seed %d) on the MariaDB without a binary log (recounts cannot be fenced): %d events, %d counters wrong after quiesce, `cachewarden verify`: %s.",
+			seed, before.Events, before.WrongCounters, before.VerifyCLI))
+	}
+	t.Logf("counter drift after quiesce: %s unfenced, %s fenced", orDash(row.DriftBefore), row.DriftAfter)
+	if after.WrongCounters != 0 {
+		t.Errorf("%d counters drifted with fences", after.WrongCounters)
+	}
+	recordRow(t, started, row)
+}
+
+// runDrift runs the drift scenario once, with fences (the binary-log
+// MariaDB) or without.
+func runDrift(t *testing.T, fenced bool, seed uint64) *reliabilityRow {
+	name := scenarioDrift + " (unfenced)"
+	if fenced {
+		name = scenarioDrift
+	}
+	// Few posts: most rounds change most comment counters.
+	fs := newFaultScenario(t, faultOptions{Name: name, Posts: 40, BinlogOff: !fenced, Seed: seed, DriftExpected: !fenced})
+	if !fenced && fs.Workload.BinlogPositions() {
+		t.Skip("the MariaDB at CACHEWARDEN_TEST_MYSQL_DSN has its binary log on: recounts there are fenced, so the unfenced baseline cannot be measured")
+	}
+	ctx := context.Background()
+	sz := fs.sizes
+	d := fs.startDaemon()
+	fs.start(ctx)
+	rounds := max(sz.Events/sz.RoundTxs, 3)
+	flushIn := map[int]bool{rounds / 3: true, 2 * rounds / 3: true}
+	flushes := 0
+	pending, err := fs.Change(ctx, sz.RoundTxs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := 0; fs.events < sz.Events; r++ {
+		// MariaDB is a round ahead of the stream while the daemon applies
+		// the round before.
+		next, err := fs.Change(ctx, sz.RoundTxs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h roundHooks
+		if flushIn[r] {
+			h.before = func([]Tx) {
+				if _, err := memcachedCommand(fs.mc.addr, "flush_all\r\n", "OK"); err != nil {
+					t.Fatal(err)
+				}
+				fs.emptied = true
+				flushes++
+			}
+		}
+		fs.publishRound(ctx, pending, h)
+		pending = next
+	}
+	fs.publishRound(ctx, pending, roundHooks{})
+	how := "fenced (binary log on)"
+	if !fenced {
+		how = "unfenced (binary log off)"
+	}
+	fs.fault("stream one round (%d transactions) behind MariaDB; memcached flushed (flush_all) %d times mid-run; recounts %s", sz.RoundTxs, flushes, how)
+	row := fs.finish(ctx, d)
+	if fenced {
+		skipped, err := d.metric(d.httpAddr(t), "cachewarden_ops_total", `outcome="fenced"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row.Notes = append(row.Notes, fmt.Sprintf("With fences %.0f counter deltas were skipped because a recount already included them.", skipped))
+	}
+	return row
+}
