@@ -286,6 +286,9 @@ func (fs *faultScenario) countEvents(txs []Tx) int {
 // waited for.
 type roundHooks struct {
 	before, mid, during func(txs []Tx)
+	// split, when set, chooses how many of the round's n transactions
+	// are published before mid; default a random number up to 9n/10.
+	split func(n int) int
 }
 
 // round makes up to n transactions in MariaDB, publishes them in commit
@@ -314,10 +317,12 @@ func (fs *faultScenario) publishRound(ctx context.Context, txs []Tx, h roundHook
 		h.before(txs)
 	}
 	split := len(txs)
-	if h.mid != nil {
+	switch {
+	case h.mid != nil && h.split != nil:
+		split = min(max(h.split(len(txs)), 0), len(txs))
+	case h.mid != nil:
 		// At least a tenth of the round is published after mid.
 		split = fs.rng.IntN(max(1, len(txs)*9/10))
-
 	}
 	if _, err := fs.PublishTxs(ctx, txs[:split]); err != nil {
 		fs.t.Fatal(err)

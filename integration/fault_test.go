@@ -298,8 +298,11 @@ func TestFaultGroupKill(t *testing.T) {
 	}
 	var killed time.Time
 	var waiting int64
-	fs.round(ctx, sz.RoundTxs, roundHooks{mid: func([]Tx) {
-		time.Sleep(time.Duration(fs.rng.IntN(20)) * time.Millisecond)
+	fs.round(ctx, sz.RoundTxs, roundHooks{split: func(n int) int {
+		// Under load: at least half of the round is in flight.
+		return n/2 + fs.rng.IntN(max(1, n/2))
+	}, mid: func([]Tx) {
+		time.Sleep(time.Duration(fs.rng.IntN(5)) * time.Millisecond)
 		lag, err := fs.Broker.GroupLag(ctx, fs.Opts.Group, fs.Topics...)
 		if err != nil {
 			t.Fatal(err)
