@@ -83,14 +83,7 @@ func (e *plEnv) set(t testing.TB, key, value string) {
 // value returns the item's value, or ok false when it is missing.
 func (e *plEnv) value(t testing.TB, key string) (string, bool) {
 	t.Helper()
-	it, err := e.mc.Get(key)
-	if errors.Is(err, memcache.ErrCacheMiss) {
-		return "", false
-	}
-	if err != nil {
-		t.Fatalf("get %q: %v", key, err)
-	}
-	return string(it.Value), true
+	return itemValue(t, e.mc, key)
 }
 
 func (e *plEnv) wantValue(t testing.TB, key, want string) {

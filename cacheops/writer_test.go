@@ -64,7 +64,14 @@ func (e *wtEnv) set(t testing.TB, key, value string, ttl int32) {
 // value returns the item's value, or ok false when it is missing.
 func (e *wtEnv) value(t testing.TB, key string) (string, bool) {
 	t.Helper()
-	it, err := e.mc.Get(key)
+	return itemValue(t, e.mc, key)
+}
+
+// itemValue returns the value of the item at key, or ok false when it is
+// missing; other errors fail the test.
+func itemValue(t testing.TB, mc *memcache.Client, key string) (string, bool) {
+	t.Helper()
+	it, err := mc.Get(key)
 	if errors.Is(err, memcache.ErrCacheMiss) {
 		return "", false
 	}
