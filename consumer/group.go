@@ -116,9 +116,14 @@ type Config struct {
 	HeartbeatInterval, SessionTimeout, RebalanceTimeout, JoinGroupBackoff time.Duration
 }
 
-// Pinger checks that memcached answers; *memcache.Client is one.
+// Pinger checks that memcached answers; *memcache.Client is one. Close
+// drops its idle connections (the client stays usable): after a failed
+// ping the daemon closes them all at once, since after a memcached restart
+// every pooled connection is dead and each would otherwise cost a failed
+// request (and a retry backoff) of its own.
 type Pinger interface {
 	Ping() error
+	Close() error
 }
 
 // Deps are the daemon's collaborators.
@@ -322,6 +327,9 @@ func (d *Daemon) healthLoop(ctx context.Context) {
 	for first := true; ; first = false {
 		err := d.health.Ping()
 		up := err == nil
+		if !up {
+			d.health.Close()
+		}
 		if was := d.memcachedUp.Swap(up); was != up || first {
 			if up {
 				d.log.Info("memcached reachable")
