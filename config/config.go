@@ -168,6 +168,9 @@ type HTTP struct {
 	// Listen is the address of /metrics, /healthz and /readyz; default
 	// 127.0.0.1:9464.
 	Listen string
+	// Pprof serves Go's profiler under /debug/pprof/ on the same address;
+	// default false.
+	Pprof bool
 }
 
 // Log is the `log` section.

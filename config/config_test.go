@@ -61,7 +61,7 @@ func TestLoadGood(t *testing.T) {
 		Rules:   []string{"testdata/rules/shop.yaml", "testdata/rules/counts.yaml"},
 		RuleSet: cfg.RuleSet,
 		Batch:   Batch{MaxEvents: 500, MaxWait: 50 * time.Millisecond},
-		HTTP:    HTTP{Listen: "127.0.0.1:0"},
+		HTTP:    HTTP{Listen: "127.0.0.1:0", Pprof: true},
 		Log:     Log{Format: "json", Level: "debug"},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -92,6 +92,7 @@ func TestDefaults(t *testing.T) {
 		{"batch.max_events", cfg.Batch.MaxEvents, 2000},
 		{"batch.max_wait", cfg.Batch.MaxWait, 20 * time.Millisecond},
 		{"http.listen", cfg.HTTP.Listen, "127.0.0.1:9464"},
+		{"http.pprof", cfg.HTTP.Pprof, false},
 		{"log.format", cfg.Log.Format, "text"},
 		{"log.level", cfg.Log.Level, "info"},
 		{"rules", cfg.Rules, []string{filepath.Join("testdata", "rules", "shop.yaml")}},

@@ -290,6 +290,7 @@ func (d *decoder) batch(n *yaml.Node, b *Batch) {
 func (d *decoder) http(n *yaml.Node, h *HTTP) {
 	d.mapping(n, "http", map[string]func(*yaml.Node){
 		"listen": func(v *yaml.Node) { h.Listen = d.str(v, "http.listen") },
+		"pprof":  func(v *yaml.Node) { h.Pprof = d.boolean(v, "http.pprof") },
 	})
 }
 

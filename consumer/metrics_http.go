@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"net/http"
+	httppprof "net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -12,11 +13,20 @@ import (
 //   - /metrics: the metrics gathered from g, in Prometheus text format;
 //   - /healthz: 200 "ok" while the process serves requests;
 //   - /readyz: 200 "ready" when ready() is true, else 503 "not ready"
-//     (see Daemon.Ready).
+//     (see Daemon.Ready);
+//   - /debug/pprof/: Go's profiler (net/http/pprof), only when pprof is
+//     true.
 //
 // The handler is safe for concurrent use.
-func NewHTTPHandler(g prometheus.Gatherer, ready func() bool) http.Handler {
+func NewHTTPHandler(g prometheus.Gatherer, ready func() bool, pprof bool) http.Handler {
 	mux := http.NewServeMux()
+	if pprof {
+		mux.HandleFunc("GET /debug/pprof/", httppprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", httppprof.Trace)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

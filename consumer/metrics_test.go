@@ -17,7 +17,7 @@ func TestHTTPHandler(t *testing.T) {
 	m.events.WithLabelValues("cdc", "debezium", "planned").Add(3)
 	m.setLag("cdc", 2, 17)
 	var ready atomic.Bool
-	srv := httptest.NewServer(NewHTTPHandler(reg, ready.Load))
+	srv := httptest.NewServer(NewHTTPHandler(reg, ready.Load, false))
 	defer srv.Close()
 
 	get := func(path string) (int, string) {
@@ -57,5 +57,26 @@ func TestHTTPHandler(t *testing.T) {
 	m.forgetPartition("cdc", 2)
 	if _, body := get("/metrics"); strings.Contains(body, "cachewarden_consumer_lag{") {
 		t.Errorf("lag of a revoked partition still exported")
+	}
+}
+
+func TestHTTPHandlerPprof(t *testing.T) {
+	for _, enabled := range []bool{false, true} {
+		srv := httptest.NewServer(NewHTTPHandler(prometheus.NewRegistry(), nil, enabled))
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=1"} {
+			resp, err := http.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			want := http.StatusNotFound
+			if enabled {
+				want = http.StatusOK
+			}
+			if resp.StatusCode != want {
+				t.Errorf("pprof %v: GET %s = %d, want %d", enabled, path, resp.StatusCode, want)
+			}
+		}
+		srv.Close()
 	}
 }

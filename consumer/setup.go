@@ -213,10 +213,11 @@ func (s *Stack) NewDaemon(cfg Config) (*Daemon, error) {
 	return New(cfg, Deps{Pipeline: s.Pipeline, Memcached: s.Memcache, Logger: s.Logger.With("component", "consumer")})
 }
 
-// HTTPHandler serves /metrics from the stack's registry, /healthz and
-// /readyz (ready reports readiness, usually Daemon.Ready).
+// HTTPHandler serves /metrics from the stack's registry, /healthz,
+// /readyz (ready reports readiness, usually Daemon.Ready) and, with
+// http.pprof, /debug/pprof/.
 func (s *Stack) HTTPHandler(ready func() bool) http.Handler {
-	return NewHTTPHandler(s.Registry, ready)
+	return NewHTTPHandler(s.Registry, ready, s.Config.HTTP.Pprof)
 }
 
 // Close releases the stack's clients. Pending delayed bumps are not
