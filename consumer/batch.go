@@ -11,45 +11,30 @@ import (
 	"github.com/cachewarden/cachewarden/rules"
 )
 
-// Partition reader settings.
-const (
-	// readerMaxWait is how long one fetch waits on the broker for new
-	// messages; short, so that shutdown and rebalances are prompt.
-	readerMaxWait = time.Second
-	// readerMaxBytes bounds one fetch response.
-	readerMaxBytes = 16 << 20
-	// readerQueue is how many fetched messages wait for the batcher.
-	readerQueue = 1000
-)
-
 // consumePartition reads one assigned partition in order until ctx ends
 // (shutdown or the end of the generation) or reading or committing fails,
 // which ends the generation so that the group starts over.
 func (d *Daemon) consumePartition(ctx context.Context, gen *kafka.Generation, topic string, pa kafka.PartitionAssignment) {
 	log := d.log.With("topic", topic, "partition", pa.ID)
-	reader := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:        d.cfg.Kafka.Brokers,
-		Topic:          topic,
-		Partition:      pa.ID,
-		Dialer:         d.cfg.Kafka.Dialer(),
-		MinBytes:       1,
-		MaxBytes:       readerMaxBytes,
-		MaxWait:        readerMaxWait,
-		QueueCapacity:  min(readerQueue, d.cfg.MaxEvents),
-		IsolationLevel: kafka.ReadCommitted,
-		ErrorLogger:    kafkaLogger(log, "partition reader"),
-	})
-	defer reader.Close()
 	defer d.m.forgetPartition(topic, pa.ID)
-	if err := reader.SetOffset(pa.Offset); err != nil {
-		log.Error("cannot start reading partition", "offset", pa.Offset, "error", err.Error())
-		d.m.partitionErrors.Inc()
-		return
-	}
+	fctx, stopFetching := context.WithCancel(ctx)
+	f := newPartitionFetcher(d.cfg.Kafka.Dialer(), d.cfg.Kafka.Brokers, topic, pa.ID, log)
+	fetcherDone := make(chan struct{})
+	go func() {
+		defer close(fetcherDone)
+		f.run(fctx, pa.Offset)
+	}()
+	defer func() {
+		stopFetching()
+		<-fetcherDone
+	}()
 	log.Debug("partition assigned", "offset", pa.Offset)
 
 	var (
-		b    Batch
+		b   Batch
+		src = batchSource{f: f}
+		// msgs is reused; it is cleared after each batch so that it
+		// does not pin message values.
 		msgs = make([]Message, 0, d.cfg.MaxEvents)
 		// taken is when the previous batch was closed: messages fetched
 		// since then have waited for this one.
@@ -79,7 +64,7 @@ func (d *Daemon) consumePartition(ctx context.Context, gen *kafka.Generation, to
 	defer waitCommit()
 	for first := true; ; first = false {
 		var err error
-		msgs, taken, err = d.fill(ctx, reader, msgs[:0], first, taken)
+		msgs, taken, err = d.fill(ctx, &src, msgs[:0], first, taken)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Error("reading partition failed; rejoining the group", "error", err.Error())
@@ -112,9 +97,65 @@ func (d *Daemon) consumePartition(ctx context.Context, gen *kafka.Generation, to
 		}(committed)
 		// Messages between the batch's last one and the high watermark of
 		// the last fetch response.
-		d.m.setLag(topic, pa.ID, reader.Lag())
+		d.m.setLag(topic, pa.ID, max(src.highWater-next, 0))
 		clear(msgs) // do not pin message values until the next batch fills
 	}
+}
+
+// batchSource is the batcher's side of a partitionFetcher: the chunk it
+// is taking messages from.
+type batchSource struct {
+	f       *partitionFetcher
+	pending []Message // the rest of chunk
+	chunk   []Message // the slice pending is part of, recycled when empty
+	// highWater is the high watermark of the chunk's fetch response.
+	highWater int64
+}
+
+// receive waits for the next chunk until ctx ends or, with a non-nil
+// timer, the timer fires (ok false, err nil).
+func (s *batchSource) receive(ctx context.Context, timer <-chan time.Time) (ok bool, err error) {
+	select {
+	case c, open := <-s.f.chunks:
+		if !open {
+			// The fetcher stops without an error only when ctx ends.
+			if err := ctx.Err(); err != nil {
+				return false, err
+			}
+			return false, errors.New("partition fetcher stopped")
+		}
+		if c.err != nil {
+			return false, c.err
+		}
+		if s.chunk != nil {
+			s.f.recycle(s.chunk)
+		}
+		s.chunk, s.pending, s.highWater = c.msgs, c.msgs, c.highWater
+		return true, nil
+	case <-timer:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// take appends up to max pending messages to msgs; with stopAtEnd it
+// stops after a message that was the partition's last when fetched, and
+// reports that it did.
+func (s *batchSource) take(msgs []Message, max int, stopAtEnd bool) ([]Message, bool) {
+	n := min(len(s.pending), max)
+	if stopAtEnd && s.highWater > 0 {
+		for i := range n {
+			if s.pending[i].Pos.Offset+1 >= s.highWater {
+				msgs = append(msgs, s.pending[:i+1]...)
+				s.pending = s.pending[i+1:]
+				return msgs, true
+			}
+		}
+	}
+	msgs = append(msgs, s.pending[:n]...)
+	s.pending = s.pending[n:]
+	return msgs, false
 }
 
 // fill appends the next batch of messages to msgs: it waits for one
@@ -128,43 +169,49 @@ func (d *Daemon) consumePartition(ctx context.Context, gen *kafka.Generation, to
 // The first batch after an assignment waits for more instead (see
 // Config.MaxWait): until the partition's end as the fetch responses
 // report it, MaxEvents, or max(MaxWait, 2s).
-func (d *Daemon) fill(ctx context.Context, r *kafka.Reader, msgs []Message, first bool, prevTaken time.Time) ([]Message, time.Time, error) {
+func (d *Daemon) fill(ctx context.Context, src *batchSource, msgs []Message, first bool, prevTaken time.Time) ([]Message, time.Time, error) {
 	called := time.Now()
-	km, err := r.FetchMessage(ctx)
-	if err != nil {
-		return msgs, time.Now(), err
+	if len(src.pending) == 0 {
+		if _, err := src.receive(ctx, nil); err != nil {
+			return msgs, time.Now(), err
+		}
 	}
-	msgs = append(msgs, MessageFromKafka(&km))
-	if first && caughtUp(&km) {
+	msgs, end := src.take(msgs, d.cfg.MaxEvents-len(msgs), first)
+	if end || len(msgs) == d.cfg.MaxEvents {
 		return msgs, time.Now(), nil
 	}
 	opened := time.Now()
 	if opened.Sub(called) < waitingThreshold {
-		opened = prevTaken // the message was in the reader's queue already
+		opened = prevTaken // the messages were fetched already
 	}
 	wait := d.cfg.MaxWait
 	if first {
 		wait = max(wait, firstBatchWait)
 	}
 	// At least a quarter of MaxWait remains to take the waiting messages:
-	// a batch behind a slow one must not shrink to a few messages (a
-	// FetchMessage with an expired context may return without taking a
-	// queued message), or the partition would fall further behind.
-	bctx, cancel := context.WithDeadline(ctx, later(opened.Add(wait), time.Now().Add(wait/4)))
-	defer cancel()
-	for len(msgs) < d.cfg.MaxEvents {
-		km, err := r.FetchMessage(bctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return msgs, time.Now(), ctx.Err()
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				return msgs, time.Now(), nil // the batch's time is up
-			}
-			return msgs, time.Now(), err
+	// a batch behind a slow one must not shrink to a few messages, or
+	// the partition would fall further behind.
+	closeAt := later(opened.Add(wait), time.Now().Add(wait/4))
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		msgs = append(msgs, MessageFromKafka(&km))
-		if first && caughtUp(&km) {
+	}()
+	for len(msgs) < d.cfg.MaxEvents {
+		if len(src.pending) == 0 {
+			if timer == nil {
+				timer = time.NewTimer(time.Until(closeAt))
+			}
+			ok, err := src.receive(ctx, timer.C)
+			if err != nil {
+				return msgs, time.Now(), err
+			}
+			if !ok {
+				break // the batch's time is up
+			}
+		}
+		if msgs, end = src.take(msgs, d.cfg.MaxEvents-len(msgs), first); end {
 			break
 		}
 	}
@@ -178,17 +225,10 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// waitingThreshold tells a message that was waiting in the reader's queue
-// (FetchMessage returns within microseconds) from one fill had to wait
-// for. A slow return misjudged as waiting only keeps the batch open for
+// waitingThreshold tells messages that were fetched already (taking them
+// takes microseconds) from messages fill had to wait for. A slow return misjudged as waiting only keeps the batch open for
 // the full MaxWait.
 const waitingThreshold = time.Millisecond
-
-// caughtUp reports whether m was the last message of its partition when
-// it was fetched.
-func caughtUp(m *kafka.Message) bool {
-	return m.HighWaterMark > 0 && m.Offset+1 >= m.HighWaterMark
-}
 
 // MessageFromKafka converts a fetched Kafka record.
 func MessageFromKafka(m *kafka.Message) Message {

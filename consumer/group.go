@@ -52,12 +52,13 @@ func (c KafkaConn) dialTimeout() time.Duration {
 }
 
 // Dialer returns a dialer with the connection settings, for readers and
-// connections of other commands (replay).
+// connections of other commands (replay). Its connections read the socket
+// through a 256 KiB buffer (see kafkaReadBuffer).
 func (c KafkaConn) Dialer() *kafka.Dialer {
 	return &kafka.Dialer{
 		ClientID:      c.clientID(),
 		Timeout:       c.dialTimeout(),
-		DualStack:     true,
+		DialFunc:      dialBuffered(),
 		TLS:           c.TLS,
 		SASLMechanism: c.SASL,
 	}

@@ -432,9 +432,9 @@ func (rp *Replayer) readPartition(ctx context.Context, r PartitionRange, maxMess
 		Partition:      r.Partition,
 		Dialer:         rp.cfg.Kafka.Dialer(),
 		MinBytes:       1,
-		MaxBytes:       readerMaxBytes,
+		MaxBytes:       fetchMaxBytes,
 		MaxWait:        replayFetchWait,
-		QueueCapacity:  min(readerQueue, maxMessages),
+		QueueCapacity:  min(fetchChunk*fetchAhead, maxMessages),
 		IsolationLevel: kafka.ReadCommitted,
 		ErrorLogger:    kafkaLogger(log, "replay reader"),
 	})
