@@ -143,6 +143,43 @@ type DaemonCounts struct {
 	// cachewarden_memcached_round_trip_duration_seconds: the memcached
 	// round trips the daemon itself reports (-1 when it exports none).
 	RoundTrips float64
+	// BatchDuration and CommitDuration are the daemon's
+	// cachewarden_batch_duration_seconds and
+	// cachewarden_commit_duration_seconds histograms.
+	BatchDuration, CommitDuration Histogram
+}
+
+// Histogram is a Prometheus histogram as scraped: cumulative counts per
+// upper bound (seconds), in the order exposed (ascending, +Inf last).
+type Histogram struct {
+	Bounds []float64
+	Counts []float64
+}
+
+// Quantile returns the upper bound of the bucket holding quantile q, the
+// histogram's resolution of it; 0 for an empty histogram, +Inf when q
+// falls beyond the largest finite bound.
+func (h Histogram) Quantile(q float64) float64 {
+	if len(h.Counts) == 0 || h.Counts[len(h.Counts)-1] == 0 {
+		return 0
+	}
+	rank := q * h.Counts[len(h.Counts)-1]
+	for i, c := range h.Counts {
+		if c >= rank {
+			return h.Bounds[i]
+		}
+	}
+	return math.Inf(1)
+}
+
+func (h *Histogram) add(labels string, v float64) {
+	le := labelValue(labels, "le")
+	bound, err := strconv.ParseFloat(le, 64)
+	if err != nil {
+		return
+	}
+	h.Bounds = append(h.Bounds, bound)
+	h.Counts = append(h.Counts, v)
 }
 
 // scrape reads the daemon's metrics.
@@ -190,6 +227,10 @@ func ParseDaemonMetrics(r io.Reader) (DaemonCounts, error) {
 			out.CoalesceSaved += v
 		case "cachewarden_memcached_round_trip_duration_seconds_count":
 			out.RoundTrips = max(out.RoundTrips, 0) + v
+		case "cachewarden_batch_duration_seconds_bucket":
+			out.BatchDuration.add(labels, v)
+		case "cachewarden_commit_duration_seconds_bucket":
+			out.CommitDuration.add(labels, v)
 		}
 	}
 	if err := sc.Err(); err != nil {

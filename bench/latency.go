@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -35,6 +36,12 @@ type LatencyResult struct {
 	// "harness" (producer and sampler).
 	CPU     map[string]time.Duration
 	Elapsed time.Duration
+	// BatchP99 and CommitP99 are the daemon's own view, from its
+	// histograms over the whole measurement (warm-up included): the
+	// 99th percentile of the time to process one batch and of one offset
+	// commit, as the upper bound of the histogram bucket holding it
+	// (buckets double from 0.5 ms). Zero when the scrape failed.
+	BatchP99, CommitP99 time.Duration
 }
 
 // sampler polls memcached for the namespace keys of sample events and
@@ -281,10 +288,24 @@ func (e *env) runLatency(ctx context.Context, run int) (LatencyResult, error) {
 	if len(lat) > 0 {
 		res.Max = lat[len(lat)-1]
 	}
+	if counts, err := proc.scrape(); err != nil {
+		e.log.Warn("cannot read the daemon's histograms", "error", err.Error())
+	} else {
+		res.BatchP99 = seconds(counts.BatchDuration.Quantile(0.99))
+		res.CommitP99 = seconds(counts.CommitDuration.Quantile(0.99))
+	}
 	if err := proc.Stop(15 * time.Second); err != nil {
 		e.log.Warn("daemon did not stop cleanly", "error", err.Error())
 	}
 	return res, nil
+}
+
+// seconds converts a histogram bound; +Inf becomes the largest duration.
+func seconds(s float64) time.Duration {
+	if math.IsInf(s, 1) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 // median returns the median of unsorted durations; 0 for none.

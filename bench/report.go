@@ -237,9 +237,9 @@ func PrintConsumerRun(w io.Writer, r ConsumerResult) {
 // PrintLatencyRun prints one latency run.
 func PrintLatencyRun(w io.Writer, l LatencyResult) {
 	fmt.Fprintf(w, "run %d latency at %s events/s offered (%s achieved): p50 %s, p99 %s, max %s over %d samples, %d never applied; "+
-		"from broker ack p50 %s, p99 %s; p50 of first/last fifth %s/%s; CPU cores used: %s\n",
+		"from broker ack p50 %s, p99 %s; p50 of first/last fifth %s/%s; daemon's batch p99 <= %s, commit p99 <= %s; CPU cores used: %s\n",
 		l.Run, thousands(l.Rate), thousands(l.Achieved), ms(l.P50), ms(l.P99), ms(l.Max), l.Samples, l.Missing,
-		ms(l.AckP50), ms(l.AckP99), ms(l.FirstP50), ms(l.LastP50), coresUsed(l))
+		ms(l.AckP50), ms(l.AckP99), ms(l.FirstP50), ms(l.LastP50), ms(l.BatchP99), ms(l.CommitP99), coresUsed(l))
 }
 
 // coresUsed renders the CPU each process used during a latency run as a
@@ -446,11 +446,12 @@ func RenderResults(res *Results) string {
 		}
 	}
 	if len(res.Latency) > 0 {
-		b.WriteString("\n| run | offered events/s | achieved events/s | p50 | p99 | max | p50 / p99 from broker ack | p50 first / last fifth | samples | never applied | CPU cores used |\n")
-		b.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+		b.WriteString("\n| run | offered events/s | achieved events/s | p50 | p99 | max | p50 / p99 from broker ack | p50 first / last fifth | samples | never applied | daemon's batch / commit p99 (at most) | CPU cores used |\n")
+		b.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 		for _, l := range res.Latency {
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s / %s | %s / %s | %d | %d | %s |\n", l.Run, thousands(l.Rate), thousands(l.Achieved),
-				ms(l.P50), ms(l.P99), ms(l.Max), ms(l.AckP50), ms(l.AckP99), ms(l.FirstP50), ms(l.LastP50), l.Samples, l.Missing, coresUsed(l))
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s / %s | %s / %s | %d | %d | %s / %s | %s |\n", l.Run, thousands(l.Rate), thousands(l.Achieved),
+				ms(l.P50), ms(l.P99), ms(l.Max), ms(l.AckP50), ms(l.AckP99), ms(l.FirstP50), ms(l.LastP50), l.Samples, l.Missing,
+				ms(l.BatchP99), ms(l.CommitP99), coresUsed(l))
 		}
 	}
 	b.WriteString("\n</details>\n")

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -130,6 +131,23 @@ func TestParseDaemonMetrics(t *testing.T) {
 	}
 	if c.Ops != 900 || c.CoalesceSaved != 600 || c.RoundTrips != 42 {
 		t.Errorf("ops %v saved %v round trips %v", c.Ops, c.CoalesceSaved, c.RoundTrips)
+	}
+	for _, tc := range []struct {
+		name string
+		h    Histogram
+		q    float64
+		want float64
+	}{
+		{"batch p50", c.BatchDuration, 0.5, 0.001},
+		{"batch p99", c.BatchDuration, 0.99, 0.002},
+		{"batch p100", c.BatchDuration, 1, 0.004},
+		{"commit p90", c.CommitDuration, 0.9, 16.384},
+		{"commit p99", c.CommitDuration, 0.99, math.Inf(1)},
+		{"empty", Histogram{}, 0.99, 0},
+	} {
+		if got := tc.h.Quantile(tc.q); got != tc.want {
+			t.Errorf("%s = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 	if c, err := ParseDaemonMetrics(strings.NewReader("cachewarden_ops_total{kind=\"bump\",outcome=\"incr\"} 1\n")); err != nil || c.RoundTrips != -1 {
 		t.Errorf("without the round-trip histogram: %v, %v", c.RoundTrips, err)
