@@ -3,6 +3,7 @@ package consumer
 import (
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -53,7 +54,9 @@ type Decoder struct {
 //
 // Events and their row images are owned by the Decoded: they are valid
 // until the next Decode into the same Decoded, which overwrites the row
-// slices (the strings in them stay valid). Copy what must be kept longer.
+// slices. The strings in them stay valid after that for as long as the
+// message value they were decoded from is unchanged (see Decode). Copy
+// what must be kept longer.
 type Decoded struct {
 	// Events holds one event per row change, in message order.
 	Events []rules.Event
@@ -131,6 +134,9 @@ type decodeState struct {
 	sources  []sourceInfo
 	decimals []decimalCol
 	kinds    []canalKind
+	// lastFile and lastGTID are the copies of the last event's binlog
+	// file and GTID (see ownedCopy).
+	lastFile, lastGTID string
 }
 
 // Decode decodes one message value. pos gives the message's Kafka
@@ -141,6 +147,14 @@ type decodeState struct {
 // A nil, empty or JSON null value is a tombstone (out.Skip is set, no
 // error). A message that cannot be decoded returns a *DecodeError and
 // leaves out without events.
+//
+// The events' strings are not copied out of value where no unescaping is
+// needed: database and table names, column names and column values may
+// share value's memory, so value must stay unchanged for as long as they,
+// or ops planned from them (Op.Args), are in use. The daemon keeps a
+// batch's message values unchanged until the batch is applied. The
+// binlog file and GTID of Source, and errors, never share value's
+// memory: they may be kept longer.
 //
 // Format detection (FormatAuto), from the top-level keys of the message
 // or of the payload of a {"schema","payload"} envelope:
@@ -168,7 +182,9 @@ func (d *Decoder) Decode(value []byte, pos rules.Position, out *Decoded) error {
 		out.Skip = SkipTombstone
 		return nil
 	}
-	s := string(value)
+	// The message is read in place (see above): copying it would cost an
+	// allocation as large as the message.
+	s := unsafe.String(unsafe.SliceData(value), len(value))
 	st.reset(s, value)
 	sc := &st.sc
 	sc.i = i
@@ -288,8 +304,12 @@ func (d *Decoder) interpret(pos rules.Position, out *Decoded) error {
 }
 
 // addEvent appends an event whose row images are spans of the arena; Decode
-// attaches the images once all events are known.
+// attaches the images once all events are known. The source position's
+// strings are replaced by copies that do not share the message's memory.
 func (out *Decoded) addEvent(op rules.Operation, db, table string, before, after span, src rules.Position) {
+	st := &out.st
+	src.BinlogFile = ownedCopy(&st.lastFile, src.BinlogFile)
+	src.GTID = ownedCopy(&st.lastGTID, src.GTID)
 	out.Events = append(out.Events, rules.Event{Database: db, Table: table, Operation: op, Source: src})
 	out.st.evRows = append(out.st.evRows, evRows{before: before, after: after})
 }
@@ -325,6 +345,21 @@ func (d *Decoder) resolveTable(topic, db, table string) (string, string, string)
 	return db, table, ""
 }
 
+// ownedCopy returns a copy of s that shares no memory with the message,
+// reusing *last, the previous copy, when it is equal: consecutive events
+// mostly come from the same binlog file and often from the same
+// transaction.
+func ownedCopy(last *string, s string) string {
+	if s == *last {
+		return *last
+	}
+	if s == "" {
+		return ""
+	}
+	*last = strings.Clone(s)
+	return *last
+}
+
 func (d *Decoder) missingTable(f Format, what, path, topic string) *DecodeError {
 	where := "no table is configured for topic " + strconv.Quote(topic)
 	if topic == "" {
@@ -339,6 +374,26 @@ func parseInt64(v rules.Value) (int64, bool) {
 	if v.Kind != rules.KindInt && v.Kind != rules.KindString {
 		return 0, false
 	}
+	if n, ok := shortDigits(v.Text); ok {
+		return n, true
+	}
 	n, err := strconv.ParseInt(v.Text, 10, 64)
 	return n, err == nil
+}
+
+// shortDigits reads 1 to 18 ASCII digits, which cannot overflow an int64,
+// much faster than strconv; ok is false for anything else (signs, longer
+// numbers), which strconv must read.
+func shortDigits(t string) (n int64, ok bool) {
+	if len(t) == 0 || len(t) > 18 {
+		return 0, false
+	}
+	for i := 0; i < len(t); i++ {
+		d := t[i] - '0'
+		if d > 9 {
+			return 0, false
+		}
+		n = n*10 + int64(d)
+	}
+	return n, true
 }

@@ -164,7 +164,7 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 		switch fd.name {
 		case "__op":
 			if v.Kind != rules.KindString {
-				return &DecodeError{Format: f, Offset: int(fd.off), Path: m.prefix + fd.name, Reason: "__op is not a string"}
+				return &DecodeError{Format: f, Offset: int(fd.off), Path: m.prefix + "__op", Reason: "__op is not a string"}
 			}
 			opText = v.Text
 		case "__deleted":
@@ -174,7 +174,7 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 				deleted = true
 			case (v.Kind == rules.KindString && v.Text == "false") || (v.Kind == rules.KindBool && v.Text == "0"):
 			default:
-				return &DecodeError{Format: f, Offset: int(fd.off), Path: m.prefix + fd.name, Reason: `__deleted is not "true" or "false"`}
+				return &DecodeError{Format: f, Offset: int(fd.off), Path: m.prefix + "__deleted", Reason: `__deleted is not "true" or "false"`}
 			}
 		case "__db":
 			if v.Kind == rules.KindString {

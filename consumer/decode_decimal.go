@@ -16,6 +16,8 @@ import (
 const (
 	connectDecimal       = "org.apache.kafka.connect.data.Decimal"
 	variableScaleDecimal = "io.debezium.data.VariableScaleDecimal"
+	// decimalSuffix ends both names.
+	decimalSuffix = "Decimal"
 )
 
 // decimalCol is a decimal column found in a message's schema.
@@ -33,8 +35,10 @@ func (st *decodeState) applySchemaDecimals(f Format, m msg, a, b span) error {
 	if m.schema == nil || m.schema.shape != shapeRow {
 		return nil
 	}
+	// Both schema names end in "Decimal", whose rare 'D' is quicker to
+	// look for than their common first letters.
 	raw := m.schema.val.Text
-	if !strings.Contains(raw, connectDecimal) && !strings.Contains(raw, variableScaleDecimal) {
+	if !strings.Contains(raw, decimalSuffix) || (!strings.Contains(raw, connectDecimal) && !strings.Contains(raw, variableScaleDecimal)) {
 		return nil
 	}
 	sc := &st.sc

@@ -130,11 +130,15 @@ func keyID(name string) int {
 // keyIndex maps a known key to the index of its (last) field, or -1.
 type keyIndex [nKeys]int32
 
-func (x *keyIndex) reset() {
+func (x *keyIndex) reset() { *x = noKeys }
+
+// noKeys is the keyIndex of an object without known keys.
+var noKeys = func() (x keyIndex) {
 	for i := range x {
 		x[i] = -1
 	}
-}
+	return x
+}()
 
 // msg is the object a format decoder reads: the top level or the
 // envelope payload.
@@ -298,6 +302,9 @@ type sourceInfo struct {
 
 // source reads a Debezium "source" object at sc.i into a new entry of
 // st.sources. Members other than the position fields are only validated.
+//
+// Like row, it keeps the offset in a local and reads the members inline:
+// a source block is about as long as a row image.
 func (st *decodeState) source() bool {
 	sc := &st.sc
 	if !sc.beginObject() {
@@ -305,55 +312,139 @@ func (st *decodeState) source() bool {
 	}
 	st.sources = append(st.sources, sourceInfo{pos: -1, tsMs: -1, tsSec: -1})
 	si := &st.sources[len(st.sources)-1]
-	for first := true; ; first = false {
-		key, ok := sc.nextKey(first)
-		if !ok {
-			return !sc.failed
+	s := sc.s
+	i := wsEnd(s, sc.i)
+	if i < len(s) && s[i] == '}' {
+		sc.i = i + 1
+		sc.leave()
+		return true
+	}
+	for {
+		if i >= len(s) || s[i] != '"' {
+			sc.i = i
+			return sc.failAt("expected member name")
 		}
-		switch key {
-		case "db", "schema", "table", "file", "gtid", "pos", "ts_ms", "ts_sec", "snapshot":
-		default:
-			if !sc.skip() {
-				return false
-			}
-			continue
-		}
-		sc.pushKey(sc.keyLo, sc.keyHi)
-		v, ok := sc.value()
+		sc.i = i
+		key, ok := sc.str()
 		if !ok {
 			return false
 		}
-		sc.pop()
-		str := ""
-		if v.Kind == rules.KindString {
-			str = v.Text
+		klo, khi := i+1, sc.i-1
+		i = sc.i
+		if i >= len(s) || s[i] != ':' {
+			if i = wsEnd(s, i); i >= len(s) || s[i] != ':' {
+				sc.i = i
+				return sc.failAt("expected ':' after member name")
+			}
 		}
-		switch key {
-		case "db":
-			si.db = str
-		case "schema":
-			si.schema = str
-		case "table":
-			si.table = str
-		case "file":
-			si.file = str
-		case "gtid":
-			si.gtid = str
-		case "pos":
-			if n, ok := parseInt64(v); ok {
-				si.pos = n
-			}
-		case "ts_ms":
-			if n, ok := parseInt64(v); ok {
-				si.tsMs = n
-			}
-		case "ts_sec":
-			if n, ok := parseInt64(v); ok {
-				si.tsSec = n
-			}
-		case "snapshot":
-			si.snapshot = isSnapshotMarker(v)
+		if i++; i < len(s) && s[i] <= ' ' {
+			i = wsEnd(s, i)
 		}
+		sc.i = i
+		if k := sourceKey(key); k == srcOther {
+			if !sc.skip() {
+				return false
+			}
+		} else {
+			sc.pushKey(klo, khi)
+			v, ok := sc.value()
+			if !ok {
+				return false
+			}
+			sc.pop()
+			si.set(k, v)
+		}
+		i = sc.i
+		if i < len(s) && s[i] <= ' ' {
+			i = wsEnd(s, i)
+		}
+		if i < len(s) {
+			if s[i] == ',' {
+				if i++; i < len(s) && s[i] <= ' ' {
+					i = wsEnd(s, i)
+				}
+				continue
+			}
+			if s[i] == '}' {
+				sc.i = i + 1
+				sc.leave()
+				return true
+			}
+		}
+		sc.i = i
+		return sc.failAt("expected ',' or '}' after object member")
+	}
+}
+
+// Members of a Debezium "source" block that sourceInfo keeps.
+const (
+	srcOther = iota
+	srcDB
+	srcSchema
+	srcTable
+	srcFile
+	srcGTID
+	srcPos
+	srcTsMs
+	srcTsSec
+	srcSnapshot
+)
+
+func sourceKey(key string) int {
+	switch key {
+	case "db":
+		return srcDB
+	case "schema":
+		return srcSchema
+	case "table":
+		return srcTable
+	case "file":
+		return srcFile
+	case "gtid":
+		return srcGTID
+	case "pos":
+		return srcPos
+	case "ts_ms":
+		return srcTsMs
+	case "ts_sec":
+		return srcTsSec
+	case "snapshot":
+		return srcSnapshot
+	}
+	return srcOther
+}
+
+// set records the value v of the member k.
+func (si *sourceInfo) set(k int, v rules.Value) {
+	str := ""
+	if v.Kind == rules.KindString {
+		str = v.Text
+	}
+	switch k {
+	case srcDB:
+		si.db = str
+	case srcSchema:
+		si.schema = str
+	case srcTable:
+		si.table = str
+	case srcFile:
+		si.file = str
+	case srcGTID:
+		si.gtid = str
+	case srcPos:
+		if n, ok := parseInt64(v); ok {
+			si.pos = n
+		}
+	case srcTsMs:
+		if n, ok := parseInt64(v); ok {
+			si.tsMs = n
+		}
+	case srcTsSec:
+		if n, ok := parseInt64(v); ok {
+			si.tsSec = n
+		}
+	case srcSnapshot:
+		si.snapshot = isSnapshotMarker(v)
 	}
 }
 

@@ -433,6 +433,17 @@ func (sc *scanner) skipStr() bool {
 	s := sc.s
 	start := sc.i
 	j := start + 1
+	if b := sc.b; j+8 <= len(b) {
+		// Most strings are short: try the first word here, as str does.
+		if m := specialBytes(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+			if j += bits.TrailingZeros64(m) >> 3; s[j] == '"' {
+				sc.i = j + 1
+				return true
+			}
+		} else {
+			j += 8
+		}
+	}
 	for {
 		j = sc.plainEnd(j)
 		if j >= len(s) {
@@ -611,8 +622,12 @@ func (sc *scanner) skip() bool {
 				return sc.failAt("expected ':' after member name")
 			}
 			sc.i++
-			sc.skipWS()
-			if !sc.skip() {
+			// Strings, the most common members, without a call.
+			if c = sc.peek(); c == '"' {
+				if !sc.skipStr() {
+					return false
+				}
+			} else if !sc.skip() {
 				return false
 			}
 		}
@@ -627,8 +642,21 @@ func (sc *scanner) skip() bool {
 			}
 		}
 		return !sc.failed
+	case 'n':
+		return sc.literal("null")
+	case 't':
+		return sc.literal("true")
+	case 'f':
+		return sc.literal("false")
 	default:
-		_, ok := sc.value()
-		return ok
+		if c := sc.s[sc.i]; c != '-' && c-'0' > 9 {
+			return sc.failAt("expected a JSON value")
+		}
+		end, _, problem := numberEnd(sc.s, sc.i)
+		if problem != "" {
+			return sc.fail(sc.i, problem)
+		}
+		sc.i = end
+		return true
 	}
 }

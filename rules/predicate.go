@@ -86,9 +86,9 @@ func (n *pnode) eval(row Row) bool {
 	case pTruthy:
 		return truthy(n.a.value(row))
 	case pEq:
-		return equalValues(n.a.value(row), n.b.value(row))
+		return predicateEqual(n.a.value(row), n.b.value(row))
 	case pNe:
-		return !equalValues(n.a.value(row), n.b.value(row))
+		return !predicateEqual(n.a.value(row), n.b.value(row))
 	case pLt, pLe, pGt, pGe:
 		a, b := n.a.value(row), n.b.value(row)
 		if a.IsNull() || b.IsNull() {
@@ -110,7 +110,7 @@ func (n *pnode) eval(row Row) bool {
 	case pIn:
 		a := n.a.value(row)
 		for i := range n.list {
-			if equalValues(a, n.list[i].value(row)) {
+			if predicateEqual(a, n.list[i].value(row)) {
 				return true
 			}
 		}
@@ -132,6 +132,41 @@ func (n *pnode) eval(row Row) bool {
 		return !a.IsNull() && n.re.MatchString(a.Text)
 	}
 	return false
+}
+
+// predicateEqual is equalValues, with a shortcut for the most common
+// comparison, an integer column against an integer literal: two integers
+// written canonically are equal exactly when their texts are.
+func predicateEqual(a, b Value) bool {
+	if canonicalInt(a) && canonicalInt(b) {
+		return a.Text == b.Text
+	}
+	return equalValues(a, b)
+}
+
+// canonicalInt reports whether v is an integer (or boolean) written in the
+// one way that has no alternative: digits without leading zeros, and a
+// '-' only before a non-zero number.
+func canonicalInt(v Value) bool {
+	if v.Kind != KindInt && v.Kind != KindBool {
+		return false
+	}
+	t := v.Text
+	if len(t) > 1 && t[0] == '-' {
+		t = t[1:]
+		if t[0] == '0' {
+			return false
+		}
+	}
+	if len(t) == 0 || (len(t) > 1 && t[0] == '0') {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i]-'0' > 9 {
+			return false
+		}
+	}
+	return true
 }
 
 // exprError is a compile error of a `when` expression at a position

@@ -184,6 +184,30 @@ func TestPredicateAgreesWithExpr(t *testing.T) {
 	}
 }
 
+// TestPredicateEqualShortcut checks that the integer shortcut of == and
+// in agrees with equalValues on every pair of a set of tricky values:
+// signs, zeros, leading zeros, booleans, floats and numeric strings.
+func TestPredicateEqualShortcut(t *testing.T) {
+	values := []Value{
+		{}, {Kind: KindInt, Text: "0"}, {Kind: KindInt, Text: "-0"}, {Kind: KindInt, Text: "00"},
+		{Kind: KindInt, Text: "1"}, {Kind: KindInt, Text: "01"}, {Kind: KindInt, Text: "-1"},
+		{Kind: KindInt, Text: "-01"}, {Kind: KindInt, Text: "+1"}, {Kind: KindInt, Text: "-"},
+		{Kind: KindInt, Text: ""}, {Kind: KindInt, Text: "1x"}, {Kind: KindInt, Text: "12"},
+		{Kind: KindInt, Text: "9223372036854775808"}, {Kind: KindInt, Text: "-9223372036854775809"},
+		{Kind: KindBool, Text: "1"}, {Kind: KindBool, Text: "0"},
+		{Kind: KindFloat, Text: "1.0"}, {Kind: KindFloat, Text: "1e0"}, {Kind: KindFloat, Text: "-0.0"},
+		{Kind: KindString, Text: "1"}, {Kind: KindString, Text: "01"}, {Kind: KindString, Text: "x"},
+		{Kind: KindJSON, Text: "1"},
+	}
+	for _, a := range values {
+		for _, b := range values {
+			if got, want := predicateEqual(a, b), equalValues(a, b); got != want {
+				t.Errorf("predicateEqual(%v, %v) = %v, equalValues says %v", a, b, got, want)
+			}
+		}
+	}
+}
+
 func BenchmarkPredicate(b *testing.B) {
 	p, err := compilePredicate("deleted_at == nil && total >= 0 && status in ['paid', 'shipped']")
 	if err != nil {
