@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -39,32 +40,35 @@ func (d *Daemon) consumePartition(ctx context.Context, gen *kafka.Generation, to
 		// taken is when the previous batch was closed: messages fetched
 		// since then have waited for this one.
 		taken = time.Now()
-		// committed receives the outcome of the previous batch's commit,
-		// which runs while the next batch fills; nil when none is under
-		// way.
-		committed chan error
+		c     = newOffsetCommitter(func(next int64) error { return d.commit(ctx, gen, topic, pa.ID, next) })
 	)
-	// waitCommit waits for the commit under way, if any, and reports
-	// whether the partition may go on.
-	waitCommit := func() bool {
-		if committed == nil {
-			return true
-		}
-		err := <-committed
-		committed = nil
+	commitCtx, stopCommitting := context.WithCancel(ctx)
+	committerDone := make(chan struct{})
+	go func() {
+		defer close(committerDone)
+		c.run(commitCtx)
+	}()
+	defer func() {
+		stopCommitting()
+		<-committerDone
+	}()
+	for first := true; ; first = false {
+		// Messages applied beyond the committed offset stay at most
+		// MaxEvents: the first batch of the partition's next owner
+		// covers that many (Config.MaxWait) and turns their counter
+		// deltas into recounts. Commits run beside the batches, one at a
+		// time, each for the latest applied offset, so that a slow
+		// group coordinator holds a partition back only once a full
+		// batch's worth is waiting for it.
+		room, err := c.room(ctx, d.cfg.MaxEvents)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Error("committing offset failed; rejoining the group", "error", err.Error())
 				d.m.partitionErrors.Inc()
 			}
-			return false
+			return
 		}
-		return true
-	}
-	defer waitCommit()
-	for first := true; ; first = false {
-		var err error
-		msgs, taken, err = d.fill(ctx, &src, msgs[:0], first, taken)
+		msgs, taken, err = d.fill(ctx, &src, msgs[:0], room, first, taken)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Error("reading partition failed; rejoining the group", "error", err.Error())
@@ -72,11 +76,8 @@ func (d *Daemon) consumePartition(ctx context.Context, gen *kafka.Generation, to
 			}
 			return
 		}
-		// A batch is applied only after the previous one is committed: at
-		// most one batch beyond the committed offset is ever applied,
-		// which the first batch of the next owner covers (Config.MaxWait).
-		if !waitCommit() {
-			return
+		if first {
+			c.begin(msgs[0].Pos.Offset)
 		}
 		// The first batch after an assignment may repeat messages whose
 		// counter deltas the previous owner applied without committing.
@@ -84,21 +85,109 @@ func (d *Daemon) consumePartition(ctx context.Context, gen *kafka.Generation, to
 			log.Debug("batch abandoned uncommitted", "messages", len(msgs), "from_offset", msgs[0].Pos.Offset, "reason", err.Error())
 			return
 		}
-		// The commit runs while the next batch fills, so that a slow
-		// group coordinator does not hold back the messages behind it.
 		next := msgs[len(msgs)-1].Pos.Offset + 1
-		committed = make(chan error, 1)
-		go func(done chan<- error) {
-			if err := d.commit(ctx, gen, topic, pa.ID, next); err != nil {
-				done <- fmt.Errorf("offset %d: %w", next, err)
-				return
-			}
-			done <- nil
-		}(committed)
+		c.applied(next)
 		// Messages between the batch's last one and the high watermark of
 		// the last fetch response.
 		d.m.setLag(topic, pa.ID, max(src.highWater-next, 0))
 		clear(msgs) // do not pin message values until the next batch fills
+	}
+}
+
+// offsetCommitter commits a partition's applied offsets in the
+// background: one commit at a time, each for the latest offset applied
+// when it starts. Its methods are safe for concurrent use; run runs in a
+// goroutine of its own.
+type offsetCommitter struct {
+	commit func(next int64) error
+	// wake is signalled when want grows; acked when committed grows or
+	// err is set.
+	wake, acked chan struct{}
+
+	mu        sync.Mutex
+	want      int64 // offset after the last applied message
+	committed int64 // offset after the last committed message
+	err       error // the commit failure that stopped run
+}
+
+func newOffsetCommitter(commit func(next int64) error) *offsetCommitter {
+	return &offsetCommitter{commit: commit, wake: make(chan struct{}, 1), acked: make(chan struct{}, 1)}
+}
+
+// begin sets the offset the partition starts from (the first message
+// read), which counts as committed.
+func (c *offsetCommitter) begin(offset int64) {
+	c.mu.Lock()
+	c.want, c.committed = offset, offset
+	c.mu.Unlock()
+}
+
+// applied records that the messages before next are applied.
+func (c *offsetCommitter) applied(next int64) {
+	c.mu.Lock()
+	c.want = next
+	c.mu.Unlock()
+	signal(c.wake)
+}
+
+// room waits until fewer than limit offsets are applied and uncommitted
+// and returns how many more messages may be applied (offsets missing from
+// the log count too, so it errs on the safe side). It returns the error
+// of a failed commit, or ctx's.
+func (c *offsetCommitter) room(ctx context.Context, limit int) (int, error) {
+	for {
+		c.mu.Lock()
+		n, err := limit-int(c.want-c.committed), c.err
+		c.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		if n > 0 {
+			return n, nil
+		}
+		select {
+		case <-c.acked:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// run commits until ctx ends or a commit fails.
+func (c *offsetCommitter) run(ctx context.Context) {
+	for {
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return
+		}
+		c.mu.Lock()
+		want, done := c.want, c.committed
+		c.mu.Unlock()
+		if want <= done {
+			continue
+		}
+		err := c.commit(want)
+		c.mu.Lock()
+		if err != nil {
+			c.err = fmt.Errorf("offset %d: %w", want, err)
+		} else {
+			c.committed = want
+		}
+		c.mu.Unlock()
+		signal(c.acked)
+		if err != nil {
+			return
+		}
+		signal(c.wake) // more may have been applied meanwhile
+	}
+}
+
+// signal wakes the receiver of ch (capacity 1) without blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -159,7 +248,7 @@ func (s *batchSource) take(msgs []Message, max int, stopAtEnd bool) ([]Message, 
 }
 
 // fill appends the next batch of messages to msgs: it waits for one
-// message, then takes more until MaxEvents or until MaxWait has passed
+// message, then takes more until limit or until MaxWait has passed
 // since the first one became available, and returns the batch and when
 // it was closed. A first message that was already waiting when fill was
 // called counts as available since prevTaken, when the previous batch was
@@ -169,15 +258,15 @@ func (s *batchSource) take(msgs []Message, max int, stopAtEnd bool) ([]Message, 
 // The first batch after an assignment waits for more instead (see
 // Config.MaxWait): until the partition's end as the fetch responses
 // report it, MaxEvents, or max(MaxWait, 2s).
-func (d *Daemon) fill(ctx context.Context, src *batchSource, msgs []Message, first bool, prevTaken time.Time) ([]Message, time.Time, error) {
+func (d *Daemon) fill(ctx context.Context, src *batchSource, msgs []Message, limit int, first bool, prevTaken time.Time) ([]Message, time.Time, error) {
 	called := time.Now()
 	if len(src.pending) == 0 {
 		if _, err := src.receive(ctx, nil); err != nil {
 			return msgs, time.Now(), err
 		}
 	}
-	msgs, end := src.take(msgs, d.cfg.MaxEvents-len(msgs), first)
-	if end || len(msgs) == d.cfg.MaxEvents {
+	msgs, end := src.take(msgs, limit-len(msgs), first)
+	if end || len(msgs) == limit {
 		return msgs, time.Now(), nil
 	}
 	opened := time.Now()
@@ -198,7 +287,7 @@ func (d *Daemon) fill(ctx context.Context, src *batchSource, msgs []Message, fir
 			timer.Stop()
 		}
 	}()
-	for len(msgs) < d.cfg.MaxEvents {
+	for len(msgs) < limit {
 		if len(src.pending) == 0 {
 			if timer == nil {
 				timer = time.NewTimer(time.Until(closeAt))
@@ -211,7 +300,7 @@ func (d *Daemon) fill(ctx context.Context, src *batchSource, msgs []Message, fir
 				break // the batch's time is up
 			}
 		}
-		if msgs, end = src.take(msgs, d.cfg.MaxEvents-len(msgs), first); end {
+		if msgs, end = src.take(msgs, limit-len(msgs), first); end {
 			break
 		}
 	}
