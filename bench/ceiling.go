@@ -2,11 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/cachewarden/cachewarden/consumer"
 )
 
 // CeilingResult is one fetch-only reference measurement.
@@ -20,12 +23,14 @@ type CeilingResult struct {
 // EventsPerSec is Events / Elapsed.
 func (c CeilingResult) EventsPerSec() float64 { return float64(c.Events) / c.Elapsed.Seconds() }
 
-// runCeiling reads the whole topic with kafka-go and does nothing else: one
-// partition Reader per partition, configured as cachewarden configures its
-// partition readers, no consumer group, no commits, no decoding, no
-// memcached. The clock starts at the first message, so connection set-up
-// is left out. It is the most any kafka-go consumer can reach against this
-// broker on this machine, the ceiling the consumers' figures sit under.
+// runCeiling reads the whole topic with kafka-go and does nothing else:
+// one leader connection per partition fetching as cachewarden's partition
+// fetchers do (kafka-go Conn fetch requests of up to 16 MiB, read through
+// the daemon's dialer and its socket buffer), no consumer group, no
+// commits, no decoding, no memcached. The clock starts at the first
+// message, so connection set-up is left out. It is the most a kafka-go
+// consumer fetching this way can reach against this broker on this
+// machine, the ceiling the consumers' figures sit under.
 func (e *env) runCeiling(ctx context.Context, run int, topic string, total int64) (CeilingResult, error) {
 	res := CeilingResult{Run: run, Events: total}
 	ends, err := e.broker.EndOffsets(ctx, topic, e.opts.Partitions)
@@ -38,57 +43,67 @@ func (e *env) runCeiling(ctx context.Context, run int, topic string, total int64
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opts.RunTimeout)
 	defer cancel()
+	dialer := consumer.KafkaConn{Brokers: e.broker.Addrs}.Dialer()
 	var (
-		first    sync.Once
-		start    time.Time
-		last     time.Time
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
+		first sync.Once
+		start time.Time
+		mu    sync.Mutex
+		last  time.Time
+	)
+	read := func(p int) error {
+		conn, err := dialer.DialLeader(ctx, "tcp", e.broker.Addrs[0], topic, p)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		defer stop()
+		if _, err := conn.Seek(0, kafka.SeekStart); err != nil {
+			return err
+		}
+		for next := int64(0); next < ends[p]; {
+			batch := conn.ReadBatchWith(kafka.ReadBatchConfig{
+				MinBytes: 1, MaxBytes: 16 << 20, MaxWait: time.Second, IsolationLevel: kafka.ReadCommitted,
+			})
+			for {
+				m, err := batch.ReadMessage()
+				if err != nil {
+					break
+				}
+				first.Do(func() { start = time.Now() })
+				next = m.Offset + 1
+			}
+			if err := batch.Close(); err != nil {
+				return err
+			}
+		}
+		mu.Lock()
+		if now := time.Now(); now.After(last) {
+			last = now
+		}
+		mu.Unlock()
+		return nil
+	}
+	var (
+		wg   sync.WaitGroup
+		errs = make([]error, e.opts.Partitions)
 	)
 	for p := range e.opts.Partitions {
 		if ends[p] == 0 {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := kafka.NewReader(kafka.ReaderConfig{
-				Brokers: e.broker.Addrs, Topic: topic, Partition: p,
-				MinBytes: 1, MaxBytes: 16 << 20, MaxWait: time.Second, QueueCapacity: 1000,
-				IsolationLevel: kafka.ReadCommitted,
-			})
-			defer r.Close()
-			for {
-				m, err := r.FetchMessage(ctx)
-				first.Do(func() { start = time.Now() })
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("bench: fetch-only read of %s/%d: %w", topic, p, err)
-					}
-					mu.Unlock()
-					cancel()
-					return
-				}
-				if m.Offset+1 >= ends[p] {
-					// Close waits for the reader's pending long-poll
-					// fetch: stop the clock before it.
-					mu.Lock()
-					if now := time.Now(); now.After(last) {
-						last = now
-					}
-					mu.Unlock()
-					return
-				}
+		wg.Go(func() {
+			if err := read(p); err != nil {
+				cancel()
+				errs[p] = fmt.Errorf("bench: fetch-only read of %s/%d: %w", topic, p, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	res.Elapsed = last.Sub(start)
-	if firstErr != nil {
-		return res, firstErr
+	if err := errors.Join(errs...); err != nil {
+		return res, err
 	}
+	res.Elapsed = last.Sub(start)
 	cpu1, err := e.serviceCPU()
 	if err != nil {
 		return res, err

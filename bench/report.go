@@ -406,7 +406,7 @@ func RenderResults(res *Results) string {
 		}
 	}
 	if s.Ceiling > 0 {
-		fmt.Fprintf(&b, "\nFor reference, kafka-go alone reading the %s topic (a partition reader per partition, no group, "+
+		fmt.Fprintf(&b, "\nFor reference, kafka-go alone reading the %s topic as cachewarden's partition fetchers do (a leader connection per partition, no group, "+
 			"no commits, no decoding, no memcached) reached %s events/s: the ceiling of broker and client on this machine.\n",
 			o.Workloads[0], thousands(s.Ceiling))
 	}
