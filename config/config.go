@@ -29,7 +29,7 @@ const (
 	DefaultMySQLMaxOpenConns   = 8
 	DefaultMySQLQueryTimeout   = 5 * time.Second
 	DefaultBatchMaxEvents      = 2000
-	DefaultBatchMaxWait        = 20 * time.Millisecond
+	DefaultBatchMaxWait        = 10 * time.Millisecond
 	DefaultHTTPListen          = "127.0.0.1:9464"
 	DefaultLogFormat           = "text"
 	DefaultLogLevel            = "info"
@@ -159,7 +159,7 @@ type Batch struct {
 	// MaxEvents is the most messages in one batch; default 2000.
 	MaxEvents int
 	// MaxWait is how long a batch stays open after its first message;
-	// default 20ms.
+	// default 10ms.
 	MaxWait time.Duration
 }
 

@@ -78,7 +78,7 @@ func (c KafkaConn) Transport() *kafka.Transport {
 // Daemon defaults.
 const (
 	DefaultMaxEvents       = 2000
-	DefaultMaxWait         = 20 * time.Millisecond
+	DefaultMaxWait         = 10 * time.Millisecond
 	DefaultReadyInterval   = 2 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
 	// firstBatchWait is how long the first batch after an assignment
@@ -96,7 +96,7 @@ type Config struct {
 	// MaxEvents is the most messages in one batch; default 2000.
 	MaxEvents int
 	// MaxWait is how long a batch stays open after its first message;
-	// default 20ms. The first batch after a partition is assigned stays
+	// default 10ms. The first batch after a partition is assigned stays
 	// open until it reaches MaxEvents, reaches the end of the partition,
 	// or 2s (at least MaxWait) pass: it must cover every message the
 	// previous owner may have applied without committing, whose counter
