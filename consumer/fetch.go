@@ -84,7 +84,7 @@ func (f *partitionFetcher) run(ctx context.Context, offset int64) {
 	defer close(f.chunks)
 	failures := 0
 	for attempt := 0; ; attempt++ {
-		if attempt > 0 && !sleepCtx(ctx, fetchBackoff(attempt)) {
+		if attempt > 0 && sleep(ctx, fetchBackoff(attempt)) != nil {
 			return
 		}
 		next, err := f.session(ctx, offset)
@@ -287,16 +287,4 @@ func (f *partitionFetcher) recycle(s []Message) {
 func fetchBackoff(attempt int) time.Duration {
 	d := fetchBackoffMin << min(attempt-1, 16)
 	return min(d, fetchBackoffMax)
-}
-
-// sleepCtx waits d or until ctx ends, reporting whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
