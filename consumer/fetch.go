@@ -51,17 +51,17 @@ type fetchedChunk struct {
 // partitionFetcher reads one partition ahead of the batcher over a
 // connection to the partition's leader, one fetch request at a time, and
 // hands the messages over in chunks. Compared with kafka-go's Reader it
-// sets no deadline and sends nothing through a channel per message.
+// sets no read deadline and sends nothing through a channel per message.
 //
-// Run and the consumer side (next, free) run in different goroutines;
-// nothing else is shared.
+// run works in a goroutine of its own; the batcher receives from chunks
+// and gives slices back with recycle. Nothing else is shared.
 type partitionFetcher struct {
 	dialer    *kafka.Dialer
 	brokers   []string
 	topic     string
 	partition int
 	log       *slog.Logger
-	// chunks carries fetched messages to the batcher; closed when Run
+	// chunks carries fetched messages to the batcher; closed when run
 	// returns.
 	chunks chan fetchedChunk
 	// spare returns chunk slices the batcher has copied out.
