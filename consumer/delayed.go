@@ -111,6 +111,11 @@ func (r *Rebumper) Run(ctx context.Context) error {
 		due := r.takeDue(r.now())
 		if len(due) > 0 {
 			r.apply(ctx, due, true)
+			if ctx.Err() != nil {
+				// The bumps the ended ctx failed are queued again, still
+				// due: leave them to Flush rather than try them again.
+				return nil
+			}
 			continue
 		}
 		wait := time.Hour

@@ -84,3 +84,26 @@ func TestRebumperFlushGivesUp(t *testing.T) {
 		t.Errorf("dropped metric = %v, want 2", n)
 	}
 }
+
+// TestRebumperRunStopsWithDueBumps ends Run's context while bumps are due:
+// Run returns, and the bumps stay pending for Flush.
+func TestRebumperRunStopsWithDueBumps(t *testing.T) {
+	r := newRig(t, rebumpRules, rigOptions{})
+	r.rebump.Schedule(bumpOp(r, "x", time.Nanosecond))
+	r.rebump.Schedule(bumpOp(r, "y", time.Nanosecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.rebump.Run(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if n := r.rebump.Pending(); n != 2 {
+		t.Errorf("%d bumps pending after Run, want 2 (left for Flush)", n)
+	}
+}
