@@ -247,6 +247,23 @@ func (s *batchSource) take(msgs []Message, max int, stopAtEnd bool) ([]Message, 
 	return msgs, false
 }
 
+// takeBefore appends up to max pending messages with offsets before end
+// to msgs; atEnd reports that every message before end has been taken (a
+// message at or past end was reached, or the one at end-1 taken).
+func (s *batchSource) takeBefore(msgs []Message, max int, end int64) (_ []Message, atEnd bool) {
+	n := min(len(s.pending), max)
+	for i := range n {
+		if s.pending[i].Pos.Offset >= end {
+			msgs = append(msgs, s.pending[:i]...)
+			s.pending = s.pending[i:]
+			return msgs, true
+		}
+	}
+	msgs = append(msgs, s.pending[:n]...)
+	s.pending = s.pending[n:]
+	return msgs, n > 0 && msgs[len(msgs)-1].Pos.Offset+1 >= end
+}
+
 // fill appends the next batch of messages to msgs: it waits for one
 // message, then takes more until limit or until MaxWait has passed
 // since the first one became available, and returns the batch and when

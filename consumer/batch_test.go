@@ -3,8 +3,11 @@ package consumer
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 // TestOffsetCommitter drives the committer with a commit function the
@@ -82,5 +85,56 @@ func TestOffsetCommitter(t *testing.T) {
 	<-done // run stops at a failed commit
 	if _, err := c.room(ctx, 100); err == nil || err.Error() != "offset 1101: coordinator moved" {
 		t.Fatalf("room after a failed commit: %v", err)
+	}
+}
+
+func TestBatchSourceTake(t *testing.T) {
+	chunk := func(offsets ...int64) []Message {
+		var ms []Message
+		for _, o := range offsets {
+			ms = append(ms, Message{Pos: rules.Position{Topic: "t", Offset: o}})
+		}
+		return ms
+	}
+	offsets := func(ms []Message) []int64 {
+		var out []int64
+		for _, m := range ms {
+			out = append(out, m.Pos.Offset)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name      string
+		pending   []Message
+		highWater int64
+		max       int
+		stopAtEnd bool
+		end       int64 // for takeBefore; 0: test take
+		want      []int64
+		wantEnd   bool
+		left      int
+	}{
+		{name: "take all", pending: chunk(5, 6, 7), highWater: 20, max: 10, want: []int64{5, 6, 7}},
+		{name: "take up to max", pending: chunk(5, 6, 7), highWater: 20, max: 2, want: []int64{5, 6}, left: 1},
+		{name: "first batch stops at the high watermark", pending: chunk(5, 6, 7), highWater: 7, max: 10, stopAtEnd: true, want: []int64{5, 6}, wantEnd: true, left: 1},
+		{name: "unknown high watermark does not stop", pending: chunk(5, 6), max: 10, stopAtEnd: true, want: []int64{5, 6}},
+		{name: "before end", pending: chunk(5, 6, 7, 8), max: 10, end: 7, want: []int64{5, 6}, wantEnd: true, left: 2},
+		{name: "end-1 taken", pending: chunk(5, 6), max: 10, end: 7, want: []int64{5, 6}, wantEnd: true},
+		{name: "gap past end", pending: chunk(5, 9), max: 10, end: 7, want: []int64{5}, wantEnd: true, left: 1},
+		{name: "before end, max first", pending: chunk(5, 6, 7), max: 1, end: 7, want: []int64{5}, left: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := batchSource{pending: tc.pending, highWater: tc.highWater}
+			var got []Message
+			var end bool
+			if tc.end > 0 {
+				got, end = s.takeBefore(nil, tc.max, tc.end)
+			} else {
+				got, end = s.take(nil, tc.max, tc.stopAtEnd)
+			}
+			if !slices.Equal(offsets(got), tc.want) || end != tc.wantEnd || len(s.pending) != tc.left {
+				t.Errorf("took %v, end %v, %d left; want %v, %v, %d left", offsets(got), end, len(s.pending), tc.want, tc.wantEnd, tc.left)
+			}
+		})
 	}
 }

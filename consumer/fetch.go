@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/cachewarden/cachewarden/rules"
 )
 
 // Partition fetch settings.
@@ -223,10 +221,7 @@ func (f *partitionFetcher) fetch(ctx context.Context, conn *kafka.Conn, offset i
 		if km, err = batch.ReadMessage(); err != nil {
 			break
 		}
-		chunk.msgs = append(chunk.msgs, Message{
-			Key: km.Key, Value: km.Value, Headers: km.Headers, Time: km.Time,
-			Pos: rules.Position{Topic: f.topic, Partition: f.partition, Offset: km.Offset},
-		})
+		chunk.msgs = append(chunk.msgs, MessageFromKafka(&km))
 		offset = km.Offset + 1
 		if len(chunk.msgs) == fetchChunk {
 			// The batcher may hold the chunk back for long (memcached

@@ -412,106 +412,78 @@ const (
 	// DefaultReplayIdleTimeout is how long a partition may deliver
 	// nothing before its end before the replay gives up on it.
 	DefaultReplayIdleTimeout = 30 * time.Second
-	// replayBatchWait is how long a batch waits for more messages once it
-	// has one: short, the messages are there already.
-	replayBatchWait = 100 * time.Millisecond
-	// replayFetchWait is how long one fetch waits on the broker for new
-	// messages. Only a fetch past the last message waits, and closing the
-	// reader at the end of a range waits for it: keep it short.
-	replayFetchWait = 250 * time.Millisecond
 )
 
-// readPartition reads r from Start to End in batches of up to max
-// messages and hands each batch to handle. Offsets missing from the log
-// (compaction) are passed over; progress counts offsets.
+// readPartition reads r from Start to End in batches of up to
+// maxMessages messages, fetched as the daemon fetches (partitionFetcher),
+// and hands each batch to handle. A batch is handed over when it is full
+// or when no more fetched messages are waiting. Offsets missing from the
+// log (compaction) are passed over; progress counts offsets.
 func (rp *Replayer) readPartition(ctx context.Context, r PartitionRange, maxMessages int, handle func([]Message) error) error {
 	log := rp.log.With("topic", r.Topic, "partition", r.Partition)
-	reader := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:        rp.cfg.Kafka.Brokers,
-		Topic:          r.Topic,
-		Partition:      r.Partition,
-		Dialer:         rp.cfg.Kafka.Dialer(),
-		MinBytes:       1,
-		MaxBytes:       fetchMaxBytes,
-		MaxWait:        replayFetchWait,
-		QueueCapacity:  min(fetchChunk*fetchAhead, maxMessages),
-		IsolationLevel: kafka.ReadCommitted,
-		ErrorLogger:    kafkaLogger(log, "replay reader"),
-	})
-	defer reader.Close()
-	if err := reader.SetOffset(r.Start); err != nil {
-		return fmt.Errorf("consumer: replay %s:%d: start at %d: %w", r.Topic, r.Partition, r.Start, err)
-	}
+	fctx, stopFetching := context.WithCancel(ctx)
+	f := newPartitionFetcher(rp.cfg.Kafka.Dialer(), rp.cfg.Kafka.Brokers, r.Topic, r.Partition, log)
+	fetcherDone := make(chan struct{})
+	go func() {
+		defer close(fetcherDone)
+		f.run(fctx, r.Start)
+	}()
+	defer func() {
+		stopFetching()
+		<-fetcherDone
+	}()
 	log.Debug("replaying partition", "from", r.Start, "to", r.End)
+
+	src := batchSource{f: f}
 	next := r.Start
 	msgs := make([]Message, 0, min(maxMessages, int(r.Len())))
-	for next < r.End {
+	flush := func() error {
+		if len(msgs) == 0 {
+			return nil
+		}
+		if err := handle(msgs); err != nil {
+			return err
+		}
+		last := msgs[len(msgs)-1].Pos.Offset
+		rp.progress.add(last + 1 - next)
+		next = last + 1
+		clear(msgs)
 		msgs = msgs[:0]
-		idle, cancel := context.WithTimeout(ctx, rp.cfg.IdleTimeout)
-		km, err := reader.FetchMessage(idle)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		return nil
+	}
+	idle := time.NewTimer(rp.cfg.IdleTimeout)
+	defer idle.Stop()
+	for atEnd := false; !atEnd; {
+		if len(src.pending) == 0 {
+			if len(src.f.chunks) == 0 {
+				// Nothing more is waiting: hand over the batch in hand.
+				if err := flush(); err != nil {
+					return err
+				}
 			}
-			if errors.Is(err, context.DeadlineExceeded) {
+			idle.Reset(rp.cfg.IdleTimeout)
+			ok, err := src.receive(ctx, idle.C)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("consumer: replay %s:%d: read at offset %d: %w", r.Topic, r.Partition, next, err)
+			}
+			if !ok {
 				return fmt.Errorf("consumer: replay %s:%d: no message for %s at offset %d (the range ends at %d); are the brokers reachable?",
 					r.Topic, r.Partition, rp.cfg.IdleTimeout, next, r.End)
 			}
-			return fmt.Errorf("consumer: replay %s:%d: read at offset %d: %w", r.Topic, r.Partition, next, err)
 		}
-		atEnd := km.Offset >= r.End
-		if !atEnd {
-			msgs = append(msgs, MessageFromKafka(&km))
-			atEnd, err = rp.fillReplayBatch(ctx, reader, r, maxMessages, &msgs)
-			if err != nil {
+		msgs, atEnd = src.takeBefore(msgs, maxMessages-len(msgs), r.End)
+		if len(msgs) == maxMessages {
+			if err := flush(); err != nil {
 				return err
 			}
 		}
-		if len(msgs) > 0 {
-			if err := handle(msgs); err != nil {
-				return err
-			}
-			last := msgs[len(msgs)-1].Pos.Offset
-			rp.progress.add(last + 1 - next)
-			next = last + 1
-			clear(msgs)
-		}
-		if atEnd {
-			break
-		}
+	}
+	if err := flush(); err != nil {
+		return err
 	}
 	rp.progress.add(r.End - next)
 	return nil
-}
-
-// fillReplayBatch appends to msgs the messages that arrive within
-// replayBatchWait, up to maxMessages or the end of r. atEnd is true when a
-// message at or past r.End was seen (and dropped) or r.End-1 was taken.
-func (rp *Replayer) fillReplayBatch(ctx context.Context, reader *kafka.Reader, r PartitionRange, maxMessages int, msgs *[]Message) (atEnd bool, err error) {
-	if (*msgs)[len(*msgs)-1].Pos.Offset+1 >= r.End {
-		return true, nil
-	}
-	bctx, cancel := context.WithTimeout(ctx, replayBatchWait)
-	defer cancel()
-	for len(*msgs) < maxMessages {
-		km, err := reader.FetchMessage(bctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return false, ctx.Err()
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				return false, nil
-			}
-			return false, fmt.Errorf("consumer: replay %s:%d: read: %w", r.Topic, r.Partition, err)
-		}
-		if km.Offset >= r.End {
-			return true, nil
-		}
-		*msgs = append(*msgs, MessageFromKafka(&km))
-		if km.Offset+1 >= r.End {
-			return true, nil
-		}
-	}
-	return false, nil
 }
