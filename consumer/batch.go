@@ -18,17 +18,8 @@ import (
 func (d *Daemon) consumePartition(ctx context.Context, gen *kafka.Generation, topic string, pa kafka.PartitionAssignment) {
 	log := d.log.With("topic", topic, "partition", pa.ID)
 	defer d.m.forgetPartition(topic, pa.ID)
-	fctx, stopFetching := context.WithCancel(ctx)
-	f := newPartitionFetcher(d.cfg.Kafka.Dialer(), d.cfg.Kafka.Brokers, topic, pa.ID, log)
-	fetcherDone := make(chan struct{})
-	go func() {
-		defer close(fetcherDone)
-		f.run(fctx, pa.Offset)
-	}()
-	defer func() {
-		stopFetching()
-		<-fetcherDone
-	}()
+	f, stopFetching := startPartitionFetcher(ctx, d.cfg.Kafka, topic, pa.ID, pa.Offset, log)
+	defer stopFetching()
 	log.Debug("partition assigned", "offset", pa.Offset)
 
 	var (

@@ -74,6 +74,23 @@ func newPartitionFetcher(dialer *kafka.Dialer, brokers []string, topic string, p
 	}
 }
 
+// startPartitionFetcher runs a partitionFetcher of partition from offset
+// in a goroutine of its own until ctx ends or stop is called; stop waits
+// for it to end.
+func startPartitionFetcher(ctx context.Context, conn KafkaConn, topic string, partition int, offset int64, log *slog.Logger) (f *partitionFetcher, stop func()) {
+	f = newPartitionFetcher(conn.Dialer(), conn.Brokers, topic, partition, log)
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run(fctx, offset)
+	}()
+	return f, func() {
+		cancel()
+		<-done
+	}
+}
+
 // run fetches from offset (kafka.FirstOffset, kafka.LastOffset or an
 // absolute offset) until ctx ends or fetching fails for good, and then
 // closes f.chunks. An offset before the partition's first (deleted by

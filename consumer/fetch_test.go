@@ -15,33 +15,19 @@ import (
 
 // fetchRig runs a partitionFetcher on partition 0 of topic.
 type fetchRig struct {
-	t      *testing.T
-	f      *partitionFetcher
-	cancel context.CancelFunc
-	done   chan struct{}
-	next   int64 // offset expected next
+	t    *testing.T
+	f    *partitionFetcher
+	stop func()
+	next int64 // offset expected next
 }
 
 func startFetcher(t *testing.T, brokers []string, topic string, offset int64) *fetchRig {
 	t.Helper()
 	log, _ := testLogger(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &fetchRig{t: t, f: newPartitionFetcher(KafkaConn{Brokers: brokers}.Dialer(), brokers, topic, 0, log), cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		r.f.run(ctx, offset)
-	}()
+	r := &fetchRig{t: t}
+	r.f, r.stop = startPartitionFetcher(context.Background(), KafkaConn{Brokers: brokers}, topic, 0, offset, log)
 	t.Cleanup(r.stop)
 	return r
-}
-
-func (r *fetchRig) stop() {
-	r.cancel()
-	select {
-	case <-r.done:
-	case <-time.After(10 * time.Second):
-		r.t.Fatal("fetcher did not stop after its context ended")
-	}
 }
 
 // expect receives n messages and checks that they are the partition's
@@ -202,7 +188,7 @@ func TestFetcherStopsWhenCancelled(t *testing.T) {
 	produceSeq(t, brokers, "fetch-stop", 0, 10)
 	r := startFetcher(t, brokers, "fetch-stop", kafka.FirstOffset)
 	r.expect(0, 10)
-	r.cancel()
+	go r.stop()
 	select {
 	case _, ok := <-r.f.chunks:
 		if ok {

@@ -421,17 +421,8 @@ const (
 // log (compaction) are passed over; progress counts offsets.
 func (rp *Replayer) readPartition(ctx context.Context, r PartitionRange, maxMessages int, handle func([]Message) error) error {
 	log := rp.log.With("topic", r.Topic, "partition", r.Partition)
-	fctx, stopFetching := context.WithCancel(ctx)
-	f := newPartitionFetcher(rp.cfg.Kafka.Dialer(), rp.cfg.Kafka.Brokers, r.Topic, r.Partition, log)
-	fetcherDone := make(chan struct{})
-	go func() {
-		defer close(fetcherDone)
-		f.run(fctx, r.Start)
-	}()
-	defer func() {
-		stopFetching()
-		<-fetcherDone
-	}()
+	f, stopFetching := startPartitionFetcher(ctx, rp.cfg.Kafka, r.Topic, r.Partition, r.Start, log)
+	defer stopFetching()
 	log.Debug("replaying partition", "from", r.Start, "to", r.End)
 
 	src := batchSource{f: f}
