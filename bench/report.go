@@ -254,13 +254,21 @@ func coresUsed(l LatencyResult) string {
 	return strings.Join(parts, ", ")
 }
 
-// PrintSummary prints the medians table and the targets.
-func PrintSummary(w io.Writer, res *Results) {
-	s := Summarize(res)
-	fmt.Fprintf(w, "\nmedians of %d run(s), %s events per workload:\n", res.Options.Runs, thousands(float64(res.Options.Events)))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tconsumer\tevents/s\tCPU µs/event\tmemcached cmds/event\tmemcached requests/event\tpeak RSS MB\t")
-	for _, wl := range res.Options.Workloads {
+// summaryRow is one row of the medians table as text cells: workload,
+// consumer, events/s, CPU µs/event, memcached commands and requests per
+// event, peak RSS in MB.
+type summaryRow struct {
+	cells []string
+	// ratio marks the row of cachewarden's figures over the baseline's.
+	ratio bool
+}
+
+// summaryTable returns the medians table in the order both renderings
+// show it: per workload the baseline, cachewarden and, when both ran,
+// their ratio.
+func summaryTable(s Summary, workloads []Distribution) []summaryRow {
+	var out []summaryRow
+	for _, wl := range workloads {
 		base, okB := s.Row(wl, ConsumerBaseline)
 		cw, okC := s.Row(wl, ConsumerCachewarden)
 		for _, r := range []struct {
@@ -268,15 +276,29 @@ func PrintSummary(w io.Writer, res *Results) {
 			ok  bool
 		}{{base, okB}, {cw, okC}} {
 			if r.ok {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.3f\t%s\t%.1f\t\n", wl, r.row.Consumer, thousands(r.row.EventsPerSec),
-					r.row.CPUPerEvent, r.row.CommandsPerEvent, writesText(r.row.WritesPerEvent, true, r.row.WritesPartial), r.row.PeakRSS)
+				out = append(out, summaryRow{cells: []string{string(wl), r.row.Consumer, thousands(r.row.EventsPerSec),
+					fmt.Sprintf("%.2f", r.row.CPUPerEvent), fmt.Sprintf("%.3f", r.row.CommandsPerEvent),
+					writesText(r.row.WritesPerEvent, true, r.row.WritesPartial), fmt.Sprintf("%.1f", r.row.PeakRSS)}})
 			}
 		}
 		if okB && okC {
-			fmt.Fprintf(tw, "%s\tcachewarden/baseline\t%.1fx\t%.3fx\t%.3fx\t%s\t%.2fx\t\n", wl,
-				cw.EventsPerSec/base.EventsPerSec, cw.CPUPerEvent/base.CPUPerEvent,
-				cw.CommandsPerEvent/base.CommandsPerEvent, ratioText(cw.WritesPerEvent, base.WritesPerEvent, "%.3fx"), cw.PeakRSS/base.PeakRSS)
+			out = append(out, summaryRow{ratio: true, cells: []string{string(wl), "cachewarden / baseline",
+				fmt.Sprintf("%.1fx", cw.EventsPerSec/base.EventsPerSec), fmt.Sprintf("%.3fx", cw.CPUPerEvent/base.CPUPerEvent),
+				fmt.Sprintf("%.3fx", cw.CommandsPerEvent/base.CommandsPerEvent), ratioText(cw.WritesPerEvent, base.WritesPerEvent, "%.3fx"),
+				fmt.Sprintf("%.2fx", cw.PeakRSS/base.PeakRSS)}})
 		}
+	}
+	return out
+}
+
+// PrintSummary prints the medians table and the targets.
+func PrintSummary(w io.Writer, res *Results) {
+	s := Summarize(res)
+	fmt.Fprintf(w, "\nmedians of %d run(s), %s events per workload:\n", res.Options.Runs, thousands(float64(res.Options.Events)))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tconsumer\tevents/s\tCPU µs/event\tmemcached cmds/event\tmemcached requests/event\tpeak RSS MB\t")
+	for _, r := range summaryTable(s, res.Options.Workloads) {
+		fmt.Fprintln(tw, strings.Join(r.cells, "\t")+"\t")
 	}
 	tw.Flush()
 	if s.Ceiling > 0 {
@@ -387,23 +409,11 @@ func RenderResults(res *Results) string {
 		thousands(float64(o.Events)), o.Partitions, thousands(float64(o.Keys)), o.ZipfS, o.Runs)
 	b.WriteString("| workload | consumer | events/s | CPU µs/event | memcached cmds/event | memcached requests/event | peak RSS (MB) |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|\n")
-	for _, wl := range o.Workloads {
-		base, okB := s.Row(wl, ConsumerBaseline)
-		cw, okC := s.Row(wl, ConsumerCachewarden)
-		for _, r := range []struct {
-			row SummaryRow
-			ok  bool
-		}{{base, okB}, {cw, okC}} {
-			if r.ok {
-				fmt.Fprintf(&b, "| %s | %s | %s | %.2f | %.3f | %s | %.1f |\n", wl, r.row.Consumer, thousands(r.row.EventsPerSec),
-					r.row.CPUPerEvent, r.row.CommandsPerEvent, writesText(r.row.WritesPerEvent, true, r.row.WritesPartial), r.row.PeakRSS)
-			}
+	for _, r := range summaryTable(s, o.Workloads) {
+		if r.ratio {
+			r.cells[1], r.cells[2] = "**"+r.cells[1]+"**", "**"+r.cells[2]+"**"
 		}
-		if okB && okC {
-			fmt.Fprintf(&b, "| %s | **cachewarden / baseline** | **%.1fx** | %.3fx | %.3fx | %s | %.2fx |\n", wl,
-				cw.EventsPerSec/base.EventsPerSec, cw.CPUPerEvent/base.CPUPerEvent,
-				cw.CommandsPerEvent/base.CommandsPerEvent, ratioText(cw.WritesPerEvent, base.WritesPerEvent, "%.3fx"), cw.PeakRSS/base.PeakRSS)
-		}
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(r.cells, " | "))
 	}
 	if s.Ceiling > 0 {
 		fmt.Fprintf(&b, "\nFor reference, kafka-go alone reading the %s topic as cachewarden's partition fetchers do (a leader connection per partition, no group, "+

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"math"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -200,10 +201,15 @@ func TestTargets(t *testing.T) {
 		}
 	}
 	md := RenderResults(res)
-	for _, s := range []string{"| uniform | cachewarden | 500,000 |", "**50.0x**", "p50 5.0 ms, p99 30.0 ms", "| zipf >= 500,000 events/s | 400,000 events/s | **missed** |"} {
+	for _, s := range []string{"| uniform | cachewarden | 500,000 |", "| uniform | **cachewarden / baseline** | **50.0x** |", "p50 5.0 ms, p99 30.0 ms", "| zipf >= 500,000 events/s | 400,000 events/s | **missed** |"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("rendered results lack %q:\n%s", s, md)
 		}
+	}
+	var text strings.Builder
+	PrintSummary(&text, res)
+	if !regexp.MustCompile(`uniform +cachewarden / baseline +50\.0x`).MatchString(text.String()) {
+		t.Errorf("printed summary lacks the uniform ratio row:\n%s", text.String())
 	}
 }
 
