@@ -217,9 +217,7 @@ func TestFaultHostileInput(t *testing.T) {
 	}
 	d := fs.startDaemon()
 	fs.start(ctx)
-	for fs.events < sz.Events/2 {
-		fs.round(ctx, sz.RoundTxs, roundHooks{})
-	}
+	fs.roundsUntil(ctx, sz.Events/2)
 	if err := fs.MC.Set(&memcache.Item{Key: sentinelKey, Value: []byte(sentinelValue)}); err != nil {
 		t.Fatal(err)
 	}
@@ -367,9 +365,7 @@ func TestFaultHostileInput(t *testing.T) {
 	fs.note("Hostile values: %s.", strings.Join(caseNames(cases, false), ", "))
 	fs.note("Checked after them: %d memcached keys listed (lru_crawler metadump), all legal and of the rules' prefixes, no injected key, flush_all count and a sentinel item unchanged; SQL-looking key values counted and loaded as bound values (0, empty); %d tables with their row counts unchanged.",
 		len(keys), len(tablesAfter))
-	for fs.events < sz.Events {
-		fs.round(ctx, sz.RoundTxs, roundHooks{})
-	}
+	fs.roundsUntil(ctx, sz.Events)
 	recordRow(t, started, fs.finish(ctx, d))
 }
 

@@ -293,6 +293,14 @@ type roundHooks struct {
 
 // round makes up to n transactions in MariaDB, publishes them in commit
 // order and waits for the daemons; then every namespace the round's
+// roundsUntil runs plain rounds (the scenario's RoundTxs transactions, no
+// fault) until at least events change events have been published.
+func (fs *faultScenario) roundsUntil(ctx context.Context, events int) {
+	for fs.events < events {
+		fs.round(ctx, fs.sizes.RoundTxs, roundHooks{})
+	}
+}
+
 // changes bump must have moved (checkNamespaces). It returns the round.
 func (fs *faultScenario) round(ctx context.Context, n int, h roundHooks) []Tx {
 	fs.t.Helper()

@@ -87,9 +87,7 @@ func TestFaultMemcachedStop(t *testing.T) {
 	d := fs.startDaemon()
 	addr := d.httpAddr(t)
 	fs.start(ctx)
-	for fs.events < sz.Events/3 {
-		fs.round(ctx, sz.RoundTxs, roundHooks{})
-	}
+	fs.roundsUntil(ctx, sz.Events/3)
 	var waiting int64
 	var notReady bool
 	var resumed time.Time
@@ -108,9 +106,7 @@ func TestFaultMemcachedStop(t *testing.T) {
 	}
 	fs.fault("memcached frozen (SIGSTOP) for %v during a round: %d messages waiting, none with cache ops committed, /readyz 503; caught up %v after SIGCONT, ready again after %v",
 		sz.Outage, waiting, caughtUp, (ready + caughtUp).Round(10*time.Millisecond))
-	for fs.events < sz.Events {
-		fs.round(ctx, sz.RoundTxs, roundHooks{})
-	}
+	fs.roundsUntil(ctx, sz.Events)
 	recordRow(t, started, fs.finish(ctx, d))
 }
 
@@ -125,9 +121,7 @@ func TestFaultMemcachedRestart(t *testing.T) {
 	d := fs.startDaemon()
 	addr := d.httpAddr(t)
 	fs.start(ctx)
-	for fs.events < sz.Events/3 {
-		fs.round(ctx, sz.RoundTxs, roundHooks{})
-	}
+	fs.roundsUntil(ctx, sz.Events/3)
 	var waiting int64
 	var notReady bool
 	var restarted time.Time
@@ -151,9 +145,7 @@ func TestFaultMemcachedRestart(t *testing.T) {
 	fs.fault("memcached killed mid-round, down %v (%d messages waiting, none with cache ops committed, /readyz 503), restarted empty; caught up %v later, ready again after %v",
 		sz.MemcachedDown, waiting, caughtUp, (ready + caughtUp).Round(10*time.Millisecond))
 	fs.rewarm(ctx)
-	for fs.events < sz.Events {
-		fs.round(ctx, sz.RoundTxs, roundHooks{})
-	}
+	fs.roundsUntil(ctx, sz.Events)
 	recordRow(t, started, fs.finish(ctx, d))
 }
 
@@ -169,9 +161,7 @@ func TestFaultMySQLOutage(t *testing.T) {
 	d := fs.startDaemon()
 	addr := d.httpAddr(t)
 	fs.start(ctx)
-	for fs.events < sz.Events/3 {
-		fs.round(ctx, sz.RoundTxs, roundHooks{})
-	}
+	fs.roundsUntil(ctx, sz.Events/3)
 	errorsBefore, err := d.metric(addr, "cachewarden_mysql_query_duration_seconds_count", `outcome="error"`)
 	if err != nil {
 		t.Fatal(err)
@@ -247,9 +237,7 @@ func TestFaultMySQLOutage(t *testing.T) {
 	}
 	fs.fault("MariaDB cut off for %v (traffic dropped for half of it, connections refused for the rest) during a round: %.0f load/recount queries failed; during the outage %d sets and counters missing, 0 wrong; after it %d of %d missing counters recounted",
 		outage, errorsDuring-errorsBefore, mid.Missing, recounted, len(missing))
-	for fs.events < sz.Events {
-		fs.round(ctx, sz.RoundTxs, roundHooks{})
-	}
+	fs.roundsUntil(ctx, sz.Events)
 	recordRow(t, started, fs.finish(ctx, d))
 }
 
@@ -286,9 +274,7 @@ func TestFaultGroupKill(t *testing.T) {
 		ok, split = holding([]int{0, 1, 2})
 		return ok, nil
 	})
-	for fs.events < sz.GroupEvents/2 {
-		fs.round(ctx, sz.RoundTxs, roundHooks{})
-	}
+	fs.roundsUntil(ctx, sz.GroupEvents/2)
 	victim := fs.rng.IntN(len(daemons))
 	survivors := []int{}
 	for i := range daemons {
@@ -329,9 +315,7 @@ func TestFaultGroupKill(t *testing.T) {
 	}
 	fs.fault("1 of 3 daemons SIGKILLed under load (%d messages uncommitted), %s; partitions %s → %s (of %.0f), rebalanced within %v",
 		waiting, how, split, after, total, took)
-	for fs.events < sz.GroupEvents {
-		fs.round(ctx, sz.RoundTxs, roundHooks{})
-	}
+	fs.roundsUntil(ctx, sz.GroupEvents)
 	alive := make([]*faultDaemon, 0, len(survivors))
 	for _, i := range survivors {
 		alive = append(alive, daemons[i])
