@@ -30,7 +30,7 @@ test: services build vet
 
 # unit runs only the tests that need no service.
 unit:
-	$(GO) test -count=1 ./rules/ ./consumer/
+	$(GO) test -count=1 ./rules/ ./consumer/cdc/ ./ruletest/
 
 demo: services build
 	set -a && . ./$(SERVICES_ENV) && set +a && ./$(BIN) demo

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"strconv"
 	"testing"
 
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -131,7 +131,7 @@ func TestNaiveMatchesPlanner(t *testing.T) {
 		in.WriteByte('\n')
 	}
 	var out, errOut bytes.Buffer
-	sum, err := consumer.PlanStream(context.Background(), &in, &out, &errOut, &consumer.Decoder{}, rs, consumer.PlanOptions{})
+	sum, err := cdc.PlanStream(context.Background(), &in, &out, &errOut, &cdc.Decoder{}, rs, cdc.PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,7 @@
 // Package consumer turns CDC messages from Kafka into cache operations.
 //
-// It holds the decoders of the supported CDC formats (Decoder), the batch
-// pipeline that decodes, plans, coalesces and applies them (Pipeline,
-// Coalescer), and the daemon that consumes topics as a member of a Kafka
+// It holds the batch pipeline that decodes (package cdc), plans,
+// coalesces and applies them (Pipeline, Coalescer), and the daemon that consumes topics as a member of a Kafka
 // consumer group, commits offsets only after a batch is applied, sends
 // poison messages to a dead-letter topic (DLQ) and applies delayed second
 // bumps (Rebumper). NewStack builds all of it from a config file, for the

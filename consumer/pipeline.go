@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -58,10 +59,10 @@ type PipelineConfig struct {
 	// Rules plans events into ops; required.
 	Rules *rules.RuleSet
 	// Decoder decodes messages of topics without an entry in
-	// TopicDecoders; nil means a zero Decoder (format auto).
-	Decoder *Decoder
+	// TopicDecoders; nil means a zero cdc.Decoder (format auto).
+	Decoder *cdc.Decoder
 	// TopicDecoders fixes the decoder per topic; may be nil.
-	TopicDecoders map[string]*Decoder
+	TopicDecoders map[string]*cdc.Decoder
 	// Writer applies bumps and set ops (a *cacheops.Writer); required.
 	Writer Applier
 	// Counters applies count and recount ops (a *counters.Counters); nil
@@ -111,7 +112,7 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 		return nil, errors.New("consumer: pipeline: a Writer is required")
 	}
 	if cfg.Decoder == nil {
-		cfg.Decoder = &Decoder{}
+		cfg.Decoder = &cdc.Decoder{}
 	}
 	if cfg.RetryMin <= 0 {
 		cfg.RetryMin = DefaultRetryMin
@@ -168,7 +169,7 @@ type Batch struct {
 	Stats  BatchStats
 
 	planned   []rules.Op
-	decoded   Decoded
+	decoded   cdc.Decoded
 	coalescer Coalescer
 	results   []cacheops.Result
 	events    map[eventLabels]int
@@ -180,7 +181,7 @@ type eventLabels struct{ topic, format, outcome string }
 
 type opLabels struct{ kind, outcome string }
 
-func (p *Pipeline) decoderFor(topic string) *Decoder {
+func (p *Pipeline) decoderFor(topic string) *cdc.Decoder {
 	if d, ok := p.cfg.TopicDecoders[topic]; ok {
 		return d
 	}
@@ -221,7 +222,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		}
 		var st rules.PlanStats
 		var firstErr error
-		b.planned, firstErr = planMessage(p.cfg.Rules, b.decoded.Events, b.planned, &st, func(_, added int, err error) {
+		b.planned, firstErr = cdc.PlanMessage(p.cfg.Rules, b.decoded.Events, b.planned, &st, func(_, added int, err error) {
 			b.Stats.Events++
 			switch {
 			case err != nil:
@@ -247,7 +248,7 @@ func (p *Pipeline) coalesce(b *Batch, opts CoalesceOptions) {
 	clear(b.planned) // the coalesced ops hold what is needed
 }
 
-func (b *Batch) poison(msg *Message, err error, format Format) {
+func (b *Batch) poison(msg *Message, err error, format cdc.Format) {
 	b.Stats.Poison++
 	b.Poison = append(b.Poison, Poison{Message: *msg, Err: err})
 	b.events[eventLabels{msg.Pos.Topic, format.String(), "poison"}]++

@@ -1,10 +1,10 @@
 package consumer
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"io"
 	"log/slog"
 	"slices"
@@ -72,7 +72,7 @@ type ReplayInput struct {
 	FileLines int64
 	// Decoder decodes File's lines; nil means the pipeline's default
 	// decoder (the config's kafka.format).
-	Decoder *Decoder
+	Decoder *cdc.Decoder
 	// Ranges are the partition ranges to read (ResolveReplayRanges).
 	Ranges []PartitionRange
 }
@@ -280,7 +280,7 @@ func (rp *Replayer) replayFile(ctx context.Context, in ReplayInput) error {
 		p = p.withDecoder(in.Decoder)
 	}
 	w := &replayWorker{rp: rp, p: p}
-	lines := newLineReader(in.File)
+	lines := cdc.NewLineReader(in.File)
 	msgs := make([]Message, 0, rp.cfg.BatchSize)
 	var arena []byte
 	n := 0
@@ -288,7 +288,7 @@ func (rp *Replayer) replayFile(ctx context.Context, in ReplayInput) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		line, ok, err := lines.next()
+		line, ok, err := lines.Next()
 		if err != nil {
 			return fmt.Errorf("consumer: replay: read line %d: %w", n+1, err)
 		}
@@ -353,22 +353,17 @@ feed:
 
 // dryRun plans the input sequentially with the `plan` planner.
 func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) error {
-	pl := &planner{
-		rs:  rp.p.cfg.Rules,
-		out: bufio.NewWriterSize(out, 64<<10),
-		err: rp.cfg.Report,
-		log: rp.log,
-	}
+	pl := cdc.NewPlanWriter(rp.p.cfg.Rules, out, rp.cfg.Report, rp.log)
 	var err error
 	if in.File != nil {
 		err = rp.dryRunFile(ctx, in, pl)
 	} else {
 		err = rp.dryRunKafka(ctx, in.Ranges, pl)
 	}
-	if ferr := pl.out.Flush(); ferr != nil && err == nil {
-		err = fmt.Errorf("consumer: replay: write plan: %w", ferr)
+	if ferr := pl.Flush(); ferr != nil && err == nil {
+		err = fmt.Errorf("consumer: replay: %w", ferr)
 	}
-	s := &pl.sum
+	s := pl.Summary()
 	rp.sum.messages.Store(int64(s.Lines))
 	rp.sum.events.Store(int64(s.Events))
 	rp.sum.skipped.Store(int64(s.Skipped))
@@ -377,32 +372,31 @@ func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) e
 	return err
 }
 
-func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *planner) error {
-	pl.dec = in.Decoder
-	if pl.dec == nil {
-		pl.dec = rp.p.cfg.Decoder
+func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *cdc.PlanWriter) error {
+	dec := in.Decoder
+	if dec == nil {
+		dec = rp.p.cfg.Decoder
 	}
-	lines := newLineReader(in.File)
+	lines := cdc.NewLineReader(in.File)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		line, ok, err := lines.next()
+		line, ok, err := lines.Next()
 		if err != nil {
-			return fmt.Errorf("consumer: replay: read line %d: %w", pl.sum.Lines+1, err)
+			return fmt.Errorf("consumer: replay: read line %d: %w", pl.Summary().Lines+1, err)
 		}
 		if !ok {
 			return nil
 		}
-		pl.sum.Lines++
-		if err := pl.line(pl.sum.Lines, line); err != nil {
+		if err := pl.Line(dec, line, ""); err != nil {
 			return err
 		}
 		rp.progress.add(1)
 	}
 }
 
-func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl *planner) error {
+func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl *cdc.PlanWriter) error {
 	if len(ranges) > 0 && len(rp.cfg.Kafka.Brokers) == 0 {
 		return errors.New("consumer: replay: no Kafka brokers")
 	}
@@ -410,10 +404,7 @@ func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl
 		err := rp.readPartition(ctx, r, rp.cfg.BatchSize, func(msgs []Message) error {
 			for i := range msgs {
 				m := &msgs[i]
-				pl.sum.Lines++
-				pl.dec = rp.p.decoderFor(m.Pos.Topic)
-				pl.where = kafkaCoordinates(m.Pos)
-				if err := pl.line(pl.sum.Lines, m.Value); err != nil {
+				if err := pl.Line(rp.p.decoderFor(m.Pos.Topic), m.Value, kafkaCoordinates(m.Pos)); err != nil {
 					return err
 				}
 			}
@@ -432,7 +423,7 @@ func kafkaCoordinates(pos rules.Position) string {
 }
 
 // withDecoder returns a copy of p that decodes every message with dec.
-func (p *Pipeline) withDecoder(dec *Decoder) *Pipeline {
+func (p *Pipeline) withDecoder(dec *cdc.Decoder) *Pipeline {
 	cp := *p
 	cp.cfg.Decoder = dec
 	cp.cfg.TopicDecoders = nil
@@ -634,7 +625,7 @@ func detachedRecount(op rules.Op) rules.Op {
 // kafka section k: the one of topic when not empty (its topic_formats and
 // topic_tables entries apply), else the one of kafka.format. A non-empty
 // format ("auto", "debezium", ...) or table ("db.table") overrides it.
-func ReplayFileDecoder(k config.Kafka, topic, format, table string) (*Decoder, error) {
+func ReplayFileDecoder(k config.Kafka, topic, format, table string) (*cdc.Decoder, error) {
 	name := k.Format
 	if f, ok := k.TopicFormats[topic]; ok && topic != "" {
 		name = f
@@ -645,11 +636,11 @@ func ReplayFileDecoder(k config.Kafka, topic, format, table string) (*Decoder, e
 	if name == "" {
 		name = config.DefaultFormat
 	}
-	f, err := ParseFormat(name)
+	f, err := cdc.ParseFormat(name)
 	if err != nil {
 		return nil, err
 	}
-	dec := &Decoder{Format: f, TopicTables: k.TopicTables}
+	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables}
 	if topic != "" {
 		dec.Table = k.TopicTables[topic]
 	}

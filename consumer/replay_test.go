@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"os"
 	"reflect"
 	"strings"
@@ -131,7 +132,7 @@ func TestReplayFile(t *testing.T) {
 			if got != want {
 				t.Errorf("summary %+v, want %+v", got, want)
 			}
-			if rep := report.String(); !strings.HasPrefix(rep, "line 4: consumer: decode") || strings.Count(rep, "\n") != 1 {
+			if rep := report.String(); !strings.HasPrefix(rep, "line 4: cdc: decode") || strings.Count(rep, "\n") != 1 {
 				t.Errorf("report = %q, want one line for line 4", rep)
 			}
 		})
@@ -154,9 +155,9 @@ func TestReplayDryRunFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := &Decoder{Format: FormatDebezium}
+	dec := &cdc.Decoder{Format: cdc.FormatDebezium}
 	var planOut, planErr bytes.Buffer
-	psum, err := PlanStream(context.Background(), bytes.NewReader(input), &planOut, &planErr, dec, rs, PlanOptions{})
+	psum, err := cdc.PlanStream(context.Background(), bytes.NewReader(input), &planOut, &planErr, dec, rs, cdc.PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestReplayKafka(t *testing.T) {
 			name: "from a time", from: minute(2).Format(time.RFC3339),
 			ranges:   []PartitionRange{{topic, 0, 2, 5}, {topic, 1, 2, 5}},
 			users:    []int{3, 4, 5},
-			recounts: 1, poisonLine: topic + ":1:4: consumer: decode",
+			recounts: 1, poisonLine: topic + ":1:4: cdc: decode",
 		},
 		{
 			name: "between times", from: minute(1).Format(time.RFC3339), to: minute(3).Format(time.RFC3339),
@@ -347,7 +348,7 @@ func TestReplayKafka(t *testing.T) {
 		if out.String() != want {
 			t.Errorf("dry run output:\n%s\nwant:\n%s", out.String(), want)
 		}
-		if rep := report.String(); !strings.HasPrefix(rep, "line 4: "+topic+":1:4: consumer: decode") {
+		if rep := report.String(); !strings.HasPrefix(rep, "line 4: "+topic+":1:4: cdc: decode") {
 			t.Errorf("report = %q", rep)
 		}
 	})
@@ -404,14 +405,14 @@ func TestReplayFileDecoder(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		topic, format, table string
-		want                 Format
+		want                 cdc.Format
 		wantTable            string
 	}{
-		{"", "", "", FormatMaxwell, ""},
-		{"flat", "", "", FormatDebeziumFlat, "shop.users"},
-		{"other", "", "", FormatMaxwell, ""},
-		{"flat", "canal", "a.b", FormatCanal, "a.b"},
-		{"", "auto", "", FormatAuto, ""},
+		{"", "", "", cdc.FormatMaxwell, ""},
+		{"flat", "", "", cdc.FormatDebeziumFlat, "shop.users"},
+		{"other", "", "", cdc.FormatMaxwell, ""},
+		{"flat", "canal", "a.b", cdc.FormatCanal, "a.b"},
+		{"", "auto", "", cdc.FormatAuto, ""},
 	} {
 		dec, err := ReplayFileDecoder(cfg, tt.topic, tt.format, tt.table)
 		if err != nil || dec.Format != tt.want || dec.Table != tt.wantTable {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"log/slog"
 	"net/http"
 	"os"
@@ -327,22 +328,22 @@ func KafkaConnFromConfig(k config.Kafka) (KafkaConn, error) {
 }
 
 // decodersFromConfig returns the default decoder and the per-topic ones.
-func decodersFromConfig(k config.Kafka) (*Decoder, map[string]*Decoder, error) {
-	f, err := ParseFormat(k.Format)
+func decodersFromConfig(k config.Kafka) (*cdc.Decoder, map[string]*cdc.Decoder, error) {
+	f, err := cdc.ParseFormat(k.Format)
 	if err != nil {
 		return nil, nil, err
 	}
-	dec := &Decoder{Format: f, TopicTables: k.TopicTables}
-	var byTopic map[string]*Decoder
+	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables}
+	var byTopic map[string]*cdc.Decoder
 	for topic, name := range k.TopicFormats {
-		f, err := ParseFormat(name)
+		f, err := cdc.ParseFormat(name)
 		if err != nil {
 			return nil, nil, fmt.Errorf("consumer: topic %s: %w", topic, err)
 		}
 		if byTopic == nil {
-			byTopic = make(map[string]*Decoder)
+			byTopic = make(map[string]*cdc.Decoder)
 		}
-		byTopic[topic] = &Decoder{Format: f, TopicTables: k.TopicTables}
+		byTopic[topic] = &cdc.Decoder{Format: f, TopicTables: k.TopicTables}
 	}
 	return dec, byTopic, nil
 }

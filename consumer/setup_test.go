@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"fmt"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,9 +19,9 @@ import (
 // decoders' names in step.
 func TestConfigFormatsParse(t *testing.T) {
 	for _, name := range config.Formats {
-		f, err := ParseFormat(name)
+		f, err := cdc.ParseFormat(name)
 		if err != nil || f.String() != name {
-			t.Errorf("config format %q: ParseFormat = %v, %v", name, f, err)
+			t.Errorf("config format %q: cdc.ParseFormat = %v, %v", name, f, err)
 		}
 	}
 }
@@ -63,10 +64,10 @@ batch: {max_events: 77, max_wait: 5ms}
 	if s.DLQ == nil || s.DLQ.Topic() != "dead" {
 		t.Errorf("DLQ = %v", s.DLQ)
 	}
-	if f := s.Pipeline.decoderFor("flat"); f.Format != FormatDebeziumFlat || f.TopicTables["flat"] != "shop.users" {
+	if f := s.Pipeline.decoderFor("flat"); f.Format != cdc.FormatDebeziumFlat || f.TopicTables["flat"] != "shop.users" {
 		t.Errorf("decoder of topic flat = %+v", f)
 	}
-	if f := s.Pipeline.decoderFor("cdc"); f.Format != FormatAuto {
+	if f := s.Pipeline.decoderFor("cdc"); f.Format != cdc.FormatAuto {
 		t.Errorf("decoder of topic cdc = %+v", f)
 	}
 	if err := s.Memcache.Ping(); err != nil {

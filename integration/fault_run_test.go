@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,7 +18,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/verify"
@@ -427,8 +427,8 @@ func (fs *faultScenario) committed(ctx context.Context) map[string]map[int]int64
 func (fs *faultScenario) committedWithOps(ctx context.Context, from, to map[string]map[int]int64) []string {
 	fs.t.Helper()
 	var out []string
-	dec := consumer.Decoder{}
-	var decoded consumer.Decoded
+	dec := cdc.Decoder{}
+	var decoded cdc.Decoded
 	var ops []rules.Op
 	for topic, parts := range to {
 		for p, end := range parts {

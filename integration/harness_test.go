@@ -3,12 +3,12 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -99,13 +99,13 @@ func TestEncodeDecodes(t *testing.T) {
 	}
 	for _, f := range Formats {
 		t.Run(string(f), func(t *testing.T) {
-			cf, err := consumer.ParseFormat(f.ConfigFormat())
+			cf, err := cdc.ParseFormat(f.ConfigFormat())
 			if err != nil {
 				t.Fatal(err)
 			}
-			dec := consumer.Decoder{Format: cf, TopicTables: topicTables}
+			dec := cdc.Decoder{Format: cf, TopicTables: topicTables}
 			var want, got []rules.Event
-			var out consumer.Decoded
+			var out cdc.Decoded
 			for _, tx := range txs {
 				if tx.Desc == "snapshot" && !f.SupportsSnapshot() {
 					continue
@@ -119,7 +119,7 @@ func TestEncodeDecodes(t *testing.T) {
 					if err := dec.Decode(m.Value, rules.Position{Topic: m.Topic}, &out); err != nil {
 						t.Fatalf("%s: decode %s: %v", tx.Desc, m.Value, err)
 					}
-					if out.Skip != "" && (m.Value != nil || out.Skip != consumer.SkipTombstone) {
+					if out.Skip != "" && (m.Value != nil || out.Skip != cdc.SkipTombstone) {
 						t.Fatalf("%s: message skipped (%s): %s", tx.Desc, out.Skip, m.Value)
 					}
 					for _, ev := range out.Events {
@@ -288,8 +288,8 @@ func TestBinlogPositions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out consumer.Decoded
-	if err := (&consumer.Decoder{}).Decode(msgs[0].Value, rules.Position{}, &out); err != nil {
+	var out cdc.Decoded
+	if err := (&cdc.Decoder{}).Decode(msgs[0].Value, rules.Position{}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.Events[0].Source; got.BinlogFile != lastFile || got.BinlogPos != lastPos {

@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -33,7 +34,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -53,7 +53,7 @@ type Test struct {
 	Name string
 	// Line is where the test's entry starts in the file.
 	Line   int
-	Format consumer.Format
+	Format cdc.Format
 	// Table is the db.table of flattened rows that name no table.
 	Table  string
 	Events []Event
@@ -237,7 +237,7 @@ func (p *parser) integer(n *yaml.Node, what string) (int64, bool) {
 }
 
 func (p *parser) suite(s *Suite, n *yaml.Node) {
-	var format consumer.Format
+	var format cdc.Format
 	var table string
 	var tests *yaml.Node
 	seen := p.fields(n, "test file", []string{"rule_files", "format", "table", "tests"}, func(key string, k, v *yaml.Node) {
@@ -317,20 +317,20 @@ func (p *parser) table(n *yaml.Node) (string, bool) {
 	return s, true
 }
 
-func (p *parser) format(n *yaml.Node) (consumer.Format, bool) {
+func (p *parser) format(n *yaml.Node) (cdc.Format, bool) {
 	s, ok := p.str(n, "format")
 	if !ok {
-		return consumer.FormatAuto, false
+		return cdc.FormatAuto, false
 	}
-	f, err := consumer.ParseFormat(s)
+	f, err := cdc.ParseFormat(s)
 	if err != nil {
 		p.errorf(n, "format %q: want auto, debezium, debezium-flat, maxwell or canal", s)
-		return consumer.FormatAuto, false
+		return cdc.FormatAuto, false
 	}
 	return f, true
 }
 
-func (p *parser) test(n *yaml.Node, format consumer.Format, table string) *Test {
+func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 	t := &Test{Line: n.Line, Format: format, Table: table}
 	var events, expect, errs *yaml.Node
 	seen := p.fields(n, "test", []string{"name", "format", "table", "events", "expect", "errors"}, func(key string, k, v *yaml.Node) {

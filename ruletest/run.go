@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"io"
 	"strconv"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -58,8 +58,8 @@ type outcome struct {
 // run feeds the test's events through the decoder and the planner and
 // compares the result with the expectations, event by event.
 func (t *Test) run(rs *rules.RuleSet) []string {
-	dec := &consumer.Decoder{Format: t.Format, Table: t.Table}
-	var decoded consumer.Decoded
+	dec := &cdc.Decoder{Format: t.Format, Table: t.Table}
+	var decoded cdc.Decoded
 	got := make([]outcome, len(t.Events))
 	for i, ev := range t.Events {
 		got[i] = planEvent(dec, rs, &decoded, ev)
@@ -88,7 +88,7 @@ func (t *Test) run(rs *rules.RuleSet) []string {
 
 // planEvent decodes and plans one message value. Like the daemon, it keeps
 // no op of a message any of whose rows failed.
-func planEvent(dec *consumer.Decoder, rs *rules.RuleSet, decoded *consumer.Decoded, ev Event) outcome {
+func planEvent(dec *cdc.Decoder, rs *rules.RuleSet, decoded *cdc.Decoded, ev Event) outcome {
 	if len(ev.Value) == 0 {
 		return outcome{} // tombstone
 	}

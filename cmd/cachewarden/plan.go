@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"io"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -54,7 +54,7 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 			return usageErrorf("plan: --table %q: want db.table", *table)
 		}
 	}
-	format, err := consumer.ParseFormat(*formatName)
+	format, err := cdc.ParseFormat(*formatName)
 	if err != nil {
 		return usageErrorf("plan: --format: %v", err)
 	}
@@ -62,17 +62,17 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return reportLoadError(stderr, err)
 	}
-	dec := &consumer.Decoder{Format: format, Table: *table}
+	dec := &cdc.Decoder{Format: format, Table: *table}
 
 	// PlanStream checks ctx between lines, but a read from a terminal or
 	// pipe blocks; on a signal stop waiting and let the process exit.
 	type result struct {
-		sum consumer.PlanSummary
+		sum cdc.PlanSummary
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, err := consumer.PlanStream(ctx, a.stdin, stdout, stderr, dec, rs, consumer.PlanOptions{Log: a.log})
+		sum, err := cdc.PlanStream(ctx, a.stdin, stdout, stderr, dec, rs, cdc.PlanOptions{Log: a.log})
 		done <- result{sum, err}
 	}()
 	var res result

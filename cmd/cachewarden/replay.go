@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"io"
 	"os"
 	"strings"
@@ -110,7 +111,7 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		}
 	}
 	if *formatName != "" {
-		if _, err := consumer.ParseFormat(*formatName); err != nil {
+		if _, err := cdc.ParseFormat(*formatName); err != nil {
 			return usageErrorf("replay: --format: %v", err)
 		}
 	}

@@ -247,7 +247,7 @@ func TestReplayFileCommand(t *testing.T) {
 		if got := mcGet(t, mc, prefix+"comments:9"); got != "3" {
 			t.Errorf("comments:9 = %q, want MySQL's count 3", got)
 		}
-		if !strings.Contains(errOut, "\nline 3: consumer: decode") && !strings.HasPrefix(errOut, "line 3: consumer: decode") {
+		if !strings.Contains(errOut, "\nline 3: cdc: decode") && !strings.HasPrefix(errOut, "line 3: cdc: decode") {
 			t.Errorf("stderr lacks the report of line 3:\n%s", errOut)
 		}
 		if n := summaryCount(t, errOut, "recounts"); n != 1 {

@@ -1,4 +1,4 @@
-package consumer
+package cdc
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package consumer
+package cdc
 
 import (
 	"bufio"
@@ -67,48 +67,38 @@ type PlanSummary struct {
 // returning. dec and rs are only read, so several PlanStream calls may
 // share them.
 func PlanStream(ctx context.Context, r io.Reader, stdout, stderr io.Writer, dec *Decoder, rs *rules.RuleSet, opts PlanOptions) (PlanSummary, error) {
-	log := opts.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	p := planner{
-		dec: dec,
-		rs:  rs,
-		out: bufio.NewWriterSize(stdout, 64<<10),
-		err: stderr,
-		log: log,
-	}
-	lines := newLineReader(r)
+	p := NewPlanWriter(rs, stdout, stderr, opts.Log)
+	lines := NewLineReader(r)
 	var err error
 	for {
 		if err = ctx.Err(); err != nil {
 			break
 		}
-		line, ok, rerr := lines.next()
+		line, ok, rerr := lines.Next()
 		if rerr != nil {
-			err = fmt.Errorf("consumer: plan: read line %d: %w", p.sum.Lines+1, rerr)
+			err = fmt.Errorf("cdc: plan: read line %d: %w", p.sum.Lines+1, rerr)
 			break
 		}
 		if !ok {
 			break
 		}
-		p.sum.Lines++
-		if err = p.line(p.sum.Lines, line); err != nil {
+		if err = p.Line(dec, line, ""); err != nil {
 			break
 		}
 	}
-	if ferr := p.out.Flush(); ferr != nil && err == nil {
-		err = fmt.Errorf("consumer: plan: write: %w", ferr)
+	if ferr := p.Flush(); ferr != nil && err == nil {
+		err = ferr
 	}
-	log.Debug("plan finished", "lines", p.sum.Lines, "events", p.sum.Events, "ops", p.sum.Ops,
+	p.log.Debug("plan finished", "lines", p.sum.Lines, "events", p.sum.Events, "ops", p.sum.Ops,
 		"skipped", p.sum.Skipped, "failed", p.sum.Failed, "null_keys", p.sum.Stats.NullKeys, "unchanged", p.sum.Stats.Unchanged)
 	return p.sum, err
 }
 
-// planner is PlanStream's per-call state; its buffers are reused from line
-// to line.
-type planner struct {
-	dec     *Decoder
+// PlanWriter plans messages one at a time and writes the `plan` output
+// (see PlanStream): operations on one stream, "line N: reason" reports on
+// the other. PlanStream and replay's dry run share it. Its buffers are
+// reused from line to line. A PlanWriter is not safe for concurrent use.
+type PlanWriter struct {
 	rs      *rules.RuleSet
 	out     *bufio.Writer
 	err     io.Writer
@@ -117,15 +107,38 @@ type planner struct {
 	ops     []rules.Op
 	buf     []byte
 	sum     PlanSummary
-	// where, when not empty, is written after "line N: " in error
-	// reports; replay names a Kafka message's coordinates there.
-	where string
 }
 
-// line plans one input line. It returns only write errors.
-func (p *planner) line(n int, value []byte) error {
-	if err := p.dec.Decode(value, rules.Position{Line: n}, &p.decoded); err != nil {
-		return p.fail(n, err)
+// NewPlanWriter returns a PlanWriter that plans with rs and writes
+// operations to stdout (buffered: call Flush) and reports to stderr. log
+// receives a debug record for every skipped line; nil discards them.
+func NewPlanWriter(rs *rules.RuleSet, stdout, stderr io.Writer, log *slog.Logger) *PlanWriter {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &PlanWriter{rs: rs, out: bufio.NewWriterSize(stdout, 64<<10), err: stderr, log: log}
+}
+
+// Summary returns the counts so far.
+func (p *PlanWriter) Summary() PlanSummary { return p.sum }
+
+// Flush writes any buffered operations.
+func (p *PlanWriter) Flush() error {
+	if err := p.out.Flush(); err != nil {
+		return fmt.Errorf("cdc: plan: write: %w", err)
+	}
+	return nil
+}
+
+// Line decodes value with dec as the next input line and writes its
+// plan. where, when not empty, is written after "line N: " in error
+// reports (replay names a Kafka message's coordinates there). It returns
+// only write errors.
+func (p *PlanWriter) Line(dec *Decoder, value []byte, where string) error {
+	p.sum.Lines++
+	n := p.sum.Lines
+	if err := dec.Decode(value, rules.Position{Line: n}, &p.decoded); err != nil {
+		return p.fail(n, where, err)
 	}
 	if p.decoded.Skip != "" {
 		p.sum.Skipped++
@@ -136,10 +149,10 @@ func (p *planner) line(n int, value []byte) error {
 	var stats rules.PlanStats
 	var werr error
 	var failed bool
-	p.ops, _ = planMessage(p.rs, events, p.ops[:0], &stats, func(_, _ int, err error) {
+	p.ops, _ = PlanMessage(p.rs, events, p.ops[:0], &stats, func(_, _ int, err error) {
 		if err != nil && werr == nil {
 			failed = true
-			werr = p.report(n, err)
+			werr = p.report(n, where, err)
 		}
 	})
 	if failed {
@@ -153,7 +166,7 @@ func (p *planner) line(n int, value []byte) error {
 	for i := range p.ops {
 		p.buf = AppendPlanOp(p.buf[:0], n, &p.ops[i])
 		if _, err := p.out.Write(p.buf); err != nil {
-			return fmt.Errorf("consumer: plan: write: %w", err)
+			return fmt.Errorf("cdc: plan: write: %w", err)
 		}
 	}
 	p.sum.Ops += len(p.ops)
@@ -161,24 +174,24 @@ func (p *planner) line(n int, value []byte) error {
 }
 
 // fail reports a bad line on the error stream.
-func (p *planner) fail(n int, reason error) error {
+func (p *PlanWriter) fail(n int, where string, reason error) error {
 	p.sum.Failed++
-	return p.report(n, reason)
+	return p.report(n, where, reason)
 }
 
 // report writes "line N: reason" on the error stream.
-func (p *planner) report(n int, reason error) error {
+func (p *PlanWriter) report(n int, where string, reason error) error {
 	p.buf = append(p.buf[:0], "line "...)
 	p.buf = strconv.AppendInt(p.buf, int64(n), 10)
 	p.buf = append(p.buf, ": "...)
-	if p.where != "" {
-		p.buf = append(p.buf, p.where...)
+	if where != "" {
+		p.buf = append(p.buf, where...)
 		p.buf = append(p.buf, ": "...)
 	}
 	p.buf = append(p.buf, reason.Error()...)
 	p.buf = append(p.buf, '\n')
 	if _, err := p.err.Write(p.buf); err != nil {
-		return fmt.Errorf("consumer: plan: write error report: %w", err)
+		return fmt.Errorf("cdc: plan: write error report: %w", err)
 	}
 	return nil
 }
@@ -267,21 +280,23 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// lineReader splits a stream into lines of any length without the
+// LineReader splits a stream into lines of any length without the
 // trailing "\n" or "\r\n". Its results are valid until the next call.
-type lineReader struct {
+// It is not safe for concurrent use.
+type LineReader struct {
 	r    *bufio.Reader
 	long []byte
 	done bool
 }
 
-func newLineReader(r io.Reader) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, 64<<10)}
+// NewLineReader returns a LineReader over r, read through a 64 KiB buffer.
+func NewLineReader(r io.Reader) *LineReader {
+	return &LineReader{r: bufio.NewReaderSize(r, 64<<10)}
 }
 
-// next returns the next line; ok is false at the end of the input. A last
+// Next returns the next line; ok is false at the end of the input. A last
 // line without a newline is returned; an empty input has no lines.
-func (lr *lineReader) next() (line []byte, ok bool, err error) {
+func (lr *LineReader) Next() (line []byte, ok bool, err error) {
 	if lr.done {
 		return nil, false, nil
 	}

@@ -1,4 +1,4 @@
-package consumer
+package cdc
 
 import "github.com/cachewarden/cachewarden/rules"
 

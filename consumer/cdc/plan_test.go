@@ -1,4 +1,4 @@
-package consumer
+package cdc
 
 import (
 	"bytes"
@@ -100,7 +100,7 @@ func TestPlanStream(t *testing.T) {
 {"line":4,"rule":"interests","op":"set_add","key":"t:interests:8","member":"go"}
 `,
 			wantErr: []string{
-				"line 1: consumer: decode message: at byte 1: ",
+				"line 1: cdc: decode message: at byte 1: ",
 				`line 3: rule "user": column "id" missing from the after image`,
 			},
 			wantSum: PlanSummary{Lines: 4, Failed: 2, Events: 3, Ops: 3},

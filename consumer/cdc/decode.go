@@ -1,4 +1,4 @@
-package consumer
+package cdc
 
 import (
 	"strconv"
@@ -89,7 +89,7 @@ type DecodeError struct {
 
 func (e *DecodeError) Error() string {
 	var b strings.Builder
-	b.WriteString("consumer: decode ")
+	b.WriteString("cdc: decode ")
 	if e.Format != FormatAuto {
 		b.WriteString(e.Format.String())
 		b.WriteByte(' ')

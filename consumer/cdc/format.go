@@ -1,4 +1,4 @@
-package consumer
+package cdc
 
 import "fmt"
 
@@ -48,5 +48,5 @@ func ParseFormat(s string) (Format, error) {
 			return Format(f), nil
 		}
 	}
-	return FormatAuto, fmt.Errorf("consumer: unknown CDC format %q (want auto, debezium, debezium-flat, maxwell or canal)", s)
+	return FormatAuto, fmt.Errorf("cdc: unknown CDC format %q (want auto, debezium, debezium-flat, maxwell or canal)", s)
 }

@@ -1,4 +1,4 @@
-package consumer
+package cdc
 
 import (
 	"fmt"
@@ -6,14 +6,14 @@ import (
 	"github.com/cachewarden/cachewarden/rules"
 )
 
-// planMessage plans every row change of one decoded message, appending to
+// PlanMessage plans every row change of one decoded message, appending to
 // dst the ops of the rows that plan cleanly: a row that fails does not
 // hold back the others (they are applied, and the message still counts as
 // poison). It is the one per-message planning step of the daemon, replay
 // and `plan`. rowDone, when not nil, is called after each row with the
 // number of ops it added and its error, labelled with the row's place in a
 // multi-row message. It returns the first such error.
-func planMessage(rs *rules.RuleSet, events []rules.Event, dst []rules.Op, stats *rules.PlanStats, rowDone func(i, added int, err error)) ([]rules.Op, error) {
+func PlanMessage(rs *rules.RuleSet, events []rules.Event, dst []rules.Op, stats *rules.PlanStats, rowDone func(i, added int, err error)) ([]rules.Op, error) {
 	var first error
 	for i := range events {
 		before := len(dst)
