@@ -12,8 +12,10 @@
 package config
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -120,8 +122,15 @@ type SASL struct {
 // Memcached is the `memcached` section.
 type Memcached struct {
 	// Servers are memcached addresses (host:port); required. Keys are
-	// spread over them the way the read-side package does.
+	// spread over them by Distribution, in list order.
 	Servers []string
+	// Distribution is how keys are spread over Servers; it must be the
+	// one the applications' clients use (README, "memcached"). One of
+	// cacheops.Distributions; default "modula-crc32" (gomemcache's).
+	Distribution string
+	// Weights gives servers a weight other than 1, by address (ketama
+	// only); may be nil.
+	Weights map[string]int
 	// Protocol is how the daemon writes: "meta" (default) pipelines many
 	// meta commands per write and reads the replies in bulk; "text" sends
 	// one classic text command per round trip (for servers or proxies
@@ -179,4 +188,18 @@ type Log struct {
 	Format string
 	// Level is "debug", "info", "warn" or "error"; default "info".
 	Level string
+}
+
+// Selector returns the server selector of m: every memcached client of
+// the daemon, the counters, verify and the read side route keys with it.
+func (m *Memcached) Selector() (*cacheops.Selector, error) {
+	servers := make([]cacheops.Server, len(m.Servers))
+	for i, addr := range m.Servers {
+		servers[i] = cacheops.Server{Addr: addr, Weight: uint32(m.Weights[addr])}
+	}
+	sel, err := cacheops.NewSelector(m.Distribution, servers)
+	if err != nil {
+		return nil, fmt.Errorf("config: memcached: %w", err)
+	}
+	return sel, nil
 }

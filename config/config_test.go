@@ -50,6 +50,7 @@ func TestLoadGood(t *testing.T) {
 			MaxConcurrency: 32,
 			Timeout:        250 * time.Millisecond,
 			Protocol:       "text",
+			Distribution:   "modula-crc32",
 			CompactRatio:   0.4,
 			CompactSample:  0.1,
 		},

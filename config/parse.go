@@ -264,6 +264,8 @@ func (d *decoder) kafka(n *yaml.Node, k *Kafka) {
 func (d *decoder) memcached(n *yaml.Node, m *Memcached) {
 	d.mapping(n, "memcached", map[string]func(*yaml.Node){
 		"servers":         func(v *yaml.Node) { m.Servers = d.strings(v, "memcached.servers") },
+		"distribution":    func(v *yaml.Node) { m.Distribution = d.str(v, "memcached.distribution") },
+		"weights":         func(v *yaml.Node) { m.Weights = d.intMap(v, "memcached.weights") },
 		"max_concurrency": func(v *yaml.Node) { m.MaxConcurrency = d.integer(v, "memcached.max_concurrency") },
 		"timeout":         func(v *yaml.Node) { m.Timeout = d.duration(v, "memcached.timeout") },
 		"protocol":        func(v *yaml.Node) { m.Protocol = d.str(v, "memcached.protocol") },
@@ -428,6 +430,25 @@ func (d *decoder) strings(n *yaml.Node, path string) []string {
 		}
 	default:
 		d.unreadable(n, path, "%s must be a list, not %s", path, kindName(n))
+	}
+	return out
+}
+
+// intMap decodes a mapping of names to integers.
+func (d *decoder) intMap(n *yaml.Node, path string) map[string]int {
+	strs := d.stringMap(n, path)
+	if strs == nil {
+		return nil
+	}
+	out := make(map[string]int, len(strs))
+	for k, s := range strs {
+		full := path + "[" + strconv.Quote(k) + "]"
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			d.problem(d.place(full), "%s: %q is not a whole number", full, s)
+			continue
+		}
+		out[k] = v
 	}
 	return out
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"maps"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/cachewarden/cachewarden/cacheops"
 )
 
 // validate applies defaults to settings the file left out and reports every
@@ -154,6 +158,24 @@ func (d *decoder) validateMemcached(m *Memcached) {
 		path := "memcached.servers[" + strconv.Itoa(i) + "]"
 		if msg := checkHostPort(s, false); msg != "" {
 			d.problem(d.place(path), "%s: %q %s", path, s, msg)
+		}
+	}
+	switch {
+	case m.Distribution == "":
+		m.Distribution = cacheops.DefaultDistribution
+	case !slices.Contains(cacheops.Distributions, m.Distribution):
+		d.problem(d.place("memcached.distribution"), "memcached.distribution: %q is not one of %s", m.Distribution, strings.Join(cacheops.Distributions, ", "))
+	}
+	for _, addr := range slices.Sorted(maps.Keys(m.Weights)) {
+		path := "memcached.weights[" + strconv.Quote(addr) + "]"
+		w := m.Weights[addr]
+		switch {
+		case !slices.Contains(m.Servers, addr):
+			d.problem(d.place(path), "%s: %q is not one of memcached.servers", path, addr)
+		case w < 1 || w > math.MaxUint16:
+			d.problem(d.place(path), "%s: %d is outside 1..%d", path, w, math.MaxUint16)
+		case w != 1 && m.Distribution != cacheops.DistributionKetama && m.Distribution != "":
+			d.problem(d.place(path), "%s: weights apply to memcached.distribution ketama only, not %s", path, m.Distribution)
 		}
 	}
 	if !d.set("memcached.max_concurrency") {

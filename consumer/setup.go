@@ -90,7 +90,11 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	}
 	s.Kafka = kc
 
-	mc := memcache.New(cfg.Memcached.Servers...)
+	servers, err := cfg.Memcached.Selector()
+	if err != nil {
+		return nil, err
+	}
+	mc := memcache.NewFromSelector(servers)
 	mc.Timeout = cfg.Memcached.Timeout
 	// The writer and the counters of every partition share the client.
 	mc.MaxIdleConns = 2 * cfg.Memcached.MaxConcurrency
@@ -131,12 +135,8 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		}, logger.With("component", "counters"))
 		s.Applier, counterApplier = s.Writer, s.Counters
 	default: // "meta"
-		// The same server list as gomemcache clients build from the same
-		// addresses, so readers find every key where the daemon wrote it.
-		servers := new(memcache.ServerList)
-		if err := servers.SetServers(cfg.Memcached.Servers...); err != nil {
-			return nil, fmt.Errorf("consumer: memcached.servers: %w", err)
-		}
+		// The same selector as the gomemcache client above, so the
+		// pipelined writes land where the counters and readers look.
 		var rc cacheops.Recounter
 		if recounter != nil {
 			rc = recounter

@@ -7,7 +7,10 @@
 #     installed and a private instance is started on port 3307;
 #   - a MariaDB/MySQL server with the binary log on, for the tests of exact
 #     (fenced) counters: the server above when its log_bin is ON, else the
-#     private instance on port 3307 (started with --log-bin), in addition.
+#     private instance on port 3307 (started with --log-bin), in addition;
+#   - the memcached clients of other languages that the distribution tests
+#     read through (Debian's python3-pylibmc, python3-pymemcache, php-cli,
+#     php-memcached), installed when missing.
 # It then writes the addresses to .services/env, which `make` and the tests
 # read (CACHEWARDEN_TEST_MEMCACHED, CACHEWARDEN_TEST_MYSQL_DSN,
 # CACHEWARDEN_TEST_MYSQL_BINLOG_DSN).
@@ -147,6 +150,19 @@ start_binlog_mysql() {
   log "MariaDB with the binary log on listening on 127.0.0.1:$binlog_mysql_port"
 }
 
+# install_clients installs the other languages' memcached clients that the
+# distribution tests (integration/distribution_test.go) read through.
+install_clients() {
+  local missing=()
+  /usr/bin/python3 -c 'import pylibmc' 2>/dev/null || missing+=(python3-pylibmc)
+  /usr/bin/python3 -c 'import pymemcache' 2>/dev/null || missing+=(python3-pymemcache)
+  command -v php >/dev/null || missing+=(php-cli)
+  command -v php >/dev/null && php -r 'exit(class_exists("Memcached") ? 0 : 1);' 2>/dev/null || missing+=(php-memcached)
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt_install "${missing[@]}"
+  fi
+}
+
 write_env() {
   cat >"$state/env" <<ENV
 CACHEWARDEN_TEST_MEMCACHED='127.0.0.1:$mc_port'
@@ -174,6 +190,7 @@ case "${1:-start}" in
     start_memcached
     start_mysql
     start_binlog_mysql
+    install_clients
     write_env
     ;;
   stop) stop ;;

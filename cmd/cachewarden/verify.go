@@ -59,7 +59,11 @@ func (a *app) verifyCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	if cfg.MySQL.DSN == "" {
 		return fmt.Errorf("verify: %s has no mysql.dsn; verification needs the database", *configPath)
 	}
-	mc := memcache.New(cfg.Memcached.Servers...)
+	servers, err := cfg.Memcached.Selector()
+	if err != nil {
+		return err
+	}
+	mc := memcache.NewFromSelector(servers)
 	mc.Timeout = cfg.Memcached.Timeout
 	mc.MaxIdleConns = cfg.Memcached.MaxConcurrency
 	defer mc.Close()
