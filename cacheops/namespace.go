@@ -16,7 +16,7 @@ import (
 // builds for that entity, so one increment makes all of them unreachable
 // at once; the old items simply age out.
 //
-// A missing version is created with the current Unix time in milliseconds,
+// A missing version is created with NamespaceStart of the current time,
 // the same value the daemon uses: a version recreated after an eviction is
 // then larger than any earlier one, so keys built with an old version are
 // not reused.
@@ -82,11 +82,11 @@ func (r *Reader) Namespaces(keys []string) (map[string]uint64, error) {
 	return out, nil
 }
 
-// createNamespace adds key with the current Unix time in milliseconds.
+// createNamespace adds key with NamespaceStart of the current time.
 // created is false when another client added it first.
 func (r *Reader) createNamespace(key string) (version uint64, created bool, err error) {
 	now := time.Now()
-	version = uint64(now.UnixMilli())
+	version = NamespaceStart(now)
 	err = r.mc.Add(&memcache.Item{
 		Key:        key,
 		Value:      strconv.AppendUint(nil, version, 10),

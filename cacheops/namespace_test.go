@@ -1,12 +1,15 @@
 package cacheops
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 func TestNamespaceConcurrentCreate(t *testing.T) {
@@ -15,7 +18,7 @@ func TestNamespaceConcurrentCreate(t *testing.T) {
 	key := readTestKey("ns")
 
 	const callers = 32
-	before := uint64(time.Now().UnixMilli())
+	before := NamespaceStart(time.Now())
 	start := make(chan struct{})
 	versions := make([]uint64, callers)
 	errs := make([]error, callers)
@@ -28,7 +31,7 @@ func TestNamespaceConcurrentCreate(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	after := uint64(time.Now().UnixMilli())
+	after := NamespaceStart(time.Now())
 
 	for i := range callers {
 		if errs[i] != nil {
@@ -39,7 +42,7 @@ func TestNamespaceConcurrentCreate(t *testing.T) {
 		}
 	}
 	if v := versions[0]; v < before || v > after {
-		t.Errorf("new version %d is not the Unix ms time of creation (between %d and %d)", v, before, after)
+		t.Errorf("new version %d is not NamespaceStart of the time of creation (between %d and %d)", v, before, after)
 	}
 	it, err := mc.Get(key)
 	if err != nil || string(it.Value) != strconv.FormatUint(versions[0], 10) {
@@ -98,5 +101,65 @@ func TestNamespaces(t *testing.T) {
 	}
 	if again, err := r.Namespace(missing); err != nil || again != got[missing] {
 		t.Errorf("created version %d not kept: %d, %v", got[missing], again, err)
+	}
+}
+
+// TestNamespaceVersionsNeverRecur bumps a namespace 100,000 times, evicts
+// it and creates it again through each writer and the read side: every new
+// start is above every version the first incarnation handed out, so no key
+// built under an old version is read again. (With Unix milliseconds as the
+// start, as before NamespaceStart, the second incarnation started about
+// 100,000 below the first one's last version.)
+func TestNamespaceVersionsNeverRecur(t *testing.T) {
+	e := newPLEnv(t)
+	now := time.Now
+	pw := e.writer(t, nil, nil, PipelineConfig{WriterConfig: WriterConfig{Now: now}})
+	tw := NewWriter(e.mc, nil, WriterConfig{Now: now}, readTestLogger(t))
+	reader := NewReader(e.mc, readTestLogger(t), ReaderOptions{})
+	key := e.key("ns:recur")
+	ctx := context.Background()
+
+	const bumps = 100_000
+	batch := make([]rules.Op, 1000)
+	for i := range batch {
+		batch[i] = plBump(key)
+	}
+	results := make([]Result, len(batch))
+	for done := 0; done < bumps; done += len(batch) {
+		if err := pw.Apply(ctx, batch, results); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, ok := e.value(t, key)
+	if !ok {
+		t.Fatal("namespace missing after the bumps")
+	}
+	last, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creators := []struct {
+		name   string
+		create func() error
+	}{
+		{"pipelined writer", func() error { return pw.Apply(ctx, []rules.Op{plBump(key)}, results[:1]) }},
+		{"text writer", func() error { return tw.Apply(ctx, []rules.Op{plBump(key)}, results[:1]) }},
+		{"read side", func() error { _, err := reader.Namespace(key); return err }},
+	}
+	for _, c := range creators {
+		if err := e.mc.Delete(key); err != nil {
+			t.Fatalf("evict: %v", err)
+		}
+		if err := c.create(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		v, _ := e.value(t, key)
+		start, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %q: %v", c.name, v, err)
+		}
+		if start <= last {
+			t.Errorf("%s recreated the namespace at %d, not above %d, the last version of the first incarnation (%d bumps)", c.name, start, last, bumps)
+		}
 	}
 }

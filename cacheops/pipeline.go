@@ -98,14 +98,15 @@ const (
 //
 // So PipelineWriter speaks the protocol itself (meta.go), a few hundred
 // lines: server selection is delegated to a memcache.ServerSelector — pass
-// the memcache.ServerList the gomemcache clients use and routing is
+// the Selector (or memcache.ServerList) the gomemcache clients use and routing is
 // identical by construction — and each server has a small pool of
 // persistent connections. It needs memcached 1.6 with ma autovivify and
 // opaque tokens on every reply, EN included (tested with 1.6.18).
 //
 // # Commands
 //
-//   - bump: ma <key> q N<ttl> J<unix ms> D1. memcached creates a missing
+//   - bump: ma <key> q N<ttl> J<start> D1 (start: NamespaceStart of the
+//     clock). memcached creates a missing
 //     namespace holding J (the delta is not applied to it) under the item
 //     lock, so incr and add-on-miss are one atomic step and there is no add
 //     race. Quiet mode hides an increment but not a creation, which is
@@ -311,7 +312,7 @@ func (w *PipelineWriter) Apply(ctx context.Context, ops []rules.Op, results []Re
 		return fmt.Errorf("cacheops: apply: %d results for %d ops: %w", len(results), len(ops), ErrInvalidOp)
 	}
 	states := make([]pipeOp, len(ops))
-	initial := uint64(max(w.cfg.Now().UnixMilli(), 0))
+	initial := NamespaceStart(w.cfg.Now())
 	var waves [][]*pipeOp
 	occurrences := make(map[string]int, len(ops))
 	for i := range ops {

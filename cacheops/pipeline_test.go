@@ -314,7 +314,7 @@ func TestPipelineBump(t *testing.T) {
 	for i, want := range []Outcome{OutcomeIncr, OutcomeAdded, OutcomeDeleted, OutcomeAdded} {
 		plWant(t, results[i], want)
 	}
-	clock := strconv.FormatInt(plClock.UnixMilli(), 10)
+	clock := strconv.FormatUint(NamespaceStart(plClock), 10)
 	e.wantValue(t, existing, "101")
 	e.wantValue(t, missing, clock)
 	e.wantMissing(t, junk)
@@ -331,7 +331,7 @@ func TestPipelineBump(t *testing.T) {
 
 	// The second bump of a created namespace increments it.
 	plWant(t, plApplyOne(t, w, plBump(missing)), OutcomeIncr)
-	e.wantValue(t, missing, strconv.FormatInt(plClock.UnixMilli()+1, 10))
+	e.wantValue(t, missing, strconv.FormatUint(NamespaceStart(plClock)+1, 10))
 }
 
 // TestPipelineBumpConcurrentMissing bumps one missing namespace from many
@@ -366,7 +366,7 @@ func TestPipelineBumpConcurrentMissing(t *testing.T) {
 	if added.Load() != 1 || incrs.Load() != goroutines*bumps-1 {
 		t.Errorf("added %d, incr %d; want 1 and %d", added.Load(), incrs.Load(), goroutines*bumps-1)
 	}
-	e.wantValue(t, key, strconv.FormatInt(plClock.UnixMilli()+goroutines*bumps-1, 10))
+	e.wantValue(t, key, strconv.FormatUint(NamespaceStart(plClock)+goroutines*bumps-1, 10))
 }
 
 func TestPipelineSetAppend(t *testing.T) {
@@ -642,7 +642,7 @@ func TestPipelineSameKeyInOrder(t *testing.T) {
 		plWant(t, results[i], want)
 	}
 	e.wantValue(t, set, "+x +a -a +b ")
-	e.wantValue(t, ns, strconv.FormatInt(plClock.UnixMilli()+1, 10))
+	e.wantValue(t, ns, strconv.FormatUint(NamespaceStart(plClock)+1, 10))
 	if s := w.Stats(); s.Rounds != 3 {
 		t.Errorf("rounds = %d, want 3 (one per occurrence of the key)", s.Rounds)
 	}
@@ -753,7 +753,7 @@ func TestPipelineRoutingMatchesGomemcache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := strconv.FormatInt(plClock.UnixMilli(), 10)
+	clock := strconv.FormatUint(NamespaceStart(plClock), 10)
 	for _, key := range bumps {
 		if it := items[key]; it == nil || string(it.Value) != clock {
 			t.Fatalf("gomemcache does not find bump %s where the pipeline wrote it: %v", key, it)

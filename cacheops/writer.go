@@ -382,7 +382,7 @@ func (w *Writer) bump(op *rules.Op) Result {
 		case !errors.Is(err, memcache.ErrCacheMiss):
 			return failedResult(fmt.Errorf("cacheops: incr %q: %w", key, err))
 		}
-		value := strconv.AppendInt(nil, w.cfg.Now().UnixMilli(), 10)
+		value := strconv.AppendUint(nil, NamespaceStart(w.cfg.Now()), 10)
 		err = w.add(&memcache.Item{Key: key, Value: value, Expiration: w.expiration(op.Rule.TTL)})
 		switch {
 		case err == nil:

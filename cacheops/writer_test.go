@@ -214,8 +214,8 @@ func TestWriterBumpMissing(t *testing.T) {
 	w := e.writer(nil, WriterConfig{})
 	key := e.key("ns:2")
 	wantOutcome(t, applyOne(t, w, bumpOp(key)), OutcomeAdded)
-	if v, _ := e.value(t, key); v != strconv.FormatInt(wtClock.UnixMilli(), 10) {
-		t.Fatalf("value = %q, want the clock's unix ms %d", v, wtClock.UnixMilli())
+	if v, _ := e.value(t, key); v != strconv.FormatUint(NamespaceStart(wtClock), 10) {
+		t.Fatalf("value = %q, want the clock's start version %d", v, NamespaceStart(wtClock))
 	}
 	if ttl := e.ttl(t, key); ttl < 3590 || ttl > 3600 {
 		t.Errorf("ttl = %d, want the rule's 3600", ttl)
@@ -235,7 +235,7 @@ func TestWriterBumpMissing(t *testing.T) {
 // TestWriterBumpConcurrentMissing bumps one missing namespace from many
 // goroutines: exactly one add wins, every other bump is an incr (the
 // losers of the add race incr the winner's value), so the final value is
-// the clock's unix ms plus every bump but the creating one.
+// the clock's start version plus every bump but the creating one.
 func TestWriterBumpConcurrentMissing(t *testing.T) {
 	e := newWTEnv(t)
 	w := e.writer(nil, WriterConfig{})
@@ -265,7 +265,7 @@ func TestWriterBumpConcurrentMissing(t *testing.T) {
 	if added.Load() != 1 || incrs.Load() != goroutines*bumps-1 {
 		t.Errorf("added %d, incr %d; want 1 and %d", added.Load(), incrs.Load(), goroutines*bumps-1)
 	}
-	want := strconv.FormatInt(wtClock.UnixMilli()+goroutines*bumps-1, 10)
+	want := strconv.FormatUint(NamespaceStart(wtClock)+goroutines*bumps-1, 10)
 	if v, _ := e.value(t, key); v != want {
 		t.Errorf("value = %s, want %s", v, want)
 	}

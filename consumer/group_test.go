@@ -397,8 +397,8 @@ func TestDaemonAppliesDebeziumEvents(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got, want)
 		}
 	}
-	if v, err := strconv.ParseInt(r.get("ns:user:2"), 10, 64); err != nil || v < time.Now().Add(-time.Hour).UnixMilli() {
-		t.Errorf("ns:user:2 = %q, want a unix ms namespace", r.get("ns:user:2"))
+	if v, err := strconv.ParseUint(r.get("ns:user:2"), 10, 64); err != nil || v < cacheops.NamespaceStart(time.Now().Add(-time.Hour)) {
+		t.Errorf("ns:user:2 = %q, want a namespace started by cacheops.NamespaceStart", r.get("ns:user:2"))
 	}
 	if !d.Ready() {
 		t.Errorf("not ready while consuming")
