@@ -188,8 +188,8 @@ func reportCommand() string {
 }
 
 // consistencyOf shortens the summary line of `cachewarden verify`
-// ("checked 240, missing 5, consistent 235, wrong 0: consistency 100.000%
-// (all)") to "100.000% (all) of 240".
+// ("checked 240, present 235 (97.9%), missing 5, consistent 235, wrong 0:
+// consistency 100.000% (all)") to "100.000% (all) of 240".
 func consistencyOf(summary string) string {
 	_, c, ok := strings.Cut(summary, "consistency ")
 	if !ok {

@@ -9,7 +9,10 @@ import (
 // WriteText writes the report for people: one line per mismatch, a table
 // of rules, the skipped rules with the reason, and a summary line such as
 //
-//	checked 240, missing 5, consistent 235, wrong 0: consistency 100.000% (all)
+//	checked 240, present 235 (97.9%), missing 5, consistent 235, wrong 0: consistency 100.000% (all)
+//
+// and a warning when no checked item was present, since such a check
+// proves nothing.
 func (r *Report) WriteText(w io.Writer) error {
 	ew := &errWriter{w: w}
 	for _, m := range r.Mismatches {
@@ -34,8 +37,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, rr := range skipped {
 		ew.printf("skipped %s (%s): %s\n", rr.Rule, rr.Kind, rr.Skipped)
 	}
-	ew.printf("checked %d, missing %d, consistent %d, wrong %d: consistency %s\n",
-		r.Checked, r.Missing, r.Consistent, r.Wrong, r.ConsistencyText())
+	ew.printf("checked %d, present %d (%s), missing %d, consistent %d, wrong %d: consistency %s\n",
+		r.Checked, r.Present(), r.presentShare(), r.Missing, r.Consistent, r.Wrong, r.ConsistencyText())
+	if r.Present() == 0 {
+		ew.printf("warning: no checked item was present in memcached, so this check proves nothing; are the servers, memcached.distribution and the rules' prefix the applications' ones?\n")
+	}
 	return ew.err
 }
 
@@ -57,4 +63,12 @@ func (e *errWriter) Write(p []byte) (int, error) {
 
 func (e *errWriter) printf(format string, args ...any) {
 	fmt.Fprintf(e, format, args...)
+}
+
+// presentShare renders the share of checked items that were present.
+func (r *Report) presentShare() string {
+	if r.Checked == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(r.Present())/float64(r.Checked))
 }

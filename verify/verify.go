@@ -130,6 +130,52 @@ type Report struct {
 	Dropped int
 }
 
+// Present returns how many checked items were in memcached: the items the
+// check actually compared.
+func (r *Report) Present() int { return r.Checked - r.Missing }
+
+// MinPresent is a floor on the items a check must find present: Count
+// items, or Share (0 to 1) of the checked ones; the zero value asks
+// nothing.
+type MinPresent struct {
+	Count int
+	Share float64
+}
+
+// ParseMinPresent reads "N" (items) or "P%" (percent of the checked
+// items).
+func ParseMinPresent(s string) (MinPresent, error) {
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		f, err := strconv.ParseFloat(p, 64)
+		if err != nil || f < 0 || f > 100 {
+			return MinPresent{}, fmt.Errorf("verify: min-present %q: want a percentage from 0%% to 100%%", s)
+		}
+		return MinPresent{Share: f / 100}, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return MinPresent{}, fmt.Errorf("verify: min-present %q: want a number of items or a percentage such as 50%%", s)
+	}
+	return MinPresent{Count: n}, nil
+}
+
+// CheckPresent returns an error when r saw fewer present items than min.
+func (r *Report) CheckPresent(min MinPresent) error {
+	present := r.Present()
+	if present < min.Count || (min.Share > 0 && float64(present) < min.Share*float64(r.Checked)) || (min.Share > 0 && r.Checked == 0) {
+		return fmt.Errorf("verify: only %d of %d checked items were present in memcached (min-present %s); the check saw too little to vouch for the cache", present, r.Checked, min)
+	}
+	return nil
+}
+
+// String renders min as ParseMinPresent reads it.
+func (m MinPresent) String() string {
+	if m.Share > 0 {
+		return strconv.FormatFloat(m.Share*100, 'g', -1, 64) + "%"
+	}
+	return strconv.Itoa(m.Count)
+}
+
 // OK reports whether no checked item was wrong.
 func (r *Report) OK() bool { return r.Wrong == 0 }
 

@@ -187,7 +187,7 @@ func TestVerify(t *testing.T) {
 	for _, want := range []string{
 		"MISMATCH rule=post-comments key=" + f.prefix + "comments:2 cached=3 truth=1",
 		"skipped products (set): no load query",
-		"checked 9, missing 1, consistent 5, wrong 3: consistency 66.66% (0 nines)",
+		"checked 9, present 8 (88.9%), missing 1, consistent 5, wrong 3: consistency 66.66% (0 nines)",
 	} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("report lacks %q", want)
@@ -280,5 +280,42 @@ func TestVerifyRecheck(t *testing.T) {
 	}
 	if rep.Wrong != 1 {
 		t.Errorf("without recheck: %+v, want the first reading wrong", rep)
+	}
+}
+
+func TestMinPresent(t *testing.T) {
+	cases := []struct {
+		flag             string
+		checked, missing int
+		fail             bool
+	}{
+		{"0", 0, 0, false},
+		{"1", 0, 0, true}, // an empty cache, a wrong prefix or distribution
+		{"1", 10, 10, true},
+		{"1", 10, 9, false},
+		{"50%", 10, 6, true},
+		{"50%", 10, 5, false},
+		{"50%", 0, 0, true},
+		{"100%", 4, 0, false},
+	}
+	for _, c := range cases {
+		min, err := ParseMinPresent(c.flag)
+		if err != nil {
+			t.Fatalf("%q: %v", c.flag, err)
+		}
+		rep := &Report{Checked: c.checked, Missing: c.missing}
+		if err := rep.CheckPresent(min); (err != nil) != c.fail {
+			t.Errorf("min-present %s, checked %d, missing %d: error %v, want failure %v", c.flag, c.checked, c.missing, err, c.fail)
+		}
+	}
+	for _, bad := range []string{"-1", "x", "150%", "%"} {
+		if _, err := ParseMinPresent(bad); err == nil {
+			t.Errorf("ParseMinPresent(%q) accepted", bad)
+		}
+	}
+	var text strings.Builder
+	(&Report{Checked: 3, Missing: 3, Consistent: 3}).WriteText(&text)
+	if !strings.Contains(text.String(), "warning: no checked item was present") {
+		t.Errorf("no warning for a check that saw no item:\n%s", text.String())
 	}
 }

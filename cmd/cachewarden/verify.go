@@ -17,19 +17,22 @@ import (
 // memcached with MySQL.
 func (a *app) verifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("verify",
-		"verify -c FILE [--rule NAME]... [--sample N] [--recheck DURATION]",
+		"verify -c FILE [--rule NAME]... [--sample N] [--recheck DURATION] [--min-present N|P%]",
 		"Compares the sets and counters in memcached with what MySQL says they hold.\n"+
 			"Keys are listed by each set or count rule's `keys` query; a missing item is\n"+
 			"consistent, a present one must equal the rule's load or recount result.\n"+
 			"Prints every mismatch (key, cached, truth), a table per rule and a summary\n"+
-			"with the consistency in percent and nines. Exit status 1 when any item is\n"+
-			"wrong.",
+			"with the consistency in percent and nines and how many checked items were\n"+
+			"present. Exit status 1 when any item is wrong, or when fewer items than\n"+
+			"--min-present were present (an empty cache or a wrong prefix, server list or\n"+
+			"distribution makes every key \"missing\", which is consistent but proves nothing).",
 		stderr)
 	configPath := fs.String("c", "", "daemon config file (memcached servers, MySQL DSN, rules; required)")
 	var ruleNames stringList
 	fs.Var(&ruleNames, "rule", "check only this rule (repeatable; default: every set and count rule with a keys query)")
 	sample := fs.Int("sample", 0, "check at most N keys per rule, chosen at random (0: every key)")
 	recheck := fs.Duration("recheck", 2*time.Second, "re-read a mismatched key after this delay and count it wrong only if it still differs (0: off); on a live system it lets in-flight changes land")
+	minPresent := fs.String("min-present", "0", "fail unless at least N checked items, or P% of them, were present in memcached")
 	maxMismatches := fs.Int("max-mismatches", verify.DefaultMaxMismatches, "list at most this many mismatches (the counts stay exact)")
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
@@ -47,6 +50,10 @@ func (a *app) verifyCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		return usageErrorf("verify: --recheck must not be negative")
 	case *maxMismatches < 0:
 		return usageErrorf("verify: --max-mismatches must not be negative")
+	}
+	floor, err := verify.ParseMinPresent(*minPresent)
+	if err != nil {
+		return usageErrorf("%v", err)
 	}
 	if *maxMismatches == 0 {
 		*maxMismatches = -1 // verify.Options: negative keeps none
@@ -97,5 +104,5 @@ func (a *app) verifyCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	if !rep.OK() {
 		return fmt.Errorf("verify: %d of %d checked items are wrong", rep.Wrong, rep.Checked)
 	}
-	return nil
+	return rep.CheckPresent(floor)
 }
