@@ -12,7 +12,12 @@
 package config
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net"
+	"os"
 	"time"
 
 	"github.com/cachewarden/cachewarden/cacheops"
@@ -131,6 +136,9 @@ type Memcached struct {
 	// Weights gives servers a weight other than 1, by address (ketama
 	// only); may be nil.
 	Weights map[string]int
+	// TLS encrypts every connection to the servers (memcached 1.6 built
+	// with TLS, started with -Z); off by default.
+	TLS TLS
 	// Protocol is how the daemon writes: "meta" (default) pipelines many
 	// meta commands per write and reads the replies in bulk; "text" sends
 	// one classic text command per round trip (for servers or proxies
@@ -202,4 +210,52 @@ func (m *Memcached) Selector() (*cacheops.Selector, error) {
 		return nil, fmt.Errorf("config: memcached: %w", err)
 	}
 	return sel, nil
+}
+
+// Config returns the crypto/tls configuration of t, reading the files it
+// names; nil when t is not enabled. section names t in errors.
+func (t TLS) Config(section string) (*tls.Config, error) {
+	if !t.Enabled {
+		return nil, nil
+	}
+	tc := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         t.ServerName,
+		InsecureSkipVerify: t.InsecureSkipVerify,
+	}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s.ca_file: %w", section, err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("config: %s.ca_file %s: no PEM certificate", section, t.CAFile)
+		}
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s client certificate: %w", section, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// Dialer returns how to connect to the memcached servers: over TLS when
+// m.TLS is enabled, else plain TCP. Both the gomemcache client
+// (memcache.Client.DialContext) and the pipelined writer
+// (cacheops.PipelineConfig.Dial) take it.
+func (m *Memcached) Dialer() (func(ctx context.Context, network, addr string) (net.Conn, error), error) {
+	tc, err := m.TLS.Config("memcached.tls")
+	if err != nil {
+		return nil, err
+	}
+	if tc == nil {
+		var d net.Dialer
+		return d.DialContext, nil
+	}
+	d := &tls.Dialer{Config: tc}
+	return d.DialContext, nil
 }

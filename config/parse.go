@@ -241,16 +241,7 @@ func (d *decoder) kafka(n *yaml.Node, k *Kafka) {
 		"topic_tables":  func(v *yaml.Node) { k.TopicTables = d.stringMap(v, "kafka.topic_tables") },
 		"dlq_topic":     func(v *yaml.Node) { k.DLQTopic = d.str(v, "kafka.dlq_topic") },
 		"client_id":     func(v *yaml.Node) { k.ClientID = d.str(v, "kafka.client_id") },
-		"tls": func(v *yaml.Node) {
-			d.mapping(v, "kafka.tls", map[string]func(*yaml.Node){
-				"enabled":              func(v *yaml.Node) { k.TLS.Enabled = d.boolean(v, "kafka.tls.enabled") },
-				"ca_file":              func(v *yaml.Node) { k.TLS.CAFile = d.str(v, "kafka.tls.ca_file") },
-				"cert_file":            func(v *yaml.Node) { k.TLS.CertFile = d.str(v, "kafka.tls.cert_file") },
-				"key_file":             func(v *yaml.Node) { k.TLS.KeyFile = d.str(v, "kafka.tls.key_file") },
-				"server_name":          func(v *yaml.Node) { k.TLS.ServerName = d.str(v, "kafka.tls.server_name") },
-				"insecure_skip_verify": func(v *yaml.Node) { k.TLS.InsecureSkipVerify = d.boolean(v, "kafka.tls.insecure_skip_verify") },
-			})
-		},
+		"tls":           func(v *yaml.Node) { d.tls(v, "kafka.tls", &k.TLS) },
 		"sasl": func(v *yaml.Node) {
 			d.mapping(v, "kafka.sasl", map[string]func(*yaml.Node){
 				"mechanism": func(v *yaml.Node) { k.SASL.Mechanism = d.str(v, "kafka.sasl.mechanism") },
@@ -261,11 +252,24 @@ func (d *decoder) kafka(n *yaml.Node, k *Kafka) {
 	})
 }
 
+// tls decodes a TLS section at path.
+func (d *decoder) tls(n *yaml.Node, path string, t *TLS) {
+	d.mapping(n, path, map[string]func(*yaml.Node){
+		"enabled":              func(v *yaml.Node) { t.Enabled = d.boolean(v, path+".enabled") },
+		"ca_file":              func(v *yaml.Node) { t.CAFile = d.str(v, path+".ca_file") },
+		"cert_file":            func(v *yaml.Node) { t.CertFile = d.str(v, path+".cert_file") },
+		"key_file":             func(v *yaml.Node) { t.KeyFile = d.str(v, path+".key_file") },
+		"server_name":          func(v *yaml.Node) { t.ServerName = d.str(v, path+".server_name") },
+		"insecure_skip_verify": func(v *yaml.Node) { t.InsecureSkipVerify = d.boolean(v, path+".insecure_skip_verify") },
+	})
+}
+
 func (d *decoder) memcached(n *yaml.Node, m *Memcached) {
 	d.mapping(n, "memcached", map[string]func(*yaml.Node){
 		"servers":         func(v *yaml.Node) { m.Servers = d.strings(v, "memcached.servers") },
 		"distribution":    func(v *yaml.Node) { m.Distribution = d.str(v, "memcached.distribution") },
 		"weights":         func(v *yaml.Node) { m.Weights = d.intMap(v, "memcached.weights") },
+		"tls":             func(v *yaml.Node) { d.tls(v, "memcached.tls", &m.TLS) },
 		"max_concurrency": func(v *yaml.Node) { m.MaxConcurrency = d.integer(v, "memcached.max_concurrency") },
 		"timeout":         func(v *yaml.Node) { m.Timeout = d.duration(v, "memcached.timeout") },
 		"protocol":        func(v *yaml.Node) { m.Protocol = d.str(v, "memcached.protocol") },

@@ -102,22 +102,23 @@ func (d *decoder) validateKafka(k *Kafka) {
 	} else if d.readable("kafka.client_id") && k.ClientID == "" {
 		d.problem(d.place("kafka.client_id"), "kafka.client_id: must not be empty")
 	}
-	d.validateTLS(&k.TLS)
+	d.validateTLS("kafka.tls", &k.TLS)
 	d.validateSASL(&k.SASL)
 }
 
-func (d *decoder) validateTLS(t *TLS) {
+// validateTLS checks a TLS section at path (kafka.tls, memcached.tls).
+func (d *decoder) validateTLS(path string, t *TLS) {
 	files := []struct{ path, name string }{
-		{"kafka.tls.ca_file", t.CAFile},
-		{"kafka.tls.cert_file", t.CertFile},
-		{"kafka.tls.key_file", t.KeyFile},
+		{path + ".ca_file", t.CAFile},
+		{path + ".cert_file", t.CertFile},
+		{path + ".key_file", t.KeyFile},
 	}
 	for _, f := range files {
 		if f.name == "" {
 			continue
 		}
 		if !t.Enabled {
-			d.problem(d.place(f.path), "%s: set, but kafka.tls.enabled is not true", f.path)
+			d.problem(d.place(f.path), "%s: set, but %s.enabled is not true", f.path, path)
 			continue
 		}
 		if _, err := os.Stat(f.name); err != nil {
@@ -125,7 +126,7 @@ func (d *decoder) validateTLS(t *TLS) {
 		}
 	}
 	if (t.CertFile == "") != (t.KeyFile == "") {
-		d.problem(d.place("kafka.tls"), "kafka.tls: cert_file and key_file go together")
+		d.problem(d.place(path), "%s: cert_file and key_file go together", path)
 	}
 }
 
@@ -160,6 +161,7 @@ func (d *decoder) validateMemcached(m *Memcached) {
 			d.problem(d.place(path), "%s: %q %s", path, s, msg)
 		}
 	}
+	d.validateTLS("memcached.tls", &m.TLS)
 	switch {
 	case m.Distribution == "":
 		m.Distribution = cacheops.DefaultDistribution

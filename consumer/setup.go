@@ -2,14 +2,11 @@ package consumer
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"log/slog"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -94,7 +91,12 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	if err != nil {
 		return nil, err
 	}
+	dial, err := cfg.Memcached.Dialer()
+	if err != nil {
+		return nil, err
+	}
 	mc := memcache.NewFromSelector(servers)
+	mc.DialContext = dial
 	mc.Timeout = cfg.Memcached.Timeout
 	// The writer and the counters of every partition share the client.
 	mc.MaxIdleConns = 2 * cfg.Memcached.MaxConcurrency
@@ -144,6 +146,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		s.Pipelined = cacheops.NewPipelineWriter(servers, loader, rc, cacheops.PipelineConfig{
 			WriterConfig: wc,
 			Timeout:      cfg.Memcached.Timeout,
+			Dial:         dial,
 		}, logger.With("component", "cacheops"))
 		s.Applier = s.Pipelined
 		if recounter != nil {
@@ -292,31 +295,11 @@ func (s *Stack) registerClientStats() {
 // reading the TLS files it names.
 func KafkaConnFromConfig(k config.Kafka) (KafkaConn, error) {
 	kc := KafkaConn{Brokers: k.Brokers, ClientID: k.ClientID}
-	if k.TLS.Enabled {
-		tc := &tls.Config{
-			MinVersion:         tls.VersionTLS12,
-			ServerName:         k.TLS.ServerName,
-			InsecureSkipVerify: k.TLS.InsecureSkipVerify,
-		}
-		if k.TLS.CAFile != "" {
-			pem, err := os.ReadFile(k.TLS.CAFile)
-			if err != nil {
-				return kc, fmt.Errorf("consumer: kafka.tls.ca_file: %w", err)
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return kc, fmt.Errorf("consumer: kafka.tls.ca_file %s: no PEM certificate", k.TLS.CAFile)
-			}
-		}
-		if k.TLS.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(k.TLS.CertFile, k.TLS.KeyFile)
-			if err != nil {
-				return kc, fmt.Errorf("consumer: kafka.tls client certificate: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
-		kc.TLS = tc
+	tc, err := k.TLS.Config("kafka.tls")
+	if err != nil {
+		return kc, fmt.Errorf("consumer: %w", err)
 	}
+	kc.TLS = tc
 	switch k.SASL.Mechanism {
 	case "":
 	case "plain":

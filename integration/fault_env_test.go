@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +63,12 @@ type memcachedProc struct {
 // port (64 MB, default 1 MB item limit); it is killed when the test ends.
 func startMemcached(t *testing.T) *memcachedProc {
 	t.Helper()
+	return startMemcachedWith(t)
+}
+
+// startMemcachedWith is startMemcached with extra memcached arguments.
+func startMemcachedWith(t *testing.T, extra ...string) *memcachedProc {
+	t.Helper()
 	if _, err := os.Stat(memcachedBinary); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s is needed by the fault suite: %v", memcachedBinary, err)
@@ -73,6 +81,7 @@ func startMemcached(t *testing.T) *memcachedProc {
 	if os.Geteuid() == 0 {
 		m.args = append(m.args, "-u", "nobody")
 	}
+	m.args = append(m.args, extra...)
 	m.start()
 	t.Cleanup(func() {
 		m.mu.Lock()
@@ -102,7 +111,7 @@ func (m *memcachedProc) start() {
 	m.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := memcachedCommand(m.addr, "version\r\n", "VERSION"); err == nil {
+		if m.ready() {
 			return
 		}
 		select {
@@ -115,6 +124,21 @@ func (m *memcachedProc) start() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// ready reports whether the server answers: a "version" command, or over
+// TLS (-Z) a completed handshake.
+func (m *memcachedProc) ready() bool {
+	if !slices.Contains(m.args, "-Z") {
+		_, err := memcachedCommand(m.addr, "version\r\n", "VERSION")
+		return err == nil
+	}
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", m.addr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // signal sends sig to the server (SIGSTOP freezes it, SIGCONT resumes it).

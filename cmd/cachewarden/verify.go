@@ -70,7 +70,12 @@ func (a *app) verifyCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
+	dial, err := cfg.Memcached.Dialer()
+	if err != nil {
+		return err
+	}
 	mc := memcache.NewFromSelector(servers)
+	mc.DialContext = dial
 	mc.Timeout = cfg.Memcached.Timeout
 	mc.MaxIdleConns = cfg.Memcached.MaxConcurrency
 	defer mc.Close()
