@@ -7,11 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 )
 
@@ -183,9 +183,7 @@ func runDistributionCase(t *testing.T, ctx context.Context, b *Broker, servers [
 	}
 	var msgs []OutMessage
 	for i, k := range keys {
-		after, _ := json.Marshal(map[string]any{"name": k, "m": "b"})
-		value := fmt.Sprintf(`{"before":null,"after":%s,"source":{"db":"shop","table":"items"},"op":"c","ts_ms":1}`, after)
-		msgs = append(msgs, OutMessage{Topic: topic, Key: []byte(fmt.Sprint(i)), Value: []byte(value)})
+		msgs = append(msgs, debeziumChange(topic, "c", []byte(strconv.Itoa(i)), nil, map[string]any{"name": k, "m": "b"}))
 	}
 	pub := NewPublisher(b.Addrs(), Debezium, nil, testLog(t))
 	defer pub.Close()
@@ -214,18 +212,7 @@ func runDistributionCase(t *testing.T, ctx context.Context, b *Broker, servers [
 	}
 	fmt.Fprintf(&cfgText, "mysql:\n  dsn: %q\n", dsn)
 	cfgText.WriteString("rules: [rules.yaml]\nhttp:\n  listen: \"127.0.0.1:0\"\n")
-	path := filepath.Join(dir, "cachewarden.yaml")
-	if err := os.WriteFile(path, []byte(cfgText.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatalf("config:\n%v\n%s", err, cfgText.String())
-	}
-	d, err := StartDaemon(ctx, cfg, testLog(t), FastGroupTiming)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := startDaemonYAML(t, ctx, filepath.Join(dir, "cachewarden.yaml"), cfgText.String())
 	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	if err := b.WaitCaughtUp(waitCtx, "dist-"+tag, 50*time.Millisecond, topic); err != nil {

@@ -37,13 +37,19 @@ func poolDaemon(t *testing.T, ctx context.Context, b *Broker, group, topic strin
 	}
 	text := fmt.Sprintf("kafka:\n  brokers: [%q]\n  group: %q\n  topics: [%q]\nmemcached:\n  servers: [%s]\n  timeout: 200ms\n"+
 		"rules: [rules.yaml]\nhttp:\n  listen: \"127.0.0.1:0\"\n", b.Addrs()[0], group, topic, strings.Join(quoted, ", "))
-	path := filepath.Join(dir, "cachewarden.yaml")
+	return startDaemonYAML(t, ctx, filepath.Join(dir, "cachewarden.yaml"), text)
+}
+
+// startDaemonYAML writes a daemon config to path, loads it and starts an
+// in-process daemon, stopped when the test ends if not before.
+func startDaemonYAML(t *testing.T, ctx context.Context, path, text string) *Daemon {
+	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
-		t.Fatalf("config: %v", err)
+		t.Fatalf("config:\n%v\n%s", err, text)
 	}
 	d, err := StartDaemon(ctx, cfg, testLog(t), FastGroupTiming)
 	if err != nil {
@@ -53,14 +59,21 @@ func poolDaemon(t *testing.T, ctx context.Context, b *Broker, group, topic strin
 	return d
 }
 
+// debeziumChange is a Debezium change event of shop.items for topic.
+func debeziumChange(topic, op string, key []byte, before, after map[string]any) OutMessage {
+	b, _ := json.Marshal(before)
+	a, _ := json.Marshal(after)
+	return OutMessage{Topic: topic, Key: key, Value: fmt.Appendf(nil,
+		`{"before":%s,"after":%s,"source":{"db":"shop","table":"items"},"op":%q,"ts_ms":1}`, b, a, op)}
+}
+
 // publishUpdates publishes one update per name to topic.
 func publishUpdates(t *testing.T, ctx context.Context, b *Broker, topic string, names []string) {
 	t.Helper()
 	var msgs []OutMessage
 	for _, n := range names {
-		row, _ := json.Marshal(map[string]any{"name": n})
-		msgs = append(msgs, OutMessage{Topic: topic, Key: []byte(n), Value: fmt.Appendf(nil,
-			`{"before":%s,"after":%s,"source":{"db":"shop","table":"items"},"op":"u","ts_ms":1}`, row, row)})
+		row := map[string]any{"name": n}
+		msgs = append(msgs, debeziumChange(topic, "u", []byte(n), row, row))
 	}
 	pub := NewPublisher(b.Addrs(), Debezium, nil, testLog(t))
 	defer pub.Close()

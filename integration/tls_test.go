@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -21,8 +20,6 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-
-	"github.com/cachewarden/cachewarden/config"
 )
 
 // writeSelfSigned writes a self-signed certificate for 127.0.0.1 and its
@@ -113,8 +110,7 @@ func TestMemcachedTLS(t *testing.T) {
 			}
 			var msgs []OutMessage
 			for i := range 20 {
-				after, _ := json.Marshal(map[string]any{"name": fmt.Sprintf("%s-%d", protocol, i)})
-				msgs = append(msgs, OutMessage{Topic: topic, Value: fmt.Appendf(nil, `{"before":null,"after":%s,"source":{"db":"shop","table":"items"},"op":"c","ts_ms":1}`, after)})
+				msgs = append(msgs, debeziumChange(topic, "c", nil, nil, map[string]any{"name": fmt.Sprintf("%s-%d", protocol, i)}))
 			}
 			pub := NewPublisher(b.Addrs(), Debezium, nil, testLog(t))
 			defer pub.Close()
@@ -124,18 +120,7 @@ func TestMemcachedTLS(t *testing.T) {
 			cfgText := fmt.Sprintf("kafka:\n  brokers: [%q]\n  group: %q\n  topics: [%q]\n"+
 				"memcached:\n  servers: [%q]\n  protocol: %s\n  tls:\n    enabled: true\n    ca_file: %q\n"+
 				"rules: [rules.yaml]\nhttp:\n  listen: \"127.0.0.1:0\"\n", b.Addrs()[0], topic, topic, mcp.addr, protocol, certFile)
-			path := filepath.Join(dir, protocol+".yaml")
-			if err := os.WriteFile(path, []byte(cfgText), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := config.Load(path)
-			if err != nil {
-				t.Fatalf("config: %v", err)
-			}
-			d, err := StartDaemon(ctx, cfg, testLog(t), FastGroupTiming)
-			if err != nil {
-				t.Fatal(err)
-			}
+			d := startDaemonYAML(t, ctx, filepath.Join(dir, protocol+".yaml"), cfgText)
 			waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 			defer cancel()
 			if err := b.WaitCaughtUp(waitCtx, topic, 50*time.Millisecond, topic); err != nil {
