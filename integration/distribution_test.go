@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
+
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 )
 
@@ -36,6 +38,7 @@ type distributionCase struct {
 }
 
 var distributionCases = []distributionCase{
+	{client: "gomemcache", distribution: "modula-crc32", unicode: true},
 	{client: "pylibmc", distribution: "modula-oaat", unicode: true},
 	{client: "pylibmc-ketama", distribution: "libmemcached-consistent", unicode: true},
 	{client: "pylibmc-ketama-weighted", distribution: "ketama", unicode: true},
@@ -69,6 +72,10 @@ func requireClients(t *testing.T) {
 // answer into out.
 func runClient(t *testing.T, client, mode string, servers []string, keys []string, out any) {
 	t.Helper()
+	if client == "gomemcache" {
+		goClient(t, mode, servers, keys, out)
+		return
+	}
 	var cmd *exec.Cmd
 	if strings.HasPrefix(client, "php") {
 		cmd = exec.Command("php", filepath.Join("testdata", "clients", "phpclient.php"), client, mode, strings.Join(servers, ","))
@@ -88,6 +95,45 @@ func runClient(t *testing.T, client, mode string, servers []string, keys []strin
 	}
 	if err := json.Unmarshal(res, out); err != nil {
 		t.Fatalf("%s %s: %v in %q", client, mode, err, res)
+	}
+}
+
+// goClient is runClient's "seed" and "check" for Go applications:
+// gomemcache's own client over the same server list.
+func goClient(t *testing.T, mode string, servers []string, keys []string, out any) {
+	t.Helper()
+	mc := memcache.New(servers...)
+	var res any
+	switch mode {
+	case "seed":
+		for _, k := range keys {
+			for _, it := range []memcache.Item{{Key: "ns:" + k, Value: []byte("1000")}, {Key: "set:" + k, Value: []byte("+a ")}, {Key: "cnt:" + k, Value: []byte("5")}} {
+				if err := mc.Set(&it); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		res = len(keys)
+	case "check":
+		var vals [][]*string
+		for _, k := range keys {
+			var row []*string
+			for _, prefix := range []string{"ns:", "set:", "cnt:"} {
+				it, err := mc.Get(prefix + k)
+				if err != nil {
+					row = append(row, nil)
+					continue
+				}
+				v := string(it.Value)
+				row = append(row, &v)
+			}
+			vals = append(vals, row)
+		}
+		res = vals
+	}
+	b, _ := json.Marshal(res)
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
 	}
 }
 
