@@ -109,7 +109,8 @@ type TLS struct {
 	// CertFile and KeyFile are a client certificate, both or neither.
 	CertFile string
 	KeyFile  string
-	// ServerName overrides the name checked in the broker's certificate.
+	// ServerName overrides the name checked in the server's certificate
+	// (default: the host dialled).
 	ServerName string
 	// InsecureSkipVerify disables certificate checks (tests only).
 	InsecureSkipVerify bool
