@@ -363,9 +363,9 @@ func (t *timedMySQL) LoadMembers(ctx context.Context, query string, args []rules
 
 // CountInSnapshot makes timedMySQL a counters.SnapshotCounter, so that
 // the counters fence their recounts.
-func (t *timedMySQL) CountInSnapshot(ctx context.Context, query string, args []rules.Value) (counters.SnapshotCount, error) {
+func (t *timedMySQL) CountInSnapshot(ctx context.Context, query string, args []rules.Value, opts counters.SnapshotOptions) (counters.SnapshotCount, error) {
 	start := time.Now()
-	sc, err := t.db.CountInSnapshot(ctx, query, args)
+	sc, err := t.db.CountInSnapshot(ctx, query, args, opts)
 	t.m.ObserveMySQL("recount", time.Since(start), err)
 	return sc, err
 }

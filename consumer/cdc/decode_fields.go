@@ -300,7 +300,7 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 type sourceInfo struct {
 	db, schema, table string
 	file, gtid        string
-	pos, tsMs, tsSec  int64 // -1 when absent
+	pos, tsMs, tsSec  int64  // -1 when absent
 	serverID          uint32 // 0 when absent (and in snapshot rows)
 	snapshot          bool
 }
