@@ -2,6 +2,8 @@ package counters
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/cachewarden/cachewarden/cacheops"
@@ -132,4 +134,33 @@ func TestGTIDOnlyEventsAreFenced(t *testing.T) {
 		t.Fatalf("stats = %+v, want the first delta skipped by its GTID", d.Stats)
 	}
 	e.wantExact(b, k, 24)
+}
+
+func TestFencingRequired(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	b := newBinlogDB(t)
+	if err := New(e.mc, b.m, Config{Fencing: FencingRequired}, nil).CheckFencing(ctx); err != nil {
+		t.Fatalf("CheckFencing with the binary log on: %v", err)
+	}
+	m, db, _ := newCommentsDB(t)
+	var on int
+	if err := db.QueryRow("SELECT @@log_bin").Scan(&on); err != nil {
+		t.Fatal(err)
+	}
+	if on == 1 {
+		t.Skip("the server at CACHEWARDEN_TEST_MYSQL_DSN has its binary log on; the rest needs one without")
+	}
+	err := New(e.mc, m, Config{Fencing: FencingRequired}, nil).CheckFencing(ctx)
+	if !errors.Is(err, ErrCannotFence) || !strings.Contains(err.Error(), "log_bin = OFF") {
+		t.Fatalf("CheckFencing without the binary log = %v, want ErrCannotFence naming log_bin", err)
+	}
+	if err := New(e.mc, m, Config{}, nil).CheckFencing(ctx); err != nil {
+		t.Fatalf("CheckFencing in auto mode = %v, want nil", err)
+	}
+	c := New(e.mc, m, Config{Fencing: FencingOff}, nil)
+	wantOutcomes(t, apply(t, c, recountOp(e.key("comments:25"), "25")), cacheops.OutcomeRecounted)
+	if by := c.Stats().UnfencedBy; by["disabled"] != 1 {
+		t.Fatalf("unfenced by reason = %v, want one disabled", by)
+	}
 }
