@@ -61,6 +61,8 @@ type Config struct {
 	Kafka     Kafka
 	Memcached Memcached
 	MySQL     MySQL
+	// Counters tunes exact counters (key `counters`).
+	Counters Counters
 	// Rules are the rule file or directory paths (key `rules`), relative
 	// paths resolved against the config file's directory.
 	Rules []string

@@ -59,11 +59,12 @@ func TestLoadGood(t *testing.T) {
 			MaxOpenConns: 8,
 			QueryTimeout: 3 * time.Second,
 		},
-		Rules:   []string{"testdata/rules/shop.yaml", "testdata/rules/counts.yaml"},
-		RuleSet: cfg.RuleSet,
-		Batch:   Batch{MaxEvents: 500, MaxWait: 50 * time.Millisecond},
-		HTTP:    HTTP{Listen: "127.0.0.1:0", Pprof: true},
-		Log:     Log{Format: "json", Level: "debug"},
+		Counters: Counters{Fencing: DefaultCountersFencing, FenceTTL: DefaultCountersFenceTTL},
+		Rules:    []string{"testdata/rules/shop.yaml", "testdata/rules/counts.yaml"},
+		RuleSet:  cfg.RuleSet,
+		Batch:    Batch{MaxEvents: 500, MaxWait: 50 * time.Millisecond},
+		HTTP:     HTTP{Listen: "127.0.0.1:0", Pprof: true},
+		Log:      Log{Format: "json", Level: "debug"},
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("config:\n got %+v\nwant %+v", cfg, want)

@@ -208,6 +208,7 @@ func (d *decoder) decodeFile(data []byte, cfg *Config) {
 		"kafka":     func(n *yaml.Node) { d.kafka(n, &cfg.Kafka) },
 		"memcached": func(n *yaml.Node) { d.memcached(n, &cfg.Memcached) },
 		"mysql":     func(n *yaml.Node) { d.mysql(n, &cfg.MySQL) },
+		"counters":  func(n *yaml.Node) { d.counters(n, &cfg.Counters) },
 		"rules":     func(n *yaml.Node) { cfg.Rules = d.strings(n, "rules") },
 		"batch":     func(n *yaml.Node) { d.batch(n, &cfg.Batch) },
 		"http":      func(n *yaml.Node) { d.http(n, &cfg.HTTP) },

@@ -21,6 +21,7 @@ func (d *decoder) validate(c *Config) {
 	d.validateKafka(&c.Kafka)
 	d.validateMemcached(&c.Memcached)
 	d.validateMySQL(&c.MySQL)
+	d.validateCounters(&c.Counters)
 	if len(c.Rules) == 0 && d.readable("rules") {
 		d.problem(d.place("rules"), "rules: list at least one rule file or directory")
 	}

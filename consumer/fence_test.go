@@ -273,7 +273,9 @@ func addFenceStats(sum *counters.FenceStats, s counters.FenceStats) {
 	sum.Checked += s.Checked
 	sum.Skipped += s.Skipped
 	sum.Recounts += s.Recounts
-	sum.Incomparable += s.Incomparable
+	sum.FenceMissing += s.FenceMissing
+	sum.OtherServer += s.OtherServer
+	sum.Unfenced += s.Unfenced
 	sum.Rechecked += s.Rechecked
 	sum.RecheckRecounts += s.RecheckRecounts
 }

@@ -131,10 +131,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	switch cfg.Memcached.Protocol {
 	case "text":
 		s.Writer = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
-		s.Counters = counters.New(mc, recounter, counters.Config{
-			MaxConcurrency:   cfg.Memcached.MaxConcurrency,
-			ObserveRoundTrip: s.Metrics.ObserveMemcached,
-		}, logger.With("component", "counters"))
+		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
 		s.Applier, counterApplier = s.Writer, s.Counters
 	default: // "meta"
 		// The same selector as the gomemcache client above, so the
@@ -154,14 +151,15 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 			// the counters package, which fences recounts at their
 			// snapshot's binary log position; the pipelined writer
 			// does not.
-			s.Counters = counters.New(mc, recounter, counters.Config{
-				MaxConcurrency:   cfg.Memcached.MaxConcurrency,
-				ObserveRoundTrip: s.Metrics.ObserveMemcached,
-			}, logger.With("component", "counters"))
+			s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
 			counterApplier = s.Counters
 		}
 	}
 	s.registerClientStats()
+	if err := checkFencing(s.Counters, cfg); err != nil {
+		s.Close()
+		return nil, err
+	}
 
 	s.Rebump = NewRebumper(s.Applier, s.Metrics, logger.With("component", "rebump"))
 	if cfg.Kafka.DLQTopic != "" && !opts.NoDLQ {
@@ -278,16 +276,7 @@ func (s *Stack) registerClientStats() {
 		}, func() float64 { _, _, _, d := stats(); return float64(d) }),
 	)
 	if c := s.Counters; c != nil {
-		s.Registry.MustRegister(
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "cachewarden_recount_fenced_total",
-				Help: "Counter recounts stored with a fence at their snapshot's binary log position (exact counters).",
-			}, func() float64 { return float64(c.Stats().FencedRecounts) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "cachewarden_recount_unfenced_total",
-				Help: "Counter recounts stored without a fence because the database could not name their snapshot's binary log position (binary log off, MySQL).",
-			}, func() float64 { return float64(c.Stats().UnfencedRecounts) }),
-		)
+		registerCounterMetrics(s.Registry, c)
 	}
 }
 
@@ -346,9 +335,9 @@ func (t *timedMySQL) LoadMembers(ctx context.Context, query string, args []rules
 
 // CountInSnapshot makes timedMySQL a counters.SnapshotCounter, so that
 // the counters fence their recounts.
-func (t *timedMySQL) CountInSnapshot(ctx context.Context, query string, args []rules.Value) (counters.SnapshotCount, error) {
+func (t *timedMySQL) CountInSnapshot(ctx context.Context, query string, args []rules.Value, opts counters.SnapshotOptions) (counters.SnapshotCount, error) {
 	start := time.Now()
-	sc, err := t.db.CountInSnapshot(ctx, query, args)
+	sc, err := t.db.CountInSnapshot(ctx, query, args, opts)
 	t.m.ObserveMySQL("recount", time.Since(start), err)
 	return sc, err
 }

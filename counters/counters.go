@@ -57,6 +57,10 @@ type Config struct {
 	// existed. Fencing is also off when the Recounter is not a
 	// SnapshotCounter.
 	DisableFences bool
+	// Fencing is FencingAuto (default, also ""), FencingOff (as
+	// DisableFences) or FencingRequired (CheckFencing fails when the
+	// database cannot fence).
+	Fencing FencingMode
 	// ObserveRoundTrip, when set, receives the duration of every
 	// memcached round trip; it must be safe for concurrent use.
 	ObserveRoundTrip cacheops.RoundTripObserver
@@ -73,6 +77,11 @@ type Counters struct {
 	calls, recounts, recountErrors, drifts, deletes atomic.Uint64
 
 	fence fencing
+
+	// faultPoint, when set (by tests only), runs before every memcached
+	// round trip with the request's verb and first key: the place where a
+	// test lets another writer act between two of this one's steps.
+	faultPoint func(verb, key string)
 }
 
 // Stats are cumulative counts since the Counters was created.
@@ -88,8 +97,10 @@ type Stats struct {
 	Deletes uint64
 	// FencedRecounts counts recounts stored with a fence (the database
 	// named their snapshot's binary log position); UnfencedRecounts those
-	// with fencing on whose position the database could not name.
+	// stored without one, for every reason; UnfencedBy splits them by
+	// reason (UnfencedReason.String is the key).
 	FencedRecounts, UnfencedRecounts uint64
+	UnfencedBy                       map[string]uint64
 	// ExactRecountGiveUps counts counters deleted because they changed
 	// during every attempt of an exact recount.
 	ExactRecountGiveUps uint64
@@ -122,6 +133,13 @@ func New(mc *memcache.Client, rc Recounter, cfg Config, logger *slog.Logger) *Co
 
 // Stats returns the counts so far.
 func (c *Counters) Stats() Stats {
+	var unfenced uint64
+	by := make(map[string]uint64, nUnfencedReasons)
+	for _, r := range UnfencedReasons() {
+		n := c.fence.unfenced[r].Load()
+		unfenced += n
+		by[r.String()] = n
+	}
 	return Stats{
 		Calls:         c.calls.Load(),
 		Recounts:      c.recounts.Load(),
@@ -130,7 +148,8 @@ func (c *Counters) Stats() Stats {
 		Deletes:       c.deletes.Load(),
 
 		FencedRecounts:      c.fence.fenced.Load(),
-		UnfencedRecounts:    c.fence.unfenced.Load(),
+		UnfencedRecounts:    unfenced,
+		UnfencedBy:          by,
 		ExactRecountGiveUps: c.fence.giveUps.Load(),
 	}
 }
@@ -286,6 +305,9 @@ func (c *Counters) recountAndSet(ctx context.Context, op *rules.Op) cacheops.Res
 func (c *Counters) recount(ctx context.Context, op *rules.Op) (int64, error) {
 	c.recounts.Add(1)
 	n, err := c.rc.Count(ctx, op.Rule.Query, op.Args)
+	if err == nil {
+		c.notePlainRecount()
+	}
 	if err == nil && n < 0 {
 		err = fmt.Errorf("counters: recount returned %d, a counter cannot be negative", n)
 	}
@@ -465,10 +487,17 @@ func (c *Counters) expiration(ttl time.Duration) int32 { return cacheops.Expirat
 
 // The memcached requests Counters makes, counted.
 
+func (c *Counters) atFaultPoint(verb, key string) {
+	if c.faultPoint != nil {
+		c.faultPoint(verb, key)
+	}
+}
+
 // incrDecr sends incr (delta > 0) or decr (delta < 0) by |delta|. For
 // math.MinInt64, uint64(-delta) is 1<<63, its exact magnitude.
 func (c *Counters) incrDecr(key string, delta int64) (uint64, error) {
 	c.calls.Add(1)
+	c.atFaultPoint("incrdecr", key)
 	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	if delta < 0 {
 		return c.mc.Decrement(key, uint64(-delta))
@@ -478,36 +507,42 @@ func (c *Counters) incrDecr(key string, delta int64) (uint64, error) {
 
 func (c *Counters) add(it *memcache.Item) error {
 	c.calls.Add(1)
+	c.atFaultPoint("add", it.Key)
 	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	return c.mc.Add(it)
 }
 
 func (c *Counters) set(it *memcache.Item) error {
 	c.calls.Add(1)
+	c.atFaultPoint("set", it.Key)
 	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	return c.mc.Set(it)
 }
 
 func (c *Counters) get(key string) (*memcache.Item, error) {
 	c.calls.Add(1)
+	c.atFaultPoint("get", key)
 	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	return c.mc.Get(key)
 }
 
 func (c *Counters) getMulti(keys []string) (map[string]*memcache.Item, error) {
 	c.calls.Add(1)
+	c.atFaultPoint("getmulti", keys[0])
 	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	return c.mc.GetMulti(keys)
 }
 
 func (c *Counters) cas(it *memcache.Item) error {
 	c.calls.Add(1)
+	c.atFaultPoint("cas", it.Key)
 	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	return c.mc.CompareAndSwap(it)
 }
 
 func (c *Counters) delete(key string) error {
 	c.calls.Add(1)
+	c.atFaultPoint("delete", key)
 	defer c.cfg.ObserveRoundTrip.Since(time.Now())
 	return c.mc.Delete(key)
 }

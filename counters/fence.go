@@ -117,40 +117,149 @@ func splitBinlogName(name string) (base string, seq uint64, ok bool) {
 // deltas after it.
 type Fence struct {
 	At BinlogPosition
+	// ServerID is the @@server_id of the server that counted; 0 when
+	// unknown (fences written before it was recorded).
+	ServerID uint32
+	// GTID is the snapshot's GTID position or set (gtidSet), "" when the
+	// server did not name it.
+	GTID string
 	// ID is never 0 in a stored fence; 0 is the flags of counter values
 	// stored without a fence.
 	ID uint32
 }
 
 // fenceFormat is the version tag that starts a fence item's value:
-// "1 <id> <pos> <file>" (file last: it is the only free-form part).
-const fenceFormat = "1"
+// "2 <id> <pos> <server_id> <gtid or -> <file>" (file last: it is the
+// only free-form part). Version 1, "1 <id> <pos> <file>", is still read.
+const fenceFormat = "2"
 
 // errBadFence reports a fence item this version cannot read.
 var errBadFence = errors.New("counters: unreadable fence item")
 
 func encodeFence(f Fence) []byte {
-	b := make([]byte, 0, 32+len(f.At.File))
+	b := make([]byte, 0, 48+len(f.At.File)+len(f.GTID))
 	b = append(b, fenceFormat...)
 	b = append(b, ' ')
 	b = strconv.AppendUint(b, uint64(f.ID), 10)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, f.At.Pos, 10)
 	b = append(b, ' ')
+	b = strconv.AppendUint(b, uint64(f.ServerID), 10)
+	b = append(b, ' ')
+	if gtid := strings.Join(strings.Fields(f.GTID), ""); gtid != "" {
+		b = append(b, gtid...)
+	} else {
+		b = append(b, '-')
+	}
+	b = append(b, ' ')
 	return append(b, f.At.File...)
 }
 
 func parseFence(v []byte) (Fence, error) {
-	parts := strings.SplitN(string(v), " ", 4)
-	if len(parts) != 4 || parts[0] != fenceFormat {
-		return Fence{}, fmt.Errorf("%w: %.60q", errBadFence, v)
+	bad := fmt.Errorf("%w: %.60q", errBadFence, v)
+	parts := strings.SplitN(string(v), " ", 6)
+	var f Fence
+	switch {
+	case len(parts) >= 4 && parts[0] == "1":
+		parts = strings.SplitN(string(v), " ", 4)
+		f.At.File = parts[3]
+	case len(parts) == 6 && parts[0] == fenceFormat:
+		sid, err := strconv.ParseUint(parts[3], 10, 32)
+		if err != nil {
+			return Fence{}, bad
+		}
+		f.ServerID = uint32(sid)
+		if parts[4] != "-" {
+			if _, ok := parseGTIDSet(parts[4]); !ok {
+				return Fence{}, bad
+			}
+			f.GTID = strings.Join(strings.Fields(parts[4]), "")
+		}
+		f.At.File = parts[5]
+	default:
+		return Fence{}, bad
 	}
 	id, err1 := strconv.ParseUint(parts[1], 10, 32)
 	pos, err2 := strconv.ParseInt(parts[2], 10, 64)
-	if err1 != nil || err2 != nil || id == 0 || pos < 0 || parts[3] == "" {
-		return Fence{}, fmt.Errorf("%w: %.60q", errBadFence, v)
+	if err1 != nil || err2 != nil || id == 0 || pos < 0 || f.At.File == "" {
+		return Fence{}, bad
 	}
-	return Fence{At: BinlogPosition{File: parts[3], Pos: pos}, ID: uint32(id)}, nil
+	f.ID, f.At.Pos = uint32(id), pos
+	return f, nil
+}
+
+// Why says why a delta could not be decided by its position alone.
+type Why uint8
+
+const (
+	// Decided: the fence said whether the recount includes the event.
+	Decided Why = iota
+	// NoPosition: the event carries no binary log position and no GTID
+	// the fence can be compared with; the delta is applied unfenced.
+	NoPosition
+	// OtherServer: the event's position belongs to another server's log
+	// than the fence's (server ids or log base names differ, or the
+	// positions cannot be compared); the counter is recounted.
+	OtherServer
+	// FenceMissing: the counter's flags name a fence that is gone
+	// (evicted or expired alone); the counter is recounted.
+	FenceMissing
+)
+
+// String returns the reason's metric label.
+func (w Why) String() string {
+	switch w {
+	case Decided:
+		return "decided"
+	case NoPosition:
+		return "no_position"
+	case OtherServer:
+		return "other_server"
+	case FenceMissing:
+		return "fence_missing"
+	}
+	return "why(" + strconv.Itoa(int(w)) + ")"
+}
+
+// includes reports whether the recount at f holds the change of the event
+// at pos (in), or why that cannot be told:
+//
+//  1. Both carry GTIDs of one kind: the event is in the recount exactly
+//     when its GTID is in the snapshot's GTID set. GTIDs name a
+//     transaction on every server of a replication topology, so this
+//     holds across replicas and failovers.
+//  2. Else both carry binary log positions: positions of one server's
+//     log are ordered, so the event is in the recount when it is at or
+//     before f.At. The server ids, when both are known, must be equal,
+//     and so must the log's base names: else OtherServer.
+//  3. Else NoPosition when the event has no binary log position (GTID
+//     only, and the fence has no GTID set), OtherServer otherwise.
+func (f Fence) includes(pos rules.Position) (in bool, why Why) {
+	if pos.GTID != "" && f.GTID != "" {
+		if set, ok := parseGTIDSet(f.GTID); ok {
+			if in, ok := set.contains(pos.GTID); ok {
+				return in, Decided
+			}
+		}
+	}
+	at := PositionOf(pos)
+	if !at.Known() {
+		return false, NoPosition
+	}
+	if pos.ServerID != 0 && f.ServerID != 0 && pos.ServerID != f.ServerID {
+		return false, OtherServer
+	}
+	order, ok := ComparePositions(at, f.At)
+	if !ok {
+		return false, OtherServer
+	}
+	return order <= 0, Decided
+}
+
+// fenceable reports whether an event's position can ever be compared
+// with a fence: it carries a binary log position or a GTID.
+func fenceable(pos rules.Position) bool {
+	return PositionOf(pos).Known() || pos.GTID != ""
 }
 
 // FenceView is what one look at memcached saw of a counter and its fence.
@@ -211,58 +320,73 @@ func (v Verdict) String() string {
 
 // Verdict decides a delta from an event at pos:
 //
-//	no binlog position on the event        Apply (cannot be fenced)
+//	no binlog position and no GTID         Apply (cannot be fenced)
 //	counter missing                        Apply (the miss recounts anyway)
-//	no fence item                          Apply (none yet, or expired:
+//	no fence item, counter flags 0         Apply (none yet, or expired:
 //	                                       older events are long applied)
+//	no fence item, counter flags set       Recount (FenceMissing: the fence
+//	                                       was evicted or expired alone)
 //	fence unreadable                       Recount
 //	counter stored without fence (flags 0) Apply (as without fences; a
 //	                                       fenced recount racing with it
 //	                                       is caught by the recheck)
-//	flags == fence ID                      Skip at or before the fence,
-//	                                       Apply after it, Apply when the
-//	                                       positions cannot be compared
 //	flags != fence ID                      Recount
+//	flags == fence ID                      Fence.includes: Skip when the
+//	                                       recount includes the event,
+//	                                       Apply when not; Recount when the
+//	                                       event comes from another server's
+//	                                       log (OtherServer); Apply when the
+//	                                       event has only a GTID and the
+//	                                       fence none (NoPosition)
 //
-// incomparable reports the last case's positions that cannot be compared
-// (another server's binary log: a failover, or recounts on a replica).
-func (v FenceView) Verdict(pos rules.Position) (verdict Verdict, incomparable bool) {
-	at := PositionOf(pos)
+// why says which undecided case it was (Decided otherwise).
+func (v FenceView) Verdict(pos rules.Position) (verdict Verdict, why Why) {
 	switch {
-	case !at.Known(), !v.Counter, !v.HasFence:
-		return Apply, false
+	case !fenceable(pos):
+		return Apply, NoPosition
+	case !v.Counter:
+		return Apply, Decided
+	case !v.HasFence && v.Flags != 0:
+		return Recount, FenceMissing
+	case !v.HasFence:
+		return Apply, Decided
 	case v.BadFence:
-		return Recount, false
+		return Recount, Decided
 	case v.Flags == 0:
-		return Apply, false
+		return Apply, Decided
 	case v.Flags != v.Fence.ID:
-		return Recount, false
+		return Recount, Decided
 	}
-	order, ok := ComparePositions(at, v.Fence.At)
+	in, why := v.Fence.includes(pos)
 	switch {
-	case !ok:
-		return Apply, true
-	case order <= 0:
-		return Skip, false
+	case why == OtherServer:
+		return Recount, why
+	case why != Decided:
+		return Apply, why
+	case in:
+		return Skip, Decided
 	}
-	return Apply, false
+	return Apply, Decided
 }
 
 // RecheckVerdict decides, after deltas were applied with incr or decr,
 // whether they may have landed on a recount that already counted them:
-// before and after are the looks at memcached around the apply, first the
-// earliest event position among the deltas. Nothing stored in between:
-// fine. A recount stored in between whose fence is before first: its
-// value lacked the deltas, which landed on it or made its cas fail:
-// fine. The counter gone: missing is correct. Anything else: recount.
-func RecheckVerdict(before, after FenceView, first BinlogPosition) Verdict {
+// before and after are the looks at memcached around the apply, sources
+// the event positions of the deltas. Nothing stored in between: fine. A
+// recount stored in between that includes none of the deltas: its value
+// lacked them, and they landed on it or made its cas fail: fine. The
+// counter gone: missing is correct. Anything else: recount.
+func RecheckVerdict(before, after FenceView, sources []rules.Position) Verdict {
 	if before.same(after) || !after.Counter {
 		return Apply
 	}
-	if after.Consistent() {
-		if order, ok := ComparePositions(first, after.Fence.At); ok && order > 0 {
-			return Apply
+	if !after.Consistent() || len(sources) == 0 {
+		return Recount
+	}
+	for _, pos := range sources {
+		if in, why := after.Fence.includes(pos); in || why != Decided {
+			return Recount
 		}
 	}
-	return Recount
+	return Apply
 }

@@ -34,8 +34,16 @@ type SnapshotCount struct {
 	// transaction the log holds up to At is in N, none after it. Zero when
 	// the server cannot say.
 	At BinlogPosition
-	// NoPosition says why At is zero ("" when it is known).
+	// ServerID is the @@server_id of the server that counted (0 when At
+	// is zero).
+	ServerID uint32
+	// GTID is the snapshot's GTID position or set when the server named
+	// it (see SnapshotOptions), "" otherwise.
+	GTID string
+	// NoPosition says why At is zero ("" when it is known), and Unfenced
+	// the same as a metric label.
 	NoPosition string
+	Unfenced   UnfencedReason
 }
 
 // SnapshotCounter runs a recount query inside a consistent snapshot and
@@ -43,7 +51,7 @@ type SnapshotCount struct {
 // Counters uses it, when its Recounter has it, to fence recounts.
 // Implementations must be safe for concurrent use.
 type SnapshotCounter interface {
-	CountInSnapshot(ctx context.Context, query string, args []rules.Value) (SnapshotCount, error)
+	CountInSnapshot(ctx context.Context, query string, args []rules.Value, opts SnapshotOptions) (SnapshotCount, error)
 }
 
 // fencing is the part of Counters that keeps counters exact under races
@@ -55,12 +63,19 @@ type fencing struct {
 	snap SnapshotCounter
 	ttl  time.Duration
 
-	fenced, unfenced, giveUps atomic.Uint64
+	fenced, giveUps atomic.Uint64
+	// unfenced counts recounts stored without a fence, by reason.
+	unfenced [nUnfencedReasons]atomic.Uint64
 	// state is what the last recount learned: 0 nothing yet, 1 fenced,
 	// 2 unfenced; a change is logged once.
 	state        atomic.Uint32
 	logMu        sync.Mutex
 	incomparable atomic.Bool
+	// wantGTID is set once a delta carried a GTID but no binary log
+	// position: recounts then ask for their snapshot's GTID position.
+	wantGTID atomic.Bool
+	// required refuses unfenced recounts at start (Config.Fencing).
+	required bool
 }
 
 const (
@@ -74,12 +89,54 @@ func (c *Counters) initFencing() {
 	if c.fence.ttl <= 0 {
 		c.fence.ttl = DefaultFenceTTL
 	}
-	if c.cfg.DisableFences {
+	c.fence.required = c.cfg.Fencing == FencingRequired
+	if c.cfg.DisableFences || c.cfg.Fencing == FencingOff {
 		return
 	}
 	if s, ok := c.rc.(SnapshotCounter); ok {
 		c.fence.snap = s
 	}
+}
+
+// FencingMode is Config.Fencing: whether recounts are fenced.
+type FencingMode string
+
+const (
+	// FencingAuto (the default, also ""): fence whenever the database can
+	// name a snapshot's position, fall back to unfenced recounts (with a
+	// warning and cachewarden_recount_unfenced_total) when it cannot.
+	FencingAuto FencingMode = "auto"
+	// FencingOff: never fence (as DisableFences).
+	FencingOff FencingMode = "off"
+	// FencingRequired: as auto, but CheckFencing fails when the database
+	// cannot fence, so that the daemon refuses to start.
+	FencingRequired FencingMode = "required"
+)
+
+// ErrCannotFence is returned by CheckFencing when Config.Fencing is
+// FencingRequired and recounts cannot be fenced.
+var ErrCannotFence = errors.New("counters: fencing is required but recounts cannot be fenced")
+
+// CheckFencing asks the database, with one snapshot recount of "SELECT 0",
+// whether recounts can be fenced. It returns nil when they can, or when
+// Config.Fencing is not FencingRequired (the answer is then only logged as
+// the first recount's would be); otherwise an error wrapping
+// ErrCannotFence that says why. Safe for concurrent use.
+func (c *Counters) CheckFencing(ctx context.Context) error {
+	if !c.fence.required {
+		return nil
+	}
+	if c.fence.snap == nil {
+		return fmt.Errorf("%w: the recounter cannot count in a consistent snapshot (no mysql.dsn?)", ErrCannotFence)
+	}
+	sc, err := c.fence.snap.CountInSnapshot(ctx, "SELECT 0", nil, SnapshotOptions{})
+	if err != nil {
+		return fmt.Errorf("%w: probing the database: %w", ErrCannotFence, err)
+	}
+	if !sc.At.Known() {
+		return fmt.Errorf("%w: %s (see docs/exact-counters.md)", ErrCannotFence, sc.NoPosition)
+	}
+	return nil
 }
 
 // Fencing reports whether recounts are fenced when the database names
@@ -94,7 +151,11 @@ func (c *Counters) noteFencing(sc SnapshotCount) {
 	state := fencingOn
 	if !sc.At.Known() {
 		state = fencingOff
-		c.fence.unfenced.Add(1)
+		reason := sc.Unfenced
+		if reason == 0 || reason >= nUnfencedReasons {
+			reason = UnfencedNoSnapshotPosition
+		}
+		c.fence.unfenced[reason].Add(1)
 	} else {
 		c.fence.fenced.Add(1)
 	}
@@ -128,14 +189,17 @@ func (c *Counters) recountAt(ctx context.Context, query string, args []rules.Val
 	)
 	if c.fence.snap == nil {
 		n, err = c.rc.Count(ctx, query, args)
+		if err == nil {
+			c.notePlainRecount()
+		}
 	} else {
 		var sc SnapshotCount
-		sc, err = c.fence.snap.CountInSnapshot(ctx, query, args)
+		sc, err = c.fence.snap.CountInSnapshot(ctx, query, args, SnapshotOptions{GTID: c.fence.wantGTID.Load()})
 		n = sc.N
 		if err == nil {
 			c.noteFencing(sc)
 			if sc.At.Known() {
-				fence = Fence{At: sc.At, ID: newFenceID()}
+				fence = Fence{At: sc.At, ServerID: sc.ServerID, GTID: sc.GTID, ID: newFenceID()}
 			}
 		}
 	}
@@ -147,6 +211,16 @@ func (c *Counters) recountAt(ctx context.Context, query string, args []rules.Val
 		return 0, Fence{}, err
 	}
 	return n, fence, nil
+}
+
+// notePlainRecount counts a recount that ran without a snapshot because
+// fencing is off or the Recounter cannot count in one.
+func (c *Counters) notePlainRecount() {
+	reason := UnfencedNoSnapshots
+	if c.cfg.DisableFences || c.cfg.Fencing == FencingOff {
+		reason = UnfencedDisabled
+	}
+	c.fence.unfenced[reason].Add(1)
 }
 
 // newFenceID returns a random non-zero ID.
@@ -176,11 +250,20 @@ func (c *Counters) storeFence(key string, fence Fence) error {
 
 // addFenced stores n, recounted at fence for a delta that found the
 // counter missing. The fence goes first, then the value with add. When
-// add loses (the counter was created since the miss), the delta's change
-// is already in the winner's value if that value is consistent with its
-// fence and the delta's event is at or before it; otherwise the counter
-// is recounted exactly (DESIGN's "apply the delta again" would count the
-// change twice whenever the winner recounted after it was committed).
+// add loses (the counter was created since the miss), the counter is
+// recounted exactly (recountExact), whatever the winner's fence says.
+//
+// Why not decide from the winner's fence, as for a single delta? op may
+// be coalesced: it sums a batch's deltas for the key and carries only its
+// first delta's source. A winner fenced after that first delta but before
+// a later one holds the first change and lacks the later: "the winner
+// includes op.Source" does not mean "the winner includes op". Carrying the
+// latest position instead would need a "latest" among deltas of several
+// servers or GTID domains, which does not always exist. A recount needs
+// none of that: recountExact's store succeeds only if no delta touched
+// the counter between its read and its store, so its value is exact
+// whatever deltas op stood for, and it costs one more query on a race
+// that is rare (two writers missing the same counter at once).
 func (c *Counters) addFenced(ctx context.Context, op *rules.Op, n int64, fence Fence) cacheops.Result {
 	if err := c.storeFence(op.Key, fence); err != nil {
 		return failed(err)
@@ -191,17 +274,6 @@ func (c *Counters) addFenced(ctx context.Context, op *rules.Op, n int64, fence F
 		return cacheops.Result{Outcome: cacheops.OutcomeLoaded}
 	case !errors.Is(err, memcache.ErrNotStored):
 		return failed(fmt.Errorf("counters: add %q: %w", op.Key, err))
-	}
-	views := make(map[string]FenceView, 1)
-	if err := c.viewFences([]string{op.Key}, views); err != nil {
-		return failed(err)
-	}
-	v := views[op.Key]
-	if v.Consistent() {
-		if order, ok := ComparePositions(PositionOf(op.Source), v.Fence.At); ok && order <= 0 {
-			c.log.Debug("counter add lost a race to a recount that includes the change", "key", op.Key, "rule", op.Rule.Name)
-			return cacheops.Result{Outcome: cacheops.OutcomeLoaded}
-		}
 	}
 	c.log.Debug("counter add lost a race; recounting exactly", "key", op.Key, "rule", op.Rule.Name)
 	return c.recountExact(ctx, op)
@@ -324,18 +396,21 @@ func (c *Counters) viewFences(keys []string, into map[string]FenceView) error {
 
 // FenceStats counts what fence checks did to one batch's counter deltas.
 type FenceStats struct {
-	// Checked counts deltas with a binary log position whose fence was
-	// looked up.
+	// Checked counts deltas with a binary log position or a GTID whose
+	// fence was looked up.
 	Checked int
 	// Skipped counts deltas dropped because the fence's recount includes
 	// them.
 	Skipped int
-	// Recounts counts counters whose deltas became a recount because the
-	// counter and its fence disagreed.
-	Recounts int
-	// Incomparable counts deltas applied because their position and the
-	// fence's could not be compared.
-	Incomparable int
+	// Recounts counts counters whose deltas became a recount (all
+	// reasons); FenceMissing and OtherServer count those of them whose
+	// fence was gone while the counter's flags named one, or whose deltas
+	// came from another server's log than the fence.
+	Recounts, FenceMissing, OtherServer int
+	// Unfenced counts deltas applied without a fence decision because
+	// their event has no position the fence can be compared with (a GTID
+	// only, with a fence without GTID set).
+	Unfenced int
 	// Rechecked counts counters looked at again after their deltas were
 	// applied; RecheckRecounts those recounted because a recount may have
 	// counted their deltas already.
@@ -353,7 +428,7 @@ type DeltaFence struct {
 	keys    []string
 	before  map[string]FenceView
 	after   map[string]FenceView
-	first   map[string]BinlogPosition
+	sources map[string][]rules.Position
 	recount map[string]bool
 }
 
@@ -364,12 +439,12 @@ func (d *DeltaFence) reset() {
 	if d.before == nil {
 		d.before = make(map[string]FenceView)
 		d.after = make(map[string]FenceView)
-		d.first = make(map[string]BinlogPosition)
+		d.sources = make(map[string][]rules.Position)
 		d.recount = make(map[string]bool)
 	}
 	clear(d.before)
 	clear(d.after)
-	clear(d.first)
+	clear(d.sources)
 	clear(d.recount)
 }
 
@@ -391,10 +466,13 @@ func (c *Counters) CheckDeltas(ctx context.Context, d *DeltaFence, ops []rules.O
 	}
 	for i := range ops {
 		op := &ops[i]
-		if op.Kind != rules.OpCount || !PositionOf(op.Source).Known() {
+		if op.Kind != rules.OpCount || !fenceable(op.Source) {
 			continue
 		}
 		d.Stats.Checked++
+		if !PositionOf(op.Source).Known() {
+			c.noteGTIDOnly(*op)
+		}
 		if _, ok := d.before[op.Key]; !ok {
 			d.before[op.Key] = FenceView{}
 			d.keys = append(d.keys, op.Key)
@@ -414,12 +492,12 @@ func (c *Counters) CheckDeltas(ctx context.Context, d *DeltaFence, ops []rules.O
 	out := ops[:0]
 	for i := range ops {
 		op := ops[i]
-		at := PositionOf(op.Source)
-		if op.Kind != rules.OpCount || !at.Known() {
+		if op.Kind != rules.OpCount || !fenceable(op.Source) {
 			out = append(out, op)
 			continue
 		}
-		verdict, incomparable := d.before[op.Key].Verdict(op.Source)
+		view := d.before[op.Key]
+		verdict, why := view.Verdict(op.Source)
 		switch verdict {
 		case Skip:
 			d.Stats.Skipped++
@@ -428,21 +506,20 @@ func (c *Counters) CheckDeltas(ctx context.Context, d *DeltaFence, ops []rules.O
 			if !d.recount[op.Key] {
 				d.recount[op.Key] = true
 				d.Stats.Recounts++
+				switch why {
+				case FenceMissing:
+					d.Stats.FenceMissing++
+				case OtherServer:
+					d.Stats.OtherServer++
+					c.warnOtherServer(op, view)
+				}
 			}
 			op.Kind, op.Delta = rules.OpRecount, 0
 		case Apply:
-			if incomparable {
-				d.Stats.Incomparable++
-				if !c.fence.incomparable.Swap(true) {
-					c.log.Warn("a delta's binary log position cannot be compared with its counter's fence (different log file names: a failover, or recounts on another server than the one the change events come from); applying it unfenced",
-						"key", op.Key, "event_position", at.String(), "fence", d.before[op.Key].Fence.At.String())
-				}
+			if why == NoPosition {
+				d.Stats.Unfenced++
 			}
-			if prev, ok := d.first[op.Key]; !ok {
-				d.first[op.Key] = at
-			} else if order, ok := ComparePositions(at, prev); ok && order < 0 {
-				d.first[op.Key] = at
-			}
+			d.sources[op.Key] = append(d.sources[op.Key], op.Source)
 		}
 		out = append(out, op)
 	}
@@ -468,7 +545,7 @@ func (c *Counters) RecheckDeltas(ctx context.Context, d *DeltaFence, dst, ops []
 		if o := results[i].Outcome; o != cacheops.OutcomeIncr && o != cacheops.OutcomeDecr {
 			continue // loaded or recounted: the recount saw the change
 		}
-		if _, ok := d.first[op.Key]; !ok {
+		if _, ok := d.sources[op.Key]; !ok {
 			continue
 		}
 		if _, ok := d.after[op.Key]; !ok {
@@ -493,7 +570,7 @@ func (c *Counters) RecheckDeltas(ctx context.Context, d *DeltaFence, dst, ops []
 			continue
 		}
 		delete(d.after, op.Key) // one recount per key
-		if RecheckVerdict(d.before[op.Key], after, d.first[op.Key]) != Recount {
+		if RecheckVerdict(d.before[op.Key], after, d.sources[op.Key]) != Recount {
 			continue
 		}
 		d.Stats.RecheckRecounts++
@@ -501,6 +578,28 @@ func (c *Counters) RecheckDeltas(ctx context.Context, d *DeltaFence, dst, ops []
 		dst = append(dst, rules.Op{Kind: rules.OpRecount, Rule: op.Rule, Key: op.Key, Args: op.Args, Source: op.Source})
 	}
 	return dst, nil
+}
+
+// warnOtherServer logs, once per Counters, a delta whose position belongs
+// to another server's log than its counter's fence.
+func (c *Counters) warnOtherServer(op rules.Op, v FenceView) {
+	if c.fence.incomparable.Swap(true) {
+		return
+	}
+	c.log.Warn("a delta's position belongs to another server's binary log than its counter's fence (different server_id or log base name: a failover, or mysql.dsn not pointing at the server the change stream reads); recounting instead (see docs/exact-counters.md)",
+		"key", op.Key, "event_position", PositionOf(op.Source).String(), "event_server_id", op.Source.ServerID,
+		"fence", v.Fence.At.String(), "fence_server_id", v.Fence.ServerID)
+}
+
+// noteGTIDOnly records that a delta carried a GTID its counter's fence
+// could not be compared with: from now on recounts ask the server for
+// their snapshot's GTID position (SnapshotOptions.GTID).
+func (c *Counters) noteGTIDOnly(op rules.Op) {
+	if op.Source.GTID == "" || c.fence.wantGTID.Swap(true) {
+		return
+	}
+	c.log.Info("change events carry GTIDs without binary log positions; recounts now also record their snapshot's GTID position where the server can name it (see docs/exact-counters.md)",
+		"key", op.Key, "gtid", op.Source.GTID)
 }
 
 func ruleName(r *rules.Rule) string {

@@ -242,8 +242,8 @@ type racingSnapshots struct {
 	race func()
 }
 
-func (r *racingSnapshots) CountInSnapshot(ctx context.Context, query string, args []rules.Value) (SnapshotCount, error) {
-	sc, err := r.MySQL.CountInSnapshot(ctx, query, args)
+func (r *racingSnapshots) CountInSnapshot(ctx context.Context, query string, args []rules.Value, opts SnapshotOptions) (SnapshotCount, error) {
+	sc, err := r.MySQL.CountInSnapshot(ctx, query, args, opts)
 	r.once.Do(r.race)
 	return sc, err
 }
@@ -326,8 +326,8 @@ type alwaysRacing struct {
 	key string
 }
 
-func (r *alwaysRacing) CountInSnapshot(ctx context.Context, query string, args []rules.Value) (SnapshotCount, error) {
-	sc, err := r.MySQL.CountInSnapshot(ctx, query, args)
+func (r *alwaysRacing) CountInSnapshot(ctx context.Context, query string, args []rules.Value, opts SnapshotOptions) (SnapshotCount, error) {
+	sc, err := r.MySQL.CountInSnapshot(ctx, query, args, opts)
 	r.mc.Increment(r.key, 1)
 	return sc, err
 }

@@ -21,26 +21,73 @@ const snapshotRecheck = time.Minute
 
 // snapshotSupport remembers the last "no position" answer.
 type snapshotSupport struct {
-	mu    sync.Mutex
-	why   string
-	until time.Time
+	mu     sync.Mutex
+	why    string
+	reason UnfencedReason
+	until  time.Time
 }
 
 // unsupported returns why positions are unavailable, while that answer is
 // fresh.
-func (s *snapshotSupport) unsupported(now time.Time) (string, bool) {
+func (s *snapshotSupport) unsupported(now time.Time) (string, UnfencedReason, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.why == "" || now.After(s.until) {
-		return "", false
+		return "", 0, false
 	}
-	return s.why, true
+	return s.why, s.reason, true
 }
 
-func (s *snapshotSupport) remember(why string, now time.Time) {
+func (s *snapshotSupport) remember(why string, reason UnfencedReason, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.why, s.until = why, now.Add(snapshotRecheck)
+	s.why, s.reason, s.until = why, reason, now.Add(snapshotRecheck)
+}
+
+// UnfencedReason says why a recount could not be fenced; its String is
+// the reason label of cachewarden_recount_unfenced_total.
+type UnfencedReason uint8
+
+const (
+	// UnfencedBinlogOff: the server's binary log is off.
+	UnfencedBinlogOff UnfencedReason = iota + 1
+	// UnfencedNoSnapshotPosition: the server cannot name a consistent
+	// snapshot's binary log position (MySQL without Percona's extension).
+	UnfencedNoSnapshotPosition
+	// UnfencedStatusUnreadable: reading the snapshot's position failed
+	// (a proxy refusing SHOW STATUS, say).
+	UnfencedStatusUnreadable
+	// UnfencedDisabled: fencing is off (counters.fencing: off).
+	UnfencedDisabled
+	// UnfencedNoSnapshots: the Recounter cannot count in a snapshot.
+	UnfencedNoSnapshots
+	nUnfencedReasons
+)
+
+// String returns the reason's metric label.
+func (r UnfencedReason) String() string {
+	switch r {
+	case UnfencedBinlogOff:
+		return "binlog_off"
+	case UnfencedNoSnapshotPosition:
+		return "no_snapshot_position"
+	case UnfencedStatusUnreadable:
+		return "status_unreadable"
+	case UnfencedDisabled:
+		return "disabled"
+	case UnfencedNoSnapshots:
+		return "no_snapshots"
+	}
+	return "unknown"
+}
+
+// UnfencedReasons lists every UnfencedReason, for metrics.
+func UnfencedReasons() []UnfencedReason {
+	out := make([]UnfencedReason, 0, nUnfencedReasons-1)
+	for r := UnfencedBinlogOff; r < nUnfencedReasons; r++ {
+		out = append(out, r)
+	}
+	return out
 }
 
 // Reasons CountInSnapshot gives for a snapshot without position.
@@ -48,6 +95,17 @@ const (
 	noPositionBinlogOff = "the binary log is off (log_bin = OFF): nothing to fence at"
 	noPositionMySQL     = "the server does not report a consistent snapshot's binary log position (status binlog_snapshot_file/binlog_snapshot_position: MariaDB and Percona Server have it, MySQL does not)"
 )
+
+// SnapshotOptions asks CountInSnapshot for more than the count and the
+// binary log position.
+type SnapshotOptions struct {
+	// GTID asks for the snapshot's GTID position as well (SnapshotCount.
+	// GTID): on MariaDB BINLOG_GTID_POS of the snapshot's position, which
+	// reads the binary log file up to it (milliseconds per hundred MB),
+	// so it is asked for only once change events carry GTIDs without
+	// positions.
+	GTID bool
+}
 
 // CountInSnapshot runs a recount query (as Count does) inside a consistent
 // snapshot, and reports the snapshot's binary log position:
@@ -70,10 +128,10 @@ const (
 // with At zero and NoPosition saying why; that answer is then trusted for
 // a minute, during which recounts run as plain queries. Safe for
 // concurrent use.
-func (m *MySQL) CountInSnapshot(ctx context.Context, query string, args []rules.Value) (SnapshotCount, error) {
-	if why, ok := m.snapshots.unsupported(time.Now()); ok {
+func (m *MySQL) CountInSnapshot(ctx context.Context, query string, args []rules.Value, opts SnapshotOptions) (SnapshotCount, error) {
+	if why, reason, ok := m.snapshots.unsupported(time.Now()); ok {
 		n, err := m.Count(ctx, query, args)
-		return SnapshotCount{N: n, NoPosition: why}, err
+		return SnapshotCount{N: n, NoPosition: why, Unfenced: reason}, err
 	}
 	bound, err := bindArgs(args)
 	if err != nil {
@@ -100,11 +158,11 @@ func (m *MySQL) CountInSnapshot(ctx context.Context, query string, args []rules.
 			endTransaction(conn)
 		}
 	}()
-	at, why, err := snapshotPosition(ctx, conn)
+	snap, err := snapshotPosition(ctx, conn, opts)
 	if err != nil {
 		// The status cannot be read (a proxy refusing SHOW, say): count
 		// without a position rather than not at all.
-		why = "cannot read the snapshot's binary log position: " + err.Error()
+		snap = snapshotAt{why: "cannot read the snapshot's binary log position: " + err.Error(), reason: UnfencedStatusUnreadable}
 		m.log.Debug("cannot read binlog_snapshot_position", "err", err)
 	}
 	n, err := scanCount(conn.QueryContext(ctx, query, bound...))
@@ -115,27 +173,38 @@ func (m *MySQL) CountInSnapshot(ctx context.Context, query string, args []rules.
 		return SnapshotCount{}, fmt.Errorf("counters: recount: commit: %w", err)
 	}
 	committed = true
-	if !at.Known() {
-		m.snapshots.remember(why, time.Now())
+	if !snap.at.Known() {
+		m.snapshots.remember(snap.why, snap.reason, time.Now())
+		return SnapshotCount{N: n, NoPosition: snap.why, Unfenced: snap.reason}, nil
 	}
-	return SnapshotCount{N: n, At: at, NoPosition: why}, nil
+	return SnapshotCount{N: n, At: snap.at, ServerID: snap.serverID, GTID: snap.gtid}, nil
+}
+
+// snapshotAt is what snapshotPosition learned.
+type snapshotAt struct {
+	at       BinlogPosition
+	serverID uint32
+	gtid     string
+	why      string
+	reason   UnfencedReason
 }
 
 // snapshotPosition reads the binary log position of the current
-// transaction's consistent snapshot; at is zero, and why says why, when
-// the server has none.
-func snapshotPosition(ctx context.Context, conn *sql.Conn) (at BinlogPosition, why string, err error) {
+// transaction's consistent snapshot, the server's @@server_id, and with
+// opts.GTID the snapshot's GTID position; at is zero, and why says why,
+// when the server has none.
+func snapshotPosition(ctx context.Context, conn *sql.Conn, opts SnapshotOptions) (snapshotAt, error) {
 	rows, err := conn.QueryContext(ctx, `SHOW SESSION STATUS LIKE 'binlog\_snapshot\_%'`)
 	if err != nil {
-		return BinlogPosition{}, "", err
+		return snapshotAt{}, err
 	}
 	defer rows.Close()
-	var file, pos string
+	var file, pos, gtidExecuted string
 	seen := 0
 	for rows.Next() {
 		var name, value string
 		if err := rows.Scan(&name, &value); err != nil {
-			return BinlogPosition{}, "", err
+			return snapshotAt{}, err
 		}
 		switch strings.ToLower(name) {
 		case "binlog_snapshot_file":
@@ -144,22 +213,43 @@ func snapshotPosition(ctx context.Context, conn *sql.Conn) (at BinlogPosition, w
 		case "binlog_snapshot_position":
 			pos = value
 			seen++
+		case "binlog_snapshot_gtid_executed":
+			// Servers that report the snapshot's gtid_executed with it.
+			gtidExecuted = value
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return BinlogPosition{}, "", err
+		return snapshotAt{}, err
 	}
+	rows.Close()
 	if seen < 2 {
-		return BinlogPosition{}, noPositionMySQL, nil
+		return snapshotAt{why: noPositionMySQL, reason: UnfencedNoSnapshotPosition}, nil
 	}
 	if file == "" {
-		return BinlogPosition{}, noPositionBinlogOff, nil
+		return snapshotAt{why: noPositionBinlogOff, reason: UnfencedBinlogOff}, nil
 	}
 	p, err := strconv.ParseInt(pos, 10, 64)
 	if err != nil || p <= 0 {
-		return BinlogPosition{}, "", fmt.Errorf("binlog_snapshot_position %q is not a position", pos)
+		return snapshotAt{}, fmt.Errorf("binlog_snapshot_position %q is not a position", pos)
 	}
-	return BinlogPosition{File: file, Pos: p}, "", nil
+	snap := snapshotAt{at: BinlogPosition{File: file, Pos: p}}
+	if err := conn.QueryRowContext(ctx, "SELECT @@server_id").Scan(&snap.serverID); err != nil {
+		return snapshotAt{}, fmt.Errorf("read @@server_id: %w", err)
+	}
+	if _, ok := parseGTIDSet(gtidExecuted); ok {
+		snap.gtid = gtidExecuted
+	} else if opts.GTID {
+		// MariaDB: the GTID position at the snapshot's binary log
+		// position, exactly (NULL elsewhere, or when the position is no
+		// longer in the log: then no GTID set).
+		var g sql.NullString
+		if err := conn.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, ?)", file, p).Scan(&g); err == nil && g.Valid {
+			if _, ok := parseGTIDSet(g.String); ok {
+				snap.gtid = g.String
+			}
+		}
+	}
+	return snap, nil
 }
 
 // endTransaction rolls back an unfinished snapshot transaction; when that

@@ -50,6 +50,17 @@ func (b *binlogDB) insert(post int) rules.Position {
 	return rules.Position{BinlogFile: tx.File, BinlogPos: tx.RowsPos}
 }
 
+// insertGTID adds a comment to post and returns the position of an event
+// that carries only the transaction's GTID (no binary log position).
+func (b *binlogDB) insertGTID(post int) rules.Position {
+	b.t.Helper()
+	tx, err := testsvc.ExecLogged(context.Background(), b.conn, "INSERT INTO comments (post_id) VALUES (?)", post)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return rules.Position{GTID: tx.GTID}
+}
+
 func (b *binlogDB) count(post int) int64 {
 	b.t.Helper()
 	var n int64
@@ -66,7 +77,7 @@ func TestCountInSnapshotPosition(t *testing.T) {
 	ctx := context.Background()
 	before := b.insert(1)
 	b.insert(1)
-	sc, err := b.m.CountInSnapshot(ctx, commentsQuery, []rules.Value{intValue("1")})
+	sc, err := b.m.CountInSnapshot(ctx, commentsQuery, []rules.Value{intValue("1")}, SnapshotOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +117,7 @@ func TestCountInSnapshotExcludesLaterCommits(t *testing.T) {
 		}
 		inserted <- rules.Position{BinlogFile: tx.File, BinlogPos: tx.RowsPos}
 	}()
-	sc, err := b.m.CountInSnapshot(context.Background(), slow, []rules.Value{intValue("2")})
+	sc, err := b.m.CountInSnapshot(context.Background(), slow, []rules.Value{intValue("2")}, SnapshotOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +144,7 @@ func TestCountInSnapshotWithoutBinlog(t *testing.T) {
 	}
 	addComments(t, db, 3, "ann", 2)
 	for range 2 { // the second call trusts the first answer
-		sc, err := m.CountInSnapshot(context.Background(), commentsQuery, []rules.Value{intValue("3")})
+		sc, err := m.CountInSnapshot(context.Background(), commentsQuery, []rules.Value{intValue("3")}, SnapshotOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +153,7 @@ func TestCountInSnapshotWithoutBinlog(t *testing.T) {
 		}
 	}
 	// Errors still come back as errors.
-	if _, err := m.CountInSnapshot(context.Background(), "SELEC nope", nil); err == nil {
+	if _, err := m.CountInSnapshot(context.Background(), "SELEC nope", nil, SnapshotOptions{}); err == nil {
 		t.Fatal("bad query succeeded")
 	}
 }
@@ -158,14 +169,14 @@ func TestCountInSnapshotErrorsKeepPoolClean(t *testing.T) {
 	// One connection: a transaction left open would show on the next use.
 	m := NewMySQL(db, DBConfig{MaxOpenConns: 1, QueryTimeout: 300 * time.Millisecond}, nil)
 	for _, q := range []string{"SELECT COUNT(*), 1 FROM comments WHERE post_id = ?", "SELEC nope ?", "SELECT SLEEP(0.8) FROM comments WHERE post_id = ?"} {
-		if _, err := m.CountInSnapshot(context.Background(), q, []rules.Value{intValue("4")}); err == nil {
+		if _, err := m.CountInSnapshot(context.Background(), q, []rules.Value{intValue("4")}, SnapshotOptions{}); err == nil {
 			t.Fatalf("%q succeeded", q)
 		}
 		var inTx int
 		if err := db.QueryRow("SELECT @@in_transaction").Scan(&inTx); err != nil || inTx != 0 {
 			t.Fatalf("after %q: @@in_transaction = %d, %v; want 0", q, inTx, err)
 		}
-		sc, err := m.CountInSnapshot(context.Background(), commentsQuery, []rules.Value{intValue("4")})
+		sc, err := m.CountInSnapshot(context.Background(), commentsQuery, []rules.Value{intValue("4")}, SnapshotOptions{})
 		if err != nil || sc.N != 1 || !sc.At.Known() {
 			t.Fatalf("after %q: CountInSnapshot = %+v, %v", q, sc, err)
 		}

@@ -98,14 +98,21 @@ func TestFenceEncoding(t *testing.T) {
 	for _, f := range []Fence{
 		{At: BinlogPosition{File: "mysql-bin.000001", Pos: 4}, ID: 1},
 		{At: BinlogPosition{File: "host with space-bin.1000000", Pos: 1 << 40}, ID: 4294967295},
+		{At: BinlogPosition{File: "mysql-bin.000002", Pos: 328}, ServerID: 7, GTID: "0-7-31,1-2-5", ID: 9},
+		{At: BinlogPosition{File: "binlog.000002", Pos: 328}, ServerID: 4294967295, GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100:120,4e11fa47-71ca-11e1-9e33-c80aa9429562:3", ID: 9},
 	} {
 		got, err := parseFence(encodeFence(f))
 		if err != nil || got != f {
 			t.Errorf("round trip of %+v = %+v, %v", f, got, err)
 		}
 	}
+	// Fences written in format 1 are still read.
+	if got, err := parseFence([]byte("1 5 10 f.000001")); err != nil || got != (Fence{At: BinlogPosition{File: "f.000001", Pos: 10}, ID: 5}) {
+		t.Errorf("format 1 fence = %+v, %v", got, err)
+	}
 	for _, bad := range []string{"", "1", "1 5 10", "2 5 10 f.000001", "1 0 10 f.000001", "1 x 10 f.000001",
-		"1 5 -1 f.000001", "1 5 10 ", "1 4294967296 10 f.000001", "12345"} {
+		"1 5 -1 f.000001", "1 5 10 ", "1 4294967296 10 f.000001", "12345",
+		"2 5 10 1 - ", "2 5 10 x - f.000001", "2 5 10 1 0-1 f.000001", "2 5 10 1 uuid:1 f.000001", "3 5 10 1 - f.000001"} {
 		if f, err := parseFence([]byte(bad)); err == nil {
 			t.Errorf("parseFence(%q) = %+v, want an error", bad, f)
 		}
@@ -115,7 +122,8 @@ func TestFenceEncoding(t *testing.T) {
 // FuzzParseFence checks that any fence item either fails to parse or
 // round-trips.
 func FuzzParseFence(f *testing.F) {
-	for _, s := range []string{"1 7 120 mysql-bin.000001", "1 1 4 a", "", "1  7 120 x", "1 7 120 a b c", "0 7 1 f"} {
+	for _, s := range []string{"1 7 120 mysql-bin.000001", "1 1 4 a", "", "1  7 120 x", "1 7 120 a b c", "0 7 1 f",
+		"2 7 120 3 0-3-9,1-1-2 mysql-bin.000001", "2 7 120 3 3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5 b.1"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
@@ -135,33 +143,53 @@ func FuzzParseFence(f *testing.F) {
 
 func TestVerdict(t *testing.T) {
 	at := func(file string, pos int64) rules.Position { return rules.Position{BinlogFile: file, BinlogPos: pos} }
-	fence := Fence{At: BinlogPosition{File: "mysql-bin.000003", Pos: 1000}, ID: 77}
+	fence := Fence{At: BinlogPosition{File: "mysql-bin.000003", Pos: 1000}, ServerID: 1, ID: 77}
 	consistent := FenceView{Counter: true, Flags: 77, HasFence: true, Fence: fence}
+	gtidFence := fence
+	gtidFence.GTID = "0-1-500,1-2-40"
+	gtidView := FenceView{Counter: true, Flags: 77, HasFence: true, Fence: gtidFence}
+	mysqlFence := fence
+	mysqlFence.GTID = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100:120-130"
+	mysqlView := FenceView{Counter: true, Flags: 77, HasFence: true, Fence: mysqlFence}
+	server := func(p rules.Position, id uint32) rules.Position { p.ServerID = id; return p }
+	gtid := func(p rules.Position, g string) rules.Position { p.GTID = g; return p }
 	for _, tc := range []struct {
-		name         string
-		view         FenceView
-		pos          rules.Position
-		want         Verdict
-		incomparable bool
+		name string
+		view FenceView
+		pos  rules.Position
+		want Verdict
+		why  Why
 	}{
-		{"before the fence", consistent, at("mysql-bin.000003", 999), Skip, false},
-		{"at the fence", consistent, at("mysql-bin.000003", 1000), Skip, false},
-		{"after the fence", consistent, at("mysql-bin.000003", 1001), Apply, false},
-		{"earlier file", consistent, at("mysql-bin.000002", 999999), Skip, false},
-		{"later file", consistent, at("mysql-bin.000004", 4), Apply, false},
-		{"no position", consistent, rules.Position{Topic: "t", Offset: 5}, Apply, false},
-		{"other server's log", consistent, at("other-bin.000003", 5), Apply, true},
-		{"counter missing", FenceView{HasFence: true, Fence: fence}, at("mysql-bin.000003", 5), Apply, false},
-		{"no fence", FenceView{Counter: true, Flags: 77}, at("mysql-bin.000003", 5), Apply, false},
-		{"never fenced", FenceView{Counter: true}, at("mysql-bin.000003", 5), Apply, false},
-		{"unfenced value over a fence", FenceView{Counter: true, HasFence: true, Fence: fence}, at("mysql-bin.000003", 5), Apply, false},
-		{"recount in progress", FenceView{Counter: true, Flags: 12, HasFence: true, Fence: fence}, at("mysql-bin.000003", 5), Recount, false},
-		{"recount in progress, after", FenceView{Counter: true, Flags: 12, HasFence: true, Fence: fence}, at("mysql-bin.000003", 5000), Recount, false},
-		{"unreadable fence", FenceView{Counter: true, Flags: 77, HasFence: true, BadFence: true}, at("mysql-bin.000003", 5), Recount, false},
+		{"before the fence", consistent, at("mysql-bin.000003", 999), Skip, Decided},
+		{"at the fence", consistent, at("mysql-bin.000003", 1000), Skip, Decided},
+		{"after the fence", consistent, at("mysql-bin.000003", 1001), Apply, Decided},
+		{"earlier file", consistent, at("mysql-bin.000002", 999999), Skip, Decided},
+		{"later file", consistent, at("mysql-bin.000004", 4), Apply, Decided},
+		{"same server id", consistent, server(at("mysql-bin.000003", 999), 1), Skip, Decided},
+		{"other server id", consistent, server(at("mysql-bin.000003", 999), 2), Recount, OtherServer},
+		{"event server unknown", consistent, server(at("mysql-bin.000003", 999), 0), Skip, Decided},
+		{"no position", consistent, rules.Position{Topic: "t", Offset: 5}, Apply, NoPosition},
+		{"other server's log", consistent, at("other-bin.000003", 5), Recount, OtherServer},
+		{"gtid only, fence without gtid", consistent, gtid(rules.Position{}, "0-1-7"), Apply, NoPosition},
+		{"mariadb gtid in the set", gtidView, gtid(rules.Position{}, "0-1-500"), Skip, Decided},
+		{"mariadb gtid after the set", gtidView, gtid(rules.Position{}, "0-1-501"), Apply, Decided},
+		{"mariadb gtid of an unnamed domain", gtidView, gtid(rules.Position{}, "2-1-1"), Apply, Decided},
+		{"gtid wins over another server's position", gtidView, server(gtid(at("mysql-bin.000009", 5), "1-3-40"), 3), Skip, Decided},
+		{"mysql gtid in the set", mysqlView, gtid(rules.Position{}, "3E11FA47-71CA-11E1-9E33-C80AA9429562:125"), Skip, Decided},
+		{"mysql gtid in a gap", mysqlView, gtid(rules.Position{}, "3e11fa47-71ca-11e1-9e33-c80aa9429562:110"), Apply, Decided},
+		{"mysql gtid of another uuid", mysqlView, gtid(rules.Position{}, "4e11fa47-71ca-11e1-9e33-c80aa9429562:1"), Apply, Decided},
+		{"gtid kinds differ: position decides", mysqlView, gtid(at("mysql-bin.000003", 5), "0-1-1"), Skip, Decided},
+		{"counter missing", FenceView{HasFence: true, Fence: fence}, at("mysql-bin.000003", 5), Apply, Decided},
+		{"fence evicted alone", FenceView{Counter: true, Flags: 77}, at("mysql-bin.000003", 5), Recount, FenceMissing},
+		{"never fenced", FenceView{Counter: true}, at("mysql-bin.000003", 5), Apply, Decided},
+		{"unfenced value over a fence", FenceView{Counter: true, HasFence: true, Fence: fence}, at("mysql-bin.000003", 5), Apply, Decided},
+		{"recount in progress", FenceView{Counter: true, Flags: 12, HasFence: true, Fence: fence}, at("mysql-bin.000003", 5), Recount, Decided},
+		{"recount in progress, after", FenceView{Counter: true, Flags: 12, HasFence: true, Fence: fence}, at("mysql-bin.000003", 5000), Recount, Decided},
+		{"unreadable fence", FenceView{Counter: true, Flags: 77, HasFence: true, BadFence: true}, at("mysql-bin.000003", 5), Recount, Decided},
 	} {
-		got, incomparable := tc.view.Verdict(tc.pos)
-		if got != tc.want || incomparable != tc.incomparable {
-			t.Errorf("%s: Verdict = %v (incomparable %v), want %v (%v)", tc.name, got, incomparable, tc.want, tc.incomparable)
+		got, why := tc.view.Verdict(tc.pos)
+		if got != tc.want || why != tc.why {
+			t.Errorf("%s: Verdict = %v (%v), want %v (%v)", tc.name, got, why, tc.want, tc.why)
 		}
 	}
 }
@@ -171,11 +199,17 @@ func TestRecheckVerdict(t *testing.T) {
 	f2 := Fence{At: BinlogPosition{File: "mysql-bin.000003", Pos: 2000}, ID: 2}
 	v1 := FenceView{Counter: true, Flags: 1, HasFence: true, Fence: f1}
 	v2 := FenceView{Counter: true, Flags: 2, HasFence: true, Fence: f2}
-	pos := func(p int64) BinlogPosition { return BinlogPosition{File: "mysql-bin.000003", Pos: p} }
+	pos := func(ps ...int64) []rules.Position {
+		var out []rules.Position
+		for _, p := range ps {
+			out = append(out, rules.Position{BinlogFile: "mysql-bin.000003", BinlogPos: p})
+		}
+		return out
+	}
 	for _, tc := range []struct {
 		name          string
 		before, after FenceView
-		first         BinlogPosition
+		sources       []rules.Position
 		want          Verdict
 	}{
 		{"nothing stored in between", v1, v1, pos(1500), Apply},
@@ -183,6 +217,7 @@ func TestRecheckVerdict(t *testing.T) {
 		{"recount at a later fence stored in between", v1, v2, pos(1500), Recount},
 		{"the deltas are at the new fence", v1, v2, pos(2000), Recount},
 		{"recount at an earlier fence than the deltas", v1, v2, pos(2001), Apply},
+		{"one of the deltas is in the new fence", v1, v2, pos(2500, 1999), Recount},
 		{"first fence appeared", FenceView{Counter: true}, v2, pos(1500), Recount},
 		{"counter deleted in between", v1, FenceView{HasFence: true, Fence: f1}, pos(1500), Apply},
 		{"fence rewritten, value not yet", v1, FenceView{Counter: true, Flags: 1, HasFence: true, Fence: f2}, pos(2500), Recount},
@@ -190,7 +225,7 @@ func TestRecheckVerdict(t *testing.T) {
 		{"incomparable new fence", v1, FenceView{Counter: true, Flags: 3, HasFence: true,
 			Fence: Fence{At: BinlogPosition{File: "other.000001", Pos: 1}, ID: 3}}, pos(2500), Recount},
 	} {
-		if got := RecheckVerdict(tc.before, tc.after, tc.first); got != tc.want {
+		if got := RecheckVerdict(tc.before, tc.after, tc.sources); got != tc.want {
 			t.Errorf("%s: RecheckVerdict = %v, want %v", tc.name, got, tc.want)
 		}
 	}

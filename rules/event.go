@@ -139,6 +139,12 @@ type Position struct {
 	BinlogPos  int64
 	GTID       string
 	TsMs       int64
+	// ServerID is the server_id the event names (Debezium's
+	// source.server_id, Maxwell's server_id): the server where the change
+	// was first written, which is the server whose binary log BinlogFile
+	// belongs to when the connector reads the server the writes go to.
+	// 0 when unknown.
+	ServerID uint32
 }
 
 // Event is one row change.

@@ -53,6 +53,9 @@ func (d *Decoder) debezium(m msg, pos rules.Position, out *Decoded) error {
 		if si.gtid != "" {
 			src.GTID = si.gtid
 		}
+		if si.serverID != 0 {
+			src.ServerID = si.serverID
+		}
 		sourceTs, sourceTsSec, snapshot = si.tsMs, si.tsSec, si.snapshot
 	}
 	// Source time: when the change happened in the database. Snapshot rows
@@ -143,7 +146,8 @@ func isSnapshotMarker(v rules.Value) bool {
 // skipped. __deleted "true" (or true) makes it a delete whose before image
 // is the row. The table comes from __db/__table, else from the decoder's
 // topic map or default table. __source_ts_ms (else __ts_ms),
-// __source_file, __source_pos and __source_gtid fill the source position.
+// __source_file, __source_pos, __source_gtid and __source_server_id fill
+// the source position.
 func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 	const f = FormatDebeziumFlat
 	st := &out.st
@@ -203,6 +207,10 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 		case "__source_gtid":
 			if v.Kind == rules.KindString {
 				src.GTID = v.Text
+			}
+		case "__source_server_id":
+			if id := parseServerID(v); id != 0 {
+				src.ServerID = id
 			}
 		}
 	}

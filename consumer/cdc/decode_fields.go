@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"math"
 	"strings"
 
 	"github.com/cachewarden/cachewarden/rules"
@@ -55,6 +56,7 @@ const (
 	kTs
 	kPosition
 	kGTID
+	kServerID
 	kEncrypted
 	kIsDdl
 	kEs
@@ -109,6 +111,8 @@ func keyID(name string) int {
 		return kPosition
 	case "gtid":
 		return kGTID
+	case "server_id":
+		return kServerID
 	case "encrypted":
 		return kEncrypted
 	case "isDdl":
@@ -296,7 +300,8 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 type sourceInfo struct {
 	db, schema, table string
 	file, gtid        string
-	pos, tsMs, tsSec  int64 // -1 when absent
+	pos, tsMs, tsSec  int64  // -1 when absent
+	serverID          uint32 // 0 when absent (and in snapshot rows)
 	snapshot          bool
 }
 
@@ -388,6 +393,7 @@ const (
 	srcTsMs
 	srcTsSec
 	srcSnapshot
+	srcServerID
 )
 
 func sourceKey(key string) int {
@@ -410,6 +416,8 @@ func sourceKey(key string) int {
 		return srcTsSec
 	case "snapshot":
 		return srcSnapshot
+	case "server_id":
+		return srcServerID
 	}
 	return srcOther
 }
@@ -435,6 +443,8 @@ func (si *sourceInfo) set(k int, v rules.Value) {
 		if n, ok := parseInt64(v); ok {
 			si.pos = n
 		}
+	case srcServerID:
+		si.serverID = parseServerID(v)
 	case srcTsMs:
 		if n, ok := parseInt64(v); ok {
 			si.tsMs = n
@@ -628,4 +638,15 @@ func (st *decodeState) overlay(base, old span) span {
 		}
 	}
 	return span{lo, int32(len(st.cols))}
+}
+
+// parseServerID reads a server_id member: the MySQL/MariaDB server_id of
+// the server where the change was first written (1..4294967295). Anything
+// else, 0 included (Debezium's snapshot rows), is 0: unknown.
+func parseServerID(v rules.Value) uint32 {
+	n, ok := parseInt64(v)
+	if !ok || n <= 0 || n > math.MaxUint32 {
+		return 0
+	}
+	return uint32(n)
 }

@@ -90,6 +90,11 @@ func (d *Decoder) maxwell(m msg, pos rules.Position, out *Decoded) error {
 	if g, _ := m.str(kGTID); g != "" {
 		src.GTID = g
 	}
+	if sf := m.get(kServerID); sf != nil {
+		if id := parseServerID(sf.val); id != 0 {
+			src.ServerID = id
+		}
+	}
 
 	before, after := absent, data
 	switch op {

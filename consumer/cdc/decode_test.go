@@ -155,7 +155,7 @@ func TestDecodeDebezium(t *testing.T) {
 				op: rules.Update, table: "inventory.customers",
 				before: "id=int:1004 first_name=string:Anne last_name=string:Kretchmar email=string:annek@noanswer.org",
 				after:  "id=int:1004 first_name=string:Anne Marie last_name=string:Kretchmar email=string:annek@noanswer.org",
-				src:    rules.Position{Topic: kpos.Topic, Partition: 3, Offset: 42, BinlogFile: "mysql-bin.000003", BinlogPos: 484, TsMs: 1465581029100},
+				src:    rules.Position{Topic: kpos.Topic, Partition: 3, Offset: 42, BinlogFile: "mysql-bin.000003", BinlogPos: 484, TsMs: 1465581029100, ServerID: 223344},
 			}}},
 		},
 		{
@@ -212,7 +212,7 @@ func TestDecodeDebezium(t *testing.T) {
 			value: fixtureLine(t, "debezium-mysql-with-schema.ndjson", 20),
 			want: want{format: FormatDebezium, events: []wantEvent{{
 				op: rules.Insert, table: "inventory.customers",
-				src: rules.Position{Topic: kpos.Topic, Partition: 3, Offset: 42, BinlogFile: "mysql-bin.000003", BinlogPos: 1046, TsMs: 1490635153000},
+				src: rules.Position{Topic: kpos.Topic, Partition: 3, Offset: 42, BinlogFile: "mysql-bin.000003", BinlogPos: 1046, TsMs: 1490635153000, ServerID: 223344},
 			}}},
 		},
 		{
@@ -226,6 +226,22 @@ func TestDecodeDebezium(t *testing.T) {
 			want: want{format: FormatDebezium, events: []wantEvent{{
 				op: rules.Update, table: "d.t",
 				src: rules.Position{Topic: kpos.Topic, Partition: 3, Offset: 42, BinlogFile: "binlog.000007", BinlogPos: 99, GTID: "3E11FA47-71CA-11E1-9E33-C80AA9429562:23", TsMs: 1700000000123},
+			}}},
+		},
+		{
+			name:  "server_id 0 (a snapshot row) is unknown",
+			value: `{"op":"c","after":{"id":1},"source":{"db":"d","table":"t","file":"binlog.000007","pos":99,"server_id":0}}`,
+			want: want{format: FormatDebezium, events: []wantEvent{{
+				op: rules.Insert, table: "d.t",
+				src: rules.Position{Topic: kpos.Topic, Partition: 3, Offset: 42, BinlogFile: "binlog.000007", BinlogPos: 99},
+			}}},
+		},
+		{
+			name:  "flattened source fields with the server id",
+			value: `{"__op":"c","__db":"d","__table":"t","__source_file":"binlog.000008","__source_pos":120,"__source_server_id":7,"__source_gtid":"0-7-31","id":1}`,
+			want: want{format: FormatDebeziumFlat, events: []wantEvent{{
+				op: rules.Insert, table: "d.t",
+				src: rules.Position{Topic: kpos.Topic, Partition: 3, Offset: 42, BinlogFile: "binlog.000008", BinlogPos: 120, GTID: "0-7-31", ServerID: 7},
 			}}},
 		},
 		{
@@ -493,7 +509,7 @@ func TestDecodeMaxwell(t *testing.T) {
 			value: fixtureLine(t, "maxwell.ndjson", 21),
 			want: want{format: FormatMaxwell, events: []wantEvent{{
 				op: rules.Insert, table: "test.e",
-				src: rules.Position{Topic: "maxwell", Partition: 1, Offset: 5, BinlogFile: "master.000006", BinlogPos: 800911, TsMs: 1477053217000},
+				src: rules.Position{Topic: "maxwell", Partition: 1, Offset: 5, BinlogFile: "master.000006", BinlogPos: 800911, TsMs: 1477053217000, ServerID: 23042},
 			}}},
 		},
 		{

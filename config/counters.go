@@ -1,0 +1,48 @@
+package config
+
+import (
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Counters is the `counters` section: how counter recounts are fenced
+// (docs/exact-counters.md).
+type Counters struct {
+	// Fencing is "auto" (default: fence when the database can name a
+	// snapshot's position, else recount unfenced with a warning), "off"
+	// (never fence) or "required" (refuse to start when the database
+	// cannot fence).
+	Fencing string
+	// FenceTTL is how long a recount's fence is kept in memcached; it must
+	// exceed the longest consumer lag expected. Default 1h, at most 30
+	// days.
+	FenceTTL time.Duration
+}
+
+// Defaults of the counters section.
+const (
+	DefaultCountersFencing  = "auto"
+	DefaultCountersFenceTTL = time.Hour
+	MaxCountersFenceTTL     = 30 * 24 * time.Hour
+)
+
+func (d *decoder) counters(n *yaml.Node, c *Counters) {
+	d.mapping(n, "counters", map[string]func(*yaml.Node){
+		"fencing":   func(v *yaml.Node) { c.Fencing = d.str(v, "counters.fencing") },
+		"fence_ttl": func(v *yaml.Node) { c.FenceTTL = d.duration(v, "counters.fence_ttl") },
+	})
+}
+
+func (d *decoder) validateCounters(c *Counters) {
+	if !d.set("counters.fencing") {
+		c.Fencing = DefaultCountersFencing
+	} else if d.readable("counters.fencing") {
+		switch c.Fencing {
+		case "auto", "off", "required":
+		default:
+			d.problem(d.place("counters.fencing"), "counters.fencing: %q is not auto, off or required", c.Fencing)
+		}
+	}
+	d.positiveDuration(&c.FenceTTL, "counters.fence_ttl", DefaultCountersFenceTTL, MaxCountersFenceTTL)
+}
