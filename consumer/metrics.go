@@ -24,6 +24,7 @@ type Metrics struct {
 	batchMessages   prometheus.Histogram
 	batchOps        prometheus.Histogram
 	batchDuration   prometheus.Histogram
+	eventAge        prometheus.Histogram
 	coalesceSaved   prometheus.Counter
 	applyDuration   *prometheus.HistogramVec
 	applyRetries    prometheus.Counter
@@ -75,6 +76,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:    "cachewarden_batch_duration_seconds",
 			Help:    "Time to decode, plan, coalesce and apply one batch, retries and DLQ writes included.",
 			Buckets: latencyBuckets,
+		}),
+		eventAge: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cachewarden_event_age_seconds",
+			Help:    "Age of each applied row change when its batch was applied: now minus the source timestamp (Debezium ts_ms of the source, Maxwell ts, Canal es). The staleness readers see; it includes the connector's and Kafka's delay and any clock difference with the database.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 22),
 		}),
 		coalesceSaved: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cachewarden_coalesce_saved_ops_total",
@@ -162,7 +168,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.coalesceSaved,
+		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.eventAge, m.coalesceSaved,
 			m.applyDuration, m.applyRetries, m.mysqlDuration, m.memcachedRTT, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
 			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.ready, m.memcachedUp,
 			m.groupJoined, m.assigned, m.generations, m.partitionErrors)

@@ -174,6 +174,9 @@ type Batch struct {
 	results   []cacheops.Result
 	events    map[eventLabels]int
 	outcomes  map[opLabels]int
+	// sourceTsMs are the source timestamps (Unix ms) of the batch's row
+	// changes that carry one, for cachewarden_event_age_seconds.
+	sourceTsMs []int64
 	fence     batchFence
 }
 
@@ -207,6 +210,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		b.events = make(map[eventLabels]int)
 	}
 	clear(b.events)
+	b.sourceTsMs = b.sourceTsMs[:0]
 	for i := range msgs {
 		msg := &msgs[i]
 		dec := p.decoderFor(msg.Pos.Topic)
@@ -219,6 +223,11 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 			b.Stats.Skipped++
 			b.events[eventLabels{msg.Pos.Topic, format, "skipped"}]++
 			continue
+		}
+		for j := range b.decoded.Events {
+			if ts := b.decoded.Events[j].Source.TsMs; ts > 0 {
+				b.sourceTsMs = append(b.sourceTsMs, ts)
+			}
 		}
 		var st rules.PlanStats
 		var firstErr error
@@ -307,6 +316,7 @@ func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 			return err
 		}
 	}
+	p.observeEventAges(b, time.Now())
 	if p.cfg.Rebump != nil {
 		for i := range b.Ops {
 			op := &b.Ops[i]
@@ -316,6 +326,15 @@ func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 		}
 	}
 	return nil
+}
+
+// observeEventAges records how old the batch's row changes were when it
+// was applied.
+func (p *Pipeline) observeEventAges(b *Batch, now time.Time) {
+	nowMs := now.UnixMilli()
+	for _, ts := range b.sourceTsMs {
+		p.m.eventAge.Observe(float64(max(nowMs-ts, 0)) / 1000)
+	}
 }
 
 // recordPlan adds a planned batch's counts to the metrics.

@@ -16,6 +16,8 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/segmentio/kafka-go"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/rules"
@@ -277,4 +279,33 @@ func BenchmarkPipelinePlan(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(msgs)), "ns/msg")
 	b.ReportMetric(float64(st.In), "planned-ops")
 	b.ReportMetric(float64(st.Out), "coalesced-ops")
+}
+
+// TestEventAge: every applied row change that names its source time is
+// observed in cachewarden_event_age_seconds, as now minus that time.
+func TestEventAge(t *testing.T) {
+	r := newRig(t, daemonRules, rigOptions{})
+	sourceTs := time.Now().Add(-5 * time.Second).UnixMilli()
+	var msgs []Message
+	for i := range 4 {
+		v := fmt.Appendf(nil, `{"op":"c","after":{"id":%d},"source":{"db":"shop","table":"users","ts_ms":%d}}`, i+1, sourceTs)
+		msgs = append(msgs, Message{Value: v, Pos: rules.Position{Topic: "t", Offset: int64(i)}})
+	}
+	msgs = append(msgs, Message{Value: []byte(`{"op":"c","after":{"id":9},"source":{"db":"shop","table":"users"}}`), Pos: rules.Position{Topic: "t", Offset: 4}})
+	var b Batch
+	r.pipeline.Plan(&b, msgs, CoalesceOptions{})
+	if err := r.pipeline.Apply(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	var m dto.Metric
+	if err := r.metrics.eventAge.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	h := m.GetHistogram()
+	if h.GetSampleCount() != 4 {
+		t.Errorf("%d ages observed, want 4 (the event without a source time is not)", h.GetSampleCount())
+	}
+	if mean := h.GetSampleSum() / float64(h.GetSampleCount()); mean < 5 || mean > 65 {
+		t.Errorf("mean age %.3fs, want about 5s", mean)
+	}
 }
