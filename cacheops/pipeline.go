@@ -1,13 +1,16 @@
 package cacheops
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -948,4 +951,63 @@ func (w *PipelineWriter) fail(p *pipeOp, verb string, err error) {
 		err = fmt.Errorf("cacheops: %s %q: %w", verb, op.Key, err)
 	}
 	p.step, p.result = pipeDone, failedResult(err)
+}
+
+// ErrNoMetaProtocol marks a server that does not answer the meta commands
+// the PipelineWriter needs (memcached older than 1.6, or a proxy that does
+// not route them); memcached.protocol text serves such servers.
+var ErrNoMetaProtocol = errors.New("memcached does not speak the meta protocol the pipelined writer needs; set memcached.protocol: text")
+
+// metaProbeKey is the item the probe creates (for one second).
+const metaProbeKey = "cachewarden:meta-probe"
+
+// Probe checks that every server answers what the writer sends: an
+// arithmetic command that creates a missing item (ma with N and J) and
+// the no-op that ends a pipelined round (mn), with opaque tokens. It
+// returns an error wrapping ErrNoMetaProtocol, naming the server and its
+// answer, when a server answers otherwise; a network error as it is.
+func (w *PipelineWriter) Probe(ctx context.Context) error {
+	return w.pool.sel.Each(func(addr net.Addr) error {
+		return w.probeServer(ctx, addr)
+	})
+}
+
+func (w *PipelineWriter) probeServer(ctx context.Context, addr net.Addr) error {
+	ctx, cancel := context.WithTimeout(ctx, w.pool.timeout)
+	defer cancel()
+	conn, err := w.pool.dial(ctx, addr.Network(), addr.String())
+	if err != nil {
+		return fmt.Errorf("cacheops: probe %s: %w", addr, err)
+	}
+	defer conn.Close()
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
+	}
+	if _, err := io.WriteString(conn, "ma "+metaProbeKey+" N1 J0 D0 O7\r\nmn\r\n"); err != nil {
+		return fmt.Errorf("cacheops: probe %s: %w", addr, err)
+	}
+	r := bufio.NewReader(conn)
+	first, err := r.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("cacheops: probe %s: %w", addr, err)
+	}
+	first = strings.TrimRight(first, "\r\n")
+	ok := (strings.HasPrefix(first, "HD ") || strings.HasPrefix(first, "VA ")) && strings.Contains(first+" ", " O7 ")
+	if ok && strings.HasPrefix(first, "VA ") {
+		// The value line follows.
+		if _, err := r.ReadString('\n'); err != nil {
+			return fmt.Errorf("cacheops: probe %s: %w", addr, err)
+		}
+	}
+	if ok {
+		second, err := r.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("cacheops: probe %s: %w", addr, err)
+		}
+		if strings.TrimRight(second, "\r\n") == "MN" {
+			return nil
+		}
+		first = strings.TrimRight(second, "\r\n")
+	}
+	return fmt.Errorf("cacheops: probe %s: answered %q to %q: %w", addr, first, "ma "+metaProbeKey+" N1 J0 D0 O7", ErrNoMetaProtocol)
 }

@@ -1104,3 +1104,47 @@ func TestPipelineResendsUnplacedErrors(t *testing.T) {
 		t.Errorf("stats = %+v, want 8 commands in 3 rounds", s)
 	}
 }
+
+// TestPipelineProbe: a memcached with the meta protocol passes; a server
+// that answers ERROR to meta commands (memcached before 1.6, or a proxy
+// that does not route them) fails with ErrNoMetaProtocol, naming it.
+func TestPipelineProbe(t *testing.T) {
+	e := newPLEnv(t)
+	if err := e.writer(t, nil, nil, PipelineConfig{}).Probe(context.Background()); err != nil {
+		t.Fatalf("real memcached: %v", err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						return
+					}
+					io.WriteString(c, "ERROR\r\n")
+				}
+			}()
+		}
+	}()
+	var list memcache.ServerList
+	if err := list.SetServers(ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	w := NewPipelineWriter(&list, nil, nil, PipelineConfig{}, nil)
+	defer w.Close()
+	err = w.Probe(context.Background())
+	if !errors.Is(err, ErrNoMetaProtocol) || !strings.Contains(err.Error(), ln.Addr().String()) || !strings.Contains(err.Error(), "memcached.protocol: text") {
+		t.Fatalf("text-only server: %v, want ErrNoMetaProtocol naming %s and memcached.protocol: text", err, ln.Addr())
+	}
+}

@@ -177,7 +177,7 @@ type Batch struct {
 	// sourceTsMs are the source timestamps (Unix ms) of the batch's row
 	// changes that carry one, for cachewarden_event_age_seconds.
 	sourceTsMs []int64
-	fence     batchFence
+	fence      batchFence
 }
 
 type eventLabels struct{ topic, format, outcome string }

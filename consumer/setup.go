@@ -7,6 +7,7 @@ import (
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -212,7 +213,41 @@ func (s *Stack) DaemonConfig() Config {
 // NewDaemon returns a daemon over the stack's pipeline with cfg (usually
 // DaemonConfig, adjusted).
 func (s *Stack) NewDaemon(cfg Config) (*Daemon, error) {
-	return New(cfg, Deps{Pipeline: s.Pipeline, Memcached: s.Memcache, Logger: s.Logger.With("component", "consumer")})
+	var health Pinger = s.Memcache
+	if s.Pipelined != nil {
+		health = &metaPinger{Client: s.Memcache, probe: s.Pipelined.Probe}
+	}
+	return New(cfg, Deps{Pipeline: s.Pipeline, Memcached: health, Logger: s.Logger.With("component", "consumer")})
+}
+
+// metaPinger is the daemon's readiness check with memcached.protocol meta:
+// memcached answers, and every server speaks the meta commands the
+// pipelined writer sends (probed until that has held once). A server that
+// does not (memcached before 1.6, a proxy that does not route them) keeps
+// the daemon not ready, and the health log names memcached.protocol: text.
+type metaPinger struct {
+	*memcache.Client
+	probe  func(context.Context) error
+	probed atomic.Bool
+}
+
+// metaProbeTimeout bounds one probe of every server.
+const metaProbeTimeout = 5 * time.Second
+
+func (p *metaPinger) Ping() error {
+	if err := p.Client.Ping(); err != nil {
+		return err
+	}
+	if p.probed.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), metaProbeTimeout)
+	defer cancel()
+	if err := p.probe(ctx); err != nil {
+		return err
+	}
+	p.probed.Store(true)
+	return nil
 }
 
 // HTTPHandler serves /metrics from the stack's registry, /healthz,
