@@ -2,12 +2,11 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
+	"log/slog"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cachewarden/cachewarden/consumer"
 )
@@ -23,12 +22,11 @@ type CeilingResult struct {
 // EventsPerSec is Events / Elapsed.
 func (c CeilingResult) EventsPerSec() float64 { return float64(c.Events) / c.Elapsed.Seconds() }
 
-// runCeiling reads the whole topic with kafka-go and does nothing else:
-// one leader connection per partition fetching as cachewarden's partition
-// fetchers do (kafka-go Conn fetch requests of up to 16 MiB, read through
-// the daemon's dialer and its socket buffer), no consumer group, no
-// commits, no decoding, no memcached. The clock starts at the first
-// message, so connection set-up is left out. It is the most a kafka-go
+// runCeiling reads the whole topic with the daemon's Kafka client
+// settings and does nothing else: one franz-go client reading every
+// partition from the start (read_committed, the daemon's fetch sizes), no
+// consumer group, no commits, no decoding, no memcached. The clock starts
+// at the first record, so connection set-up is left out. It is the most a
 // consumer fetching this way can reach against this broker on this
 // machine, the ceiling the consumers' figures sit under.
 func (e *env) runCeiling(ctx context.Context, run int, topic string, total int64) (CeilingResult, error) {
@@ -43,65 +41,51 @@ func (e *env) runCeiling(ctx context.Context, run int, topic string, total int64
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opts.RunTimeout)
 	defer cancel()
-	dialer := consumer.KafkaConn{Brokers: e.broker.Addrs}.Dialer()
-	var (
-		first sync.Once
-		start time.Time
-		mu    sync.Mutex
-		last  time.Time
-	)
-	read := func(p int) error {
-		conn, err := dialer.DialLeader(ctx, "tcp", e.broker.Addrs[0], topic, p)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		stop := context.AfterFunc(ctx, func() { conn.Close() })
-		defer stop()
-		if _, err := conn.Seek(0, kafka.SeekStart); err != nil {
-			return err
-		}
-		for next := int64(0); next < ends[p]; {
-			batch := conn.ReadBatchWith(kafka.ReadBatchConfig{
-				MinBytes: 1, MaxBytes: 16 << 20, MaxWait: time.Second, IsolationLevel: kafka.ReadCommitted,
-			})
-			for {
-				m, err := batch.ReadMessage()
-				if err != nil {
-					break
-				}
-				first.Do(func() { start = time.Now() })
-				next = m.Offset + 1
-			}
-			if err := batch.Close(); err != nil {
-				return err
-			}
-		}
-		mu.Lock()
-		if now := time.Now(); now.After(last) {
-			last = now
-		}
-		mu.Unlock()
-		return nil
-	}
-	var (
-		wg   sync.WaitGroup
-		errs = make([]error, e.opts.Partitions)
-	)
+	starts := make(map[int32]kgo.Offset)
+	var want int64
 	for p := range e.opts.Partitions {
-		if ends[p] == 0 {
-			continue
+		if ends[p] > 0 {
+			starts[int32(p)] = kgo.NewOffset().AtStart()
+			want += ends[p]
 		}
-		wg.Go(func() {
-			if err := read(p); err != nil {
-				cancel()
-				errs[p] = fmt.Errorf("bench: fetch-only read of %s/%d: %w", topic, p, err)
+	}
+	cl, err := consumer.KafkaConn{Brokers: e.broker.Addrs}.NewClient(slog.New(slog.DiscardHandler),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts}))
+	if err != nil {
+		return res, err
+	}
+	defer cl.Close()
+	var (
+		start, last time.Time
+		read        int64
+	)
+	next := make(map[int32]int64)
+	for done := 0; done < len(starts); {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return res, fmt.Errorf("bench: fetch-only read of %s: %w", topic, err)
+		}
+		if errs := fetches.Errors(); len(errs) > 0 {
+			return res, fmt.Errorf("bench: fetch-only read of %s/%d: %w", errs[0].Topic, errs[0].Partition, errs[0].Err)
+		}
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			if start.IsZero() {
+				start = time.Now()
+			}
+			read += int64(len(p.Records))
+			before := next[p.Partition]
+			next[p.Partition] = p.Records[len(p.Records)-1].Offset + 1
+			if end := ends[int(p.Partition)]; before < end && next[p.Partition] >= end {
+				done++
 			}
 		})
+		last = time.Now()
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return res, err
+	if read < want {
+		return res, fmt.Errorf("bench: fetch-only read of %s: %d of %d records", topic, read, want)
 	}
 	res.Elapsed = last.Sub(start)
 	cpu1, err := e.serviceCPU()

@@ -101,7 +101,40 @@ type Kafka struct {
 	TLS TLS
 	// SASL, when Mechanism is set, authenticates to the brokers.
 	SASL SASL
+	// StartOffset is where a partition the group never committed starts:
+	// "earliest" (default) or "latest".
+	StartOffset string
+	// OffsetReset is what happens when a committed offset is no longer
+	// in the partition's log (removed by retention before it was read,
+	// or beyond a recreated partition's end): "fail" (default: the
+	// partition stops and the daemon reports not ready), "earliest" or
+	// "latest" (continue there, after bumping the fallback namespaces of
+	// the topic's tables).
+	OffsetReset string
+	// Balancer is the partition assignor: "cooperative-sticky"
+	// (default: partitions that stay put keep being consumed during a
+	// rebalance), "sticky", "range" or "roundrobin". Every member of a
+	// group must use the same.
+	Balancer string
+	// SessionTimeout, HeartbeatInterval and RebalanceTimeout are the
+	// group protocol's timers; zero means the client's defaults (45s, 3s,
+	// 60s).
+	SessionTimeout, HeartbeatInterval, RebalanceTimeout time.Duration
+	// HandoffTimeout bounds how long a released partition may take to
+	// finish the batch it is applying; default 10s.
+	HandoffTimeout time.Duration
+	// StallTimeout is how long a partition may apply nothing while
+	// messages wait before the daemon reports not ready; default 1m.
+	StallTimeout time.Duration
 }
+
+// StartOffsets, OffsetResets and Balancers list the accepted values of
+// kafka.start_offset, kafka.offset_reset and kafka.balancer.
+var (
+	StartOffsets = []string{"earliest", "latest"}
+	OffsetResets = []string{"fail", "earliest", "latest"}
+	Balancers    = []string{"cooperative-sticky", "sticky", "range", "roundrobin"}
+)
 
 // TLS is the `kafka.tls` section.
 type TLS struct {
@@ -120,11 +153,16 @@ type TLS struct {
 
 // SASL is the `kafka.sasl` section.
 type SASL struct {
-	// Mechanism is "plain" (use it over TLS); "" means no SASL.
+	// Mechanism is "plain" (use it over TLS), "scram-sha-256",
+	// "scram-sha-512" or "oauthbearer"; "" means no SASL.
 	Mechanism string
-	Username  string
+	// Username and Password authenticate plain and SCRAM.
+	Username string
 	// Password is secret: String and LogValue redact it.
 	Password string
+	// TokenFile holds the OAUTHBEARER token; it is read again at every
+	// authentication, so that a sidecar can rotate it.
+	TokenFile string
 }
 
 // Memcached is the `memcached` section.

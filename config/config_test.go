@@ -44,6 +44,9 @@ func TestLoadGood(t *testing.T) {
 			TopicTables:  map[string]string{"shop.flat": "shop.users"},
 			DLQTopic:     "cachewarden.dlq",
 			ClientID:     "cw-local",
+			StartOffset:  "earliest",
+			OffsetReset:  "fail",
+			Balancer:     "cooperative-sticky",
 		},
 		Memcached: Memcached{
 			Servers:        []string{"127.0.0.1:11211", "127.0.0.1:11212"},

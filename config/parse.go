@@ -243,11 +243,26 @@ func (d *decoder) kafka(n *yaml.Node, k *Kafka) {
 		"dlq_topic":     func(v *yaml.Node) { k.DLQTopic = d.str(v, "kafka.dlq_topic") },
 		"client_id":     func(v *yaml.Node) { k.ClientID = d.str(v, "kafka.client_id") },
 		"tls":           func(v *yaml.Node) { d.tls(v, "kafka.tls", &k.TLS) },
+		"start_offset":  func(v *yaml.Node) { k.StartOffset = d.str(v, "kafka.start_offset") },
+		"offset_reset":  func(v *yaml.Node) { k.OffsetReset = d.str(v, "kafka.offset_reset") },
+		"balancer":      func(v *yaml.Node) { k.Balancer = d.str(v, "kafka.balancer") },
+		"session_timeout": func(v *yaml.Node) {
+			k.SessionTimeout = d.duration(v, "kafka.session_timeout")
+		},
+		"heartbeat_interval": func(v *yaml.Node) {
+			k.HeartbeatInterval = d.duration(v, "kafka.heartbeat_interval")
+		},
+		"rebalance_timeout": func(v *yaml.Node) {
+			k.RebalanceTimeout = d.duration(v, "kafka.rebalance_timeout")
+		},
+		"handoff_timeout": func(v *yaml.Node) { k.HandoffTimeout = d.duration(v, "kafka.handoff_timeout") },
+		"stall_timeout":   func(v *yaml.Node) { k.StallTimeout = d.duration(v, "kafka.stall_timeout") },
 		"sasl": func(v *yaml.Node) {
 			d.mapping(v, "kafka.sasl", map[string]func(*yaml.Node){
-				"mechanism": func(v *yaml.Node) { k.SASL.Mechanism = d.str(v, "kafka.sasl.mechanism") },
-				"username":  func(v *yaml.Node) { k.SASL.Username = d.str(v, "kafka.sasl.username") },
-				"password":  func(v *yaml.Node) { k.SASL.Password = d.str(v, "kafka.sasl.password") },
+				"mechanism":  func(v *yaml.Node) { k.SASL.Mechanism = d.str(v, "kafka.sasl.mechanism") },
+				"username":   func(v *yaml.Node) { k.SASL.Username = d.str(v, "kafka.sasl.username") },
+				"password":   func(v *yaml.Node) { k.SASL.Password = d.str(v, "kafka.sasl.password") },
+				"token_file": func(v *yaml.Node) { k.SASL.TokenFile = d.str(v, "kafka.sasl.token_file") },
 			})
 		},
 	})

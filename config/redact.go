@@ -59,7 +59,7 @@ func (s SASL) String() string {
 	if s.Password != "" {
 		pw = redacted
 	}
-	return fmt.Sprintf("{Mechanism:%s Username:%s Password:%s}", s.Mechanism, s.Username, pw)
+	return fmt.Sprintf("{Mechanism:%s Username:%s Password:%s TokenFile:%s}", s.Mechanism, s.Username, pw, s.TokenFile)
 }
 
 // GoString is String, so that %#v redacts too.

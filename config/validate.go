@@ -104,6 +104,17 @@ func (d *decoder) validateKafka(k *Kafka) {
 		d.problem(d.place("kafka.client_id"), "kafka.client_id: must not be empty")
 	}
 	d.validateTLS("kafka.tls", &k.TLS)
+	d.oneOf("kafka.start_offset", &k.StartOffset, StartOffsets)
+	d.oneOf("kafka.offset_reset", &k.OffsetReset, OffsetResets)
+	d.oneOf("kafka.balancer", &k.Balancer, Balancers)
+	if k.SessionTimeout > 0 && k.HeartbeatInterval > 0 && k.HeartbeatInterval*3 > k.SessionTimeout {
+		d.problem(d.place("kafka.heartbeat_interval"), "kafka.heartbeat_interval: %s is more than a third of kafka.session_timeout (%s); the member would be dropped between heartbeats",
+			k.HeartbeatInterval, k.SessionTimeout)
+	}
+	if k.RebalanceTimeout > 0 && k.HandoffTimeout >= k.RebalanceTimeout {
+		d.problem(d.place("kafka.handoff_timeout"), "kafka.handoff_timeout: %s must be below kafka.rebalance_timeout (%s), or a released partition could outlast the rebalance",
+			k.HandoffTimeout, k.RebalanceTimeout)
+	}
 	d.validateSASL(&k.SASL)
 }
 
@@ -131,18 +142,43 @@ func (d *decoder) validateTLS(path string, t *TLS) {
 	}
 }
 
+// oneOf checks that the setting at path, when written, is one of values,
+// and sets it to the first value when it was not written.
+func (d *decoder) oneOf(path string, v *string, values []string) {
+	if !d.set(path) {
+		*v = values[0]
+		return
+	}
+	if d.readable(path) && !slices.Contains(values, *v) {
+		d.problem(d.place(path), "%s: %q is not one of %s", path, *v, strings.Join(values, ", "))
+	}
+}
+
 // SASLMechanisms lists the accepted values of kafka.sasl.mechanism.
-var SASLMechanisms = []string{"plain"}
+var SASLMechanisms = []string{"plain", "scram-sha-256", "scram-sha-512", "oauthbearer"}
 
 func (d *decoder) validateSASL(s *SASL) {
 	if s.Mechanism == "" {
-		if s.Username != "" || s.Password != "" {
-			d.problem(d.place("kafka.sasl"), "kafka.sasl: username and password need a mechanism (%s)", strings.Join(SASLMechanisms, ", "))
+		if s.Username != "" || s.Password != "" || s.TokenFile != "" {
+			d.problem(d.place("kafka.sasl"), "kafka.sasl: credentials need a mechanism (%s)", strings.Join(SASLMechanisms, ", "))
 		}
 		return
 	}
 	if !slices.Contains(SASLMechanisms, s.Mechanism) {
 		d.problem(d.place("kafka.sasl.mechanism"), "kafka.sasl.mechanism: %q is not one of %s", s.Mechanism, strings.Join(SASLMechanisms, ", "))
+		return
+	}
+	if s.Mechanism == "oauthbearer" {
+		if s.TokenFile == "" {
+			d.problem(d.place("kafka.sasl"), "kafka.sasl.token_file: required with mechanism oauthbearer")
+		}
+		if s.Username != "" || s.Password != "" {
+			d.problem(d.place("kafka.sasl"), "kafka.sasl: oauthbearer takes token_file, not username and password")
+		}
+		return
+	}
+	if s.TokenFile != "" {
+		d.problem(d.place("kafka.sasl.token_file"), "kafka.sasl.token_file: only for mechanism oauthbearer")
 	}
 	if s.Username == "" {
 		d.problem(d.place("kafka.sasl.username"), "kafka.sasl.username: required with a mechanism")

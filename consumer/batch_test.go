@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -15,10 +16,12 @@ import (
 func TestOffsetCommitter(t *testing.T) {
 	calls := make(chan int64)
 	results := make(chan error)
+	var failures []string
 	c := newOffsetCommitter(func(next int64) error {
 		calls <- next
 		return <-results
-	})
+	}, func(err error, attempt int) { failures = append(failures, fmt.Sprintf("%d: %v", attempt, err)) })
+	c.backoff = func(int) time.Duration { return time.Millisecond }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -79,13 +82,27 @@ func TestOffsetCommitter(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 
+	// A failed commit is tried again; meanwhile the offset stays
+	// uncommitted.
 	c.applied(1101)
 	expectCommit(1101)
 	results <- errors.New("coordinator moved")
-	<-done // run stops at a failed commit
-	if _, err := c.room(ctx, 100); err == nil || err.Error() != "offset 1101: coordinator moved" {
-		t.Fatalf("room after a failed commit: %v", err)
+	expectCommit(1101)
+	if n := room(1); n != 0 {
+		t.Fatalf("room(1) while 1101 is uncommitted = %d, want to wait", n)
 	}
+	results <- nil
+	for deadline := time.Now().Add(5 * time.Second); room(1) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("1101 not committed after the retry")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if len(failures) != 1 || failures[0] != "1: offset 1101: coordinator moved" {
+		t.Errorf("failures reported: %q", failures)
+	}
+	cancel()
+	<-done
 }
 
 func TestBatchSourceTake(t *testing.T) {
@@ -116,15 +133,15 @@ func TestBatchSourceTake(t *testing.T) {
 	}{
 		{name: "take all", pending: chunk(5, 6, 7), highWater: 20, max: 10, want: []int64{5, 6, 7}},
 		{name: "take up to max", pending: chunk(5, 6, 7), highWater: 20, max: 2, want: []int64{5, 6}, left: 1},
-		{name: "first batch stops at the high watermark", pending: chunk(5, 6, 7), highWater: 7, max: 10, stopAtEnd: true, want: []int64{5, 6}, wantEnd: true, left: 1},
-		{name: "unknown high watermark does not stop", pending: chunk(5, 6), max: 10, stopAtEnd: true, want: []int64{5, 6}},
+		{name: "first batch stops at the last stable offset", pending: chunk(5, 6, 7), highWater: 7, max: 10, stopAtEnd: true, want: []int64{5, 6}, wantEnd: true, left: 1},
+		{name: "unknown last stable offset does not stop", pending: chunk(5, 6), max: 10, stopAtEnd: true, want: []int64{5, 6}},
 		{name: "before end", pending: chunk(5, 6, 7, 8), max: 10, end: 7, want: []int64{5, 6}, wantEnd: true, left: 2},
 		{name: "end-1 taken", pending: chunk(5, 6), max: 10, end: 7, want: []int64{5, 6}, wantEnd: true},
 		{name: "gap past end", pending: chunk(5, 9), max: 10, end: 7, want: []int64{5}, wantEnd: true, left: 1},
 		{name: "before end, max first", pending: chunk(5, 6, 7), max: 1, end: 7, want: []int64{5}, left: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := batchSource{pending: tc.pending, highWater: tc.highWater}
+			s := batchSource{pending: tc.pending, stable: tc.highWater}
 			var got []Message
 			var end bool
 			if tc.end > 0 {

@@ -1,78 +1,26 @@
 // Package consumer turns CDC messages from Kafka into cache operations.
 //
 // It holds the batch pipeline that decodes (package cdc), plans,
-// coalesces and applies them (Pipeline, Coalescer), and the daemon that consumes topics as a member of a Kafka
-// consumer group, commits offsets only after a batch is applied, sends
-// poison messages to a dead-letter topic (DLQ) and applies delayed second
-// bumps (Rebumper). NewStack builds all of it from a config file, for the
-// run, replay and demo commands alike.
+// coalesces and applies them (Pipeline, Coalescer), and the daemon that
+// consumes topics as a member of a Kafka consumer group, commits offsets
+// only after a batch is applied, hands partitions over cleanly on
+// rebalances and shutdown, sends poison messages to a dead-letter topic
+// (DLQ) and applies delayed second bumps (Rebumper). NewStack builds all
+// of it from a config file, for the run, replay and demo commands alike.
 package consumer
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
-
-// KafkaConn says how to reach the Kafka brokers. The zero TLS and SASL
-// mean plaintext without authentication.
-type KafkaConn struct {
-	// Brokers are bootstrap addresses (host:port); required.
-	Brokers []string
-	// ClientID names the daemon to the brokers; default "cachewarden".
-	ClientID string
-	// TLS, when non-nil, encrypts connections.
-	TLS *tls.Config
-	// SASL, when non-nil, authenticates connections.
-	SASL sasl.Mechanism
-	// DialTimeout bounds connecting to a broker; default 10s.
-	DialTimeout time.Duration
-}
-
-func (c KafkaConn) clientID() string {
-	if c.ClientID == "" {
-		return "cachewarden"
-	}
-	return c.ClientID
-}
-
-func (c KafkaConn) dialTimeout() time.Duration {
-	if c.DialTimeout <= 0 {
-		return 10 * time.Second
-	}
-	return c.DialTimeout
-}
-
-// Dialer returns a dialer with the connection settings, for readers and
-// connections of other commands (replay). Its connections read the socket
-// through a 256 KiB buffer (see kafkaReadBuffer).
-func (c KafkaConn) Dialer() *kafka.Dialer {
-	return &kafka.Dialer{
-		ClientID:      c.clientID(),
-		Timeout:       c.dialTimeout(),
-		DialFunc:      dialBuffered(),
-		TLS:           c.TLS,
-		SASLMechanism: c.SASL,
-	}
-}
-
-// Transport returns a transport with the connection settings, for
-// writers and clients of other commands.
-func (c KafkaConn) Transport() *kafka.Transport {
-	return &kafka.Transport{
-		ClientID:    c.clientID(),
-		DialTimeout: c.dialTimeout(),
-		TLS:         c.TLS,
-		SASL:        c.SASL,
-	}
-}
 
 // Daemon defaults.
 const (
@@ -80,9 +28,38 @@ const (
 	DefaultMaxWait         = 10 * time.Millisecond
 	DefaultReadyInterval   = 2 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultHandoffTimeout  = 10 * time.Second
 	// firstBatchWait is how long the first batch after an assignment
-	// stays open at least (see Config.MaxWait).
+	// that follows a crash stays open at least (see Config.MaxWait).
 	firstBatchWait = 2 * time.Second
+)
+
+// StartOffset is where a partition without a committed offset starts.
+type StartOffset int
+
+const (
+	// StartEarliest starts at the oldest record the partition holds
+	// (the default).
+	StartEarliest StartOffset = iota
+	// StartLatest starts at the partition's end: only new records.
+	StartLatest
+)
+
+// OffsetReset is what happens when a partition's committed offset is no
+// longer in its log: records removed by retention before they were read,
+// or a committed offset beyond the partition's end (a topic recreated or
+// truncated).
+type OffsetReset int
+
+const (
+	// ResetFail stops the partition (the default): it is not consumed,
+	// the daemon reports not ready and names the partition, until an
+	// operator decides (docs/operations.md, "Offsets out of range").
+	ResetFail OffsetReset = iota
+	// ResetEarliest continues at the oldest record still there.
+	ResetEarliest
+	// ResetLatest continues at the partition's end.
+	ResetLatest
 )
 
 // Config is the daemon's Kafka and batching configuration.
@@ -95,25 +72,43 @@ type Config struct {
 	// MaxEvents is the most messages in one batch; default 2000.
 	MaxEvents int
 	// MaxWait is how long a batch stays open after its first message;
-	// default 10ms. The first batch after a partition is assigned stays
-	// open until it reaches MaxEvents, reaches the end of the partition,
-	// or 2s (at least MaxWait) pass: it must cover every message the
-	// previous owner may have applied without committing, whose counter
-	// deltas it turns into recounts. This assumes every member of the
-	// group uses the same MaxEvents.
+	// default 10ms. After a crash, the first batch of a partition's next
+	// owner stays open until it reaches MaxEvents, reaches the end of the
+	// partition, or 2s (at least MaxWait) pass: it must cover every
+	// message the crashed owner may have applied without committing,
+	// whose counter deltas it turns into recounts. This assumes every
+	// member of the group uses the same MaxEvents. After a clean handoff
+	// the first batch is like any other.
 	MaxWait time.Duration
-	// StartOffset is where a partition without a committed offset starts:
-	// kafka.FirstOffset (default) or kafka.LastOffset.
-	StartOffset int64
+	// StartOffset is where a partition without a committed offset starts;
+	// default StartEarliest.
+	StartOffset StartOffset
+	// OffsetReset is what happens when a committed offset is no longer in
+	// the log; default ResetFail.
+	OffsetReset OffsetReset
+	// Balancers are the partition assignors the member offers, in order
+	// of preference; default cooperative-sticky (partitions that stay
+	// with a member keep being consumed during a rebalance). Every member
+	// of a group must offer a common one.
+	Balancers []kgo.GroupBalancer
 	// ReadyInterval is the period of the memcached health check; default
 	// 2s.
 	ReadyInterval time.Duration
 	// ShutdownTimeout bounds applying the pending delayed bumps at
 	// shutdown; default 10s.
 	ShutdownTimeout time.Duration
+	// HandoffTimeout bounds how long a partition being released (a
+	// rebalance or shutdown) may take to finish the batch it is applying
+	// before that batch is abandoned; default 10s. It should stay below
+	// RebalanceTimeout.
+	HandoffTimeout time.Duration
+	// StallTimeout is how long a partition may make no progress while
+	// messages wait for it before it counts as stalled (a metric, and
+	// /readyz); default 1m.
+	StallTimeout time.Duration
 	// Group protocol timing; zero means the client's defaults (heartbeat
-	// 3s, session timeout 30s, rebalance timeout 30s, join backoff 5s).
-	HeartbeatInterval, SessionTimeout, RebalanceTimeout, JoinGroupBackoff time.Duration
+	// 3s, session timeout 45s, rebalance timeout 60s).
+	HeartbeatInterval, SessionTimeout, RebalanceTimeout time.Duration
 }
 
 // Pinger checks that memcached answers; *memcache.Client is one. Close
@@ -138,10 +133,10 @@ type Deps struct {
 }
 
 // Daemon consumes CDC topics as a member of a Kafka consumer group and
-// keeps memcached in step with them (DESIGN §6): every assigned partition
-// is read in order by its own goroutine, in batches that are planned,
-// coalesced and applied, and whose offsets are committed only after every
-// op succeeded. Create it with New and start it with Run.
+// keeps memcached in step with them (docs/operations.md): every assigned
+// partition is read in order by its own goroutine, in batches that are
+// planned, coalesced and applied, and whose offsets are committed only
+// after every op succeeded. Create it with New and start it with Run.
 type Daemon struct {
 	cfg    Config
 	p      *Pipeline
@@ -150,8 +145,21 @@ type Daemon struct {
 	log    *slog.Logger
 
 	running     atomic.Bool
-	joined      atomic.Bool
+	stopped     atomic.Bool
 	memcachedUp atomic.Bool
+
+	// cl and committer exist once Run has started.
+	cl        atomic.Pointer[kgo.Client]
+	committer *groupCommitter
+	// workCtx is the context partition workers run under: it ends only
+	// after the group is left, so that a shutdown hands partitions over
+	// like a rebalance does.
+	workCtx context.Context
+
+	mu    sync.RWMutex
+	parts map[topicPartition]*partitionWorker
+	// committed are the offsets found at the last assignment.
+	committed map[topicPartition]committedOffset
 }
 
 // New checks cfg and deps and returns a Daemon. It does not connect to
@@ -175,104 +183,139 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = DefaultMaxWait
 	}
-	if cfg.StartOffset == 0 {
-		cfg.StartOffset = kafka.FirstOffset
-	}
 	if cfg.ReadyInterval <= 0 {
 		cfg.ReadyInterval = DefaultReadyInterval
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if cfg.HandoffTimeout <= 0 {
+		cfg.HandoffTimeout = DefaultHandoffTimeout
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	if len(cfg.Balancers) == 0 {
+		cfg.Balancers = []kgo.GroupBalancer{kgo.CooperativeStickyBalancer()}
+	}
 	log := deps.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Daemon{cfg: cfg, p: deps.Pipeline, health: deps.Memcached, m: deps.Pipeline.Metrics(), log: log}, nil
+	return &Daemon{
+		cfg: cfg, p: deps.Pipeline, health: deps.Memcached, m: deps.Pipeline.Metrics(), log: log,
+		parts: make(map[topicPartition]*partitionWorker), committed: make(map[topicPartition]committedOffset),
+	}, nil
 }
 
 // Ready reports whether the daemon is doing its job: memcached answered
-// the last health check and the daemon is a member of the group. It is
-// safe to call from any goroutine (the /readyz handler does).
+// the last health check, the daemon is a member of the group, and no
+// assigned partition is stalled. It is safe to call from any goroutine
+// (the /readyz handler does).
 func (d *Daemon) Ready() bool {
-	return d.memcachedUp.Load() && d.joined.Load()
+	return d.memcachedUp.Load() && d.joined() && len(d.Stalled()) == 0
+}
+
+// joined reports whether the member is in a group generation.
+func (d *Daemon) joined() bool {
+	cl := d.cl.Load()
+	if cl == nil || d.stopped.Load() {
+		return false
+	}
+	_, gen := cl.GroupMetadata()
+	return gen >= 0
+}
+
+// clientOpts are the group consumer's options.
+func (d *Daemon) clientOpts() []kgo.Opt {
+	start := kgo.NewOffset().AtStart()
+	if d.cfg.StartOffset == StartLatest {
+		start = kgo.NewOffset().AtEnd()
+	}
+	reset := kgo.NoResetOffset()
+	switch d.cfg.OffsetReset {
+	case ResetEarliest:
+		reset = kgo.NewOffset().AtStart()
+	case ResetLatest:
+		reset = kgo.NewOffset().AtEnd()
+	}
+	opts := []kgo.Opt{
+		kgo.ConsumerGroup(d.cfg.Group),
+		kgo.ConsumeTopics(d.cfg.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeStartOffset(start),
+		kgo.ConsumeResetOffset(reset),
+		kgo.Balancers(d.cfg.Balancers...),
+		kgo.OnPartitionsAssigned(d.assigned),
+		kgo.OnPartitionsRevoked(d.revoked),
+		kgo.OnPartitionsLost(d.lost),
+		kgo.OnOffsetsFetched(d.offsetsFetched),
+	}
+	if d.cfg.HeartbeatInterval > 0 {
+		opts = append(opts, kgo.HeartbeatInterval(d.cfg.HeartbeatInterval))
+	}
+	if d.cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(d.cfg.SessionTimeout))
+	}
+	if d.cfg.RebalanceTimeout > 0 {
+		opts = append(opts, kgo.RebalanceTimeout(d.cfg.RebalanceTimeout))
+	}
+	return opts
 }
 
 // Run consumes until ctx ends, then shuts down gracefully and returns nil:
-// it stops fetching, abandons the batch in hand without committing it
-// (its messages are delivered again, to this or another member), leaves
-// the group, and applies the pending delayed bumps. Errors joining the
-// group or reading partitions are logged and retried; Run returns an
-// error only when it cannot start. Run may be called once.
+// it stops fetching, lets each partition finish the batch it is applying
+// (up to HandoffTimeout), commits exactly what was applied marked as a
+// clean handoff, leaves the group, and applies the pending delayed bumps.
+// Errors joining the group or reading partitions are logged and retried;
+// Run returns an error only when it cannot start. Run may be called once.
 func (d *Daemon) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
 	}
-	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID:                d.cfg.Group,
-		Brokers:           d.cfg.Kafka.Brokers,
-		Dialer:            d.cfg.Kafka.Dialer(),
-		Topics:            d.cfg.Topics,
-		StartOffset:       d.cfg.StartOffset,
-		HeartbeatInterval: d.cfg.HeartbeatInterval,
-		SessionTimeout:    d.cfg.SessionTimeout,
-		RebalanceTimeout:  d.cfg.RebalanceTimeout,
-		JoinGroupBackoff:  d.cfg.JoinGroupBackoff,
-		// RetentionTime left at zero: committed offsets are kept as long
-		// as the brokers' offsets.retention.minutes says.
-		ErrorLogger: kafkaLogger(d.log, "consumer group"),
-	})
+	// Partition work outlives ctx until the group is left.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	d.workCtx = work
+	cl, err := d.cfg.Kafka.NewClient(d.log, d.clientOpts()...)
 	if err != nil {
 		return fmt.Errorf("consumer: group %s: %w", d.cfg.Group, err)
 	}
+	d.committer = newGroupCommitter(cl, d.m)
+	d.cl.Store(cl)
 	d.log.Info("consumer starting", "group", d.cfg.Group, "topics", d.cfg.Topics, "brokers", d.cfg.Kafka.Brokers,
 		"max_events", d.cfg.MaxEvents, "max_wait", d.cfg.MaxWait)
 
 	// Background work outlives ctx until the partitions have stopped.
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
-	healthDone := make(chan struct{})
-	go func() {
-		defer close(healthDone)
-		d.healthLoop(bg)
-	}()
-	rebump := d.p.cfg.Rebump
-	rebumpDone := make(chan struct{})
-	go func() {
-		defer close(rebumpDone)
-		if rebump != nil {
-			rebump.Run(bg)
-		}
-	}()
-
-	var lastErr string
-	for {
-		gen, err := group.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
-				break
-			}
-			d.setJoined(false)
-			// The group retries by itself, after JoinGroupBackoff.
-			if msg := err.Error(); msg != lastErr {
-				d.log.Warn("consumer group: cannot join; retrying", "group", d.cfg.Group, "error", msg)
-				lastErr = msg
-			}
-			continue
-		}
-		lastErr = ""
-		d.startGeneration(ctx, gen)
+	var background sync.WaitGroup
+	background.Go(func() { d.healthLoop(bg) })
+	background.Go(func() { d.committer.run(bg) })
+	if rebump := d.p.cfg.Rebump; rebump != nil {
+		background.Go(func() { rebump.Run(bg) })
 	}
 
-	d.log.Info("consumer stopping: leaving the group")
-	d.setJoined(false)
-	group.Close() // ends the generation, waits for its partitions, leaves the group
+	pollLoop(ctx, cl, d.route, d.log)
+
+	d.log.Info("consumer stopping: handing partitions over and leaving the group")
+	leaveCtx, cancelLeave := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.HandoffTimeout+d.cfg.ShutdownTimeout)
+	if err := cl.LeaveGroupContext(leaveCtx); err != nil {
+		d.log.Warn("consumer: leaving the group", "error", err.Error())
+	}
+	cancelLeave()
+	// Partitions the group did not revoke (it was never joined, or the
+	// leave timed out) are abandoned uncommitted.
+	d.stopPartitions(d.ownedPartitions(), false)
+	stopWork()
+	d.stopped.Store(true)
+	cl.Close()
 	d.m.assigned.Set(0)
+	d.updateReady()
 
 	stopBackground()
-	<-rebumpDone
-	<-healthDone
-	if rebump != nil {
+	background.Wait()
+	if rebump := d.p.cfg.Rebump; rebump != nil {
 		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownTimeout)
 		rebump.Flush(flushCtx)
 		cancel()
@@ -281,46 +324,229 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return nil
 }
 
-// startGeneration starts one goroutine per assigned partition; each lives
-// until the generation ends (a rebalance) or ctx does.
-func (d *Daemon) startGeneration(ctx context.Context, gen *kafka.Generation) {
-	d.setJoined(true)
+// partitionWorker is the goroutine consuming one assigned partition.
+type partitionWorker struct {
+	q *partitionQueue
+	// release asks the worker to stop once the batch it is applying
+	// is applied; abandon stops it at once.
+	release, abandon context.CancelFunc
+	done             chan struct{}
+	// result is set before done is closed.
+	result partitionResult
+	// progress tells a stalled partition (see Daemon.Stalled).
+	progress progressClock
+}
+
+// partitionResult is what a worker leaves behind.
+type partitionResult struct {
+	// next is the offset after the last applied message; -1 when none
+	// was applied.
+	next int64
+	// clean: nothing past next was applied (no batch was abandoned
+	// half applied).
+	clean bool
+}
+
+// route returns the queue of an owned partition, or nil.
+func (d *Daemon) route(topic string, partition int32) *partitionQueue {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if w := d.parts[topicPartition{topic, int(partition)}]; w != nil {
+		return w.q
+	}
+	return nil
+}
+
+// assigned starts a worker per newly assigned partition. It runs in the
+// client's group management goroutine, before fetching of the partitions
+// starts.
+func (d *Daemon) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	d.m.generations.Inc()
 	n := 0
-	assigned := make(map[string][]int, len(gen.Assignments))
-	for topic, parts := range gen.Assignments {
-		for _, pa := range parts {
-			assigned[topic] = append(assigned[topic], pa.ID)
+	d.mu.Lock()
+	for topic, parts := range assigned {
+		for _, p := range parts {
+			tp := topicPartition{topic, int(p)}
+			if d.parts[tp] != nil {
+				continue
+			}
+			one := map[string][]int32{topic: {p}}
+			w := &partitionWorker{
+				q: newPartitionQueue(topic, int(p),
+					func() { cl.PauseFetchPartitions(one) },
+					func() { cl.ResumeFetchPartitions(one) }),
+				done: make(chan struct{}),
+			}
+			w.progress.reset()
+			d.parts[tp] = w
 			n++
+			abandonCtx, abandon := context.WithCancel(d.workCtx)
+			releaseCtx, release := context.WithCancel(abandonCtx)
+			w.release, w.abandon = release, abandon
+			go func() {
+				defer close(w.done)
+				w.result = d.consumePartition(abandonCtx, releaseCtx, tp, w)
+			}()
 		}
 	}
-	d.m.assigned.Set(float64(n))
-	d.log.Info("joined consumer group generation", "group", gen.GroupID, "generation", gen.ID,
-		"member", gen.MemberID, "partitions", assigned)
-	for topic, parts := range gen.Assignments {
-		for _, pa := range parts {
-			gen.Start(func(genCtx context.Context) {
-				pctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				stop := context.AfterFunc(genCtx, cancel)
-				defer stop()
-				d.consumePartition(pctx, gen, topic, pa)
-			})
+	total := len(d.parts)
+	d.mu.Unlock()
+	d.m.assigned.Set(float64(total))
+	d.updateReady()
+	d.log.Info("partitions assigned", "group", d.cfg.Group, "added", assigned, "owned", total)
+}
+
+// offsetsFetched records the committed offsets of newly assigned
+// partitions and whether their previous owners handed them off cleanly.
+// It runs after assigned, before fetching starts.
+func (d *Daemon) offsetsFetched(_ context.Context, _ *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+	found := committedOffsets(resp)
+	d.mu.Lock()
+	for tp, c := range found {
+		d.committed[tp] = c
+	}
+	d.mu.Unlock()
+	return nil
+}
+
+// committedOffset returns the offset partition tp was found at when it
+// was assigned; ok false when it had none.
+func (d *Daemon) committedOffset(tp topicPartition) (committedOffset, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	c, ok := d.committed[tp]
+	return c, ok
+}
+
+// revoked releases partitions cleanly: each worker finishes the batch it
+// is applying (up to HandoffTimeout), then the applied offsets are
+// committed, marked as handed off when nothing past them was applied. It
+// runs in the client's group management goroutine; the group waits for
+// it (within the rebalance timeout) before the partitions move.
+func (d *Daemon) revoked(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	d.handOver(cl, revoked, true)
+}
+
+// lost stops partitions the member no longer owns (its session expired,
+// or the group fenced it): their batches are abandoned and nothing is
+// committed, since the next owner may be consuming them already.
+func (d *Daemon) lost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
+	d.handOver(cl, lost, false)
+}
+
+func (d *Daemon) handOver(cl *kgo.Client, parts map[string][]int32, graceful bool) {
+	var tps []topicPartition
+	for topic, ps := range parts {
+		for _, p := range ps {
+			tps = append(tps, topicPartition{topic, int(p)})
 		}
+	}
+	results := d.stopPartitions(tps, graceful)
+	if graceful {
+		d.commitHandoffs(results)
+	}
+	// Paused partitions stay paused across assignments in the client:
+	// resume them for whichever member gets them next time.
+	cl.ResumeFetchPartitions(parts)
+	d.mu.RLock()
+	total := len(d.parts)
+	d.mu.RUnlock()
+	d.m.assigned.Set(float64(total))
+	d.updateReady()
+	if len(tps) > 0 {
+		d.log.Info("partitions released", "group", d.cfg.Group, "released", parts, "graceful", graceful, "owned", total)
 	}
 }
 
-func (d *Daemon) setJoined(v bool) {
-	d.joined.Store(v)
-	boolGauge(d.m.groupJoined, v)
-	d.updateReady()
+// ownedPartitions lists the partitions with a worker.
+func (d *Daemon) ownedPartitions() []topicPartition {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]topicPartition, 0, len(d.parts))
+	for tp := range d.parts {
+		out = append(out, tp)
+	}
+	return out
+}
+
+// stopPartitions stops the workers of tps and returns what they applied.
+// graceful lets each finish the batch it is applying, up to
+// HandoffTimeout, before it is abandoned.
+func (d *Daemon) stopPartitions(tps []topicPartition, graceful bool) map[topicPartition]partitionResult {
+	d.mu.Lock()
+	workers := make(map[topicPartition]*partitionWorker, len(tps))
+	for _, tp := range tps {
+		if w := d.parts[tp]; w != nil {
+			workers[tp] = w
+			delete(d.parts, tp)
+		}
+	}
+	d.mu.Unlock()
+	deadline := time.NewTimer(d.cfg.HandoffTimeout)
+	defer deadline.Stop()
+	for _, w := range workers {
+		if graceful {
+			w.release()
+		} else {
+			w.abandon()
+		}
+	}
+	results := make(map[topicPartition]partitionResult, len(workers))
+	for tp, w := range workers {
+		select {
+		case <-w.done:
+		case <-deadline.C:
+			d.log.Warn("partition did not finish its batch in time; abandoning it", "topic", tp.topic, "partition", tp.partition,
+				"handoff_timeout", d.cfg.HandoffTimeout)
+			for _, w := range workers {
+				w.abandon()
+			}
+			<-w.done
+		}
+		w.abandon()
+		results[tp] = w.result
+		d.m.forgetPartition(tp.topic, tp.partition)
+	}
+	return results
+}
+
+// commitHandoffs commits the released partitions' applied offsets, with
+// the handoff marker where nothing past them was applied.
+func (d *Daemon) commitHandoffs(results map[topicPartition]partitionResult) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.HandoffTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for tp, r := range results {
+		if r.next < 0 {
+			continue // nothing applied: the previous commit stands
+		}
+		meta := commitConsuming
+		if r.clean {
+			meta = commitHandedOff
+		}
+		wg.Go(func() {
+			if err := d.committer.commit(ctx, tp.topic, tp.partition, r.next, meta); err != nil {
+				d.log.Warn("committing a released partition failed; its next owner recounts", "topic", tp.topic,
+					"partition", tp.partition, "offset", r.next, "error", err.Error())
+				return
+			}
+			if r.clean {
+				d.m.handoffs.WithLabelValues("clean").Inc()
+			} else {
+				d.m.handoffs.WithLabelValues("abandoned").Inc()
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func (d *Daemon) updateReady() {
+	boolGauge(d.m.groupJoined, d.joined())
 	boolGauge(d.m.ready, d.Ready())
 }
 
-// healthLoop pings memcached every ReadyInterval until ctx ends.
+// healthLoop pings memcached every ReadyInterval until ctx ends, and
+// updates the stalled-partition gauges.
 func (d *Daemon) healthLoop(ctx context.Context) {
 	t := time.NewTicker(d.cfg.ReadyInterval)
 	defer t.Stop()
@@ -338,6 +564,7 @@ func (d *Daemon) healthLoop(ctx context.Context) {
 			}
 		}
 		boolGauge(d.m.memcachedUp, up)
+		d.reportStalled()
 		d.updateReady()
 		select {
 		case <-ctx.Done():
@@ -345,11 +572,4 @@ func (d *Daemon) healthLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// kafkaLogger adapts slog to the Kafka client's error logger.
-func kafkaLogger(log *slog.Logger, component string) kafka.Logger {
-	return kafka.LoggerFunc(func(format string, args ...any) {
-		log.Warn(fmt.Sprintf(format, args...), "component", component)
-	})
 }

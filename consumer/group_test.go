@@ -20,7 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
@@ -103,6 +105,28 @@ func committed(t *testing.T, brokers []string, group, topic string, partitions .
 		out[p.Partition] = p.CommittedOffset
 	}
 	return out
+}
+
+// committedMeta returns the group's committed offset of one partition
+// and its metadata (-1 and "" for none).
+func committedMeta(t *testing.T, brokers []string, group, topic string, partition int32) (int64, string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatalf("fetch offsets of %s: %v", group, err)
+	}
+	o, ok := offs.Lookup(topic, partition)
+	if !ok {
+		return -1, ""
+	}
+	return o.At, o.Metadata
 }
 
 // metricValue returns a counter's or gauge's current value.
@@ -278,7 +302,6 @@ func (r *rig) daemon(brokers []string, group string, topics ...string) (*Daemon,
 		MaxWait:           10 * time.Millisecond,
 		ReadyInterval:     50 * time.Millisecond,
 		HeartbeatInterval: 200 * time.Millisecond,
-		JoinGroupBackoff:  200 * time.Millisecond,
 	}, Deps{Pipeline: r.pipeline, Memcached: r.mc, Logger: r.log})
 	if err != nil {
 		r.t.Fatal(err)
@@ -440,8 +463,12 @@ func TestDaemonAppliesDebeziumEvents(t *testing.T) {
 	if got := metric(r.metrics.events.WithLabelValues(topic, "auto", "skipped")) + metric(r.metrics.events.WithLabelValues(topic, "debezium", "skipped")); got != 1 {
 		t.Errorf("skipped events = %v, want 1", got)
 	}
-	if got := metric(r.metrics.commits.WithLabelValues("ok")); got != 2 {
-		t.Errorf("commits = %v, want 2", got)
+	// One commit per batch, and the handoff's at shutdown.
+	if got := metric(r.metrics.commits.WithLabelValues("ok")); got != 3 {
+		t.Errorf("commits = %v, want 3", got)
+	}
+	if off, meta := committedMeta(t, brokers, group, topic, 0); off != 8 || meta != commitHandedOff {
+		t.Errorf("after shutdown committed %d %q, want 8 %q", off, meta, commitHandedOff)
 	}
 	if got := metric(r.metrics.ops.WithLabelValues("count", "incr")); got != 1 {
 		t.Errorf("count/incr ops = %v, want 1", got)
@@ -506,7 +533,7 @@ func TestPoisonGoesToDLQ(t *testing.T) {
 	dlqTopic := "dlq-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
 	brokers := testKafka(t, 1, topic, dlqTopic)
-	dlq, err := NewDLQ(KafkaConn{Brokers: brokers}, dlqTopic)
+	dlq, err := NewDLQ(KafkaConn{Brokers: brokers}, dlqTopic, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,9 @@ type Metrics struct {
 	assigned        prometheus.Gauge
 	generations     prometheus.Counter
 	partitionErrors prometheus.Counter
+	stalled         *prometheus.GaugeVec
+	handoffs        *prometheus.CounterVec
+	commitRetries   prometheus.Counter
 }
 
 // latencyBuckets span 0.5ms to ~16s.
@@ -164,14 +167,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		partitionErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cachewarden_partition_errors_total",
-			Help: "Partition consumers stopped by a read or commit error (the group rejoins).",
+			Help: "Partitions stopped by a fetch or commit error the client does not retry (they stay stalled until assigned again).",
 		}),
+		stalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cachewarden_partition_stalled",
+			Help: "1 for an assigned partition that stopped on a failure, or applied no batch for kafka.stall_timeout while messages waited; the daemon is not ready while one is.",
+		}, []string{"topic", "partition"}),
+		commitRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cachewarden_commit_retries_total",
+			Help: "Offset commits of a partition that failed and were tried again (the group coordinator moving or rebalancing, or unreachable).",
+		}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_partition_handoffs_total",
+			Help: "Partitions released on a rebalance or shutdown, by outcome: clean (exactly the applied messages committed, the next owner recounts nothing) or abandoned (a batch was abandoned half applied; the next owner recounts its first batch).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.eventAge, m.coalesceSaved,
 			m.applyDuration, m.applyRetries, m.mysqlDuration, m.memcachedRTT, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
 			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.ready, m.memcachedUp,
-			m.groupJoined, m.assigned, m.generations, m.partitionErrors)
+			m.groupJoined, m.assigned, m.generations, m.partitionErrors, m.stalled, m.handoffs, m.commitRetries)
 	}
 	return m
 }
@@ -194,8 +209,13 @@ func (m *Metrics) setLag(topic string, partition int, lag int64) {
 	m.lag.WithLabelValues(topic, strconv.Itoa(partition)).Set(float64(max(lag, 0)))
 }
 
+func (m *Metrics) setStalled(topic string, partition int, stalled bool) {
+	boolGauge(m.stalled.WithLabelValues(topic, strconv.Itoa(partition)), stalled)
+}
+
 func (m *Metrics) forgetPartition(topic string, partition int) {
 	m.lag.DeleteLabelValues(topic, strconv.Itoa(partition))
+	m.stalled.DeleteLabelValues(topic, strconv.Itoa(partition))
 }
 
 func boolGauge(g prometheus.Gauge, v bool) {

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
@@ -21,7 +21,7 @@ import (
 type Message struct {
 	Key     []byte
 	Value   []byte
-	Headers []kafka.Header
+	Headers []kgo.RecordHeader
 	// Time is the record's timestamp; zero when unknown.
 	Time time.Time
 	// Pos is where the message came from; it becomes the events' Source.

@@ -11,7 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // PartitionOffset is an offset of one partition, written
@@ -215,29 +216,30 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 			return nil, errors.New("consumer: replay: no topics")
 		}
 	}
-	client := &kafka.Client{Addr: kafka.TCP(conn.Brokers...), Timeout: 30 * time.Second, Transport: conn.Transport()}
-	meta, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	cl, err := conn.NewClient(logger)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: replay: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	meta, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: replay: read topic metadata: %w", err)
 	}
 	exists := make(map[topicPartition]bool)
 	var all []topicPartition
-	for _, t := range meta.Topics {
-		if t.Error != nil {
-			return nil, fmt.Errorf("consumer: replay: topic %s: %w", t.Name, t.Error)
+	for _, t := range topics {
+		td, ok := meta[t]
+		if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+			return nil, fmt.Errorf("consumer: replay: topic %s does not exist", t)
 		}
-		if !slices.Contains(topics, t.Name) {
-			continue
+		if td.Err != nil {
+			return nil, fmt.Errorf("consumer: replay: topic %s: %w", t, td.Err)
 		}
-		for _, p := range t.Partitions {
-			tp := topicPartition{t.Name, p.ID}
+		for p := range td.Partitions {
+			tp := topicPartition{t, int(p)}
 			exists[tp] = true
 			all = append(all, tp)
-		}
-	}
-	for _, t := range topics {
-		if !slices.ContainsFunc(meta.Topics, func(mt kafka.Topic) bool { return mt.Name == t }) {
-			return nil, fmt.Errorf("consumer: replay: topic %s does not exist", t)
 		}
 	}
 	check := func(flag string, offs []PartitionOffset) error {
@@ -276,7 +278,7 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 		return a.partition - b.partition
 	})
 
-	offs, err := listPartitionOffsets(ctx, client, parts, from.Time, to.Time)
+	offs, err := listPartitionOffsets(ctx, adm, parts, from.Time, to.Time)
 	if err != nil {
 		return nil, err
 	}
@@ -341,60 +343,54 @@ func replayRange(tp topicPartition, o partitionOffsets, from, to ReplayBound) (P
 	return PartitionRange{Topic: tp.topic, Partition: tp.partition, Start: start, End: end}, notes
 }
 
-// listPartitionOffsets asks for the log start and end offsets of parts,
-// and for the offsets of the times that are not zero. Each question is its
-// own request: a partition may appear only once per request.
-func listPartitionOffsets(ctx context.Context, client *kafka.Client, parts []topicPartition, fromTime, toTime time.Time) (map[topicPartition]partitionOffsets, error) {
+// listPartitionOffsets asks for the log start and last stable offsets of
+// parts, and for the offsets of the times that are not zero.
+func listPartitionOffsets(ctx context.Context, adm *kadm.Client, parts []topicPartition, fromTime, toTime time.Time) (map[topicPartition]partitionOffsets, error) {
 	out := make(map[topicPartition]partitionOffsets, len(parts))
+	var topics []string
 	for _, tp := range parts {
 		out[tp] = partitionOffsets{first: -1, end: -1, fromAt: -1, toAt: -1}
-	}
-	ask := func(what string, req func(partition int) kafka.OffsetRequest, set func(o *partitionOffsets, po kafka.PartitionOffsets)) error {
-		topics := make(map[string][]kafka.OffsetRequest)
-		for _, tp := range parts {
-			topics[tp.topic] = append(topics[tp.topic], req(tp.partition))
+		if !slices.Contains(topics, tp.topic) {
+			topics = append(topics, tp.topic)
 		}
-		resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: topics, IsolationLevel: kafka.ReadCommitted})
+	}
+	ask := func(what string, list func() (kadm.ListedOffsets, error), set func(o *partitionOffsets, off int64)) error {
+		listed, err := list()
 		if err != nil {
 			return fmt.Errorf("consumer: replay: list %s offsets: %w", what, err)
 		}
-		for topic, pos := range resp.Topics {
-			for _, po := range pos {
-				tp := topicPartition{topic, po.Partition}
-				o, ok := out[tp]
-				if !ok {
-					continue
-				}
-				if po.Error != nil {
-					return fmt.Errorf("consumer: replay: list %s offsets of %s:%d: %w", what, topic, po.Partition, po.Error)
-				}
-				set(&o, po)
-				out[tp] = o
+		for tp, o := range out {
+			lo, ok := listed.Lookup(tp.topic, int32(tp.partition))
+			if !ok {
+				continue
 			}
+			if lo.Err != nil {
+				return fmt.Errorf("consumer: replay: list %s offsets of %s:%d: %w", what, tp.topic, tp.partition, lo.Err)
+			}
+			set(&o, lo.Offset)
+			out[tp] = o
 		}
 		return nil
 	}
-	err := ask("first", kafka.FirstOffsetOf, func(o *partitionOffsets, po kafka.PartitionOffsets) { o.first = po.FirstOffset })
+	err := ask("first", func() (kadm.ListedOffsets, error) { return adm.ListStartOffsets(ctx, topics...) },
+		func(o *partitionOffsets, off int64) { o.first = off })
 	if err == nil {
-		err = ask("end", kafka.LastOffsetOf, func(o *partitionOffsets, po kafka.PartitionOffsets) { o.end = po.LastOffset })
+		// The last stable offset: records of open transactions are not
+		// replayed (they are not decided yet).
+		err = ask("end", func() (kadm.ListedOffsets, error) { return adm.ListCommittedOffsets(ctx, topics...) },
+			func(o *partitionOffsets, off int64) { o.end = off })
 	}
-	// The offset found for a time is the one key of Offsets; a partition
-	// with no record that recent has none.
-	timeOffset := func(po kafka.PartitionOffsets) int64 {
-		for off := range po.Offsets {
-			if off >= 0 {
-				return off
-			}
-		}
-		return -1
-	}
+	// A partition with no record at or after a time answers its end
+	// offset, which the bounds clamp to the last stable offset.
 	if err == nil && !fromTime.IsZero() {
-		err = ask("start time", func(p int) kafka.OffsetRequest { return kafka.TimeOffsetOf(p, fromTime) },
-			func(o *partitionOffsets, po kafka.PartitionOffsets) { o.fromAt = timeOffset(po) })
+		err = ask("start time", func() (kadm.ListedOffsets, error) {
+			return adm.ListOffsetsAfterMilli(ctx, fromTime.UnixMilli(), topics...)
+		}, func(o *partitionOffsets, off int64) { o.fromAt = off })
 	}
 	if err == nil && !toTime.IsZero() {
-		err = ask("end time", func(p int) kafka.OffsetRequest { return kafka.TimeOffsetOf(p, toTime) },
-			func(o *partitionOffsets, po kafka.PartitionOffsets) { o.toAt = timeOffset(po) })
+		err = ask("end time", func() (kadm.ListedOffsets, error) {
+			return adm.ListOffsetsAfterMilli(ctx, toTime.UnixMilli(), topics...)
+		}, func(o *partitionOffsets, off int64) { o.toAt = off })
 	}
 	if err != nil {
 		return nil, err
@@ -415,17 +411,21 @@ const (
 )
 
 // readPartition reads r from Start to End in batches of up to
-// maxMessages messages, fetched as the daemon fetches (partitionFetcher),
+// maxMessages messages, fetched with a client of its own that reads as
+// the daemon's does (read_committed),
 // and hands each batch to handle. A batch is handed over when it is full
 // or when no more fetched messages are waiting. Offsets missing from the
 // log (compaction) are passed over; progress counts offsets.
 func (rp *Replayer) readPartition(ctx context.Context, r PartitionRange, maxMessages int, handle func([]Message) error) error {
 	log := rp.log.With("topic", r.Topic, "partition", r.Partition)
-	f, stopFetching := startPartitionFetcher(ctx, rp.cfg.Kafka, r.Topic, r.Partition, r.Start, log)
-	defer stopFetching()
+	pr, err := startPartitionReader(ctx, rp.cfg.Kafka, r.Topic, r.Partition, r.Start, log)
+	if err != nil {
+		return fmt.Errorf("consumer: replay %s:%d: %w", r.Topic, r.Partition, err)
+	}
+	defer pr.stop()
 	log.Debug("replaying partition", "from", r.Start, "to", r.End)
 
-	src := batchSource{f: f}
+	src := batchSource{q: pr.q}
 	next := r.Start
 	msgs := make([]Message, 0, min(maxMessages, int(r.Len())))
 	flush := func() error {
@@ -446,7 +446,7 @@ func (rp *Replayer) readPartition(ctx context.Context, r PartitionRange, maxMess
 	defer idle.Stop()
 	for atEnd := false; !atEnd; {
 		if len(src.pending) == 0 {
-			if len(src.f.chunks) == 0 {
+			if !src.more() {
 				// Nothing more is waiting: hand over the batch in hand.
 				if err := flush(); err != nil {
 					return err

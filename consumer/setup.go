@@ -4,19 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"log/slog"
 	"net/http"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -164,7 +169,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 
 	s.Rebump = NewRebumper(s.Applier, s.Metrics, logger.With("component", "rebump"))
 	if cfg.Kafka.DLQTopic != "" && !opts.NoDLQ {
-		if s.DLQ, err = NewDLQ(kc, cfg.Kafka.DLQTopic); err != nil {
+		if s.DLQ, err = NewDLQ(kc, cfg.Kafka.DLQTopic, logger.With("component", "dlq")); err != nil {
 			s.Close()
 			return nil, err
 		}
@@ -201,13 +206,30 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 
 // DaemonConfig returns the daemon configuration the config file describes.
 func (s *Stack) DaemonConfig() Config {
-	return Config{
-		Kafka:     s.Kafka,
-		Group:     s.Config.Kafka.Group,
-		Topics:    s.Config.Kafka.Topics,
-		MaxEvents: s.Config.Batch.MaxEvents,
-		MaxWait:   s.Config.Batch.MaxWait,
+	k := s.Config.Kafka
+	c := Config{
+		Kafka:             s.Kafka,
+		Group:             k.Group,
+		Topics:            k.Topics,
+		MaxEvents:         s.Config.Batch.MaxEvents,
+		MaxWait:           s.Config.Batch.MaxWait,
+		Balancers:         balancers(k.Balancer),
+		SessionTimeout:    k.SessionTimeout,
+		HeartbeatInterval: k.HeartbeatInterval,
+		RebalanceTimeout:  k.RebalanceTimeout,
+		HandoffTimeout:    k.HandoffTimeout,
+		StallTimeout:      k.StallTimeout,
 	}
+	if k.StartOffset == "latest" {
+		c.StartOffset = StartLatest
+	}
+	switch k.OffsetReset {
+	case "earliest":
+		c.OffsetReset = ResetEarliest
+	case "latest":
+		c.OffsetReset = ResetLatest
+	}
+	return c
 }
 
 // NewDaemon returns a daemon over the stack's pipeline with cfg (usually
@@ -324,14 +346,41 @@ func KafkaConnFromConfig(k config.Kafka) (KafkaConn, error) {
 		return kc, fmt.Errorf("consumer: %w", err)
 	}
 	kc.TLS = tc
-	switch k.SASL.Mechanism {
+	switch s := k.SASL; s.Mechanism {
 	case "":
 	case "plain":
-		kc.SASL = plain.Mechanism{Username: k.SASL.Username, Password: k.SASL.Password}
+		kc.SASL = plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism()
+	case "scram-sha-256":
+		kc.SASL = scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()
+	case "scram-sha-512":
+		kc.SASL = scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()
+	case "oauthbearer":
+		path := s.TokenFile
+		kc.SASL = oauth.Oauth(func(context.Context) (oauth.Auth, error) {
+			token, err := os.ReadFile(path)
+			if err != nil {
+				return oauth.Auth{}, fmt.Errorf("kafka.sasl.token_file: %w", err)
+			}
+			return oauth.Auth{Token: strings.TrimSpace(string(token))}, nil
+		})
 	default:
-		return kc, fmt.Errorf("consumer: kafka.sasl: unsupported mechanism %q", k.SASL.Mechanism)
+		return kc, fmt.Errorf("consumer: kafka.sasl: unsupported mechanism %q", s.Mechanism)
 	}
 	return kc, nil
+}
+
+// balancers returns the partition assignor kafka.balancer names.
+func balancers(name string) []kgo.GroupBalancer {
+	switch name {
+	case "sticky":
+		return []kgo.GroupBalancer{kgo.StickyBalancer()}
+	case "range":
+		return []kgo.GroupBalancer{kgo.RangeBalancer()}
+	case "roundrobin":
+		return []kgo.GroupBalancer{kgo.RoundRobinBalancer()}
+	default:
+		return []kgo.GroupBalancer{kgo.CooperativeStickyBalancer()}
+	}
 }
 
 // decodersFromConfig returns the default decoder and the per-topic ones.

@@ -17,12 +17,11 @@ import (
 
 // FastGroupTiming shortens the consumer group protocol's timers so that
 // joins and rebalances take a fraction of a second on a local broker
-// (heartbeat 200ms, session 6s, rebalance 5s, join backoff 200ms).
+// (heartbeat 200ms, session 6s, rebalance 5s).
 func FastGroupTiming(c *consumer.Config) {
 	c.HeartbeatInterval = 200 * time.Millisecond
 	c.SessionTimeout = 6 * time.Second
 	c.RebalanceTimeout = 5 * time.Second
-	c.JoinGroupBackoff = 200 * time.Millisecond
 }
 
 // Daemon is a cachewarden daemon running in this process, built from a

@@ -31,6 +31,8 @@ type RuleSet struct {
 	byName  map[string]*Rule
 	byTable map[string][]*Rule
 	scratch sync.Pool // of *planScratch
+	// fallbackRule is the rule of fallback bumps: no TTL, no second bump.
+	fallbackRule *Rule
 }
 
 // Rules returns the rules in load order (files in the order given, rules
@@ -247,7 +249,8 @@ func ParseFiles(files ...RuleFile) (*RuleSet, error) {
 		sortProblems(problems, files)
 		return nil, &LoadError{Problems: problems}
 	}
-	rs := &RuleSet{rules: all, byName: byName, byTable: make(map[string][]*Rule)}
+	rs := &RuleSet{rules: all, byName: byName, byTable: make(map[string][]*Rule),
+		fallbackRule: &Rule{Name: "fallback", Kind: BumpRule}}
 	for _, r := range all {
 		rs.byTable[r.Table] = append(rs.byTable[r.Table], r)
 	}
@@ -282,6 +285,9 @@ type fileLoader struct {
 	lines    []string
 	prefix   string
 	problems []Problem
+	// fallback is the file's fallback namespace template; nil when none.
+	fallback     *Template
+	fallbackNode *yaml.Node
 }
 
 func (l *fileLoader) errorAt(line, col int, format string, args ...any) {
@@ -319,7 +325,7 @@ func (l *fileLoader) load() []*Rule {
 		l.errorf(root, "expected a mapping with version, prefix and rules")
 		return nil
 	}
-	fields := l.fields(root, "the file's top level", "version", "prefix", "rules")
+	fields := l.fields(root, "the file's top level", "version", "prefix", "fallback", "rules")
 	if f, ok := fields["version"]; !ok {
 		l.errorf(root, "missing version (want version: 1)")
 	} else if v := f.value; v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Value != "1" {
@@ -332,6 +338,18 @@ func (l *fileLoader) load() []*Rule {
 			} else {
 				l.prefix = p
 			}
+		}
+	}
+	if f, ok := fields["fallback"]; ok {
+		if t := l.template(f.value, "fallback"); t != nil {
+			for _, c := range t.Columns() {
+				if c != "db" && c != "table" {
+					l.errorf(f.value, "fallback: placeholder {%s}: only {db} and {table} are known (the rule's table)", c)
+					t = nil
+					break
+				}
+			}
+			l.fallback, l.fallbackNode = t, f.value
 		}
 	}
 	f, ok := fields["rules"]
@@ -353,7 +371,33 @@ func (l *fileLoader) load() []*Rule {
 			rules = append(rules, r)
 		}
 	}
+	if l.fallback != nil {
+		for _, r := range rules {
+			l.setFallback(r)
+		}
+	}
 	return rules
+}
+
+// setFallback renders the file's fallback namespace key for r's table.
+func (l *fileLoader) setFallback(r *Rule) {
+	if r.Table == "" {
+		return // the rule's table had a problem already
+	}
+	buf, missing, _ := l.fallback.AppendRendered([]byte(l.prefix), func(c string) (string, bool) {
+		switch {
+		case c == "table":
+			return r.Table, true
+		case c == "db" && r.Database != "":
+			return r.Database, true
+		}
+		return "", false
+	})
+	if missing != "" {
+		l.errorf(l.fallbackNode, "fallback: {%s} is unknown for rule %q, whose table %q names no database", missing, r.Name, r.Table)
+		return
+	}
+	r.Fallback = FinishKey(buf)
 }
 
 // yamlError turns a YAML syntax error ("yaml: line N: msg") into a problem.

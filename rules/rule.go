@@ -46,6 +46,13 @@ type Rule struct {
 	Line   int
 	Column int
 
+	// Fallback is the final key of the fallback namespace of the rule's
+	// file for the rule's table (the file's fallback template rendered
+	// with the table's db and name); "" when the file has none. The
+	// daemon bumps it when a change of that table cannot be planned or
+	// its ops cannot be delivered.
+	Fallback string
+
 	// Database is the database the rule matches; "" matches any.
 	Database string
 	// Table is the table the rule matches (exact, case-sensitive).

@@ -1,0 +1,127 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cachewarden/cachewarden/internal/testsvc"
+)
+
+// commentFeed inserts comments into MySQL and publishes their Debezium
+// events, keyed by post, in the order of the inserts.
+type commentFeed struct {
+	t       *testing.T
+	db      *sql.DB
+	brokers []string
+	topic   string
+	posts   int
+	nextID  atomic.Int64
+}
+
+func (f *commentFeed) add(n int) {
+	f.t.Helper()
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		id := f.nextID.Add(1)
+		post := int(id) % f.posts
+		if _, err := f.db.Exec("INSERT INTO comments (id, post_id) VALUES (?, ?)", id, post); err != nil {
+			f.t.Error(err)
+			return
+		}
+		msgs[i] = debezium("c", "blog", "comments", nil, row("id", id, "post_id", post))
+		msgs[i].Key = []byte(strconv.Itoa(post))
+	}
+	produce(f.t, f.brokers, f.topic, msgs...)
+}
+
+// TestGracefulHandoffsRecountNothing moves partitions between three
+// daemons under load, each handoff graceful (members join and leave):
+// no counter delta is turned into a recount, every counter stays equal
+// to COUNT(*), and each released partition is committed as handed off.
+func TestGracefulHandoffsRecountNothing(t *testing.T) {
+	db, dsn := testsvc.MySQL(t)
+	createComments(t, db, 0, 0)
+	r := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn})
+	topic := "cdc-handoff-" + testsvc.Unique()
+	group := "cw-" + testsvc.Unique()
+	brokers := testKafka(t, 6, topic)
+	feed := &commentFeed{t: t, db: db, brokers: brokers, topic: topic, posts: 12}
+
+	// Before the measured window: the first owner, finding no commit,
+	// recounts every counter its first batches touch.
+	feed.add(240)
+	_, stopA := r.daemon(brokers, group, topic)
+	waitCounters(t, r, db, feed.posts)
+	base := metricValue(r.metrics.recounts.WithLabelValues("reassigned"))
+
+	// The measured window: a steady feed while members come and go.
+	ctx, cancel := context.WithCancel(context.Background())
+	var feeding sync.WaitGroup
+	feeding.Go(func() {
+		for ctx.Err() == nil {
+			feed.add(10)
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	step := func(what string, f func()) {
+		t.Logf("%s", what)
+		f()
+		time.Sleep(1500 * time.Millisecond) // let the group settle and consume
+	}
+	var stopB, stopC func() error
+	step("B joins", func() { _, stopB = r.daemon(brokers, group, topic) })
+	step("C joins", func() { _, stopC = r.daemon(brokers, group, topic) })
+	step("A leaves", func() { must(t, stopA()) })
+	step("A joins again", func() { _, stopA = r.daemon(brokers, group, topic) })
+	step("B leaves", func() { must(t, stopB()) })
+	step("C leaves", func() { must(t, stopC()) })
+	cancel()
+	feeding.Wait()
+	waitCounters(t, r, db, feed.posts)
+	must(t, stopA())
+
+	if got := metricValue(r.metrics.recounts.WithLabelValues("reassigned")) - base; got != 0 {
+		t.Errorf("%v counter deltas turned into recounts by graceful handoffs, want 0", got)
+	}
+	if got := metricValue(r.metrics.handoffs.WithLabelValues("clean")); got < 6 {
+		t.Errorf("clean handoffs = %v, want at least 6", got)
+	}
+	if got := metricValue(r.metrics.handoffs.WithLabelValues("abandoned")); got != 0 {
+		t.Errorf("abandoned handoffs = %v, want 0", got)
+	}
+	t.Logf("%d comments on %d posts; clean handoffs %v; recounts in the window %v",
+		feed.nextID.Load(), feed.posts, metricValue(r.metrics.handoffs.WithLabelValues("clean")),
+		metricValue(r.metrics.recounts.WithLabelValues("reassigned"))-base)
+}
+
+// waitCounters waits until every post's counter equals its COUNT(*).
+func waitCounters(t *testing.T, r *rig, db *sql.DB, posts int) {
+	t.Helper()
+	waitFor(t, 60*time.Second, func() string {
+		for p := range posts {
+			var n int
+			if err := db.QueryRow("SELECT COUNT(*) FROM comments WHERE post_id = ?", p).Scan(&n); err != nil {
+				return err.Error()
+			}
+			if got := r.get("comments:" + strconv.Itoa(p)); got != strconv.Itoa(n) {
+				return fmt.Sprintf("comments:%d = %q, COUNT(*) = %d", p, got, n)
+			}
+		}
+		return ""
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,114 @@
+package consumer
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+)
+
+// KafkaConn says how to reach the Kafka brokers. The zero TLS and SASL
+// mean plaintext without authentication.
+//
+// Every Kafka client of the daemon, replay and the dead-letter queue is
+// built from it with franz-go's kgo (docs/operations.md, "Kafka client",
+// says why kgo rather than kafka-go).
+type KafkaConn struct {
+	// Brokers are bootstrap addresses (host:port); required.
+	Brokers []string
+	// ClientID names the daemon to the brokers; default "cachewarden".
+	ClientID string
+	// TLS, when non-nil, encrypts connections.
+	TLS *tls.Config
+	// SASL, when non-nil, authenticates connections (PLAIN, SCRAM-SHA-256,
+	// SCRAM-SHA-512 or OAUTHBEARER; see KafkaConnFromConfig).
+	SASL sasl.Mechanism
+	// DialTimeout bounds connecting to a broker; default 10s.
+	DialTimeout time.Duration
+}
+
+func (c KafkaConn) clientID() string {
+	if c.ClientID == "" {
+		return "cachewarden"
+	}
+	return c.ClientID
+}
+
+func (c KafkaConn) dialTimeout() time.Duration {
+	if c.DialTimeout <= 0 {
+		return 10 * time.Second
+	}
+	return c.DialTimeout
+}
+
+// Kafka fetch settings shared by the daemon and replay.
+const (
+	// fetchMaxWait is how long one fetch waits on the broker for new
+	// records when the partition has none.
+	fetchMaxWait = time.Second
+	// fetchMaxBytes bounds one fetch response, fetchMaxPartitionBytes
+	// one partition's share of it.
+	fetchMaxBytes          = 16 << 20
+	fetchMaxPartitionBytes = 4 << 20
+)
+
+// clientOpts returns the connection options of a client with log as its
+// logger. Consumers read with isolation read_committed: records of
+// aborted transactions and transaction markers never reach decoding.
+func (c KafkaConn) clientOpts(log *slog.Logger) []kgo.Opt {
+	dialer := &net.Dialer{Timeout: c.dialTimeout()}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(c.Brokers...),
+		kgo.ClientID(c.clientID()),
+		kgo.WithLogger(kgoLogger{log: log}),
+		kgo.Dialer(dialer.DialContext),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(fetchMaxWait),
+		kgo.FetchMaxBytes(fetchMaxBytes),
+		kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes),
+	}
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
+	}
+	if c.SASL != nil {
+		opts = append(opts, kgo.SASL(c.SASL))
+	}
+	return opts
+}
+
+// NewClient returns a kgo client with the connection options (the ones
+// the daemon, replay and the DLQ use) and extra.
+func (c KafkaConn) NewClient(log *slog.Logger, extra ...kgo.Opt) (*kgo.Client, error) {
+	if len(c.Brokers) == 0 {
+		return nil, fmt.Errorf("consumer: no Kafka brokers")
+	}
+	cl, err := kgo.NewClient(append(c.clientOpts(log), extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: kafka client: %w", err)
+	}
+	return cl, nil
+}
+
+// kgoLogger passes the Kafka client's warnings and errors to slog; its
+// info and debug lines (every join, fetch session and metadata refresh)
+// are left out.
+type kgoLogger struct{ log *slog.Logger }
+
+func (l kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lvl := slog.LevelWarn
+	switch level {
+	case kgo.LogLevelError:
+		lvl = slog.LevelError
+	case kgo.LogLevelWarn:
+	default:
+		lvl = slog.LevelDebug
+	}
+	l.log.Log(context.Background(), lvl, msg, append(keyvals, "component", "kafka")...)
+}

@@ -1,0 +1,95 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// pollLoop polls cl until ctx ends or the client is closed, handing each
+// partition's records to the queue that route returns for it. A nil
+// queue means the partition is no longer consumed here (revoked while
+// the poll was under way): its records are dropped, and its next owner
+// reads them from the committed offset.
+//
+// A partition's fetch error goes to its queue: the client returns only
+// errors it does not retry by itself (an offset out of range with no
+// reset configured, authorization, a corrupt or unsupported batch), and
+// it stops fetching that partition after one. Data-loss notices (the
+// client found the log truncated under it and resumed at the divergence)
+// are logged.
+func pollLoop(ctx context.Context, cl *kgo.Client, route func(topic string, partition int32) *partitionQueue, log *slog.Logger) {
+	for ctx.Err() == nil {
+		fetches := cl.PollFetches(ctx)
+		if fetches.IsClientClosed() {
+			return
+		}
+		fetches.EachError(func(topic string, partition int32, err error) {
+			var loss *kgo.ErrDataLoss
+			switch {
+			case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+				// The poll ended with ctx.
+			case errors.As(err, &loss):
+				log.Warn("kafka: partition log was truncated under the consumer; continuing where it diverged",
+					"topic", topic, "partition", partition, "error", err.Error())
+			default:
+				if q := route(topic, partition); q != nil {
+					q.fail(err)
+				} else {
+					log.Warn("kafka: fetch error", "topic", topic, "partition", partition, "error", err.Error())
+				}
+			}
+		})
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			if q := route(p.Topic, p.Partition); q != nil {
+				q.push(p.Records, p.LastStableOffset)
+			}
+		})
+	}
+}
+
+// partitionReader reads one partition from an offset with a client of its
+// own, outside any consumer group (replay, tests).
+type partitionReader struct {
+	q    *partitionQueue
+	stop func()
+}
+
+// startPartitionReader reads partition of topic from offset (an absolute
+// offset within the log) until stop is called or ctx ends; stop waits for
+// the client to close. A start offset no longer in the log (removed by
+// retention meanwhile) is reported through the queue as an error.
+func startPartitionReader(ctx context.Context, conn KafkaConn, topic string, partition int, offset int64, log *slog.Logger) (*partitionReader, error) {
+	cl, err := conn.NewClient(log,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {int32(partition): kgo.NewOffset().At(offset)}}),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+	)
+	if err != nil {
+		return nil, err
+	}
+	tp := map[string][]int32{topic: {int32(partition)}}
+	q := newPartitionQueue(topic, partition,
+		func() { cl.PauseFetchPartitions(tp) },
+		func() { cl.ResumeFetchPartitions(tp) })
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pollLoop(pctx, cl, func(t string, p int32) *partitionQueue {
+			if t == topic && int(p) == partition {
+				return q
+			}
+			return nil
+		}, log)
+	}()
+	return &partitionReader{q: q, stop: func() {
+		cancel()
+		<-done
+		cl.Close()
+	}}, nil
+}
