@@ -382,6 +382,8 @@ func (w *PipelineWriter) start(p *pipeOp, initial uint64) {
 		p.step = stepDelta
 	case rules.OpRecount:
 		p.step = stepRecountSet
+	case rules.OpSetDelete:
+		w.toDelete(p, "ordered set change")
 	default:
 		w.fail(p, "", fmt.Errorf("kind not applied by the pipeline writer: %w", ErrInvalidOp))
 		return

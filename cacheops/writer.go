@@ -359,6 +359,8 @@ func (w *Writer) apply(ctx context.Context, op *rules.Op) Result {
 		}
 		tokens := AppendEscapedToken(make([]byte, 0, len(op.Member)+2), op.Kind == rules.OpSetAdd, op.Member)
 		return w.appendSet(ctx, op, tokens)
+	case rules.OpSetDelete:
+		return w.deleteItem(op.Key, "ordered set change")
 	}
 	return failedResult(fmt.Errorf("cacheops: %s %q: kind not applied by the writer: %w", op.Kind, op.Key, ErrInvalidOp))
 }

@@ -126,6 +126,12 @@ type Kafka struct {
 	// StallTimeout is how long a partition may apply nothing while
 	// messages wait before the daemon reports not ready; default 1m.
 	StallTimeout time.Duration
+	// UnorderedSets is what happens to the changes of a set rule whose
+	// changes of one member may arrive out of order (several partitions
+	// and a message key not made of the set's key and member columns):
+	// "delete" (default: the set is deleted, readers load it again) or
+	// "append" (tokens appended anyway).
+	UnorderedSets string
 }
 
 // StartOffsets, OffsetResets and Balancers list the accepted values of
@@ -134,6 +140,9 @@ var (
 	StartOffsets = []string{"earliest", "latest"}
 	OffsetResets = []string{"fail", "earliest", "latest"}
 	Balancers    = []string{"cooperative-sticky", "sticky", "range", "roundrobin"}
+	// UnorderedSetPolicies lists the accepted values of
+	// kafka.unordered_sets.
+	UnorderedSetPolicies = []string{"delete", "append"}
 )
 
 // TLS is the `kafka.tls` section.

@@ -107,6 +107,7 @@ func (d *decoder) validateKafka(k *Kafka) {
 	d.oneOf("kafka.start_offset", &k.StartOffset, StartOffsets)
 	d.oneOf("kafka.offset_reset", &k.OffsetReset, OffsetResets)
 	d.oneOf("kafka.balancer", &k.Balancer, Balancers)
+	d.oneOf("kafka.unordered_sets", &k.UnorderedSets, UnorderedSetPolicies)
 	if k.SessionTimeout > 0 && k.HeartbeatInterval > 0 && k.HeartbeatInterval*3 > k.SessionTimeout {
 		d.problem(d.place("kafka.heartbeat_interval"), "kafka.heartbeat_interval: %s is more than a third of kafka.session_timeout (%s); the member would be dropped between heartbeats",
 			k.HeartbeatInterval, k.SessionTimeout)

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -24,7 +25,11 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		// taken is when the previous batch was closed: messages fetched
 		// since then have waited for this one.
 		taken = time.Now()
-		c     = newOffsetCommitter(func(next int64) error {
+		// expect is the offset the next message should have: the
+		// committed offset, then the one after the last applied
+		// message; -1 while unknown.
+		expect int64 = -1
+		c            = newOffsetCommitter(func(next int64) error {
 			return d.committer.commit(release, topic, partition, next, commitConsuming)
 		}, func(err error, attempt int) {
 			d.m.commitRetries.Inc()
@@ -73,9 +78,9 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		// handoff nothing past the commit was applied.
 		recount := first && !d.handedOff(tp)
 		if first {
-			c, found := d.committedOffset(tp)
-			log.Debug("partition starts", "offset", src.pending[0].Pos.Offset, "committed", c.offset, "found", found,
-				"handed_off", c.handedOff, "recount_first_batch", recount)
+			co, found := d.committedOffset(tp)
+			log.Debug("partition starts", "offset", src.pending[0].Pos.Offset, "committed", co.offset, "found", found,
+				"handed_off", co.handedOff, "recount_first_batch", recount)
 		}
 		msgs, taken, err = d.fill(release, &src, msgs[:0], room, recount, taken, &w.progress)
 		if err != nil {
@@ -87,6 +92,23 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		}
 		if first {
 			c.begin(msgs[0].Pos.Offset)
+			if co, found := d.committedOffset(tp); found {
+				expect = co.offset
+			}
+		}
+		// Records the partition's log lost before they were read: bump
+		// the fallback namespaces of the topic's tables before going on.
+		if gap, reason := logGap(expect, msgs[0].Pos.Offset, src.logStart); gap {
+			log.Error("records of the partition were never read: "+reason+"; bumping the fallback namespaces of the topic's tables",
+				"expected_offset", expect, "first_offset", msgs[0].Pos.Offset, "log_start", src.logStart)
+			covered, err := d.p.CoverGap(abandon, topic, gapReason(expect, msgs[0].Pos.Offset), msgs[0].Pos)
+			if err != nil {
+				return partitionResult{next: res.next, clean: false}
+			}
+			if !covered {
+				log.Error("no rule file of the topic's tables has a fallback namespace: keys of the lost changes may serve stale data until they expire")
+			}
+			recount = true // deltas around a gap cannot be trusted
 		}
 		if err := d.p.Process(abandon, &b, msgs, CoalesceOptions{Recount: recount}); err != nil {
 			log.Debug("batch abandoned uncommitted", "messages", len(msgs), "from_offset", msgs[0].Pos.Offset, "reason", err.Error())
@@ -94,7 +116,7 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 			return res
 		}
 		next := msgs[len(msgs)-1].Pos.Offset + 1
-		res.next = next
+		res.next, expect = next, next
 		c.applied(next)
 		w.progress.advanced(len(src.pending) > 0 || src.more())
 		// Messages between the batch's last one and the last stable
@@ -105,6 +127,29 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 			return res
 		}
 	}
+}
+
+// logGap reports whether records between expect (the next offset
+// expected, -1 unknown) and the first message fetched were lost from the
+// log before they were read, and why.
+func logGap(expect, first, logStart int64) (bool, string) {
+	switch {
+	case expect < 0:
+		return false, ""
+	case logStart > expect && first > expect:
+		return true, fmt.Sprintf("offsets %d to %d were removed by retention", expect, logStart-1)
+	case first < expect:
+		return true, fmt.Sprintf("the log restarts at %d, before the committed offset %d (a recreated or truncated topic)", first, expect)
+	}
+	return false, ""
+}
+
+// gapReason names a gap for cachewarden_invalidations_lost_total.
+func gapReason(expect, first int64) string {
+	if first < expect {
+		return lostOffsetReset
+	}
+	return lostRetention
 }
 
 // handedOff reports whether partition tp's previous owner released it

@@ -155,3 +155,25 @@ func TestBatchSourceTake(t *testing.T) {
 		})
 	}
 }
+
+func TestLogGap(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		expect, first, logStart int64
+		gap                     bool
+		reason                  string
+	}{
+		{"unknown start", -1, 500, 400, false, ""},
+		{"contiguous", 100, 100, 0, false, ""},
+		{"marker or compaction gap", 100, 103, 0, false, ""},
+		{"fetched before retention", 100, 100, 150, false, ""},
+		{"removed by retention", 100, 150, 150, true, lostRetention},
+		{"reset to the end past retention", 100, 900, 150, true, lostRetention},
+		{"log restarted before the commit", 5000, 0, 0, true, lostOffsetReset},
+	} {
+		gap, why := logGap(tc.expect, tc.first, tc.logStart)
+		if gap != tc.gap || (gap && gapReason(tc.expect, tc.first) != tc.reason) {
+			t.Errorf("%s: logGap = %v (%s), reason %s; want %v, %s", tc.name, gap, why, gapReason(tc.expect, tc.first), tc.gap, tc.reason)
+		}
+	}
+}

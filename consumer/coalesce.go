@@ -47,7 +47,7 @@ func classOf(k rules.OpKind) (opClass, bool) {
 	switch k {
 	case rules.OpBump:
 		return classBump, true
-	case rules.OpSetAdd, rules.OpSetRemove, rules.OpSetAppend:
+	case rules.OpSetAdd, rules.OpSetRemove, rules.OpSetAppend, rules.OpSetDelete:
 		return classSet, true
 	case rules.OpCount, rules.OpRecount:
 		return classCounter, true
@@ -71,8 +71,10 @@ type setToken struct {
 // slot is the coalesced state of one key: the op that first touched it
 // (kept for its rule, args and source) plus what the batch accumulated.
 type slot struct {
-	op       rules.Op
-	recount  bool
+	op      rules.Op
+	recount bool
+	// deleted: a set_delete of the key; it supersedes the key's tokens.
+	deleted  bool
 	delta    int64
 	deltaOps int
 	tokens   []setToken
@@ -109,7 +111,8 @@ type Coalescer struct {
 //   - set tokens (set_add, set_remove, and the tokens of set_append ops)
 //     for one key are joined in order into one OpSetAppend; a member's
 //     earlier tokens are dropped when a later token for it supersedes
-//     them, which leaves the set's contents unchanged;
+//     them, which leaves the set's contents unchanged; a set_delete of
+//     the key replaces all of them;
 //   - counter deltas are summed per key and a zero sum is dropped; a
 //     recount of a key absorbs all of that key's deltas in the batch (the
 //     recount runs after the changes and sees them); with opts.Recount
@@ -157,6 +160,8 @@ func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules
 						s.addToken(tok[0] == '+', tok[1:])
 					}
 				}
+			case rules.OpSetDelete:
+				s.deleted = true
 			}
 		case classCounter:
 			if op.Kind == rules.OpRecount {
@@ -182,8 +187,16 @@ func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules
 			dst = append(dst, out)
 		case classSet:
 			out := s.op
-			out.Kind = rules.OpSetAppend
 			out.Member, out.Delta = "", 0
+			if s.deleted {
+				// Tokens appended to a deleted set are dropped by
+				// memcached anyway (an append to a missing item stores
+				// nothing): the delete alone has the same end state.
+				out.Kind, out.Tokens = rules.OpSetDelete, ""
+				dst = append(dst, out)
+				continue
+			}
+			out.Kind = rules.OpSetAppend
 			out.Tokens = s.joinTokens()
 			if out.Tokens != "" {
 				dst = append(dst, out)

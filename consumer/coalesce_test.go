@@ -45,6 +45,8 @@ func parseOpLine(line string) (rules.Op, error) {
 	switch f[0] {
 	case "bump":
 		op.Kind = rules.OpBump
+	case "set_delete":
+		op.Kind = rules.OpSetDelete
 	case "recount":
 		op.Kind = rules.OpRecount
 	case "set_add", "set_remove":

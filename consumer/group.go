@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -360,8 +361,9 @@ func (d *Daemon) route(topic string, partition int32) *partitionQueue {
 // assigned starts a worker per newly assigned partition. It runs in the
 // client's group management goroutine, before fetching of the partitions
 // starts.
-func (d *Daemon) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+func (d *Daemon) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	d.m.generations.Inc()
+	d.learnPartitionCounts(ctx, cl)
 	n := 0
 	d.mu.Lock()
 	for topic, parts := range assigned {
@@ -394,6 +396,25 @@ func (d *Daemon) assigned(_ context.Context, cl *kgo.Client, assigned map[string
 	d.m.assigned.Set(float64(total))
 	d.updateReady()
 	d.log.Info("partitions assigned", "group", d.cfg.Group, "added", assigned, "owned", total)
+}
+
+// learnPartitionCounts tells the pipeline how many partitions the topics
+// have (see orderGuard); on failure it keeps what it knew.
+func (d *Daemon) learnPartitionCounts(ctx context.Context, cl *kgo.Client) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, d.cfg.Topics...)
+	if err != nil {
+		d.log.Warn("consumer: reading the topics' partition counts failed", "error", err.Error())
+		return
+	}
+	counts := make(map[string]int, len(topics))
+	for name, t := range topics {
+		if t.Err == nil {
+			counts[name] = len(t.Partitions)
+		}
+	}
+	d.p.SetPartitionCounts(counts)
 }
 
 // offsetsFetched records the committed offsets of newly assigned

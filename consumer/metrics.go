@@ -48,6 +48,8 @@ type Metrics struct {
 	stalled         *prometheus.GaugeVec
 	handoffs        *prometheus.CounterVec
 	commitRetries   prometheus.Counter
+	lost            *prometheus.CounterVec
+	unorderedSets   *prometheus.GaugeVec
 }
 
 // latencyBuckets span 0.5ms to ~16s.
@@ -177,6 +179,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cachewarden_commit_retries_total",
 			Help: "Offset commits of a partition that failed and were tried again (the group coordinator moving or rebalancing, or unreachable).",
 		}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_invalidations_lost_total",
+			Help: "Changes whose exact invalidation could not be delivered, by reason (poison: undecodable or unplannable message; op_failed: a cache op failed permanently; retention: records removed before they were read; offset_reset: consumption restarted elsewhere in the log) and by covered (fallback: the table's fallback namespace was bumped instead; none: no rule file of the table has a fallback, so keys may serve stale data until they expire).",
+		}, []string{"reason", "covered"}),
+		unorderedSets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cachewarden_set_rule_unordered",
+			Help: "1 for a set rule whose changes of one member may arrive out of order on a topic (several partitions, and a message key not made of the set's key and member columns); see kafka.unordered_sets.",
+		}, []string{"rule", "topic"}),
 		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cachewarden_partition_handoffs_total",
 			Help: "Partitions released on a rebalance or shutdown, by outcome: clean (exactly the applied messages committed, the next owner recounts nothing) or abandoned (a batch was abandoned half applied; the next owner recounts its first batch).",
@@ -186,7 +196,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.eventAge, m.coalesceSaved,
 			m.applyDuration, m.applyRetries, m.mysqlDuration, m.memcachedRTT, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
 			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.ready, m.memcachedUp,
-			m.groupJoined, m.assigned, m.generations, m.partitionErrors, m.stalled, m.handoffs, m.commitRetries)
+			m.groupJoined, m.assigned, m.generations, m.partitionErrors, m.stalled, m.handoffs, m.commitRetries, m.lost, m.unorderedSets)
 	}
 	return m
 }

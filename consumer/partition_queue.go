@@ -40,26 +40,33 @@ type partitionQueue struct {
 	msgs   []Message
 	spare  []Message
 	stable int64 // last stable offset of the latest fetch; -1 unknown
-	err    error // a fetch error for the partition, reported once
-	paused bool
+	// logStart is the log start offset of the latest fetch: records
+	// before it were removed (retention); -1 unknown.
+	logStart int64
+	err      error // a fetch error for the partition, reported once
+	paused   bool
 }
 
 func newPartitionQueue(topic string, partition int, pause, resume func()) *partitionQueue {
 	return &partitionQueue{
 		topic: topic, partition: partition, pause: pause, resume: resume,
-		ready: make(chan struct{}, 1), stable: -1,
+		ready: make(chan struct{}, 1), stable: -1, logStart: -1,
 	}
 }
 
-// push appends the records of one fetch of the partition; stable is the
-// fetch's last stable offset (-1 when unknown).
-func (q *partitionQueue) push(recs []*kgo.Record, stable int64) {
+// push appends the records of one fetch of the partition; stable and
+// logStart are the fetch's last stable and log start offsets (-1 when
+// unknown).
+func (q *partitionQueue) push(recs []*kgo.Record, stable, logStart int64) {
 	q.mu.Lock()
 	for _, r := range recs {
 		q.msgs = append(q.msgs, messageFromRecord(r))
 	}
 	if stable >= 0 {
 		q.stable = stable
+	}
+	if logStart >= 0 {
+		q.logStart = logStart
 	}
 	if len(q.msgs) > queueLimit && !q.paused && q.pause != nil {
 		q.paused = true
@@ -83,7 +90,7 @@ func (q *partitionQueue) fail(err error) {
 // reported meanwhile; given is the slice take returned last time, whose
 // messages the caller has copied out, for reuse. It resumes a paused
 // partition.
-func (q *partitionQueue) take(given []Message) (msgs []Message, stable int64, err error) {
+func (q *partitionQueue) take(given []Message) (msgs []Message, stable, logStart int64, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if given != nil && cap(given) > cap(q.spare) {
@@ -101,7 +108,7 @@ func (q *partitionQueue) take(given []Message) (msgs []Message, stable int64, er
 		q.paused = false
 		q.resume()
 	}
-	return msgs, q.stable, err
+	return msgs, q.stable, q.logStart, err
 }
 
 // waiting reports whether messages or an error wait to be taken.
@@ -132,6 +139,8 @@ type batchSource struct {
 	// stable is the last stable offset of the latest fetch: the offset
 	// after the partition's last committed record then.
 	stable int64
+	// logStart is the log start offset of the latest fetch.
+	logStart int64
 }
 
 // errQueueStopped reports a batch source whose partition was given up.
@@ -142,9 +151,9 @@ var errQueueStopped = errors.New("partition fetching stopped")
 // partition is returned as err.
 func (s *batchSource) receive(ctx context.Context, timer <-chan time.Time) (ok bool, err error) {
 	for {
-		msgs, stable, err := s.q.take(s.taken)
+		msgs, stable, logStart, err := s.q.take(s.taken)
 		s.taken = nil
-		s.stable = stable
+		s.stable, s.logStart = stable, logStart
 		if err != nil {
 			return false, err
 		}

@@ -86,6 +86,10 @@ type PipelineConfig struct {
 	// RecountReason labels recounts that CoalesceOptions.Recount creates
 	// in cachewarden_recounts_total; default "reassigned".
 	RecountReason string
+	// UnorderedSets is what happens to the set changes of a rule whose
+	// changes may arrive out of order on a topic (see orderGuard):
+	// UnorderedSetsDelete (default) or UnorderedSetsAppend.
+	UnorderedSets string
 	// Fences filters counter deltas against the fences of their counters'
 	// recounts before coalescing, and rechecks them after applying (a
 	// *counters.Counters; see fence.go). nil: deltas are applied whatever
@@ -98,9 +102,10 @@ type PipelineConfig struct {
 // shares it between partitions; replay uses it the same way. It is safe
 // for concurrent use; each goroutine brings its own Batch.
 type Pipeline struct {
-	cfg PipelineConfig
-	log *slog.Logger
-	m   *Metrics
+	cfg   PipelineConfig
+	log   *slog.Logger
+	m     *Metrics
+	order *orderGuard
 }
 
 // NewPipeline checks cfg and returns a Pipeline.
@@ -130,8 +135,17 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 	if p.m == nil {
 		p.m = NewMetrics(nil)
 	}
+	if cfg.UnorderedSets == "" {
+		p.cfg.UnorderedSets = UnorderedSetsDelete
+	}
+	p.order = &orderGuard{policy: p.cfg.UnorderedSets, log: p.log, m: p.m}
 	return p, nil
 }
+
+// SetPartitionCounts tells the pipeline how many partitions each topic
+// has (a topic of one partition keeps every change in order). It is safe
+// for concurrent use.
+func (p *Pipeline) SetPartitionCounts(counts map[string]int) { p.order.setPartitions(counts) }
 
 // Metrics returns the metrics the pipeline records into.
 func (p *Pipeline) Metrics() *Metrics { return p.m }
@@ -178,6 +192,8 @@ type Batch struct {
 	// changes that carry one, for cachewarden_event_age_seconds.
 	sourceTsMs []int64
 	fence      batchFence
+	// fallbackKeys is scratch for the fallback keys of a poison message.
+	fallbackKeys []string
 }
 
 type eventLabels struct{ topic, format, outcome string }
@@ -216,6 +232,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		dec := p.decoderFor(msg.Pos.Topic)
 		if err := dec.Decode(msg.Value, msg.Pos, &b.decoded); err != nil {
 			b.poison(msg, err, b.decoded.Format)
+			p.coverPoison(b, msg, nil)
 			continue
 		}
 		format := b.decoded.Format.String()
@@ -231,6 +248,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		}
 		var st rules.PlanStats
 		var firstErr error
+		start := len(b.planned)
 		b.planned, firstErr = cdc.PlanMessage(p.cfg.Rules, b.decoded.Events, b.planned, &st, func(_, added int, err error) {
 			b.Stats.Events++
 			switch {
@@ -243,8 +261,12 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 			}
 		})
 		b.Stats.Plan.Add(st)
+		if msg.Pos.Topic != "" {
+			p.guardOrder(b.planned[start:], msg)
+		}
 		if firstErr != nil {
 			b.poison(msg, firstErr, b.decoded.Format)
+			p.coverPoison(b, msg, b.decoded.Events)
 		}
 	}
 }
@@ -290,13 +312,18 @@ func (p *Pipeline) Process(ctx context.Context, b *Batch, msgs []Message, opts C
 //     cacheops.Retryable accepts are retried, alone, with capped
 //     exponential backoff (RetryMin..RetryMax) for as long as it takes:
 //     the caller (the partition) waits, nothing is skipped;
-//  3. an op that fails permanently (an invalid key, a value memcached
-//     refuses whatever happens) is logged once with its rule and source,
-//     counted as outcome "failed", and given up: retrying could never
-//     succeed, and holding the partition forever would stop every other
-//     key. The cache operations that do the handling (cacheops,
-//     counters) delete items they cannot keep correct, so giving up
-//     leaves no wrong value behind.
+//  3. an op that fails permanently (an invalid key, a command memcached
+//     refuses whatever happens) is logged with its rule and source and
+//     counted as outcome "failed". When its rule file has a fallback
+//     namespace, the op is replaced by a bump of its table's fallback key
+//     (which invalidates every key built under it) and the batch goes
+//     on; without one the op is retried like a transient failure, so
+//     that no offset is committed past an invalidation that was not
+//     delivered: the partition holds, and after kafka.stall_timeout the
+//     daemon reports not ready.
+//
+// Poison messages were given fallback bumps of their tables when they
+// were planned (see coverPoison).
 //
 // Apply returns nil when the batch may be committed, or ctx's error when
 // ctx ends first (the batch must then not be committed). After success
@@ -485,17 +512,33 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 				}
 			default:
 				b.outcomes[opLabels{kind, "failed"}]++
-				if permanentLogged < maxPermanentLogs {
-					op := &b.Ops[i]
-					p.log.Error("cache op failed permanently; giving up on it", positionAttrs(op.Source,
-						"op", kind, "key", op.Key, "rule", ruleName(op), "error", res.Err.Error())...)
+				op := &b.Ops[i]
+				fb, covered := fallbackFor(p.cfg.Rules, op)
+				if permanentLogged < maxPermanentLogs || (!covered && logAttempt(attempt)) {
+					if covered {
+						p.log.Error("cache op failed permanently; bumping its table's fallback namespace instead", positionAttrs(op.Source,
+							"op", kind, "key", op.Key, "rule", ruleName(op), "fallback", fb.Key, "error", res.Err.Error())...)
+					} else {
+						p.log.Error("cache op failed permanently and no fallback namespace covers its rule; the partition holds until it succeeds (add fallback: to the rule file, or fix the cause)",
+							positionAttrs(op.Source, "op", kind, "key", op.Key, "rule", ruleName(op), "attempt", attempt+1, "error", res.Err.Error())...)
+					}
 				}
 				permanentLogged++
+				if covered {
+					p.countLost(lostOpFailed, true)
+					*op = fb
+				} else if firstErr == nil {
+					firstErr = res.Err
+				}
+				retry = append(retry, i)
 			}
 		}
 		pending = retry
 		if len(pending) == 0 {
 			break
+		}
+		if firstErr == nil {
+			continue // only fallback bumps replacing failed ops: apply them now
 		}
 		p.m.applyRetries.Inc()
 		wait := p.backoff(attempt)

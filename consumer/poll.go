@@ -47,7 +47,7 @@ func pollLoop(ctx context.Context, cl *kgo.Client, route func(topic string, part
 				return
 			}
 			if q := route(p.Topic, p.Partition); q != nil {
-				q.push(p.Records, p.LastStableOffset)
+				q.push(p.Records, p.LastStableOffset, p.LogStartOffset)
 			}
 		})
 	}

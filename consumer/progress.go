@@ -140,3 +140,13 @@ func (d *Daemon) fetchFailed(log *slog.Logger, tp topicPartition, err error, pro
 	log.Error("partition stopped: fetching failed and the client does not retry it; it resumes when the partition is assigned again (restart or rebalance)", "error", err.Error())
 	progress.fail("fetching failed: " + err.Error())
 }
+
+func (r OffsetReset) String() string {
+	switch r {
+	case ResetEarliest:
+		return "earliest"
+	case ResetLatest:
+		return "latest"
+	}
+	return "fail"
+}

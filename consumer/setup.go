@@ -190,6 +190,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		Metrics:       s.Metrics,
 		Logger:        logger.With("component", "pipeline"),
 		RecountReason: opts.RecountReason,
+		UnorderedSets: cfg.Kafka.UnorderedSets,
 	}
 	if s.Counters != nil {
 		pc.Fences = s.Counters

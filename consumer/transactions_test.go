@@ -53,7 +53,8 @@ func txnProducer(t *testing.T, brokers []string, codec kgo.CompressionCodec) *kg
 // interestRecord is a Debezium insert of (user, interest) on partition p.
 func interestRecord(topic string, p int32, user, interest int) *kgo.Record {
 	m := debezium("c", "shop", "user_interests", nil, row("user_id", user, "interest_id", interest))
-	return &kgo.Record{Topic: topic, Partition: p, Key: []byte(strconv.Itoa(user)), Value: m.Value}
+	key := fmt.Sprintf(`{"user_id":%d,"interest_id":%d}`, user, interest)
+	return &kgo.Record{Topic: topic, Partition: p, Key: []byte(key), Value: m.Value}
 }
 
 // transact produces recs in one transaction and commits or aborts it.

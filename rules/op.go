@@ -18,6 +18,11 @@ const (
 	// holds every set token of a batch for Key, joined in order
 	// ("+m1 -m2 ").
 	OpSetAppend
+	// OpSetDelete deletes a set item (a missing set is always correct).
+	// The planner never produces it: the daemon turns the set changes of
+	// a rule whose changes may arrive out of order (docs/operations.md,
+	// "Ordering across partitions") into deletes of the set.
+	OpSetDelete
 )
 
 // String returns the name used in plan output (DESIGN §4).
@@ -35,6 +40,8 @@ func (k OpKind) String() string {
 		return "recount"
 	case OpSetAppend:
 		return "set_append"
+	case OpSetDelete:
+		return "set_delete"
 	}
 	return "unknown"
 }

@@ -1,0 +1,151 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// fallbackRules are daemonRules with a fallback namespace per table.
+var fallbackRules = strings.Replace(daemonRules, "rules:\n", "fallback: \"fb:{db}.{table}\"\nrules:\n", 1)
+
+// TestPermanentFailureBumpsFallback: an op that fails for good under a
+// rule file with a fallback namespace is replaced by a bump of its
+// table's fallback key, and the batch completes.
+func TestPermanentFailureBumpsFallback(t *testing.T) {
+	r := newRig(t, fallbackRules, rigOptions{})
+	rule := r.pipeline.cfg.Rules.Rule("user-profile")
+	r.set("fb:shop.users", "5")
+	r.set("ns:user:8", "1")
+	b := Batch{Ops: []rules.Op{
+		{Kind: rules.OpBump, Rule: rule, Key: r.key("ns:user: 7")}, // cacheops.ErrInvalidKey
+		{Kind: rules.OpBump, Rule: rule, Key: r.key("ns:user:8")},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.pipeline.Apply(ctx, &b); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if got := r.get("fb:shop.users"); got != "6" {
+		t.Errorf("fallback fb:shop.users = %q, want 6", got)
+	}
+	if got := r.get("ns:user:8"); got != "2" {
+		t.Errorf("ns:user:8 = %q, want 2", got)
+	}
+	if n := metricValue(r.metrics.lost.WithLabelValues(lostOpFailed, "fallback")); n != 1 {
+		t.Errorf("lost op_failed/fallback = %v, want 1", n)
+	}
+	if n := metricValue(r.metrics.applyRetries); n != 0 {
+		t.Errorf("%v retries of a covered permanent failure", n)
+	}
+}
+
+// TestPoisonBumpsFallback: a message of a known table that cannot be
+// planned bumps that table's fallback; an undecodable one bumps the
+// fallbacks of its topic's tables (here every table, the topic naming
+// none).
+func TestPoisonBumpsFallback(t *testing.T) {
+	r := newRig(t, fallbackRules, rigOptions{})
+	for _, k := range []string{"fb:shop.users", "fb:shop.user_interests", "fb:blog.comments"} {
+		r.set(k, "10")
+	}
+	missingKey := debezium("c", "shop", "users", nil, row("name", "no id"))
+	msgs := []Message{
+		{Value: missingKey.Value, Pos: rules.Position{Topic: "t", Offset: 0}},
+	}
+	var b Batch
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.pipeline.Process(ctx, &b, msgs, CoalesceOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.get("fb:shop.users") + " " + r.get("fb:blog.comments"); got != "11 10" {
+		t.Errorf("after an unplannable users change: fb:shop.users fb:blog.comments = %s, want 11 10", got)
+	}
+	msgs = []Message{{Value: []byte(`{"op":`), Pos: rules.Position{Topic: "t", Offset: 1}}}
+	if err := r.pipeline.Process(ctx, &b, msgs, CoalesceOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"fb:shop.users": "12", "fb:shop.user_interests": "11", "fb:blog.comments": "11"} {
+		if got := r.get(k); got != want {
+			t.Errorf("after an undecodable message: %s = %s, want %s", k, got, want)
+		}
+	}
+	if n := metricValue(r.metrics.lost.WithLabelValues(lostPoison, "fallback")); n != 2 {
+		t.Errorf("lost poison/fallback = %v, want 2", n)
+	}
+}
+
+// TestRetentionGap deletes records of a partition before the daemon read
+// them. With kafka.offset_reset fail the partition stops, the daemon is
+// not ready and nothing is committed; with earliest it continues at the
+// log start after bumping the fallback namespace of the topic's table.
+func TestRetentionGap(t *testing.T) {
+	for _, policy := range []OffsetReset{ResetFail, ResetEarliest} {
+		t.Run(fmt.Sprint(policy), func(t *testing.T) {
+			topic := "shop.users." + testsvc.Unique()
+			group := "cw-" + testsvc.Unique()
+			brokers := testKafka(t, 1, topic)
+			r := newRig(t, fallbackRules, rigOptions{})
+			r.set("fb:shop.users", "100")
+			var msgs []kafka.Message
+			for id := range 10 {
+				msgs = append(msgs, debezium("u", "shop", "users", row("id", id), row("id", id)))
+				r.set(fmt.Sprintf("ns:user:%d", id), "1")
+			}
+			produce(t, brokers, topic, msgs[:4]...)
+			d, stop := r.daemonWith(brokers, group, func(c *Config) { c.OffsetReset = policy; c.StallTimeout = time.Hour }, topic)
+			waitFor(t, 20*time.Second, func() string {
+				if off, _ := committedMeta(t, brokers, group, topic, 0); off != 4 {
+					return fmt.Sprintf("committed %d, want 4", off)
+				}
+				return ""
+			})
+			must(t, stop())
+			produce(t, brokers, topic, msgs[4:]...)
+			deleteRecords(t, brokers, topic, 0, 7) // offsets 4, 5, 6 never read
+			d, stop = r.daemonWith(brokers, group, func(c *Config) { c.OffsetReset = policy; c.StallTimeout = time.Hour }, topic)
+			defer stop()
+			if policy == ResetFail {
+				waitFor(t, 20*time.Second, func() string {
+					if len(d.Stalled()) == 0 {
+						return "partition not reported stalled"
+					}
+					return ""
+				})
+				if d.Ready() {
+					t.Errorf("ready with a stopped partition: %v", d.Stalled())
+				}
+				if !strings.Contains(d.Stalled()[0].Reason, "kafka.offset_reset") {
+					t.Errorf("stalled reason %q does not name kafka.offset_reset", d.Stalled()[0].Reason)
+				}
+				if off, _ := committedMeta(t, brokers, group, topic, 0); off != 4 {
+					t.Errorf("committed %d, want 4", off)
+				}
+				if got := r.get("ns:user:8"); got != "1" {
+					t.Errorf("ns:user:8 = %q: applied past the gap", got)
+				}
+				return
+			}
+			waitFor(t, 20*time.Second, func() string {
+				if got := r.get("ns:user:9"); got != "2" {
+					return "ns:user:9 = " + got
+				}
+				return ""
+			})
+			if got := r.get("fb:shop.users"); got != "101" {
+				t.Errorf("fallback fb:shop.users = %q, want 101", got)
+			}
+			if n := metricValue(r.metrics.lost.WithLabelValues(lostRetention, "fallback")); n != 1 {
+				t.Errorf("lost retention/fallback = %v, want 1", n)
+			}
+		})
+	}
+}
