@@ -95,7 +95,7 @@ func (c *Coalescer) newSlot(op *rules.Op) int {
 	return i
 }
 
-// Coalescer merges a batch's planned ops by key (DESIGN §6). Its zero
+// Coalescer merges a batch's planned ops by key (README, "How it works"). Its zero
 // value is ready; it keeps scratch memory between calls, so one Coalescer
 // serves one goroutine (one partition) at a time.
 type Coalescer struct {

@@ -17,7 +17,7 @@ import (
 const rebumpAttempts = 5
 
 // Rebumper applies the delayed second bump of rules with rebump_after
-// (DESIGN §5). Pending bumps live in memory only and never hold back a
+// (docs/rules.md, rebump_after). Pending bumps live in memory only and never hold back a
 // commit; Flush applies them all at once on shutdown, so only a crash
 // drops them. One pending bump is kept per key: scheduling a key again
 // moves its bump to the later time, because the new first bump restarts

@@ -98,7 +98,7 @@ type PipelineConfig struct {
 }
 
 // Pipeline turns batches of CDC messages into applied cache ops: decode,
-// plan, coalesce, apply (DESIGN §6). The daemon runs one per process and
+// plan, coalesce, apply (README, "How it works"). The daemon runs one per process and
 // shares it between partitions; replay uses it the same way. It is safe
 // for concurrent use; each goroutine brings its own Batch.
 type Pipeline struct {

@@ -122,7 +122,7 @@ func (s ReplaySummary) String() string {
 	return b.String()
 }
 
-// Replayer re-reads a range of CDC messages and applies them (DESIGN §6):
+// Replayer re-reads a range of CDC messages and applies them (docs/operations.md, "Replay"):
 // bumps and set ops as the daemon applies them, while every counter delta
 // becomes a recount, run once per key at the end of the replay rather
 // than once per batch: the deltas were applied when the messages were
@@ -195,7 +195,7 @@ func (rp *Replayer) Replay(ctx context.Context, in ReplayInput) (ReplaySummary, 
 }
 
 // DryRun plans in without applying anything and writes the ops to out in
-// the `cachewarden plan` format (DESIGN §4), counter deltas as planned.
+// the `cachewarden plan` format (docs/rules.md), counter deltas as planned.
 // For a file the output is exactly that of `cachewarden plan` with the
 // same decoder, error reports included. For Kafka input "line" is the
 // message's 1-based ordinal in the replay, partitions taken one after the

@@ -25,7 +25,7 @@ const (
 	OpSetDelete
 )
 
-// String returns the name used in plan output (DESIGN §4).
+// String returns the name used in plan output (docs/rules.md).
 func (k OpKind) String() string {
 	switch k {
 	case OpBump:
