@@ -30,8 +30,8 @@ const (
 // consumed independently: two changes of one (key, member) on different
 // partitions may be applied in either order. They share a partition when
 // the message key (which the producer hashes to pick the partition) is
-// made of columns of the set's key and member only, or when the topic
-// has one partition.
+// made of columns of the set's key and member only, or names only the
+// table, or when the topic has one partition.
 //
 // It is safe for concurrent use.
 type orderGuard struct {
@@ -70,9 +70,12 @@ func (g *orderGuard) unordered(topic string, r *rules.Rule, msgKey []byte) bool 
 		g.decided[k] = false
 		return false
 	}
-	cols, named := cdc.KeyColumns(msgKey)
+	cols, perTable, named := cdc.KeyColumns(msgKey)
 	need := append(slices.Clone(r.Key.Columns()), r.Member.Columns()...)
-	unordered := !named || slices.ContainsFunc(cols, func(c string) bool { return !slices.Contains(need, c) })
+	// A key naming the table (Maxwell or Canal partitioning by table or
+	// database) sends every change of the table to one partition.
+	perTable = perTable || string(msgKey) == r.Table || (r.Database != "" && string(msgKey) == r.Database+"."+r.Table)
+	unordered := !perTable && (!named || slices.ContainsFunc(cols, func(c string) bool { return !slices.Contains(need, c) }))
 	g.decided[k] = unordered
 	if unordered {
 		g.report(topic, r, cols, need)

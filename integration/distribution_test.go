@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -228,8 +227,13 @@ func runDistributionCase(t *testing.T, ctx context.Context, b *Broker, servers [
 		t.Fatal(err)
 	}
 	var msgs []OutMessage
-	for i, k := range keys {
-		msgs = append(msgs, debeziumChange(topic, "c", []byte(strconv.Itoa(i)), nil, map[string]any{"name": k, "m": "b"}))
+	for _, k := range keys {
+		// Keyed by the row's primary key, as the connector keys it.
+		key, err := json.Marshal(map[string]string{"name": k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, debeziumChange(topic, "c", key, nil, map[string]any{"name": k, "m": "b"}))
 	}
 	pub := NewPublisher(b.Addrs(), Debezium, nil, testLog(t))
 	defer pub.Close()
