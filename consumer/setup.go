@@ -47,7 +47,11 @@ type Stack struct {
 	// (docs/exact-counters.md).
 	Writer   *cacheops.Writer
 	Counters *counters.Counters
-	Rebump   *Rebumper
+	// SetRebuilder applies replay's set rebuilds (rules.OpSetRebuild and
+	// OpSetDelete): Writer with protocol "text", a text-protocol Writer
+	// over the same client with "meta".
+	SetRebuilder Applier
+	Rebump       *Rebumper
 	// DLQ receives poison messages; nil without kafka.dlq_topic or with
 	// StackOptions.NoDLQ.
 	DLQ      *DLQ
@@ -134,6 +138,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		s.Writer = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
 		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
 		s.Applier, counterApplier = s.Writer, s.Counters
+		s.SetRebuilder = s.Writer
 	default: // "meta"
 		// The same selector as the gomemcache client above, so the
 		// pipelined writes land where the counters and readers look.
@@ -147,6 +152,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 			Dial:         dial,
 		}, logger.With("component", "cacheops"))
 		s.Applier = s.Pipelined
+		s.SetRebuilder = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
 		if recounter != nil {
 			// Exact counters (docs/exact-counters.md): counter ops go to
 			// the counters package, which fences recounts at their

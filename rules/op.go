@@ -18,6 +18,14 @@ const (
 	// holds every set token of a batch for Key, joined in order
 	// ("+m1 -m2 ").
 	OpSetAppend
+	// OpSetRebuild is produced by replay, never by the planner: delete the
+	// set at Key, then store the full set its rule's load query returns
+	// (bound to Args), as a missing set is loaded; the set stays missing
+	// when the query fails or the rule has none.
+	OpSetRebuild
+	// OpSetDelete is produced by replay, never by the planner: delete the
+	// set at Key (its rule has no load query; readers load it).
+	OpSetDelete
 )
 
 // String returns the name used in plan output (DESIGN §4).
@@ -35,6 +43,10 @@ func (k OpKind) String() string {
 		return "recount"
 	case OpSetAppend:
 		return "set_append"
+	case OpSetRebuild:
+		return "set_rebuild"
+	case OpSetDelete:
+		return "set_delete"
 	}
 	return "unknown"
 }
