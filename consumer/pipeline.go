@@ -178,6 +178,8 @@ type Batch struct {
 	// changes that carry one, for cachewarden_event_age_seconds.
 	sourceTsMs []int64
 	fence      batchFence
+	// rebumps are the applied bumps whose rule has rebump_after.
+	rebumps []rules.Op
 }
 
 type eventLabels struct{ topic, format, outcome string }
@@ -299,8 +301,10 @@ func (p *Pipeline) Process(ctx context.Context, b *Batch, msgs []Message, opts C
 //     leaves no wrong value behind.
 //
 // Apply returns nil when the batch may be committed, or ctx's error when
-// ctx ends first (the batch must then not be committed). After success
-// the delayed second bumps of the batch's bump ops are scheduled.
+// ctx ends first (the batch must then not be committed). After the ops
+// succeeded the delayed second bumps of the batch's bump ops are scheduled
+// (Rebumper.ScheduleBatch), and recorded in memcached when the Rebumper
+// keeps a journal, before Apply returns.
 func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 	p.recordPlan(b)
 	if len(b.Poison) > 0 {
@@ -318,12 +322,15 @@ func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 	}
 	p.observeEventAges(b, time.Now())
 	if p.cfg.Rebump != nil {
+		b.rebumps = b.rebumps[:0]
 		for i := range b.Ops {
-			op := &b.Ops[i]
-			if op.Kind == rules.OpBump && op.Rule != nil && op.Rule.RebumpAfter > 0 && b.results[i].Err == nil {
-				p.cfg.Rebump.Schedule(*op)
+			if op := &b.Ops[i]; rebumps(op) && b.results[i].Err == nil {
+				b.rebumps = append(b.rebumps, *op)
 			}
 		}
+		err := p.cfg.Rebump.ScheduleBatch(ctx, b.rebumps)
+		clear(b.rebumps)
+		return err
 	}
 	return nil
 }

@@ -69,6 +69,10 @@ type StackOptions struct {
 	// counter deltas (cachewarden_recounts_total); default "reassigned",
 	// replay uses "replay".
 	RecountReason string
+	// MemoryRebumps keeps delayed bumps in memory only, without the
+	// journal in memcached that lets a restarted daemon find them (replay:
+	// it applies them when it ends, and commits nothing).
+	MemoryRebumps bool
 }
 
 // NewStack builds the stack for cfg, which must come from config.Load (its
@@ -169,6 +173,9 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	}
 
 	s.Rebump = NewRebumper(s.Applier, s.Metrics, logger.With("component", "rebump"))
+	if !opts.MemoryRebumps {
+		s.Rebump.EnableJournal(cacheops.NewTokenLog(mc, logger.With("component", "rebump")), cfg.RuleSet, cfg.Kafka.Group)
+	}
 	if cfg.Kafka.DLQTopic != "" && !opts.NoDLQ {
 		if s.DLQ, err = NewDLQ(kc, cfg.Kafka.DLQTopic); err != nil {
 			s.Close()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -33,8 +35,11 @@ const (
 )
 
 // TestFaultDaemonKill kills `cachewarden run` with SIGKILL at random points
-// of the run, restarting it each time: nothing may be lost, and the first
-// batch after each restart must not count a counter delta twice.
+// of the run, restarting it each time: nothing may be lost, the first
+// batch after each restart must not count a counter delta twice, and the
+// delayed second bumps (rebump_after) pending at a kill, which the daemon
+// recorded in memcached, are applied by the restarted daemon. The first
+// kill waits until such a bump is pending.
 func TestFaultDaemonKill(t *testing.T) {
 	started := time.Now()
 	fs := newFaultScenario(t, faultOptions{Name: scenarioKill})
@@ -42,6 +47,9 @@ func TestFaultDaemonKill(t *testing.T) {
 	sz := fs.sizes
 	d := fs.startDaemon()
 	fs.start(ctx)
+	journal := cacheops.NewTokenLog(fs.MC, nil)
+	var atKill []consumer.PendingRebump // recorded, not applied, at the last kill
+	var pendingAtKills []string
 
 	// Kill rounds spread over the run's expected length.
 	rounds := max(sz.KillEvents/sz.RoundTxs, sz.Kills+2)
@@ -58,20 +66,43 @@ func TestFaultDaemonKill(t *testing.T) {
 				// A random point: part of the round is published, and the
 				// daemon may be fetching, applying or committing it; the
 				// rest is published while no daemon runs.
-				time.Sleep(time.Duration(fs.rng.IntN(20)) * time.Millisecond)
+				if kills == 0 {
+					fs.waitRebumpRecorded(ctx, journal, 2*time.Second)
+				} else {
+					time.Sleep(time.Duration(fs.rng.IntN(20)) * time.Millisecond)
+				}
 				lag, err := fs.Broker.GroupLag(ctx, fs.Opts.Group, fs.Topics...)
 				if err != nil {
 					t.Fatal(err)
 				}
 				d.sigkill(t)
+				if atKill, err = consumer.PendingRebumps(journal, fs.Rules, fs.Opts.Group); err != nil {
+					t.Fatal(err)
+				}
+				pendingAtKills = append(pendingAtKills, strconv.Itoa(len(atKill)))
 				kills++
 				waiting = append(waiting, strconv.FormatInt(lag.Total, 10))
 				d = fs.restart(ctx, d)
 			}
 		}
 		fs.round(ctx, sz.RoundTxs, h)
+		fs.checkRebumpsApplied(ctx, journal, atKill)
+		atKill = nil
 	}
-	fs.fault("%d × SIGKILL at random points, restarted each time (uncommitted messages at the kills: %s)", kills, strings.Join(waiting, ", "))
+	total := 0
+	for _, n := range pendingAtKills {
+		k, _ := strconv.Atoi(n)
+		total += k
+	}
+	if total == 0 {
+		t.Errorf("no delayed bump was pending at any of the kills: the check of their recovery proves nothing")
+	}
+	if recovered, err := d.metric(d.httpAddr(t), "cachewarden_rebumps_recovered_total", ""); err == nil {
+		fs.note("Delayed second bumps recorded in memcached and not yet applied at the kills: %s; every one was applied after the restart (the last daemon found %.0f in the journal when it started).",
+			strings.Join(pendingAtKills, ", "), recovered)
+	}
+	fs.fault("%d × SIGKILL at random points, restarted each time (uncommitted messages at the kills: %s; delayed bumps pending: %s)",
+		kills, strings.Join(waiting, ", "), strings.Join(pendingAtKills, ", "))
 	row := fs.finish(ctx, d)
 	recordRow(t, started, row)
 }
@@ -418,4 +449,68 @@ func runDrift(t *testing.T, fenced bool, seed uint64) *reliabilityRow {
 		row.Notes = append(row.Notes, fmt.Sprintf("With fences %.0f counter deltas were skipped because a recount already included them.", skipped))
 	}
 	return row
+}
+
+// waitRebumpRecorded waits, up to max, until the daemon has recorded a
+// delayed bump it has not applied yet.
+func (fs *faultScenario) waitRebumpRecorded(ctx context.Context, journal *cacheops.TokenLog, max time.Duration) {
+	fs.t.Helper()
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		pending, err := consumer.PendingRebumps(journal, fs.Rules, fs.Opts.Group)
+		if err != nil {
+			fs.t.Fatal(err)
+		}
+		if len(pending) > 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// checkRebumpsApplied waits until none of the delayed bumps pending at a
+// kill is recorded any more: the restarted daemon applied each (a bump
+// leaves the journal only once applied). Their namespaces must exist.
+func (fs *faultScenario) checkRebumpsApplied(ctx context.Context, journal *cacheops.TokenLog, atKill []consumer.PendingRebump) {
+	fs.t.Helper()
+	if len(atKill) == 0 {
+		return
+	}
+	type entry struct {
+		journal, rule, key string
+		due                int64
+	}
+	left := map[entry]bool{}
+	for _, pr := range atKill {
+		left[entry{pr.Journal, pr.Rule, pr.Key, pr.Due.UnixMilli()}] = true
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(left) > 0 {
+		pending, err := consumer.PendingRebumps(journal, fs.Rules, fs.Opts.Group)
+		if err != nil {
+			fs.t.Fatal(err)
+		}
+		still := map[entry]bool{}
+		for _, pr := range pending {
+			if e := (entry{pr.Journal, pr.Rule, pr.Key, pr.Due.UnixMilli()}); left[e] {
+				still[e] = true
+			}
+		}
+		left = still
+		if len(left) > 0 && time.Now().After(deadline) {
+			fs.t.Errorf("%d of the %d delayed bumps pending at the kill were never applied after the restart: %v", len(left), len(atKill), left)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	keys := make([]string, 0, len(atKill))
+	for _, pr := range atKill {
+		keys = append(keys, pr.Key)
+	}
+	present := fs.readNamespaces(keys)
+	for _, k := range keys {
+		if _, ok := present[k]; !ok && !fs.emptied {
+			fs.t.Errorf("namespace %s, whose delayed bump was pending at the kill, is missing", k)
+		}
+	}
 }

@@ -146,7 +146,7 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	out := progress.Writer()
 	log := cfg.Log.NewLogger(out)
 
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay"})
+	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
