@@ -358,8 +358,16 @@ func (p *Pipeline) recordPlan(b *Batch) {
 	if n := b.Stats.Coalesce.DeltasToRecounts; n > 0 {
 		p.m.recounts.WithLabelValues(p.cfg.RecountReason).Add(float64(n))
 	}
-	if n := b.Stats.Fence.Recounts; n > 0 {
-		p.m.recounts.WithLabelValues("fence").Add(float64(n))
+	if f := b.Stats.Fence; f.Recounts > 0 {
+		// By why the fence could not decide: counter and fence disagree
+		// ("fence"), the fence is gone while the counter names it
+		// ("fence_missing"), the delta comes from another server's log
+		// ("other_server").
+		for reason, n := range map[string]int{"fence": f.Recounts - f.FenceMissing - f.OtherServer, "fence_missing": f.FenceMissing, "other_server": f.OtherServer} {
+			if n > 0 {
+				p.m.recounts.WithLabelValues(reason).Add(float64(n))
+			}
+		}
 	}
 	if n := b.Stats.Fence.Skipped; n > 0 {
 		p.m.ops.WithLabelValues(rules.OpCount.String(), "fenced").Add(float64(n))

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,8 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -362,8 +369,14 @@ func TestFaultGroupKill(t *testing.T) {
 // already counted are applied on top; with them they are skipped. The
 // same workload (same seed) runs twice: on the MariaDB without a binary
 // log, where recounts cannot be fenced (the behaviour before fences), and
-// on the one with it. After quiesce every present counter is compared
-// with COUNT(*).
+// on the one with it. The fenced run adds two faults: fences evicted
+// alone (their counters stay, their flags naming the lost fence) before
+// some rounds, and a failover: the database is copied to a second MariaDB
+// whose binary log has the same base name (mysql-bin), the daemon's
+// connections move there (its DSN names a proxy, retargeted as a virtual
+// IP would be), and the workload and the change stream continue there,
+// while memcached still holds fences at the first server's positions.
+// After quiesce every present counter is compared with COUNT(*).
 func TestFaultCounterDrift(t *testing.T) {
 	started := time.Now()
 	seed := uint64(time.Now().UnixNano()) | 1
@@ -399,7 +412,7 @@ func runDrift(t *testing.T, fenced bool, seed uint64) *reliabilityRow {
 		name = scenarioDrift
 	}
 	// Few posts: most rounds change most comment counters.
-	fs := newFaultScenario(t, faultOptions{Name: name, Posts: 40, BinlogOff: !fenced, Seed: seed, DriftExpected: !fenced})
+	fs := newFaultScenario(t, faultOptions{Name: name, Posts: 40, BinlogOff: !fenced, Seed: seed, DriftExpected: !fenced, Proxy: fenced})
 	if !fenced && fs.Workload.BinlogPositions() {
 		t.Skip("the MariaDB at CACHEWARDEN_TEST_MYSQL_DSN has its binary log on: recounts there are fenced, so the unfenced baseline cannot be measured")
 	}
@@ -409,12 +422,41 @@ func runDrift(t *testing.T, fenced bool, seed uint64) *reliabilityRow {
 	fs.start(ctx)
 	rounds := max(sz.Events/sz.RoundTxs, 3)
 	flushIn := map[int]bool{rounds / 3: true, 2 * rounds / 3: true}
-	flushes := 0
+	// Fenced, both flushes come before the failover, and no fence is
+	// evicted for two rounds after it: a flush or an eviction then would
+	// remove the first server's fences, and with them the deltas that
+	// meet a position of another log.
+	failoverAt := -1
+	var second string // the failover target's DSN: the same database name
+	if fenced {
+		first := max(rounds/8, 1)
+		flushIn = map[int]bool{first: true, first + 2: true}
+		failoverAt = first + 4
+		cfg, err := mysql.ParseDSN(fs.Services.MySQLDSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, second = testsvc.MySQLSecondBinlog(t, cfg.DBName)
+	}
+	flushes, evictions, fencesEvicted := 0, 0, 0
+	var failedOver string
+	var before map[string]float64
 	pending, err := fs.Change(ctx, sz.RoundTxs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for r := 0; fs.events < sz.Events; r++ {
+		if r == failoverAt {
+			// Everything made on the first server is applied first:
+			// then the copy is what a caught-up replica would hold.
+			fs.publishRound(ctx, pending, roundHooks{})
+			before = fs.fenceMetrics(d)
+			failedOver = fs.failover(ctx, second)
+			if pending, err = fs.Change(ctx, sz.RoundTxs); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		// MariaDB is a round ahead of the stream while the daemon applies
 		// the round before.
 		next, err := fs.Change(ctx, sz.RoundTxs)
@@ -422,13 +464,19 @@ func runDrift(t *testing.T, fenced bool, seed uint64) *reliabilityRow {
 			t.Fatal(err)
 		}
 		var h roundHooks
-		if flushIn[r] {
+		switch {
+		case flushIn[r]:
 			h.before = func([]Tx) {
 				if _, err := memcachedCommand(fs.mc.addr, "flush_all\r\n", "OK"); err != nil {
 					t.Fatal(err)
 				}
 				fs.emptied = true
 				flushes++
+			}
+		case fenced && r%2 == 0 && r > 0 && (r < failoverAt || r > failoverAt+2):
+			h.before = func(txs []Tx) {
+				fencesEvicted += fs.evictFences(txs)
+				evictions++
 			}
 		}
 		fs.publishRound(ctx, pending, h)
@@ -440,15 +488,120 @@ func runDrift(t *testing.T, fenced bool, seed uint64) *reliabilityRow {
 		how = "unfenced (binary log off)"
 	}
 	fs.fault("stream one round (%d transactions) behind MariaDB; memcached flushed (flush_all) %d times mid-run; recounts %s", sz.RoundTxs, flushes, how)
+	if fenced {
+		fs.fault("fences evicted alone before %d rounds (%d fence items deleted, their counters kept)", evictions, fencesEvicted)
+		if failedOver == "" {
+			t.Errorf("the run ended before its failover (round %d): the second MariaDB was never used", failoverAt)
+		} else {
+			fs.fault("%s", failedOver)
+		}
+	}
 	row := fs.finish(ctx, d)
 	if fenced {
-		skipped, err := d.metric(d.httpAddr(t), "cachewarden_ops_total", `outcome="fenced"`)
-		if err != nil {
-			t.Fatal(err)
+		after := fs.fenceMetrics(d)
+		row.Notes = append(row.Notes, fmt.Sprintf("With fences %.0f counter deltas were skipped because a recount already included them (%.0f after the failover). Counters recounted because their fence could not decide: %.0f with the fence gone while the counter named it, %.0f with a delta from another server's log than the fence (%.0f after the failover).",
+			after["skipped"], after["skipped"]-before["skipped"], after["fence_missing"], after["other_server"], after["other_server"]-before["other_server"]))
+		t.Logf("note: %s", row.Notes[len(row.Notes)-1])
+		if fencesEvicted == 0 || after["fence_missing"] == 0 {
+			t.Errorf("%d fences evicted, %.0f counters recounted for it: the fault proved nothing", fencesEvicted, after["fence_missing"])
 		}
-		row.Notes = append(row.Notes, fmt.Sprintf("With fences %.0f counter deltas were skipped because a recount already included them.", skipped))
+		if after["other_server"]-before["other_server"] == 0 {
+			t.Errorf("no delta met a fence of the first server after the failover: the fault proved nothing")
+		}
 	}
 	return row
+}
+
+// fenceMetrics reads what the daemon's fences did: deltas skipped, and
+// counters recounted because their fence was gone or from another server.
+func (fs *faultScenario) fenceMetrics(d *faultDaemon) map[string]float64 {
+	fs.t.Helper()
+	addr := d.httpAddr(fs.t)
+	out := map[string]float64{}
+	for name, q := range map[string][2]string{
+		"skipped":       {"cachewarden_ops_total", `outcome="fenced"`},
+		"fence_missing": {"cachewarden_recounts_total", `reason="fence_missing"`},
+		"other_server":  {"cachewarden_recounts_total", `reason="other_server"`},
+	} {
+		n, err := d.metric(addr, q[0], q[1])
+		if err != nil {
+			fs.t.Fatal(err)
+		}
+		out[name] = n
+	}
+	return out
+}
+
+// evictFences deletes the fence items of the counters that txs change,
+// leaving the counters (memcached evicts per slab class, so a fence can go
+// while its counter stays); it returns how many existed.
+func (fs *faultScenario) evictFences(txs []Tx) int {
+	fs.t.Helper()
+	ops, err := PlanOps(fs.Rules, fs.Opts.Format, txs)
+	if err != nil {
+		fs.t.Fatal(err)
+	}
+	n := 0
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if op.Kind != rules.OpCount || seen[op.Key] {
+			continue
+		}
+		seen[op.Key] = true
+		switch err := fs.MC.Delete(counters.FenceKey(op.Key)); {
+		case err == nil:
+			n++
+		case !errors.Is(err, memcache.ErrCacheMiss):
+			fs.t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// failover moves the scenario to the second MariaDB at dsn (a database of
+// the same name), once the daemons have applied everything, and points
+// the daemons' proxy there; it says what was done, for the report.
+func (fs *faultScenario) failover(ctx context.Context, dsn string) string {
+	fs.t.Helper()
+	var fromFile, toFile string
+	var fromPos, toPos int64
+	fromID := fs.Workload.ServerID()
+	scanMaster := func(db *sql.DB, file *string, pos *int64) {
+		rows, err := db.QueryContext(ctx, "SHOW MASTER STATUS")
+		if err != nil {
+			fs.t.Fatal(err)
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		if !rows.Next() {
+			fs.t.Fatal("SHOW MASTER STATUS: no row")
+		}
+		dest := make([]any, len(cols))
+		for i := range dest {
+			dest[i] = new(sql.RawBytes)
+		}
+		dest[0], dest[1] = file, pos
+		if err := rows.Scan(dest...); err != nil {
+			fs.t.Fatal(err)
+		}
+	}
+	scanMaster(fs.MySQL.DB(), &fromFile, &fromPos)
+	if err := fs.Failover(ctx, dsn); err != nil {
+		fs.t.Fatal(err)
+	}
+	scanMaster(fs.MySQL.DB(), &toFile, &toPos)
+	toID := fs.Workload.ServerID()
+	base := func(f string) string { return strings.TrimRight(f, "0123456789") }
+	if base(fromFile) != base(toFile) || fromID == toID {
+		fs.t.Fatalf("the failover target must have the same binary log base name and another server_id: %s (server_id %d) → %s (server_id %d)", fromFile, fromID, toFile, toID)
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		fs.t.Fatal(err)
+	}
+	fs.proxy.Retarget(cfg.Addr)
+	return fmt.Sprintf("failover after %d transactions to a second MariaDB: binary log %s:%d, server_id %d → %s:%d, server_id %d (same base name); the daemon's connections moved there, the first server's fences left in memcached",
+		len(fs.Txs), fromFile, fromPos, fromID, toFile, toPos, toID)
 }
 
 // waitRebumpRecorded waits, up to max, until the daemon has recorded a
