@@ -244,8 +244,8 @@ func (e *ApplyError) Unwrap() []error { return e.Errs }
 // that share a key run one after the other in slice order. results[i]
 // receives the outcome of ops[i]; len(results) must be at least len(ops).
 //
-// It handles OpBump, OpSetAppend (Tokens) and OpSetAdd/OpSetRemove (the
-// escaped Member); any other kind, an op without a rule, an invalid key or
+// It handles OpBump, OpSetAppend (Tokens), OpSetAdd/OpSetRemove (the
+// escaped Member) and replay's OpSetRebuild and OpSetDelete; any other kind, an op without a rule, an invalid key or
 // malformed tokens fail that op without any request being sent. Apply
 // returns nil when every op succeeded, else an *ApplyError joining the
 // failures (see Retryable). A cancelled ctx fails the ops not yet started.
@@ -359,8 +359,10 @@ func (w *Writer) apply(ctx context.Context, op *rules.Op) Result {
 		}
 		tokens := AppendEscapedToken(make([]byte, 0, len(op.Member)+2), op.Kind == rules.OpSetAdd, op.Member)
 		return w.appendSet(ctx, op, tokens)
+	case rules.OpSetRebuild:
+		return w.rebuildSet(ctx, op)
 	case rules.OpSetDelete:
-		return w.deleteItem(op.Key, "ordered set change")
+		return w.deleteItem(op.Key, "set_delete")
 	}
 	return failedResult(fmt.Errorf("cacheops: %s %q: kind not applied by the writer: %w", op.Kind, op.Key, ErrInvalidOp))
 }
@@ -457,39 +459,13 @@ func (w *Writer) loadSet(ctx context.Context, op *rules.Op, tokens []byte) Resul
 	if op.Rule.Query == "" || w.loader == nil {
 		return Result{Outcome: OutcomeMissing}
 	}
-	w.loads.Add(1)
-	loadCtx, cancel := context.WithTimeout(ctx, w.cfg.LoadTimeout)
-	members, err := w.loader.LoadMembers(loadCtx, op.Rule.Query, op.Args)
-	cancel()
-	if err != nil {
-		w.loadErrors.Add(1)
-		if ctx.Err() != nil {
-			// The caller is abandoning the batch; it will be applied again.
-			return failedResult(fmt.Errorf("cacheops: load set %q: %w", key, err))
-		}
-		// MySQL failed: never guess a set. Someone may have created it
-		// since the miss, without this change; delete it to be sure. The
-		// op is then done (a missing set is correct), so the batch does
-		// not wait for MySQL: readers load the set when it is back.
-		w.log.Warn("set load failed; leaving the set missing",
-			"key", key, "rule", op.Rule.Name, "retryable", Retryable(err), "err", err)
-		return w.deleteItem(key, "load")
-	}
-	value := encodeLoadedMembers(members)
-	err = w.add(&memcache.Item{Key: key, Value: value, Expiration: w.expiration(op.Rule.TTL)})
-	switch {
-	case err == nil:
-		return Result{Outcome: OutcomeLoaded}
-	case isItemTooLarge(err):
-		w.log.Warn("loaded set exceeds memcached's item size; leaving it missing",
-			"key", key, "rule", op.Rule.Name, "set_bytes", len(value), "members", len(members))
-		return w.deleteItem(key, "add")
-	case !errors.Is(err, memcache.ErrNotStored):
-		return failedResult(fmt.Errorf("cacheops: add %q: %w", key, err))
+	res, lost := w.loadAndAdd(ctx, op)
+	if !lost {
+		return res
 	}
 	// Created by another writer or a reader since our miss; it may have
 	// been loaded before the change committed, so append the change.
-	err = w.append(key, tokens)
+	err := w.append(key, tokens)
 	switch {
 	case err == nil:
 		return Result{Outcome: OutcomeAppended}
@@ -498,6 +474,67 @@ func (w *Writer) loadSet(ctx context.Context, op *rules.Op, tokens []byte) Resul
 		return w.deleteItem(key, "append")
 	}
 	return failedResult(fmt.Errorf("cacheops: append %q: %w", key, err))
+}
+
+// loadAndAdd runs op's load query and adds the full set. lost reports
+// that the add lost to a set created meanwhile (res is then unset). When
+// MySQL fails the set is deleted (never guess a set; someone may have
+// created it meanwhile without the change), and the op is done: the batch
+// does not wait for MySQL, readers load the set when it is back. When ctx
+// ended first, the op fails and is applied again.
+func (w *Writer) loadAndAdd(ctx context.Context, op *rules.Op) (res Result, lost bool) {
+	key := op.Key
+	w.loads.Add(1)
+	loadCtx, cancel := context.WithTimeout(ctx, w.cfg.LoadTimeout)
+	members, err := w.loader.LoadMembers(loadCtx, op.Rule.Query, op.Args)
+	cancel()
+	if err != nil {
+		w.loadErrors.Add(1)
+		if ctx.Err() != nil {
+			return failedResult(fmt.Errorf("cacheops: load set %q: %w", key, err)), false
+		}
+		w.log.Warn("set load failed; leaving the set missing",
+			"key", key, "rule", op.Rule.Name, "retryable", Retryable(err), "err", err)
+		return w.deleteItem(key, "load"), false
+	}
+	value := encodeLoadedMembers(members)
+	err = w.add(&memcache.Item{Key: key, Value: value, Expiration: w.expiration(op.Rule.TTL)})
+	switch {
+	case err == nil:
+		return Result{Outcome: OutcomeLoaded}, false
+	case isItemTooLarge(err):
+		w.log.Warn("loaded set exceeds memcached's item size; leaving it missing",
+			"key", key, "rule", op.Rule.Name, "set_bytes", len(value), "members", len(members))
+		return w.deleteItem(key, "add"), false
+	case errors.Is(err, memcache.ErrNotStored):
+		return Result{}, true
+	}
+	return failedResult(fmt.Errorf("cacheops: add %q: %w", key, err)), false
+}
+
+// rebuildSet replaces a set by what its load query returns now
+// (OpSetRebuild, docs/operations.md): delete, load, add. Deleting first,
+// instead of storing with set, keeps every concurrent writer's change: a
+// daemon appending to the set after the delete finds it missing and loads
+// it itself (a load that holds everything ours holds), and a token
+// appended after our add corrects the member it names. A lost add means
+// someone loaded the set after our delete: that set is as current as
+// ours, and the rebuild is done. Without a load query (or a loader) the
+// set is only deleted.
+func (w *Writer) rebuildSet(ctx context.Context, op *rules.Op) Result {
+	key := op.Key
+	if err := w.delete(key); err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
+		return failedResult(fmt.Errorf("cacheops: delete %q before rebuilding it: %w", key, err))
+	}
+	if op.Rule.Query == "" || w.loader == nil {
+		w.deletes.Add(1)
+		return Result{Outcome: OutcomeDeleted}
+	}
+	res, lost := w.loadAndAdd(ctx, op)
+	if lost {
+		return Result{Outcome: OutcomeLoaded}
+	}
+	return res
 }
 
 // encodeLoadedMembers encodes raw members as a compact set, escaping them and

@@ -948,3 +948,44 @@ func TestBigSetHelper(t *testing.T) {
 		t.Fatalf("bigSet: %+v", st.Members)
 	}
 }
+
+// TestWriterSetRebuild: replay's rebuild replaces a wrong set by the full
+// set its load query returns, with the rule's TTL; a set whose rule has no
+// load query is deleted; a set created by someone else between the
+// rebuild's delete and its add is kept.
+func TestWriterSetRebuild(t *testing.T) {
+	e := newWTEnv(t)
+	db, rule := interestsDB(t)
+	w := e.writer(&sqlLoader{db: db}, WriterConfig{})
+	key := e.key("interests:42")
+	e.set(t, key, "+7 +resurrected -100%25 ", 0)
+	op := rules.Op{Kind: rules.OpSetRebuild, Rule: rule, Key: key, Args: user42}
+	wantOutcome(t, applyOne(t, w, op), OutcomeLoaded)
+	if v, _ := e.value(t, key); v != "+100%25 +7 +caf\u00e9 +rock%20climbing " {
+		t.Fatalf("rebuilt set = %q, want MySQL's members", v)
+	}
+	if ttl := e.ttl(t, key); ttl < 5390 || ttl > 5400 {
+		t.Errorf("ttl = %d, want the rule's 5400", ttl)
+	}
+
+	noLoad := &rules.Rule{Name: "no-load"}
+	other := e.key("interests:43")
+	e.set(t, other, "+9 +resurrected ", 0)
+	wantOutcome(t, applyOne(t, w, rules.Op{Kind: rules.OpSetDelete, Rule: noLoad, Key: other}), OutcomeDeleted)
+	if v, ok := e.value(t, other); ok {
+		t.Fatalf("set_delete left %q", v)
+	}
+	e.set(t, other, "+9 +resurrected ", 0)
+	wantOutcome(t, applyOne(t, w, rules.Op{Kind: rules.OpSetRebuild, Rule: noLoad, Key: other}), OutcomeDeleted)
+	if v, ok := e.value(t, other); ok {
+		t.Fatalf("a rebuild without a load query left %q", v)
+	}
+
+	// A daemon loads the set between the rebuild's delete and its add.
+	e.set(t, key, "+resurrected ", 0)
+	racing := &sqlLoader{db: db, before: func(context.Context) { e.set(t, key, "+7 +daemon ", 0) }}
+	wantOutcome(t, applyOne(t, e.writer(racing, WriterConfig{}), op), OutcomeLoaded)
+	if v, _ := e.value(t, key); v != "+7 +daemon " {
+		t.Fatalf("set = %q, want the set created after the delete", v)
+	}
+}

@@ -16,12 +16,34 @@ import (
 // dropped second bump only shortens the hold-off.
 const rebumpAttempts = 5
 
+// Rebump journal timing (Rebumper.EnableJournal).
+const (
+	// RebumpScanInterval is how often a running daemon reads its group's
+	// journal for bumps that no daemon applied.
+	RebumpScanInterval = 10 * time.Second
+	// RebumpOrphanGrace is how long past its due time a recorded bump
+	// must be before a daemon that did not schedule it applies it (its
+	// own daemon normally applies it on time).
+	RebumpOrphanGrace = 5 * time.Second
+)
+
 // Rebumper applies the delayed second bump of rules with rebump_after
-// (docs/rules.md, rebump_after). Pending bumps live in memory only and never hold back a
-// commit; Flush applies them all at once on shutdown, so only a crash
-// drops them. One pending bump is kept per key: scheduling a key again
+// (docs/rules.md). Pending bumps wait in memory and never hold back a
+// commit beyond being recorded; Flush applies them all at once on
+// shutdown. One pending bump is kept per key: scheduling a key again
 // moves its bump to the later time, because the new first bump restarts
 // the hold-off.
+//
+// With a journal (EnableJournal, the daemon's), ScheduleBatch also
+// records each bump in memcached before the batch that scheduled it is
+// committed, and an applied bump is removed from the journal, so a crash
+// drops none: Run first applies what the journal holds (what a killed
+// daemon left), and every RebumpScanInterval applies recorded bumps more
+// than RebumpOrphanGrace overdue (left by a daemon of the group that
+// stopped). A bump found in the journal may be applied twice, by its own
+// daemon and by another: a bump is always safe to repeat. Without a
+// journal, only a crash drops pending bumps (the first bump was applied
+// already).
 //
 // A Rebumper is safe for concurrent use. Run it with Run; without Run,
 // bumps wait until Flush.
@@ -36,6 +58,13 @@ type Rebumper struct {
 	queue   rebumpQueue
 	wake    chan struct{}
 	backoff time.Duration
+
+	// journal records pending bumps in memcached; nil keeps them in
+	// memory only. scanEvery and orphanGrace default to
+	// RebumpScanInterval and RebumpOrphanGrace.
+	journal     *rebumpJournal
+	scanEvery   time.Duration
+	orphanGrace time.Duration
 }
 
 type rebump struct {
@@ -43,6 +72,9 @@ type rebump struct {
 	due      time.Time
 	attempts int
 	index    int // in queue
+	// entries are where the bump is recorded in the journal (one per
+	// scheduling of the key); removed once it is applied.
+	entries []journalEntry
 }
 
 // NewRebumper returns a Rebumper applying bumps with w (a
@@ -56,21 +88,120 @@ func NewRebumper(w Applier, m *Metrics, logger *slog.Logger) *Rebumper {
 	}
 	return &Rebumper{
 		w: w, m: m, log: logger, now: time.Now,
-		byKey:   make(map[string]*rebump),
-		wake:    make(chan struct{}, 1),
-		backoff: time.Second,
+		byKey:       make(map[string]*rebump),
+		wake:        make(chan struct{}, 1),
+		backoff:     time.Second,
+		scanEvery:   RebumpScanInterval,
+		orphanGrace: RebumpOrphanGrace,
 	}
 }
 
-// Schedule plans a second bump of op.Key op.Rule.RebumpAfter from now. Ops
-// that are not bumps or whose rule has no rebump_after are ignored.
+// EnableJournal makes the Rebumper record its pending bumps in the
+// journal items of consumer group under the prefixes of rs's rule files
+// (RebumpJournalKey), kept by store (a *cacheops.TokenLog). Call it before
+// Run and before the first ScheduleBatch.
+func (r *Rebumper) EnableJournal(store journalStore, rs *rules.RuleSet, group string) {
+	r.journal = newRebumpJournal(store, rs, group)
+}
+
+// rebumps reports whether op asks for a delayed second bump.
+func rebumps(op *rules.Op) bool {
+	return op.Kind == rules.OpBump && op.Rule != nil && op.Rule.RebumpAfter > 0
+}
+
+// Schedule plans a second bump of op.Key op.Rule.RebumpAfter from now, in
+// memory only (ScheduleBatch records it in the journal too). Ops that are
+// not bumps or whose rule has no rebump_after are ignored.
 func (r *Rebumper) Schedule(op rules.Op) {
-	if op.Kind != rules.OpBump || op.Rule == nil || op.Rule.RebumpAfter <= 0 {
+	if !rebumps(&op) {
 		return
 	}
-	due := r.now().Add(op.Rule.RebumpAfter)
+	r.scheduleAt(op, r.now().Add(op.Rule.RebumpAfter), nil)
+}
+
+// ScheduleBatch plans the second bumps of a batch's applied ops (those
+// that are bumps of rules with rebump_after) and, with a journal, records
+// them in memcached first: the caller commits the batch only after it
+// returns nil. Transient memcached errors are retried with backoff until
+// ctx ends (it then returns ctx's error: the batch must not be
+// committed); a permanent one (a journal item that cannot grow) is logged
+// and counted, and the bumps wait in memory only.
+func (r *Rebumper) ScheduleBatch(ctx context.Context, ops []rules.Op) error {
+	type planned struct {
+		op    rules.Op
+		due   time.Time
+		entry journalEntry
+	}
+	var plan []planned
+	now := r.now()
+	for i := range ops {
+		if op := &ops[i]; rebumps(op) {
+			p := planned{op: *op, due: now.Add(op.Rule.RebumpAfter)}
+			if r.journal != nil {
+				p.entry = r.journal.entryFor(op, p.due)
+			}
+			plan = append(plan, p)
+		}
+	}
+	if len(plan) == 0 {
+		return nil
+	}
+	if r.journal != nil {
+		entries := make([]journalEntry, len(plan))
+		for i, p := range plan {
+			entries[i] = p.entry
+		}
+		if err := r.record(ctx, entries); err != nil {
+			return err
+		}
+	}
+	for _, p := range plan {
+		var entries []journalEntry
+		if r.journal != nil {
+			entries = []journalEntry{p.entry}
+		}
+		r.scheduleAt(p.op, p.due, entries)
+	}
+	return nil
+}
+
+// record adds entries to the journal, retrying transient errors until
+// ctx ends.
+func (r *Rebumper) record(ctx context.Context, entries []journalEntry) error {
+	for attempt := 0; ; attempt++ {
+		err := r.journal.write(entries, true)
+		switch {
+		case err == nil:
+			return nil
+		case !cacheops.Retryable(err):
+			r.m.rebumpJournalErrors.WithLabelValues("record").Inc()
+			r.log.Error("cannot record delayed bumps in memcached; they wait in memory only", "bumps", len(entries), "error", err.Error())
+			return nil
+		}
+		r.m.rebumpJournalErrors.WithLabelValues("record").Inc()
+		wait := rebumpRetryWait(attempt)
+		if logAttempt(attempt) {
+			r.log.Warn("cannot record delayed bumps in memcached; retrying, the partition waits",
+				"bumps", len(entries), "attempt", attempt+1, "retry_in", wait, "error", err.Error())
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// rebumpRetryWait is the wait before retry attempt+1 of a journal write
+// or of Flush: 50ms doubled per attempt, at most 2s.
+func rebumpRetryWait(attempt int) time.Duration {
+	return min(50*time.Millisecond<<min(attempt, 6), 2*time.Second)
+}
+
+// scheduleAt plans a bump of op.Key at due (one per key: the later due
+// wins) and remembers the journal entries that record it.
+func (r *Rebumper) scheduleAt(op rules.Op, due time.Time, entries []journalEntry) {
 	r.mu.Lock()
 	if rb, ok := r.byKey[op.Key]; ok {
+		rb.entries = append(rb.entries, entries...)
 		if due.After(rb.due) {
 			rb.due = due
 			rb.op.Rule = op.Rule
@@ -80,7 +211,7 @@ func (r *Rebumper) Schedule(op rules.Op) {
 		r.mu.Unlock()
 		return
 	}
-	rb := &rebump{op: op, due: due}
+	rb := &rebump{op: op, due: due, entries: entries}
 	rb.op.Args = nil // a bump needs no query args; do not pin event data
 	r.byKey[op.Key] = rb
 	heap.Push(&r.queue, rb)
@@ -103,10 +234,20 @@ func (r *Rebumper) Pending() int {
 }
 
 // Run applies delayed bumps as they come due until ctx ends; it returns
-// nil then. Bumps still pending stay for Flush.
+// nil then. Bumps still pending stay for Flush. With a journal it first
+// schedules every bump the journal holds, and scans it again every
+// scanEvery for bumps no daemon applied.
 func (r *Rebumper) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var scan <-chan time.Time
+	recovered := false
+	if r.journal != nil {
+		recovered = r.recoverJournal(0)
+		ticker := time.NewTicker(r.scanEvery)
+		defer ticker.Stop()
+		scan = ticker.C
+	}
 	for {
 		due := r.takeDue(r.now())
 		if len(due) > 0 {
@@ -131,6 +272,14 @@ func (r *Rebumper) Run(ctx context.Context) error {
 		case <-r.wake:
 			timer.Stop()
 		case <-timer.C:
+		case <-scan:
+			timer.Stop()
+			// Until one read succeeded, a scan takes every bump.
+			grace := r.orphanGrace
+			if !recovered {
+				grace = 0
+			}
+			recovered = r.recoverJournal(grace) || recovered
 		}
 	}
 }
@@ -150,7 +299,7 @@ func (r *Rebumper) Flush(ctx context.Context) int {
 		if len(all) == 0 || ctx.Err() != nil {
 			break
 		}
-		if sleep(ctx, min(50*time.Millisecond<<min(attempt, 6), 2*time.Second)) != nil {
+		if sleep(ctx, rebumpRetryWait(attempt)) != nil {
 			break
 		}
 	}
@@ -186,11 +335,14 @@ func (r *Rebumper) apply(ctx context.Context, bumps []*rebump, requeue bool) []*
 	results := make([]cacheops.Result, len(ops))
 	_ = r.w.Apply(ctx, ops, results)
 	var failed []*rebump
+	var done []journalEntry
+	defer func() { r.unrecord(done) }()
 	for i, rb := range bumps {
 		err := results[i].Err
 		switch {
 		case err == nil:
 			r.m.rebumps.WithLabelValues("ok").Inc()
+			done = append(done, rb.entries...)
 		case cacheops.Retryable(err) || ctx.Err() != nil:
 			rb.attempts++
 			if !requeue {
@@ -211,9 +363,70 @@ func (r *Rebumper) apply(ctx context.Context, bumps []*rebump, requeue bool) []*
 		default:
 			r.m.rebumps.WithLabelValues("dropped").Inc()
 			r.log.Error("delayed bump failed permanently", "key", rb.op.Key, "rule", ruleName(&rb.op), "error", err.Error())
+			done = append(done, rb.entries...)
 		}
 	}
 	return failed
+}
+
+// unrecord removes the journal entries of bumps that are done. A failure
+// leaves them recorded: a later scan, or the next start, applies the
+// bump again, which is harmless.
+func (r *Rebumper) unrecord(entries []journalEntry) {
+	if r.journal == nil || len(entries) == 0 {
+		return
+	}
+	if err := r.journal.write(entries, false); err != nil {
+		r.m.rebumpJournalErrors.WithLabelValues("remove").Inc()
+		r.log.Warn("cannot remove applied delayed bumps from the journal; they will be applied again", "bumps", len(entries), "error", err.Error())
+	}
+}
+
+// recoverJournal schedules the bumps recorded in the journal that this
+// Rebumper does not hold, at their due time (at once when overdue), and
+// removes unreadable entries. With a grace above 0 it takes only bumps
+// overdue by more than grace (their daemon stopped). It reports whether
+// the journal could be read.
+func (r *Rebumper) recoverJournal(grace time.Duration) bool {
+	pending, bad, err := r.journal.read()
+	if err != nil {
+		r.m.rebumpJournalErrors.WithLabelValues("read").Inc()
+		r.log.Warn("cannot read the delayed bumps recorded in memcached; trying again later", "error", err.Error())
+		return false
+	}
+	if len(bad) > 0 {
+		r.log.Warn("removing unreadable entries from the delayed bump journal", "entries", len(bad))
+		r.unrecord(bad)
+	}
+	held := r.heldEntries()
+	now := r.now()
+	n := 0
+	for _, pr := range pending {
+		e := journalEntry{item: pr.Journal, member: pr.member}
+		if held[e] || (grace > 0 && now.Sub(pr.Due) <= grace) {
+			continue
+		}
+		r.scheduleAt(r.journal.op(pr), pr.Due, []journalEntry{e})
+		n++
+	}
+	if n > 0 {
+		r.m.rebumpsRecovered.Add(float64(n))
+		r.log.Info("scheduled delayed bumps found in memcached", "bumps", n, "overdue_by_more_than", grace)
+	}
+	return true
+}
+
+// heldEntries returns the journal entries of the bumps held in memory.
+func (r *Rebumper) heldEntries() map[journalEntry]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	held := make(map[journalEntry]bool)
+	for _, rb := range r.byKey {
+		for _, e := range rb.entries {
+			held[e] = true
+		}
+	}
+	return held
 }
 
 // requeue puts a bump back unless the key was scheduled again meanwhile
@@ -221,7 +434,8 @@ func (r *Rebumper) apply(ctx context.Context, bumps []*rebump, requeue bool) []*
 func (r *Rebumper) requeue(rb *rebump, due time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.byKey[rb.op.Key]; ok {
+	if newer, ok := r.byKey[rb.op.Key]; ok {
+		newer.entries = append(newer.entries, rb.entries...)
 		return
 	}
 	rb.due = due

@@ -2,9 +2,12 @@ package consumer
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -105,5 +108,115 @@ func TestRebumperRunStopsWithDueBumps(t *testing.T) {
 	}
 	if n := r.rebump.Pending(); n != 2 {
 		t.Errorf("%d bumps pending after Run, want 2 (left for Flush)", n)
+	}
+}
+
+// TestRebumpJournalSurvivesCrash: a daemon records its delayed bumps in
+// memcached before committing and is killed (it never applies or flushes
+// them); the next daemon of the group applies each at its due time and
+// empties the journal. A daemon that keeps running applies the bumps a
+// stopped daemon left once they are overdue by the grace.
+func TestRebumpJournalSurvivesCrash(t *testing.T) {
+	r := newRig(t, rebumpRules, rigOptions{})
+	rs := r.pipeline.cfg.Rules
+	group := "cw-" + testsvc.Unique()
+	store := cacheops.NewTokenLog(r.mc, r.log)
+	newRebumper := func() (*Rebumper, *Metrics) {
+		m := NewMetrics(nil)
+		rb := NewRebumper(r.pipeline.cfg.Writer, m, r.log)
+		rb.EnableJournal(store, rs, group)
+		return rb, m
+	}
+	soon := *rs.Rules()[0] // user-profile, rebump_after 1h in the file
+	soon.RebumpAfter = 50 * time.Millisecond
+	op := func(key string, rule *rules.Rule, partition int) rules.Op {
+		return rules.Op{Kind: rules.OpBump, Rule: rule, Key: r.key(key), Source: rules.Position{Topic: "t", Partition: partition}}
+	}
+	r.set("ns:user:1", "10")
+	r.set("ns:user:2", "20")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	killed, _ := newRebumper()
+	if err := killed.ScheduleBatch(ctx, []rules.Op{op("ns:user:1", &soon, 3), op("ns:user:2", rs.Rules()[0], 17)}); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := PendingRebumps(store, rs, group)
+	if err != nil || len(pending) != 2 {
+		t.Fatalf("journal holds %+v, %v; want the 2 bumps", pending, err)
+	}
+	if pending[0].Key != r.key("ns:user:1") || pending[0].Rule != "user-profile" || pending[0].Journal != RebumpJournalKey(r.prefix, group, 3) {
+		t.Errorf("first pending bump %+v", pending[0])
+	}
+
+	restarted, m := newRebumper()
+	done := make(chan error, 1)
+	go func() { done <- restarted.Run(ctx) }()
+	waitFor(t, 10*time.Second, func() string {
+		if got := r.get("ns:user:1"); got != "11" {
+			return "ns:user:1 = " + got + ", want the recovered bump"
+		}
+		return ""
+	})
+	if got := r.get("ns:user:2"); got != "20" {
+		t.Errorf("ns:user:2 = %q: bumped before its due time (in an hour)", got)
+	}
+	if n := metricValue(m.rebumpsRecovered); n != 2 {
+		t.Errorf("recovered = %v, want 2", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	flushCtx, cancelFlush := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelFlush()
+	if dropped := restarted.Flush(flushCtx); dropped != 0 || r.get("ns:user:2") != "21" {
+		t.Fatalf("Flush dropped %d; ns:user:2 = %q, want 21", dropped, r.get("ns:user:2"))
+	}
+	if pending, err := PendingRebumps(store, rs, group); err != nil || len(pending) != 0 {
+		t.Fatalf("journal holds %+v, %v after every bump was applied", pending, err)
+	}
+
+	// A running daemon and one that stops with a bump recorded.
+	running, m := newRebumper()
+	running.scanEvery, running.orphanGrace = 20*time.Millisecond, 50*time.Millisecond
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- running.Run(ctx) }()
+	stopped, _ := newRebumper()
+	if err := stopped.ScheduleBatch(ctx, []rules.Op{op("ns:user:1", &soon, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() string {
+		if got := r.get("ns:user:1"); got != "12" {
+			return "ns:user:1 = " + got + ", want the orphan bump applied"
+		}
+		return ""
+	})
+	if n := metricValue(m.rebumpsRecovered); n != 1 {
+		t.Errorf("recovered = %v, want 1", n)
+	}
+	cancel()
+	<-done
+}
+
+// TestRebumpMember round-trips journal members and rejects malformed ones.
+func TestRebumpMember(t *testing.T) {
+	due := time.UnixMilli(1_700_000_000_123)
+	m := rebumpMember(due, "user profile", "shop:ns:user:%2542")
+	if strings.ContainsAny(m, " \n") {
+		t.Fatalf("member %q is not escaped", m)
+	}
+	got, err := parseRebumpMember("j", m)
+	if err != nil || !got.Due.Equal(due) || got.Rule != "user profile" || got.Key != "shop:ns:user:%2542" {
+		t.Fatalf("parse = %+v, %v", got, err)
+	}
+	for _, bad := range []string{"", "x", "123", "123 rule", "abc rule key", "-5 rule key", "123%20rule%20"} {
+		if _, err := parseRebumpMember("j", bad); err == nil {
+			t.Errorf("parseRebumpMember(%q) accepted", bad)
+		}
+	}
+	if k := RebumpJournalKey("shop:", "cache warden", 3); k != "shop:%rebump:cache%20warden:3" {
+		t.Errorf("RebumpJournalKey = %q", k)
 	}
 }

@@ -50,6 +50,9 @@ type Metrics struct {
 	commitRetries   prometheus.Counter
 	lost            *prometheus.CounterVec
 	unorderedSets   *prometheus.GaugeVec
+	// rebumpsRecovered and rebumpJournalErrors: the rebump journal.
+	rebumpsRecovered    prometheus.Counter
+	rebumpJournalErrors *prometheus.CounterVec
 }
 
 // latencyBuckets span 0.5ms to ~16s.
@@ -147,6 +150,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cachewarden_rebumps_total",
 			Help: "Delayed second bumps applied, by outcome (ok, error, dropped).",
 		}, []string{"outcome"}),
+		rebumpsRecovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cachewarden_rebumps_recovered_total",
+			Help: "Delayed second bumps found recorded in memcached that this daemon had not scheduled (left by a killed or stopped daemon), scheduled at their due time.",
+		}),
+		rebumpJournalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_rebump_journal_errors_total",
+			Help: "Failed writes and reads of the delayed bump journal in memcached, by op (record, remove, read).",
+		}, []string{"op"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cachewarden_ready",
 			Help: "1 when memcached answers and the consumer group is joined.",
@@ -195,7 +206,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.eventAge, m.coalesceSaved,
 			m.applyDuration, m.applyRetries, m.mysqlDuration, m.memcachedRTT, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
-			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.ready, m.memcachedUp,
+			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.rebumpsRecovered, m.rebumpJournalErrors, m.ready, m.memcachedUp,
 			m.groupJoined, m.assigned, m.generations, m.partitionErrors, m.stalled, m.handoffs, m.commitRetries, m.lost, m.unorderedSets)
 	}
 	return m

@@ -33,6 +33,9 @@ const (
 // made of columns of the set's key and member only, or names only the
 // table, or when the topic has one partition.
 //
+// Only the daemon's pipeline judges (once Pipeline.SetPartitionCounts was
+// called); replay rebuilds or deletes every set it touches at its end.
+//
 // It is safe for concurrent use.
 type orderGuard struct {
 	policy string
@@ -66,7 +69,13 @@ func (g *orderGuard) unordered(topic string, r *rules.Rule, msgKey []byte) bool 
 	if g.decided == nil {
 		g.decided = make(map[orderKey]bool)
 	}
-	if counts := g.partitions.Load(); counts != nil && (*counts)[topic] == 1 {
+	counts := g.partitions.Load()
+	if counts == nil {
+		// Not consuming as a group (replay: it rebuilds or deletes every
+		// set it touches at its end): nothing to judge.
+		return false
+	}
+	if (*counts)[topic] == 1 {
 		g.decided[k] = false
 		return false
 	}

@@ -194,6 +194,8 @@ type Batch struct {
 	fence      batchFence
 	// fallbackKeys is scratch for the fallback keys of a poison message.
 	fallbackKeys []string
+	// rebumps are the applied bumps whose rule has rebump_after.
+	rebumps []rules.Op
 }
 
 type eventLabels struct{ topic, format, outcome string }
@@ -326,8 +328,10 @@ func (p *Pipeline) Process(ctx context.Context, b *Batch, msgs []Message, opts C
 // were planned (see coverPoison).
 //
 // Apply returns nil when the batch may be committed, or ctx's error when
-// ctx ends first (the batch must then not be committed). After success
-// the delayed second bumps of the batch's bump ops are scheduled.
+// ctx ends first (the batch must then not be committed). After the ops
+// succeeded the delayed second bumps of the batch's bump ops are scheduled
+// (Rebumper.ScheduleBatch), and recorded in memcached when the Rebumper
+// keeps a journal, before Apply returns.
 func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 	p.recordPlan(b)
 	if len(b.Poison) > 0 {
@@ -345,12 +349,15 @@ func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 	}
 	p.observeEventAges(b, time.Now())
 	if p.cfg.Rebump != nil {
+		b.rebumps = b.rebumps[:0]
 		for i := range b.Ops {
-			op := &b.Ops[i]
-			if op.Kind == rules.OpBump && op.Rule != nil && op.Rule.RebumpAfter > 0 && b.results[i].Err == nil {
-				p.cfg.Rebump.Schedule(*op)
+			if op := &b.Ops[i]; rebumps(op) && b.results[i].Err == nil {
+				b.rebumps = append(b.rebumps, *op)
 			}
 		}
+		err := p.cfg.Rebump.ScheduleBatch(ctx, b.rebumps)
+		clear(b.rebumps)
+		return err
 	}
 	return nil
 }
@@ -378,8 +385,16 @@ func (p *Pipeline) recordPlan(b *Batch) {
 	if n := b.Stats.Coalesce.DeltasToRecounts; n > 0 {
 		p.m.recounts.WithLabelValues(p.cfg.RecountReason).Add(float64(n))
 	}
-	if n := b.Stats.Fence.Recounts; n > 0 {
-		p.m.recounts.WithLabelValues("fence").Add(float64(n))
+	if f := b.Stats.Fence; f.Recounts > 0 {
+		// By why the fence could not decide: counter and fence disagree
+		// ("fence"), the fence is gone while the counter names it
+		// ("fence_missing"), the delta comes from another server's log
+		// ("other_server").
+		for reason, n := range map[string]int{"fence": f.Recounts - f.FenceMissing - f.OtherServer, "fence_missing": f.FenceMissing, "other_server": f.OtherServer} {
+			if n > 0 {
+				p.m.recounts.WithLabelValues(reason).Add(float64(n))
+			}
+		}
 	}
 	if n := b.Stats.Fence.Skipped; n > 0 {
 		p.m.ops.WithLabelValues(rules.OpCount.String(), "fenced").Add(float64(n))

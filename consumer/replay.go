@@ -7,6 +7,7 @@ import (
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,8 +24,9 @@ import (
 const (
 	// DefaultReplayParallel is how many partitions a replay reads at once.
 	DefaultReplayParallel = 4
-	// DefaultMaxPendingRecounts bounds the counter keys a replay keeps
-	// for its final recounts before it runs them early.
+	// DefaultMaxPendingRecounts bounds the counter and set keys a replay
+	// keeps for its final recounts and set rebuilds before it runs them
+	// early.
 	DefaultMaxPendingRecounts = 100_000
 )
 
@@ -44,11 +46,23 @@ type ReplayConfig struct {
 	// default DefaultReplayParallel. A dry run reads one at a time so
 	// that its output is in a fixed order.
 	Parallel int
-	// MaxPendingRecounts bounds the counter keys collected for the final
-	// recounts; when that many are pending they are run at once and the
-	// collection starts over (a key seen again is recounted again).
-	// Default DefaultMaxPendingRecounts.
+	// MaxPendingRecounts bounds the counter and set keys collected for
+	// the final recounts and set rebuilds; when that many are pending they
+	// are run at once and the collection starts over (a key seen again is
+	// recounted or rebuilt again). Default DefaultMaxPendingRecounts.
 	MaxPendingRecounts int
+	// SetAppend appends set tokens as the daemon does. By default (false)
+	// a replay appends no set token: every set it touches is rebuilt from
+	// its load query at the end (OpSetRebuild), or deleted when its rule
+	// has none (OpSetDelete). Appending old tokens is right only when the
+	// replay runs to the live end of the stream while no daemon applies
+	// newer ones (CheckSetAppend): otherwise an old "+m" appended after a
+	// newer "-m" makes m a member again.
+	SetAppend bool
+	// SetRebuilder applies the set rebuilds (OpSetRebuild, OpSetDelete):
+	// a *cacheops.Writer (Stack.SetRebuilder). nil means the Pipeline's
+	// Writer, which must handle them.
+	SetRebuilder Applier
 	// IdleTimeout is how long a partition may deliver nothing before the
 	// end of its range before the replay fails; default
 	// DefaultReplayIdleTimeout.
@@ -88,13 +102,17 @@ type ReplaySummary struct {
 	// Poison counts messages that could not be decoded or of which a row
 	// change could not be planned; each was reported.
 	Poison int64
-	// Ops counts the bump and set ops after coalescing that were applied
-	// or given up on (in a dry run: every op printed).
+	// Ops counts the bump ops (and with SetAppend the set ops) after
+	// coalescing that were applied or given up on (in a dry run: every
+	// planned op printed).
 	Ops int64
 	// Recounts counts the counter keys recounted.
 	Recounts int64
-	// PendingRecounts counts counter keys whose recount was not run
-	// because the replay stopped early.
+	// SetRebuilds counts the set keys rebuilt or deleted at the end
+	// (none with ReplayConfig.SetAppend).
+	SetRebuilds int64
+	// PendingRecounts counts counter and set keys whose recount or
+	// rebuild was not run because the replay stopped early.
 	PendingRecounts int64
 	// Failed counts ops given up on after a permanent error (logged).
 	Failed int64
@@ -115,18 +133,23 @@ func (s ReplaySummary) String() string {
 		b.Write(appendRate(nil, float64(s.Messages)/secs))
 		b.WriteString(" msg/s)")
 	}
-	fmt.Fprintf(&b, ": %d events, %d skipped, %d poison; %d ops, %d recounts, %d failed", s.Events, s.Skipped, s.Poison, s.Ops, s.Recounts, s.Failed)
+	fmt.Fprintf(&b, ": %d events, %d skipped, %d poison; %d ops, %d recounts, %d set rebuilds, %d failed",
+		s.Events, s.Skipped, s.Poison, s.Ops, s.Recounts, s.SetRebuilds, s.Failed)
 	if s.PendingRecounts > 0 {
-		fmt.Fprintf(&b, "; %d recounts not run", s.PendingRecounts)
+		fmt.Fprintf(&b, "; %d recounts and set rebuilds not run", s.PendingRecounts)
 	}
 	return b.String()
 }
 
-// Replayer re-reads a range of CDC messages and applies them (docs/operations.md, "Replay"):
-// bumps and set ops as the daemon applies them, while every counter delta
-// becomes a recount, run once per key at the end of the replay rather
-// than once per batch: the deltas were applied when the messages were
-// first consumed, and MySQL already holds their result.
+// Replayer re-reads a range of CDC messages and applies them
+// (docs/operations.md): bumps as the daemon applies them, while every
+// counter a change touches is recounted, and every set it touches rebuilt
+// from its load query (or deleted when its rule has none), once per key at
+// the end of the replay rather than once per batch: the deltas and tokens
+// were applied when the messages were first consumed, MySQL already holds
+// their result, and old set tokens appended again could make a removed
+// member a member again. ReplayConfig.SetAppend appends set tokens
+// instead.
 //
 // Input is an NDJSON file (ReplayInput.File), read in batches in order,
 // or Kafka partition ranges, read directly by partition (no consumer
@@ -141,20 +164,23 @@ func (s ReplaySummary) String() string {
 //
 // A Replayer may run several replays one after the other, not at once.
 type Replayer struct {
-	cfg      ReplayConfig
-	p        *Pipeline
+	cfg ReplayConfig
+	p   *Pipeline
+	// sets applies the final set rebuilds: p with SetRebuilder as its
+	// Writer.
+	sets     *Pipeline
 	log      *slog.Logger
 	progress *ReplayProgress
 
 	reportMu sync.Mutex
 	// pending and sum are fresh for each replay.
-	pending *pendingRecounts
+	pending *pendingEndOps
 	sum     *replayCounts
 }
 
 // replayCounts are the summary's counts, updated by concurrent workers.
 type replayCounts struct {
-	messages, events, skipped, poison, ops, recounts, failed atomic.Int64
+	messages, events, skipped, poison, ops, recounts, setRebuilds, failed atomic.Int64
 }
 
 // NewReplayer checks cfg and returns a Replayer.
@@ -181,7 +207,13 @@ func NewReplayer(cfg ReplayConfig) (*Replayer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Replayer{cfg: cfg, p: cfg.Pipeline, log: log, progress: cfg.Progress}, nil
+	rp := &Replayer{cfg: cfg, p: cfg.Pipeline, sets: cfg.Pipeline, log: log, progress: cfg.Progress}
+	if cfg.SetRebuilder != nil {
+		cp := *cfg.Pipeline
+		cp.cfg.Writer = cfg.SetRebuilder
+		rp.sets = &cp
+	}
+	return rp, nil
 }
 
 // Replay replays in and returns what it did. It returns an error when the
@@ -195,11 +227,14 @@ func (rp *Replayer) Replay(ctx context.Context, in ReplayInput) (ReplaySummary, 
 }
 
 // DryRun plans in without applying anything and writes the ops to out in
-// the `cachewarden plan` format (docs/rules.md), counter deltas as planned.
-// For a file the output is exactly that of `cachewarden plan` with the
-// same decoder, error reports included. For Kafka input "line" is the
-// message's 1-based ordinal in the replay, partitions taken one after the
-// other in the order of in.Ranges; error reports read
+// the `cachewarden plan` format (docs/operations.md), counter deltas and
+// set tokens as planned, followed by what Replay would run at the end:
+// one line without a "line" field per key, in key order, "recount" for a
+// counter, "set_rebuild" or "set_delete" for a set (none with SetAppend).
+// For a file the lines before those are exactly the output of `cachewarden
+// plan` with the same decoder, error reports included. For Kafka input
+// "line" is the message's 1-based ordinal in the replay, partitions taken
+// one after the other in the order of in.Ranges; error reports read
 // "line N: topic:partition:offset: reason".
 func (rp *Replayer) DryRun(ctx context.Context, in ReplayInput, out io.Writer) (ReplaySummary, error) {
 	if out == nil {
@@ -211,7 +246,7 @@ func (rp *Replayer) DryRun(ctx context.Context, in ReplayInput, out io.Writer) (
 func (rp *Replayer) run(ctx context.Context, in ReplayInput, planOut io.Writer) (ReplaySummary, error) {
 	start := time.Now()
 	rp.sum = &replayCounts{}
-	rp.pending = &pendingRecounts{}
+	rp.pending = &pendingEndOps{}
 	dry := planOut != nil
 
 	total := in.FileLines
@@ -263,12 +298,13 @@ func (rp *Replayer) run(ctx context.Context, in ReplayInput, planOut io.Writer) 
 		Poison:          rp.sum.poison.Load(),
 		Ops:             rp.sum.ops.Load(),
 		Recounts:        rp.sum.recounts.Load(),
+		SetRebuilds:     rp.sum.setRebuilds.Load(),
 		PendingRecounts: int64(rp.pending.len()),
 		Failed:          rp.sum.failed.Load(),
 		Duration:        time.Since(start),
 	}
 	rp.log.Debug("replay finished", "messages", s.Messages, "events", s.Events, "poison", s.Poison,
-		"ops", s.Ops, "recounts", s.Recounts, "failed", s.Failed, "duration", s.Duration)
+		"ops", s.Ops, "recounts", s.Recounts, "set_rebuilds", s.SetRebuilds, "failed", s.Failed, "duration", s.Duration)
 	return s, err
 }
 
@@ -354,11 +390,23 @@ feed:
 // dryRun plans the input sequentially with the `plan` planner.
 func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) error {
 	pl := cdc.NewPlanWriter(rp.p.cfg.Rules, out, rp.cfg.Report, rp.log)
+	pl.ObserveOps(func(op *rules.Op) {
+		if kind, ok := rp.endOpKind(op); ok {
+			rp.pending.add(op, kind, math.MaxInt)
+		}
+	})
 	var err error
 	if in.File != nil {
 		err = rp.dryRunFile(ctx, in, pl)
 	} else {
 		err = rp.dryRunKafka(ctx, in.Ranges, pl)
+	}
+	if err == nil {
+		for _, op := range rp.pending.take() {
+			if err = pl.EndOp(&op); err != nil {
+				break
+			}
+		}
 	}
 	if ferr := pl.Flush(); ferr != nil && err == nil {
 		err = fmt.Errorf("consumer: replay: %w", ferr)
@@ -439,8 +487,8 @@ type replayWorker struct {
 }
 
 // apply plans msgs with every counter delta turned into a recount, moves
-// the counter ops to the pending recounts, reports the poison messages and
-// applies the rest.
+// the counter ops (and, unless SetAppend, the set ops) to the pending end
+// ops, reports the poison messages and applies the rest.
 func (w *replayWorker) apply(ctx context.Context, msgs []Message) error {
 	rp, p, b := w.rp, w.p, &w.b
 	p.Plan(b, msgs, CoalesceOptions{Recount: true})
@@ -461,12 +509,13 @@ func (w *replayWorker) apply(ctx context.Context, msgs []Message) error {
 
 	kept := b.Ops[:0]
 	var full bool
-	for _, op := range b.Ops {
-		if isCounterOp(op.Kind) {
-			full = rp.pending.add(op, rp.cfg.MaxPendingRecounts) || full
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		if kind, ok := rp.endOpKind(op); ok {
+			full = rp.pending.add(op, kind, rp.cfg.MaxPendingRecounts) || full
 			continue
 		}
-		kept = append(kept, op)
+		kept = append(kept, *op)
 	}
 	clear(b.Ops[len(kept):])
 	b.Ops = kept
@@ -481,10 +530,30 @@ func (w *replayWorker) apply(ctx context.Context, msgs []Message) error {
 		rp.sum.failed.Add(int64(failures(b.results)))
 	}
 	if full {
-		rp.log.Info("running the recounts collected so far", "keys", rp.pending.len(), "max_recount_keys", rp.cfg.MaxPendingRecounts)
+		rp.log.Info("running the recounts and set rebuilds collected so far", "keys", rp.pending.len(), "max_recount_keys", rp.cfg.MaxPendingRecounts)
 		return rp.flushRecounts(ctx)
 	}
 	return nil
+}
+
+// endOpKind returns the kind of op that a replay runs at its end, once
+// per key, instead of op: a recount for a counter op; for a set op, unless
+// SetAppend, a rebuild when the rule has a load query and a delete when
+// not. ok is false for ops applied as planned.
+func (rp *Replayer) endOpKind(op *rules.Op) (kind rules.OpKind, ok bool) {
+	switch op.Kind {
+	case rules.OpCount, rules.OpRecount:
+		return rules.OpRecount, true
+	case rules.OpSetAdd, rules.OpSetRemove, rules.OpSetAppend:
+		if rp.cfg.SetAppend {
+			return 0, false
+		}
+		if op.Rule != nil && op.Rule.Query != "" {
+			return rules.OpSetRebuild, true
+		}
+		return rules.OpSetDelete, true
+	}
+	return 0, false
 }
 
 // report writes one poison message's line.
@@ -517,55 +586,74 @@ func failures(results []cacheops.Result) int {
 	return n
 }
 
-// flushRecounts runs the pending recounts, BatchSize keys at a time, in
-// key order.
+// flushRecounts runs the pending end ops (recounts and set rebuilds),
+// BatchSize keys at a time, in key order.
 func (rp *Replayer) flushRecounts(ctx context.Context) error {
 	ops := rp.pending.take()
 	if len(ops) == 0 {
 		return nil
 	}
-	rp.log.Debug("running recounts", "keys", len(ops))
-	rp.progress.setNote("recounting " + strconv.Itoa(len(ops)) + " counter keys")
+	rp.log.Debug("running recounts and set rebuilds", "keys", len(ops))
+	rp.progress.setNote("recounting or rebuilding " + strconv.Itoa(len(ops)) + " keys")
 	defer rp.progress.setNote("")
-	var b Batch
+	var counters, sets Batch
 	for chunk := range slices.Chunk(ops, rp.cfg.BatchSize) {
-		b.Ops = chunk
-		if err := rp.p.applyOps(ctx, &b); err != nil {
-			// Put back what did not run, so the summary can say so.
-			rp.pending.putBack(ops)
-			return err
+		counters.Ops, sets.Ops = counters.Ops[:0], sets.Ops[:0]
+		for _, op := range chunk {
+			if op.Kind == rules.OpRecount {
+				counters.Ops = append(counters.Ops, op)
+			} else {
+				sets.Ops = append(sets.Ops, op)
+			}
 		}
-		rp.p.m.recounts.WithLabelValues(rp.p.cfg.RecountReason).Add(float64(len(chunk)))
-		rp.sum.recounts.Add(int64(len(chunk)))
-		rp.sum.failed.Add(int64(failures(b.results)))
+		for _, run := range []struct {
+			p *Pipeline
+			b *Batch
+			n *atomic.Int64
+		}{{rp.p, &counters, &rp.sum.recounts}, {rp.sets, &sets, &rp.sum.setRebuilds}} {
+			if len(run.b.Ops) == 0 {
+				continue
+			}
+			if err := run.p.applyOps(ctx, run.b); err != nil {
+				// Put back what did not run, so the summary can say so.
+				rp.pending.putBack(ops)
+				return err
+			}
+			run.n.Add(int64(len(run.b.Ops)))
+			rp.sum.failed.Add(int64(failures(run.b.results)))
+		}
+		if n := len(counters.Ops); n > 0 {
+			rp.p.m.recounts.WithLabelValues(rp.p.cfg.RecountReason).Add(float64(n))
+		}
 		ops = ops[len(chunk):]
 	}
 	return nil
 }
 
-// pendingRecounts collects the counter keys of a replay, one recount op
-// per key; it is safe for concurrent use.
-type pendingRecounts struct {
+// pendingEndOps collects the counter and set keys of a replay, one end op
+// (recount, set rebuild or set delete) per key; it is safe for concurrent
+// use.
+type pendingEndOps struct {
 	mu  sync.Mutex
 	ops map[string]rules.Op
 }
 
-// add keeps a recount of op's key unless one is pending, and reports
-// whether max keys are pending.
-func (pr *pendingRecounts) add(op rules.Op, max int) bool {
+// add keeps an end op of kind for op's key unless one is pending, and
+// reports whether max keys are pending.
+func (pr *pendingEndOps) add(op *rules.Op, kind rules.OpKind, max int) bool {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	if _, ok := pr.ops[op.Key]; !ok {
 		if pr.ops == nil {
 			pr.ops = make(map[string]rules.Op)
 		}
-		pr.ops[op.Key] = detachedRecount(op)
+		pr.ops[op.Key] = detachedEndOp(op, kind)
 	}
 	return len(pr.ops) >= max
 }
 
 // take removes and returns the pending recounts sorted by key.
-func (pr *pendingRecounts) take() []rules.Op {
+func (pr *pendingEndOps) take() []rules.Op {
 	pr.mu.Lock()
 	m := pr.ops
 	pr.ops = nil
@@ -579,7 +667,7 @@ func (pr *pendingRecounts) take() []rules.Op {
 }
 
 // putBack returns recounts that did not run.
-func (pr *pendingRecounts) putBack(ops []rules.Op) {
+func (pr *pendingEndOps) putBack(ops []rules.Op) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	if pr.ops == nil {
@@ -592,18 +680,18 @@ func (pr *pendingRecounts) putBack(ops []rules.Op) {
 	}
 }
 
-func (pr *pendingRecounts) len() int {
+func (pr *pendingEndOps) len() int {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	return len(pr.ops)
 }
 
-// detachedRecount returns a recount op for op's key that shares no memory
+// detachedEndOp returns an op of kind for op's key that shares no memory
 // with the batch it came from (whose strings may hold whole messages), so
-// that a pending recount costs only its key, args and source.
-func detachedRecount(op rules.Op) rules.Op {
+// that a pending end op costs only its key, args and source.
+func detachedEndOp(op *rules.Op, kind rules.OpKind) rules.Op {
 	out := rules.Op{
-		Kind: rules.OpRecount,
+		Kind: kind,
 		Rule: op.Rule,
 		Key:  strings.Clone(op.Key),
 		Source: rules.Position{
@@ -648,4 +736,46 @@ func ReplayFileDecoder(k config.Kafka, topic, format, table string) (*cdc.Decode
 		dec.Table = table
 	}
 	return dec, nil
+}
+
+// ErrSetAppendUnsafe is the error CheckSetAppend wraps when appending old
+// set tokens could leave a set wrong.
+var ErrSetAppendUnsafe = errors.New("appending set tokens could leave sets wrong")
+
+// CheckSetAppend tells whether a replay may append set tokens
+// (ReplayConfig.SetAppend) rather than rebuild the sets it touches: only
+// when SetAppendRange allows its range and the daemon's consumer group has
+// no member, so that no newer token can land before an old one the replay
+// appends. Otherwise it returns an error wrapping ErrSetAppendUnsafe that
+// says which condition fails, or the error that kept it from asking the
+// brokers. Run it before the replay and again after it: a daemon that
+// joined meanwhile may have appended newer tokens the replay then covered.
+func CheckSetAppend(ctx context.Context, conn KafkaConn, group string, to ReplayBound, file bool) error {
+	if err := SetAppendRange(to, file); err != nil {
+		return err
+	}
+	if group == "" {
+		return fmt.Errorf("consumer: replay: %w: no consumer group to check (kafka.group)", ErrSetAppendUnsafe)
+	}
+	active, err := groupActive(ctx, conn, group)
+	if err != nil {
+		return fmt.Errorf("consumer: replay: cannot tell whether the daemon runs: %w", err)
+	}
+	if active {
+		return fmt.Errorf("consumer: replay: %w: consumer group %s has active members (a daemon runs, or a killed one's session has not timed out yet); stop the daemons first", ErrSetAppendUnsafe, group)
+	}
+	return nil
+}
+
+// SetAppendRange reports whether a replay's range allows appending set
+// tokens: Kafka input (file false) read to the live end of every
+// partition (to not given). Its error wraps ErrSetAppendUnsafe.
+func SetAppendRange(to ReplayBound, file bool) error {
+	switch {
+	case file:
+		return fmt.Errorf("consumer: replay: %w: a file is not the live end of the stream", ErrSetAppendUnsafe)
+	case !to.IsZero():
+		return fmt.Errorf("consumer: replay: %w: the replay ends at %s, before the live end: later removals would be undone", ErrSetAppendUnsafe, to)
+	}
+	return nil
 }

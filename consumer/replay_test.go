@@ -3,11 +3,13 @@ package consumer
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"os"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -76,27 +78,32 @@ func TestReplayFile(t *testing.T) {
 	for _, tt := range []struct {
 		name        string
 		maxPending  int
+		setAppend   bool
 		recounts    int64
+		setRebuilds int64
 		bumpedUser1 string
 	}{
 		// Post 9 has deltas in batches 1, 3 and 4, post 10 in batch 2:
-		// two keys, two recounts.
-		{"one recount per key", 0, 2, "12"},
-		// With room for one key the recounts run after every batch that
-		// has one: a key seen again is recounted again.
-		{"recounts run early", 1, 4, "14"},
+		// two keys, two recounts. interests:7 has tokens in batches 3
+		// and 5: its rule has no load query, so it is deleted, once.
+		{"one recount per key", 0, false, 2, 1, "12"},
+		// Appending instead, the tokens land in order.
+		{"set tokens appended", 0, true, 2, 0, "14"},
+		// With room for one key the recounts and rebuilds run after every
+		// batch that has one: a key seen again is recounted again.
+		{"recounts run early", 1, false, 4, 2, "16"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.maxPending == 0 {
+			if tt.maxPending == 0 && !tt.setAppend {
 				r.set("ns:user:1", "10")
-				r.set("interests:7", "+1 ")
 			}
+			r.set("interests:7", "+1 ")
 			r.set("comments:9", "100")
 			r.set("comments:10", "50")
 			before := metricValue(r.metrics.ops.WithLabelValues("recount", "recounted"))
 
 			var report bytes.Buffer
-			rp := r.replayer(ReplayConfig{BatchSize: 2, MaxPendingRecounts: tt.maxPending, Report: &report})
+			rp := r.replayer(ReplayConfig{BatchSize: 2, MaxPendingRecounts: tt.maxPending, SetAppend: tt.setAppend, Report: &report})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			sum, err := rp.Replay(ctx, ReplayInput{File: strings.NewReader(input), FileLines: 10})
@@ -112,10 +119,12 @@ func TestReplayFile(t *testing.T) {
 			if got := r.get("ns:user:1"); got != tt.bumpedUser1 {
 				t.Errorf("ns:user:1 = %q, want %s (bumped in two batches)", got, tt.bumpedUser1)
 			}
-			if tt.maxPending == 0 {
-				if got := r.get("interests:7"); got != "+1 +2 -1 " {
-					t.Errorf("interests:7 = %q, want the tokens in order", got)
-				}
+			wantSet := "<missing>"
+			if tt.setAppend {
+				wantSet = "+1 +2 -1 "
+			}
+			if got := r.get("interests:7"); got != wantSet {
+				t.Errorf("interests:7 = %q, want %q", got, wantSet)
 			}
 			recounted := metricValue(r.metrics.ops.WithLabelValues("recount", "recounted")) - before
 			if int64(recounted) != tt.recounts || sum.Recounts != tt.recounts {
@@ -124,9 +133,13 @@ func TestReplayFile(t *testing.T) {
 			if n := metricValue(r.metrics.ops.WithLabelValues("count", "incr")); n != 0 {
 				t.Errorf("%v counter deltas applied; replay must recount instead", n)
 			}
-			want := ReplaySummary{Messages: 10, Events: 8, Skipped: 1, Poison: 1, Recounts: tt.recounts}
-			// Ops: bumps of user 1 (batches 1 and 4) and the two set appends.
-			want.Ops = 4
+			want := ReplaySummary{Messages: 10, Events: 8, Skipped: 1, Poison: 1, Recounts: tt.recounts, SetRebuilds: tt.setRebuilds}
+			// Ops: bumps of user 1 (batches 1 and 4), and the two set
+			// appends when appending.
+			want.Ops = 2
+			if tt.setAppend {
+				want.Ops = 4
+			}
 			got := sum
 			got.Duration = 0
 			if got != want {
@@ -140,9 +153,10 @@ func TestReplayFile(t *testing.T) {
 }
 
 // TestReplayDryRunFile checks that a dry run of a file writes exactly what
-// PlanStream writes, on stdout and on the error stream.
+// PlanStream writes, on stdout and on the error stream, followed on stdout
+// by the recounts and set rebuilds a replay runs at its end.
 func TestReplayDryRunFile(t *testing.T) {
-	input, err := os.ReadFile("../cmd/cachewarden/testdata/plan/debezium.ndjson")
+	input, err := os.ReadFile("../cmd/cachewarden/testdata/plan/maxwell.ndjson")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +169,7 @@ func TestReplayDryRunFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := &cdc.Decoder{Format: cdc.FormatDebezium}
+	dec := &cdc.Decoder{Format: cdc.FormatMaxwell}
 	var planOut, planErr bytes.Buffer
 	psum, err := cdc.PlanStream(context.Background(), bytes.NewReader(input), &planOut, &planErr, dec, rs, cdc.PlanOptions{})
 	if err != nil {
@@ -170,8 +184,9 @@ func TestReplayDryRunFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.String() != planOut.String() || planOut.Len() == 0 {
-		t.Errorf("dry run output differs from plan's:\n--- dry run\n%s--- plan\n%s", out.String(), planOut.String())
+	want := planOut.String() + endOpLines(t, rs, planOut.String())
+	if out.String() != want || planOut.Len() == 0 {
+		t.Errorf("dry run output differs from plan's followed by the end ops:\n--- dry run\n%s--- want\n%s", out.String(), want)
 	}
 	if report.String() != planErr.String() || planErr.Len() == 0 {
 		t.Errorf("dry run reports differ from plan's:\n--- dry run\n%s--- plan\n%s", report.String(), planErr.String())
@@ -179,6 +194,50 @@ func TestReplayDryRunFile(t *testing.T) {
 	if sum.Messages != int64(psum.Lines) || sum.Ops != int64(psum.Ops) || sum.Poison != int64(psum.Failed) || sum.Events != int64(psum.Events) {
 		t.Errorf("summary %+v does not match plan's %+v", sum, psum)
 	}
+}
+
+// endOpLines derives, from `plan` output, the lines a dry run adds at
+// its end: one per counter or set key, in key order, without "line".
+func endOpLines(t *testing.T, rs *rules.RuleSet, plan string) string {
+	t.Helper()
+	byName := map[string]*rules.Rule{}
+	for _, r := range rs.Rules() {
+		byName[r.Name] = r
+	}
+	ends := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(plan), "\n") {
+		var op struct{ Rule, Op, Key string }
+		if err := json.Unmarshal([]byte(line), &op); err != nil {
+			t.Fatalf("plan line %q: %v", line, err)
+		}
+		kind := ""
+		switch {
+		case op.Op == "count" || op.Op == "recount":
+			kind = "recount"
+		case strings.HasPrefix(op.Op, "set_") && byName[op.Rule].Query != "":
+			kind = "set_rebuild"
+		case strings.HasPrefix(op.Op, "set_"):
+			kind = "set_delete"
+		default:
+			continue
+		}
+		if _, ok := ends[op.Key]; !ok {
+			ends[op.Key] = fmt.Sprintf(`{"rule":%q,"op":%q,"key":%q}`, op.Rule, kind, op.Key) + "\n"
+		}
+	}
+	keys := make([]string, 0, len(ends))
+	for k := range ends {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(ends[k])
+	}
+	if b.Len() == 0 {
+		t.Fatal("the plan has no counter or set op: the end ops prove nothing")
+	}
+	return b.String()
 }
 
 // produceTo writes msgs to one partition of topic.
@@ -344,6 +403,7 @@ func TestReplayKafka(t *testing.T) {
 		want := `{"line":1,"rule":"user-profile","op":"bump","key":"p:ns:user:4"}
 {"line":2,"rule":"user-profile","op":"bump","key":"p:ns:user:5"}
 {"line":3,"rule":"post-comments","op":"count","key":"p:comments:9","delta":1}
+{"rule":"post-comments","op":"recount","key":"p:comments:9"}
 `
 		if out.String() != want {
 			t.Errorf("dry run output:\n%s\nwant:\n%s", out.String(), want)
@@ -427,12 +487,13 @@ func TestReplayFileDecoder(t *testing.T) {
 // TestReplaySummaryString checks the summary line.
 func TestReplaySummaryString(t *testing.T) {
 	s := ReplaySummary{Messages: 5000, Events: 4990, Skipped: 7, Poison: 3, Ops: 3200, Recounts: 45, Failed: 1, Duration: 2 * time.Second}
-	want := "5000 messages in 2s (2500 msg/s): 4990 events, 7 skipped, 3 poison; 3200 ops, 45 recounts, 1 failed"
+	s.SetRebuilds = 12
+	want := "5000 messages in 2s (2500 msg/s): 4990 events, 7 skipped, 3 poison; 3200 ops, 45 recounts, 12 set rebuilds, 1 failed"
 	if got := s.String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
 	s.PendingRecounts = 9
-	if got := s.String(); !strings.HasSuffix(got, "; 9 recounts not run") {
+	if got := s.String(); !strings.HasSuffix(got, "; 9 recounts and set rebuilds not run") {
 		t.Errorf("String() = %q, want the recounts not run", got)
 	}
 	if s.Failures() != 4 {

@@ -52,7 +52,11 @@ type Stack struct {
 	// (docs/exact-counters.md).
 	Writer   *cacheops.Writer
 	Counters *counters.Counters
-	Rebump   *Rebumper
+	// SetRebuilder applies replay's set rebuilds (rules.OpSetRebuild and
+	// OpSetDelete): Writer with protocol "text", a text-protocol Writer
+	// over the same client with "meta".
+	SetRebuilder Applier
+	Rebump       *Rebumper
 	// DLQ receives poison messages; nil without kafka.dlq_topic or with
 	// StackOptions.NoDLQ.
 	DLQ      *DLQ
@@ -70,6 +74,10 @@ type StackOptions struct {
 	// counter deltas (cachewarden_recounts_total); default "reassigned",
 	// replay uses "replay".
 	RecountReason string
+	// MemoryRebumps keeps delayed bumps in memory only, without the
+	// journal in memcached that lets a restarted daemon find them (replay:
+	// it applies them when it ends, and commits nothing).
+	MemoryRebumps bool
 }
 
 // NewStack builds the stack for cfg, which must come from config.Load (its
@@ -139,6 +147,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		s.Writer = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
 		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
 		s.Applier, counterApplier = s.Writer, s.Counters
+		s.SetRebuilder = s.Writer
 	default: // "meta"
 		// The same selector as the gomemcache client above, so the
 		// pipelined writes land where the counters and readers look.
@@ -152,6 +161,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 			Dial:         dial,
 		}, logger.With("component", "cacheops"))
 		s.Applier = s.Pipelined
+		s.SetRebuilder = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
 		if recounter != nil {
 			// Exact counters (docs/exact-counters.md): counter ops go to
 			// the counters package, which fences recounts at their
@@ -168,6 +178,9 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	}
 
 	s.Rebump = NewRebumper(s.Applier, s.Metrics, logger.With("component", "rebump"))
+	if !opts.MemoryRebumps {
+		s.Rebump.EnableJournal(cacheops.NewTokenLog(mc, logger.With("component", "rebump")), cfg.RuleSet, cfg.Kafka.Group)
+	}
 	if cfg.Kafka.DLQTopic != "" && !opts.NoDLQ {
 		if s.DLQ, err = NewDLQ(kc, cfg.Kafka.DLQTopic, logger.With("component", "dlq")); err != nil {
 			s.Close()

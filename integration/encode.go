@@ -391,7 +391,7 @@ func encodeDebezium(c *Change, withSchema bool) ([]byte, error) {
 	ev := &c.Event
 	snapshot := "false"
 	var thread any = int64(7)
-	serverID := int64(1)
+	serverID := sourceServerID(ev.Source)
 	if ev.Operation == rules.Read {
 		snapshot = "true"
 		if c.SnapshotLast {
@@ -497,7 +497,7 @@ func encodeMaxwell(c *Change) ([]byte, error) {
 			o = append(o, field{"xoffset", int64(c.Row)})
 		}
 		o = append(o, field{"position", ev.Source.BinlogFile + ":" + strconv.FormatInt(ev.Source.BinlogPos, 10)},
-			field{"server_id", int64(1)}, field{"thread_id", int64(7)})
+			field{"server_id", sourceServerID(ev.Source)}, field{"thread_id", int64(7)})
 	}
 	var pk []any
 	for _, k := range c.Table.PK {
@@ -571,4 +571,13 @@ func encodeCanal(cs []Change) ([]byte, error) {
 		{"pkNames", t.PK}, {"sql", ""}, {"sqlType", sqlType}, {"table", first.Event.Table},
 		{"ts", first.Event.Source.TsMs + 5}, {"type", typ},
 	})
+}
+
+// sourceServerID is the server_id a connector reports for a change: the
+// one the workload read from its server, 1 when it has none.
+func sourceServerID(pos rules.Position) int64 {
+	if pos.ServerID == 0 {
+		return 1
+	}
+	return int64(pos.ServerID)
 }

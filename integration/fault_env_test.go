@@ -302,6 +302,15 @@ func startProxy(t *testing.T, target string) *faultProxy {
 	return p
 }
 
+// Retarget sends new connections to target and closes the open ones, as
+// a virtual IP moved to another server in a failover does.
+func (p *faultProxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.closeAll(func(*proxyConn) bool { return true })
+}
+
 // Addr returns the proxy's host:port.
 func (p *faultProxy) Addr() string { return p.ln.Addr().String() }
 
@@ -343,7 +352,10 @@ func (p *faultProxy) accept() {
 		case proxyBlackhole:
 			c.dead.Store(true)
 		default:
-			server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+			p.mu.Lock()
+			target := p.target
+			p.mu.Unlock()
+			server, err := net.DialTimeout("tcp", target, 5*time.Second)
 			if err != nil {
 				c.close()
 				continue

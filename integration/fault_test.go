@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -33,8 +42,11 @@ const (
 )
 
 // TestFaultDaemonKill kills `cachewarden run` with SIGKILL at random points
-// of the run, restarting it each time: nothing may be lost, and the first
-// batch after each restart must not count a counter delta twice.
+// of the run, restarting it each time: nothing may be lost, the first
+// batch after each restart must not count a counter delta twice, and the
+// delayed second bumps (rebump_after) pending at a kill, which the daemon
+// recorded in memcached, are applied by the restarted daemon. The first
+// kill waits until such a bump is pending.
 func TestFaultDaemonKill(t *testing.T) {
 	started := time.Now()
 	fs := newFaultScenario(t, faultOptions{Name: scenarioKill})
@@ -42,6 +54,9 @@ func TestFaultDaemonKill(t *testing.T) {
 	sz := fs.sizes
 	d := fs.startDaemon()
 	fs.start(ctx)
+	journal := cacheops.NewTokenLog(fs.MC, nil)
+	var atKill []consumer.PendingRebump // recorded, not applied, at the last kill
+	var pendingAtKills []string
 
 	// Kill rounds spread over the run's expected length.
 	rounds := max(sz.KillEvents/sz.RoundTxs, sz.Kills+2)
@@ -58,20 +73,43 @@ func TestFaultDaemonKill(t *testing.T) {
 				// A random point: part of the round is published, and the
 				// daemon may be fetching, applying or committing it; the
 				// rest is published while no daemon runs.
-				time.Sleep(time.Duration(fs.rng.IntN(20)) * time.Millisecond)
+				if kills == 0 {
+					fs.waitRebumpRecorded(ctx, journal, 2*time.Second)
+				} else {
+					time.Sleep(time.Duration(fs.rng.IntN(20)) * time.Millisecond)
+				}
 				lag, err := fs.Broker.GroupLag(ctx, fs.Opts.Group, fs.Topics...)
 				if err != nil {
 					t.Fatal(err)
 				}
 				d.sigkill(t)
+				if atKill, err = consumer.PendingRebumps(journal, fs.Rules, fs.Opts.Group); err != nil {
+					t.Fatal(err)
+				}
+				pendingAtKills = append(pendingAtKills, strconv.Itoa(len(atKill)))
 				kills++
 				waiting = append(waiting, strconv.FormatInt(lag.Total, 10))
 				d = fs.restart(ctx, d)
 			}
 		}
 		fs.round(ctx, sz.RoundTxs, h)
+		fs.checkRebumpsApplied(ctx, journal, atKill)
+		atKill = nil
 	}
-	fs.fault("%d × SIGKILL at random points, restarted each time (uncommitted messages at the kills: %s)", kills, strings.Join(waiting, ", "))
+	total := 0
+	for _, n := range pendingAtKills {
+		k, _ := strconv.Atoi(n)
+		total += k
+	}
+	if total == 0 {
+		t.Errorf("no delayed bump was pending at any of the kills: the check of their recovery proves nothing")
+	}
+	if recovered, err := d.metric(d.httpAddr(t), "cachewarden_rebumps_recovered_total", ""); err == nil {
+		fs.note("Delayed second bumps recorded in memcached and not yet applied at the kills: %s; every one was applied after the restart (the last daemon found %.0f in the journal when it started).",
+			strings.Join(pendingAtKills, ", "), recovered)
+	}
+	fs.fault("%d × SIGKILL at random points, restarted each time (uncommitted messages at the kills: %s; delayed bumps pending: %s)",
+		kills, strings.Join(waiting, ", "), strings.Join(pendingAtKills, ", "))
 	row := fs.finish(ctx, d)
 	recordRow(t, started, row)
 }
@@ -331,8 +369,14 @@ func TestFaultGroupKill(t *testing.T) {
 // already counted are applied on top; with them they are skipped. The
 // same workload (same seed) runs twice: on the MariaDB without a binary
 // log, where recounts cannot be fenced (the behaviour before fences), and
-// on the one with it. After quiesce every present counter is compared
-// with COUNT(*).
+// on the one with it. The fenced run adds two faults: fences evicted
+// alone (their counters stay, their flags naming the lost fence) before
+// some rounds, and a failover: the database is copied to a second MariaDB
+// whose binary log has the same base name (mysql-bin), the daemon's
+// connections move there (its DSN names a proxy, retargeted as a virtual
+// IP would be), and the workload and the change stream continue there,
+// while memcached still holds fences at the first server's positions.
+// After quiesce every present counter is compared with COUNT(*).
 func TestFaultCounterDrift(t *testing.T) {
 	started := time.Now()
 	seed := uint64(time.Now().UnixNano()) | 1
@@ -368,7 +412,7 @@ func runDrift(t *testing.T, fenced bool, seed uint64) *reliabilityRow {
 		name = scenarioDrift
 	}
 	// Few posts: most rounds change most comment counters.
-	fs := newFaultScenario(t, faultOptions{Name: name, Posts: 40, BinlogOff: !fenced, Seed: seed, DriftExpected: !fenced})
+	fs := newFaultScenario(t, faultOptions{Name: name, Posts: 40, BinlogOff: !fenced, Seed: seed, DriftExpected: !fenced, Proxy: fenced})
 	if !fenced && fs.Workload.BinlogPositions() {
 		t.Skip("the MariaDB at CACHEWARDEN_TEST_MYSQL_DSN has its binary log on: recounts there are fenced, so the unfenced baseline cannot be measured")
 	}
@@ -378,12 +422,41 @@ func runDrift(t *testing.T, fenced bool, seed uint64) *reliabilityRow {
 	fs.start(ctx)
 	rounds := max(sz.Events/sz.RoundTxs, 3)
 	flushIn := map[int]bool{rounds / 3: true, 2 * rounds / 3: true}
-	flushes := 0
+	// Fenced, both flushes come before the failover, and no fence is
+	// evicted for two rounds after it: a flush or an eviction then would
+	// remove the first server's fences, and with them the deltas that
+	// meet a position of another log.
+	failoverAt := -1
+	var second string // the failover target's DSN: the same database name
+	if fenced {
+		first := max(rounds/8, 1)
+		flushIn = map[int]bool{first: true, first + 2: true}
+		failoverAt = first + 4
+		cfg, err := mysql.ParseDSN(fs.Services.MySQLDSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, second = testsvc.MySQLSecondBinlog(t, cfg.DBName)
+	}
+	flushes, evictions, fencesEvicted := 0, 0, 0
+	var failedOver string
+	var before map[string]float64
 	pending, err := fs.Change(ctx, sz.RoundTxs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for r := 0; fs.events < sz.Events; r++ {
+		if r == failoverAt {
+			// Everything made on the first server is applied first:
+			// then the copy is what a caught-up replica would hold.
+			fs.publishRound(ctx, pending, roundHooks{})
+			before = fs.fenceMetrics(d)
+			failedOver = fs.failover(ctx, second)
+			if pending, err = fs.Change(ctx, sz.RoundTxs); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		// MariaDB is a round ahead of the stream while the daemon applies
 		// the round before.
 		next, err := fs.Change(ctx, sz.RoundTxs)
@@ -391,13 +464,19 @@ func runDrift(t *testing.T, fenced bool, seed uint64) *reliabilityRow {
 			t.Fatal(err)
 		}
 		var h roundHooks
-		if flushIn[r] {
+		switch {
+		case flushIn[r]:
 			h.before = func([]Tx) {
 				if _, err := memcachedCommand(fs.mc.addr, "flush_all\r\n", "OK"); err != nil {
 					t.Fatal(err)
 				}
 				fs.emptied = true
 				flushes++
+			}
+		case fenced && r%2 == 0 && r > 0 && (r < failoverAt || r > failoverAt+2):
+			h.before = func(txs []Tx) {
+				fencesEvicted += fs.evictFences(txs)
+				evictions++
 			}
 		}
 		fs.publishRound(ctx, pending, h)
@@ -409,13 +488,182 @@ func runDrift(t *testing.T, fenced bool, seed uint64) *reliabilityRow {
 		how = "unfenced (binary log off)"
 	}
 	fs.fault("stream one round (%d transactions) behind MariaDB; memcached flushed (flush_all) %d times mid-run; recounts %s", sz.RoundTxs, flushes, how)
+	if fenced {
+		fs.fault("fences evicted alone before %d rounds (%d fence items deleted, their counters kept)", evictions, fencesEvicted)
+		if failedOver == "" {
+			t.Errorf("the run ended before its failover (round %d): the second MariaDB was never used", failoverAt)
+		} else {
+			fs.fault("%s", failedOver)
+		}
+	}
 	row := fs.finish(ctx, d)
 	if fenced {
-		skipped, err := d.metric(d.httpAddr(t), "cachewarden_ops_total", `outcome="fenced"`)
-		if err != nil {
-			t.Fatal(err)
+		after := fs.fenceMetrics(d)
+		row.Notes = append(row.Notes, fmt.Sprintf("With fences %.0f counter deltas were skipped because a recount already included them (%.0f after the failover). Counters recounted because their fence could not decide: %.0f with the fence gone while the counter named it, %.0f with a delta from another server's log than the fence (%.0f after the failover).",
+			after["skipped"], after["skipped"]-before["skipped"], after["fence_missing"], after["other_server"], after["other_server"]-before["other_server"]))
+		t.Logf("note: %s", row.Notes[len(row.Notes)-1])
+		if fencesEvicted == 0 || after["fence_missing"] == 0 {
+			t.Errorf("%d fences evicted, %.0f counters recounted for it: the fault proved nothing", fencesEvicted, after["fence_missing"])
 		}
-		row.Notes = append(row.Notes, fmt.Sprintf("With fences %.0f counter deltas were skipped because a recount already included them.", skipped))
+		if after["other_server"]-before["other_server"] == 0 {
+			t.Errorf("no delta met a fence of the first server after the failover: the fault proved nothing")
+		}
 	}
 	return row
+}
+
+// fenceMetrics reads what the daemon's fences did: deltas skipped, and
+// counters recounted because their fence was gone or from another server.
+func (fs *faultScenario) fenceMetrics(d *faultDaemon) map[string]float64 {
+	fs.t.Helper()
+	addr := d.httpAddr(fs.t)
+	out := map[string]float64{}
+	for name, q := range map[string][2]string{
+		"skipped":       {"cachewarden_ops_total", `outcome="fenced"`},
+		"fence_missing": {"cachewarden_recounts_total", `reason="fence_missing"`},
+		"other_server":  {"cachewarden_recounts_total", `reason="other_server"`},
+	} {
+		n, err := d.metric(addr, q[0], q[1])
+		if err != nil {
+			fs.t.Fatal(err)
+		}
+		out[name] = n
+	}
+	return out
+}
+
+// evictFences deletes the fence items of the counters that txs change,
+// leaving the counters (memcached evicts per slab class, so a fence can go
+// while its counter stays); it returns how many existed.
+func (fs *faultScenario) evictFences(txs []Tx) int {
+	fs.t.Helper()
+	ops, err := PlanOps(fs.Rules, fs.Opts.Format, txs)
+	if err != nil {
+		fs.t.Fatal(err)
+	}
+	n := 0
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if op.Kind != rules.OpCount || seen[op.Key] {
+			continue
+		}
+		seen[op.Key] = true
+		switch err := fs.MC.Delete(counters.FenceKey(op.Key)); {
+		case err == nil:
+			n++
+		case !errors.Is(err, memcache.ErrCacheMiss):
+			fs.t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// failover moves the scenario to the second MariaDB at dsn (a database of
+// the same name), once the daemons have applied everything, and points
+// the daemons' proxy there; it says what was done, for the report.
+func (fs *faultScenario) failover(ctx context.Context, dsn string) string {
+	fs.t.Helper()
+	var fromFile, toFile string
+	var fromPos, toPos int64
+	fromID := fs.Workload.ServerID()
+	scanMaster := func(db *sql.DB, file *string, pos *int64) {
+		rows, err := db.QueryContext(ctx, "SHOW MASTER STATUS")
+		if err != nil {
+			fs.t.Fatal(err)
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		if !rows.Next() {
+			fs.t.Fatal("SHOW MASTER STATUS: no row")
+		}
+		dest := make([]any, len(cols))
+		for i := range dest {
+			dest[i] = new(sql.RawBytes)
+		}
+		dest[0], dest[1] = file, pos
+		if err := rows.Scan(dest...); err != nil {
+			fs.t.Fatal(err)
+		}
+	}
+	scanMaster(fs.MySQL.DB(), &fromFile, &fromPos)
+	if err := fs.Failover(ctx, dsn); err != nil {
+		fs.t.Fatal(err)
+	}
+	scanMaster(fs.MySQL.DB(), &toFile, &toPos)
+	toID := fs.Workload.ServerID()
+	base := func(f string) string { return strings.TrimRight(f, "0123456789") }
+	if base(fromFile) != base(toFile) || fromID == toID {
+		fs.t.Fatalf("the failover target must have the same binary log base name and another server_id: %s (server_id %d) → %s (server_id %d)", fromFile, fromID, toFile, toID)
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		fs.t.Fatal(err)
+	}
+	fs.proxy.Retarget(cfg.Addr)
+	return fmt.Sprintf("failover after %d transactions to a second MariaDB: binary log %s:%d, server_id %d → %s:%d, server_id %d (same base name); the daemon's connections moved there, the first server's fences left in memcached",
+		len(fs.Txs), fromFile, fromPos, fromID, toFile, toPos, toID)
+}
+
+// waitRebumpRecorded waits, up to max, until the daemon has recorded a
+// delayed bump it has not applied yet.
+func (fs *faultScenario) waitRebumpRecorded(ctx context.Context, journal *cacheops.TokenLog, max time.Duration) {
+	fs.t.Helper()
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		pending, err := consumer.PendingRebumps(journal, fs.Rules, fs.Opts.Group)
+		if err != nil {
+			fs.t.Fatal(err)
+		}
+		if len(pending) > 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// checkRebumpsApplied waits until none of the delayed bumps pending at a
+// kill is recorded any more: the restarted daemon applied each (a bump
+// leaves the journal only once applied). Their namespaces must exist.
+func (fs *faultScenario) checkRebumpsApplied(ctx context.Context, journal *cacheops.TokenLog, atKill []consumer.PendingRebump) {
+	fs.t.Helper()
+	if len(atKill) == 0 {
+		return
+	}
+	type entry struct {
+		journal, rule, key string
+		due                int64
+	}
+	left := map[entry]bool{}
+	for _, pr := range atKill {
+		left[entry{pr.Journal, pr.Rule, pr.Key, pr.Due.UnixMilli()}] = true
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(left) > 0 {
+		pending, err := consumer.PendingRebumps(journal, fs.Rules, fs.Opts.Group)
+		if err != nil {
+			fs.t.Fatal(err)
+		}
+		still := map[entry]bool{}
+		for _, pr := range pending {
+			if e := (entry{pr.Journal, pr.Rule, pr.Key, pr.Due.UnixMilli()}); left[e] {
+				still[e] = true
+			}
+		}
+		left = still
+		if len(left) > 0 && time.Now().After(deadline) {
+			fs.t.Errorf("%d of the %d delayed bumps pending at the kill were never applied after the restart: %v", len(left), len(atKill), left)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	keys := make([]string, 0, len(atKill))
+	for _, pr := range atKill {
+		keys = append(keys, pr.Key)
+	}
+	present := fs.readNamespaces(keys)
+	for _, k := range keys {
+		if _, ok := present[k]; !ok && !fs.emptied {
+			fs.t.Errorf("namespace %s, whose delayed bump was pending at the kill, is missing", k)
+		}
+	}
 }

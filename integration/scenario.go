@@ -157,6 +157,35 @@ func (s *Scenario) Close() {
 	}
 }
 
+// Failover moves the scenario's database to the server at dsn, an empty
+// database on another server (in a test, one whose binary log has the
+// same base name): the tables are created there and their rows copied,
+// then the workload continues there, with that server's binary log
+// positions and server_id, and Check reads it. Call it while nothing is
+// in flight: every change made published and applied. The daemons keep
+// the DSN of their config; restart them with the new one.
+func (s *Scenario) Failover(ctx context.Context, dsn string) error {
+	db, err := counters.OpenMySQL(dsn, counters.DBConfig{MaxOpenConns: 8}, s.Opts.Log)
+	if err != nil {
+		return fmt.Errorf("integration: failover: %w", err)
+	}
+	if err := s.Schema.Create(ctx, db.DB()); err != nil {
+		db.Close()
+		return err
+	}
+	if err := s.Schema.CopyTables(ctx, s.MySQL.DB(), db.DB()); err != nil {
+		db.Close()
+		return err
+	}
+	if err := s.Workload.MoveTo(ctx, db.DB()); err != nil {
+		db.Close()
+		return err
+	}
+	s.MySQL.Close()
+	s.MySQL, s.Services.MySQLDSN = db, dsn
+	return nil
+}
+
 // ConfigFile is a daemon config file's contents (the keys of
 // cachewarden.yaml that the harness sets).
 type ConfigFile struct {

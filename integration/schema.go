@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -174,3 +175,77 @@ func (s *Schema) Create(ctx context.Context, db *sql.DB) error {
 	}
 	return nil
 }
+
+// CopyTables copies every row of the schema's tables from one database
+// to another whose tables exist and are empty (Create), in chunks of
+// copyChunk rows, values as the server renders them.
+func (s *Schema) CopyTables(ctx context.Context, from, to *sql.DB) error {
+	for _, t := range s.Tables() {
+		names := make([]string, len(t.Columns))
+		for i, c := range t.Columns {
+			names[i] = c.Name
+		}
+		rows, err := from.QueryContext(ctx, "SELECT "+quoteNames(names)+" FROM `"+t.Name+"`")
+		if err != nil {
+			return fmt.Errorf("integration: copy %s: %w", t.Name, err)
+		}
+		var args []any
+		flush := func() error {
+			if len(args) == 0 {
+				return nil
+			}
+			one := "(?" + strings.Repeat(", ?", len(names)-1) + ")"
+			n := len(args) / len(names)
+			q := "INSERT INTO `" + t.Name + "` (" + quoteNames(names) + ") VALUES " + one + strings.Repeat(", "+one, n-1)
+			if _, err := to.ExecContext(ctx, q, args...); err != nil {
+				return fmt.Errorf("integration: copy %s: %w", t.Name, err)
+			}
+			args = args[:0]
+			return nil
+		}
+		for rows.Next() {
+			raw := make([]sql.RawBytes, len(names))
+			dest := make([]any, len(names))
+			for i := range raw {
+				dest[i] = &raw[i]
+			}
+			if err := rows.Scan(dest...); err != nil {
+				rows.Close()
+				return fmt.Errorf("integration: copy %s: %w", t.Name, err)
+			}
+			for i, v := range raw {
+				if v == nil {
+					args = append(args, nil)
+					continue
+				}
+				text := string(v)
+				if t.Columns[i].SQLType == "datetime" {
+					// With parseTime the driver renders DATETIME as RFC
+					// 3339, which the server does not take back.
+					if ts, err := time.Parse(time.RFC3339Nano, text); err == nil {
+						text = ts.UTC().Format(time.DateTime)
+					}
+				}
+				args = append(args, text)
+			}
+			if len(args) >= copyChunk*len(names) {
+				if err := flush(); err != nil {
+					rows.Close()
+					return err
+				}
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("integration: copy %s: %w", t.Name, err)
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyChunk is the number of rows CopyTables inserts per statement.
+const copyChunk = 200

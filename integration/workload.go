@@ -73,7 +73,8 @@ type Tx struct {
 // transaction carries the file and position SHOW MASTER STATUS reports
 // after its commit; otherwise a made-up file "mysql-bin.000001" and a
 // position that grows with every transaction. Positions are monotonic
-// either way.
+// either way, on one server (MoveTo starts another's). Every change
+// carries the server's @@server_id.
 //
 // Round never changes one post's comment count twice: a counter recount
 // reads the database's present state, and when that is ahead of the stream
@@ -89,10 +90,11 @@ type Workload struct {
 	rng    *rand.Rand
 	log    *slog.Logger
 
-	binlog  bool
-	fakePos int64
-	tx      int64
-	nextID  map[*Table]int64
+	binlog   bool
+	serverID uint32
+	fakePos  int64
+	tx       int64
+	nextID   map[*Table]int64
 	// rows is the model of every table's rows: primary key text ->
 	// column -> value (int64, string or nil).
 	rows map[*Table]map[string]map[string]any
@@ -118,14 +120,37 @@ func NewWorkload(ctx context.Context, db *sql.DB, schema *Schema, opts WorkloadO
 		w.rows[t] = map[string]map[string]any{}
 		w.nextID[t] = 1
 	}
-	var name, value string
-	err := db.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'log_bin'").Scan(&name, &value)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("integration: read log_bin: %w", err)
+	if err := w.readServer(ctx); err != nil {
+		return nil, err
 	}
-	w.binlog = strings.EqualFold(value, "ON")
 	return w, nil
 }
+
+// readServer reads whether w.db's server has its binary log on, and its
+// server_id.
+func (w *Workload) readServer(ctx context.Context) error {
+	var name, value string
+	err := w.db.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'log_bin'").Scan(&name, &value)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("integration: read log_bin: %w", err)
+	}
+	w.binlog = strings.EqualFold(value, "ON")
+	if err := w.db.QueryRowContext(ctx, "SELECT @@server_id").Scan(&w.serverID); err != nil {
+		return fmt.Errorf("integration: read server_id: %w", err)
+	}
+	return nil
+}
+
+// MoveTo continues the workload on db, another server's database that
+// holds the same rows (see CopyTables): a failover. Changes then carry
+// that server's binary log positions and server_id.
+func (w *Workload) MoveTo(ctx context.Context, db *sql.DB) error {
+	w.db = db
+	return w.readServer(ctx)
+}
+
+// ServerID returns the server_id of the workload's server.
+func (w *Workload) ServerID() uint32 { return w.serverID }
 
 // Seed returns the seed of the workload's random choices.
 func (w *Workload) Seed() uint64 { return w.opts.Seed }
@@ -583,7 +608,7 @@ func (w *Workload) exec(ctx context.Context, desc string, stmts []stmt) (Tx, err
 	for i := range changes {
 		c := &changes[i]
 		c.Tx, c.Row, c.Last = w.tx, i, i == len(changes)-1
-		c.Event.Source = rules.Position{BinlogFile: file, BinlogPos: pos, TsMs: now}
+		c.Event.Source = rules.Position{BinlogFile: file, BinlogPos: pos, TsMs: now, ServerID: w.serverID}
 	}
 	return Tx{Desc: desc, Changes: changes}, nil
 }

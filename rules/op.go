@@ -18,9 +18,15 @@ const (
 	// holds every set token of a batch for Key, joined in order
 	// ("+m1 -m2 ").
 	OpSetAppend
+	// OpSetRebuild is produced by replay, never by the planner: delete the
+	// set at Key, then store the full set its rule's load query returns
+	// (bound to Args), as a missing set is loaded; the set stays missing
+	// when the query fails or the rule has none.
+	OpSetRebuild
 	// OpSetDelete deletes a set item (a missing set is always correct).
-	// The planner never produces it: the daemon turns the set changes of
-	// a rule whose changes may arrive out of order (docs/operations.md,
+	// The planner never produces it: replay deletes the sets it touched
+	// whose rule has no load query, and the daemon turns the set changes
+	// of a rule whose changes may arrive out of order (docs/operations.md,
 	// "Ordering across partitions") into deletes of the set.
 	OpSetDelete
 )
@@ -40,6 +46,8 @@ func (k OpKind) String() string {
 		return "recount"
 	case OpSetAppend:
 		return "set_append"
+	case OpSetRebuild:
+		return "set_rebuild"
 	case OpSetDelete:
 		return "set_delete"
 	}

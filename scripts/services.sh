@@ -8,12 +8,15 @@
 #   - a MariaDB/MySQL server with the binary log on, for the tests of exact
 #     (fenced) counters: the server above when its log_bin is ON, else the
 #     private instance on port 3307 (started with --log-bin), in addition;
+#   - a second private MariaDB with the binary log on, on port 3308, with
+#     the same binary log base name (mysql-bin) and another server_id (2):
+#     the failover target of the fault suite's counter scenario;
 #   - the memcached clients of other languages that the distribution tests
 #     read through (Debian's python3-pylibmc, python3-pymemcache, php-cli,
 #     php-memcached), installed when missing.
 # It then writes the addresses to .services/env, which `make` and the tests
 # read (CACHEWARDEN_TEST_MEMCACHED, CACHEWARDEN_TEST_MYSQL_DSN,
-# CACHEWARDEN_TEST_MYSQL_BINLOG_DSN).
+# CACHEWARDEN_TEST_MYSQL_BINLOG_DSN, CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN).
 #
 # Usage: scripts/services.sh [start|stop|env]
 set -euo pipefail
@@ -23,6 +26,7 @@ state="$root/.services"
 mkdir -p "$state"
 mc_port=${CACHEWARDEN_MEMCACHED_PORT:-11311}
 private_mysql_port=3307
+second_mysql_port=3308
 
 log() { echo "services: $*" >&2; }
 
@@ -106,23 +110,42 @@ start_mysql() {
 # MariaDB on 127.0.0.1:$private_mysql_port with the binary log on, in ROW
 # format.
 start_private_mysql() {
-  if mysql_ping "$private_mysql_port"; then
+  start_mariadb "$private_mysql_port" "$state/mysql" mysql 1
+}
+
+# start_second_mysql starts the second private MariaDB: port
+# $second_mysql_port, the same binary log base name, server_id 2.
+start_second_mysql() {
+  start_mariadb "$second_mysql_port" "$state/mysql2" mysql2 2
+  if mysql_binlog_on "$second_mysql_port"; then
+    log "second MariaDB with the binary log on listening on 127.0.0.1:$second_mysql_port"
+  else
+    log "MariaDB on port $second_mysql_port has no binary log; the failover test will fail under CI"
+  fi
+}
+
+# start_mariadb PORT DATADIR NAME SERVER_ID starts (initialising it first
+# if needed) a private MariaDB on 127.0.0.1:PORT with the binary log
+# (mysql-bin, ROW format, replicated changes logged too) and SERVER_ID;
+# its socket, pid file and log are $state/NAME.*.
+start_mariadb() {
+  local port=$1 data=$2 name=$3 server_id=$4
+  if mysql_ping "$port"; then
     return 0
   fi
   command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || apt_install mariadb-server mariadb-client
-  local data="$state/mysql"
   if [ ! -d "$data/mysql" ]; then
     log "initialising a private MariaDB in $data"
     mkdir -p "$data"
     mariadb-install-db --no-defaults --datadir="$data" --user="$(id -un)" \
-      --auth-root-authentication-method=normal >"$state/mysql-install.log" 2>&1
+      --auth-root-authentication-method=normal >"$state/$name-install.log" 2>&1
   fi
-  log "starting a private MariaDB on 127.0.0.1:$private_mysql_port"
+  log "starting a private MariaDB on 127.0.0.1:$port"
   nohup /usr/sbin/mariadbd --no-defaults --datadir="$data" --user="$(id -un)" \
-    --bind-address=127.0.0.1 --port="$private_mysql_port" --socket="$state/mysql.sock" \
-    --pid-file="$state/mysql.pid" --log-bin=mysql-bin --server-id=1 --binlog-format=ROW \
-    --skip-name-resolve >"$state/mysql.log" 2>&1 &
-  wait_mysql "$private_mysql_port" || { log "MariaDB did not start; see $state/mysql.log"; exit 1; }
+    --bind-address=127.0.0.1 --port="$port" --socket="$state/$name.sock" \
+    --pid-file="$state/$name.pid" --log-bin=mysql-bin --server-id="$server_id" --binlog-format=ROW \
+    --log-slave-updates --skip-name-resolve >"$state/$name.log" 2>&1 &
+  wait_mysql "$port" || { log "MariaDB did not start; see $state/$name.log"; exit 1; }
 }
 
 # mysql_binlog_on reports whether the server on port $1 has log_bin ON.
@@ -171,6 +194,9 @@ ENV
   if [ -n "${binlog_mysql_port:-}" ]; then
     echo "CACHEWARDEN_TEST_MYSQL_BINLOG_DSN='root@tcp(127.0.0.1:$binlog_mysql_port)/'" >>"$state/env"
   fi
+  if mysql_binlog_on "$second_mysql_port"; then
+    echo "CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN='root@tcp(127.0.0.1:$second_mysql_port)/'" >>"$state/env"
+  fi
   cat "$state/env"
 }
 
@@ -179,10 +205,12 @@ stop() {
     kill "$(cat "$state/memcached.pid")" 2>/dev/null || true
     rm -f "$state/memcached.pid"
   fi
-  if [ -f "$state/mysql.pid" ]; then
-    kill "$(cat "$state/mysql.pid")" 2>/dev/null || true
-    rm -f "$state/mysql.pid"
-  fi
+  for name in mysql mysql2; do
+    if [ -f "$state/$name.pid" ]; then
+      kill "$(cat "$state/$name.pid")" 2>/dev/null || true
+      rm -f "$state/$name.pid"
+    fi
+  done
 }
 
 case "${1:-start}" in
@@ -190,6 +218,7 @@ case "${1:-start}" in
     start_memcached
     start_mysql
     start_binlog_mysql
+    start_second_mysql
     install_clients
     write_env
     ;;

@@ -18,12 +18,18 @@ import (
 // an NDJSON file of messages.
 func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("replay",
-		"replay -c FILE --from START [--to END] [--topics T,...] [--dry-run] [--strict]\n"+
+		"replay -c FILE --from START [--to END] [--topics T,...] [--sets rebuild|append] [--dry-run] [--strict]\n"+
 			"       cachewarden replay -c FILE --file NDJSON [--format FORMAT] [--table db.table] [--dry-run] [--strict]",
 		"Re-reads a range of the CDC topics, or a file with one message value per\n"+
-			"line, and applies it as the daemon would, except that counter deltas become\n"+
-			"one recount per key, run once at the end. Kafka partitions are read\n"+
-			"directly: the consumer group is neither joined nor committed.\n"+
+			"line, and applies it as the daemon would, except that every counter a\n"+
+			"change touches is recounted and every set rebuilt from its load query\n"+
+			"(deleted when its rule has none), once per key at the end. Kafka\n"+
+			"partitions are read directly: the consumer group is neither joined nor\n"+
+			"committed.\n"+
+			"\n"+
+			"--sets append appends the set tokens instead, as the daemon does; it is\n"+
+			"refused unless the replay reads Kafka to the live end (no --to) and the\n"+
+			"config's consumer group has no active member (the daemons are stopped).\n"+
 			"\n"+
 			"START is \"earliest\", an RFC 3339 time (2026-05-01T12:00:00Z) or a list\n"+
 			"topic:partition:offset,... (only the listed partitions are replayed). END is\n"+
@@ -33,8 +39,10 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 			"are likewise included at the start and excluded at the end.\n"+
 			"\n"+
 			"--dry-run prints the planned ops as `cachewarden plan` does instead of\n"+
-			"applying them; for Kafka input \"line\" is the message's ordinal in the\n"+
-			"replay (partitions in topic and partition order). Messages that cannot be\n"+
+			"applying them, then one line per key recounted, rebuilt or deleted at the\n"+
+			"end (op recount, set_rebuild or set_delete, no \"line\" field); for Kafka\n"+
+			"input \"line\" is the message's ordinal in the replay (partitions in topic\n"+
+			"and partition order). Messages that cannot be\n"+
 			"decoded or planned are reported on stderr (\"line N: reason\" for a file,\n"+
 			"\"topic:partition:offset: reason\" for Kafka), counted, and not sent to the\n"+
 			"DLQ. Progress goes to stderr. Exit status 0, or 1 when the replay could\n"+
@@ -50,6 +58,7 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	formatName := fs.String("format", "", "message format of --file: auto, debezium, debezium-flat, maxwell or canal (default: the config's)")
 	table := fs.String("table", "", "db.table of --file's flattened rows that name no table")
 	dryRun := fs.Bool("dry-run", false, "print the planned ops on stdout instead of applying them")
+	setsMode := fs.String("sets", "rebuild", "rebuild: rebuild (or delete) every set the replay touches; append: append its set tokens (only to the live end with the daemons stopped)")
 	strict := fs.Bool("strict", false, "exit with status 1 when any message or op failed")
 	batch := fs.Int("batch", 0, "messages per batch (default: the config's batch.max_events)")
 	parallel := fs.Int("parallel", consumer.DefaultReplayParallel, "partitions read and applied at once")
@@ -80,7 +89,10 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		return usageErrorf("replay: --batch must not be negative, --parallel and --max-recount-keys must be at least 1")
 	case *progressEvery < 0:
 		return usageErrorf("replay: --progress must not be negative")
+	case *setsMode != "rebuild" && *setsMode != "append":
+		return usageErrorf("replay: --sets %q: want rebuild or append", *setsMode)
 	}
+	setAppend := *setsMode == "append"
 	if *fromFlag != "" {
 		if from, err = consumer.ParseReplayBound(*fromFlag); err != nil {
 			return usageErrorf("replay: --from: %v", err)
@@ -92,6 +104,11 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		}
 		if to.Earliest {
 			return usageErrorf("replay: --to: earliest is not an end")
+		}
+	}
+	if setAppend && !*dryRun {
+		if err := consumer.SetAppendRange(to, *file != ""); err != nil {
+			return usageErrorf("replay: --sets append refused: %v (without --sets append the sets are rebuilt)", err)
 		}
 	}
 	var topics []string
@@ -129,7 +146,7 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	out := progress.Writer()
 	log := cfg.Log.NewLogger(out)
 
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay"})
+	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
@@ -177,6 +194,21 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		}
 	}
 
+	// Appending old set tokens is safe only to the live end with no
+	// daemon applying newer ones; checked again when the replay ends.
+	checkSetAppend := func() error {
+		if !setAppend || *dryRun {
+			return nil
+		}
+		return consumer.CheckSetAppend(ctx, stack.Kafka, cfg.Kafka.Group, to, *file != "")
+	}
+	if err := checkSetAppend(); err != nil {
+		if errors.Is(err, consumer.ErrSetAppendUnsafe) {
+			return usageErrorf("replay: --sets append refused: %v (without --sets append the sets are rebuilt)", err)
+		}
+		return fmt.Errorf("replay: --sets append: %w", err)
+	}
+
 	batchSize := *batch
 	if batchSize == 0 {
 		batchSize = cfg.Batch.MaxEvents
@@ -187,6 +219,8 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		BatchSize:          batchSize,
 		Parallel:           *parallel,
 		MaxPendingRecounts: *maxRecounts,
+		SetAppend:          setAppend,
+		SetRebuilder:       stack.SetRebuilder,
 		Report:             out,
 		Progress:           progress,
 		Logger:             log,
@@ -210,6 +244,9 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		return fmt.Errorf("replay: %w", err)
 	}
 	fmt.Fprintf(out, "%s done: %s\n", what, sum)
+	if err := checkSetAppend(); err != nil {
+		return fmt.Errorf("replay: --sets append: after the replay: %w; the sets it touched may be wrong: replay the same range without --sets append to rebuild them", err)
+	}
 	if *strict && sum.Failures() > 0 {
 		return fmt.Errorf("replay: %d poison messages and %d failed ops (--strict)", sum.Poison, sum.Failed)
 	}

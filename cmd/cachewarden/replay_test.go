@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 )
 
@@ -59,6 +62,9 @@ func TestReplayUsage(t *testing.T) {
 		{"bad table", []string{"replay", "-c", cfg, "--file", "x", "--table", "users"}, "want db.table"},
 		{"two topics for a file", []string{"replay", "-c", cfg, "--file", "x", "--topics", "a,b"}, "--topics names 2"},
 		{"bad parallel", []string{"replay", "-c", cfg, "--from", "earliest", "--parallel", "0"}, "--parallel"},
+		{"bad sets", []string{"replay", "-c", cfg, "--from", "earliest", "--sets", "merge"}, `--sets "merge": want rebuild or append`},
+		{"append to a past end", []string{"replay", "-c", cfg, "--from", "earliest", "--to", "2026-05-01T10:00:00Z", "--sets", "append"}, "before the live end"},
+		{"append a file", []string{"replay", "-c", cfg, "--file", "x", "--sets", "append"}, "a file is not the live end"},
 		{"argument", []string{"replay", "-c", cfg, "--from", "earliest", "extra"}, "unexpected argument"},
 	}
 	for _, tt := range tests {
@@ -84,7 +90,8 @@ func mustAbs(t *testing.T, path string) string {
 }
 
 // TestReplayDryRunMatchesPlan checks that `replay --dry-run --file` prints
-// what `plan` prints for the same file, and reports the same bad lines. No
+// what `plan` prints for the same file, then one line per key the replay
+// would recount or rebuild at its end, and reports the same bad lines. No
 // service is contacted.
 func TestReplayDryRunMatchesPlan(t *testing.T) {
 	rulesFile := filepath.Join(mustAbs(t, "testdata/plan"), "inventory.yaml")
@@ -115,9 +122,11 @@ func TestReplayDryRunMatchesPlan(t *testing.T) {
 			if err != nil {
 				t.Fatalf("replay: %v\n%s", err, errOut)
 			}
-			if out != planOut {
-				t.Errorf("replay --dry-run output differs from plan's:\n--- replay\n%s--- plan\n%s", out, planOut)
+			ends, ok := strings.CutPrefix(out, planOut)
+			if !ok {
+				t.Fatalf("replay --dry-run output does not start with plan's:\n--- replay\n%s--- plan\n%s", out, planOut)
 			}
+			checkEndOps(t, planOut, ends)
 			for _, line := range strings.SplitAfter(planErr, "\n") {
 				if line != "" && !strings.Contains(errOut, line) {
 					t.Errorf("replay's stderr lacks plan's report %q:\n%s", line, errOut)
@@ -129,10 +138,65 @@ func TestReplayDryRunMatchesPlan(t *testing.T) {
 			}
 			// The same through stdin.
 			out, _, err = invoke(t, string(input), append([]string{"replay", "-c", cfg, "--file", "-", "--dry-run"}, tt.args...)...)
-			if err != nil || out != planOut {
+			if err != nil || out != planOut+ends {
 				t.Errorf("replay --file - differs from plan (%v):\n%s", err, out)
 			}
 		})
+	}
+}
+
+// endOp is a line of the end of a dry run's output.
+type endOp struct {
+	Line      *int
+	Rule, Op  string
+	Key       string
+	Remainder map[string]any `json:"-"`
+}
+
+// checkEndOps checks the lines a dry run printed after the plan: one per
+// counter or set key of the plan, in key order, with op recount,
+// set_rebuild or set_delete and no "line".
+func checkEndOps(t *testing.T, plan, ends string) {
+	t.Helper()
+	want := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(plan), "\n") {
+		var op endOp
+		if line == "" {
+			continue
+		}
+		if err := json.Unmarshal([]byte(line), &op); err != nil {
+			t.Fatalf("plan line %q: %v", line, err)
+		}
+		switch {
+		case op.Op == "count" || op.Op == "recount":
+			want[op.Key] = "recount"
+		case strings.HasPrefix(op.Op, "set_"):
+			want[op.Key] = "set_"
+		}
+	}
+	var keys []string
+	for _, line := range strings.Split(strings.TrimSuffix(ends, "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var op endOp
+		if err := json.Unmarshal([]byte(line), &op); err != nil {
+			t.Fatalf("end line %q: %v", line, err)
+		}
+		kind, ok := want[op.Key]
+		switch {
+		case op.Line != nil:
+			t.Errorf("end line %q has a line field", line)
+		case !ok:
+			t.Errorf("end line %q names a key the plan does not change", line)
+		case kind == "recount" && op.Op != "recount",
+			kind == "set_" && op.Op != "set_rebuild" && op.Op != "set_delete":
+			t.Errorf("end line %q: want %s", line, kind)
+		}
+		keys = append(keys, op.Key)
+	}
+	if len(keys) != len(want) || !sort.StringsAreSorted(keys) {
+		t.Errorf("end lines name keys %v; want each of the plan's %d counter and set keys once, in order", keys, len(want))
 	}
 }
 
@@ -270,30 +334,10 @@ func TestReplayFileCommand(t *testing.T) {
 // group is not touched.
 func TestReplayKafkaCommand(t *testing.T) {
 	mc, mcAddr, dsn, rulesPath, prefix := replayServices(t, 2)
-	topic := "cdc-" + testsvc.Unique()
-	brokers := testsvc.Kafka()
-	if brokers == nil {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cluster.Close()
-		brokers = cluster.ListenAddrs()
-	}
+	brokers, topic, t0 := publishMinutes(t, userEvent(1), commentEvent("c", 1, 9), userEvent(2), commentEvent("c", 2, 9), userEvent(3))
 	cfg := writeReplayConfig(t, strings.Join(brokers, ","), mcAddr, dsn, rulesPath)
-	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	values := []string{userEvent(1), commentEvent("c", 1, 9), userEvent(2), commentEvent("c", 2, 9), userEvent(3)}
-	var msgs []kafka.Message
-	for i, v := range values {
-		msgs = append(msgs, kafka.Message{Value: []byte(v), Time: t0.Add(time.Duration(i) * time.Minute)})
-	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
 
 	// Dry run from minute 2: offsets 2..4, lines 1..3.
 	out, errOut, err := invoke(t, "", "replay", "-c", cfg, "--topics", topic, "--from", t0.Add(2*time.Minute).Format(time.RFC3339), "--dry-run")
@@ -303,6 +347,7 @@ func TestReplayKafkaCommand(t *testing.T) {
 	want := fmt.Sprintf(`{"line":1,"rule":"user-profile","op":"bump","key":"%[1]sns:user:2"}
 {"line":2,"rule":"post-comments","op":"count","key":"%[1]scomments:9","delta":1}
 {"line":3,"rule":"user-profile","op":"bump","key":"%[1]sns:user:3"}
+{"rule":"post-comments","op":"recount","key":"%[1]scomments:9"}
 `, prefix)
 	if out != want {
 		t.Errorf("dry run printed:\n%s\nwant:\n%s", out, want)
@@ -346,6 +391,36 @@ func TestReplayKafkaCommand(t *testing.T) {
 	}
 }
 
+// publishMinutes writes values to a fresh one-partition topic, one
+// message a minute from t0 on, and returns the brokers (an in-process
+// broker unless CACHEWARDEN_TEST_KAFKA names one), the topic and t0.
+func publishMinutes(t *testing.T, values ...string) (brokers []string, topic string, t0 time.Time) {
+	t.Helper()
+	topic = "cdc-" + testsvc.Unique()
+	brokers = testsvc.Kafka()
+	if brokers == nil {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cluster.Close)
+		brokers = cluster.ListenAddrs()
+	}
+	t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var msgs []kafka.Message
+	for i, v := range values {
+		msgs = append(msgs, kafka.Message{Value: []byte(v), Time: t0.Add(time.Duration(i) * time.Minute)})
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	return brokers, topic, t0
+}
+
 // TestCountLines checks the progress total of a file.
 func TestCountLines(t *testing.T) {
 	for _, tt := range []struct {
@@ -371,4 +446,207 @@ func TestCountLines(t *testing.T) {
 		}
 		f.Close()
 	}
+}
+
+const replaySetRules = `version: 1
+prefix: %q
+rules:
+  - name: user-interests
+    table: shop.user_interests
+    set:
+      key: "interests:{user_id}"
+      member: "{interest_id}"
+      load: "SELECT interest_id FROM user_interests WHERE user_id = ?"
+      args: [user_id]
+  - name: post-tags
+    table: blog.post_tags
+    set:
+      key: "tags:{post_id}"
+      member: "{tag}"
+`
+
+func interestEvent(op string, user, interest int) string {
+	img := fmt.Sprintf(`{"user_id":%d,"interest_id":%d}`, user, interest)
+	before, after := "null", img
+	if op == "d" {
+		before, after = img, "null"
+	}
+	return fmt.Sprintf(`{"op":%q,"before":%s,"after":%s,"source":{"db":"shop","table":"user_interests"},"ts_ms":1}`, op, before, after)
+}
+
+func tagEvent(op string, post int, tag string) string {
+	img := fmt.Sprintf(`{"post_id":%d,"tag":%q}`, post, tag)
+	before, after := "null", img
+	if op == "d" {
+		before, after = img, "null"
+	}
+	return fmt.Sprintf(`{"op":%q,"before":%s,"after":%s,"source":{"db":"blog","table":"post_tags"},"ts_ms":1}`, op, before, after)
+}
+
+// TestReplaySetsToThePast replays a window that ends before a member's
+// removal (--to in the past): appending the window's tokens again would
+// make the removed member a member again. Every set the replay touches
+// must end right (rebuilt from MariaDB by its load query) or missing (its
+// rule has none). --sets append is refused for such a range, and while
+// the daemon's consumer group has a member; to the live end with the
+// group empty it is allowed, and the sets end right too.
+func TestReplaySetsToThePast(t *testing.T) {
+	mcAddr := testsvc.Memcached(t)
+	mc := memcache.New(mcAddr)
+	db, dsn := testsvc.MySQL(t)
+	for _, q := range []string{
+		"CREATE TABLE user_interests (user_id INT NOT NULL, interest_id INT NOT NULL, PRIMARY KEY (user_id, interest_id))",
+		// The database as it is now: user 7 added 1, 2 and 3, then
+		// removed 1; user 8 added 5.
+		"INSERT INTO user_interests VALUES (7, 2), (7, 3), (8, 5)",
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix := "cwreplay:" + testsvc.Unique() + ":"
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte(fmt.Sprintf(replaySetRules, prefix)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	brokers, topic, t0 := publishMinutes(t,
+		interestEvent("c", 7, 1), // minute 0
+		interestEvent("c", 7, 2),
+		tagEvent("c", 9, "go"),
+		interestEvent("c", 8, 5),
+		interestEvent("d", 7, 1), // minute 4: after the window
+		tagEvent("d", 9, "go"),
+		interestEvent("c", 7, 3),
+	)
+	cfg := writeReplayConfig(t, strings.Join(brokers, ","), mcAddr, dsn, rulesPath)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// The cache as the daemon left it after the last change.
+	current := map[string]string{"interests:7": "+1 +2 -1 +3 ", "interests:8": "+5 ", "tags:9": "+go -go "}
+	resetCache := func() {
+		t.Helper()
+		for k, v := range current {
+			if err := mc.Set(&memcache.Item{Key: prefix + k, Value: []byte(v)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// wantRightOrMissing checks every set the replay touched against
+	// MariaDB.
+	wantRightOrMissing := func(what string) {
+		t.Helper()
+		for _, user := range []int{7, 8} {
+			key := fmt.Sprintf("%sinterests:%d", prefix, user)
+			got := setMembers(t, mc, key)
+			if got == nil {
+				continue
+			}
+			want := dbMembers(t, db, user)
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("%s: interests:%d has members %v, MariaDB %v", what, user, got, want)
+			}
+		}
+		if got := setMembers(t, mc, prefix+"tags:9"); len(got) != 0 {
+			t.Errorf("%s: tags:9 has members %v; post 9 has no tag (or the set must be missing)", what, got)
+		}
+	}
+
+	resetCache()
+	window := []string{"replay", "-c", cfg, "--topics", topic, "--from", "earliest", "--to", t0.Add(4 * time.Minute).Format(time.RFC3339), "--progress", "0"}
+	out, errOut, err := invoke(t, "", append(window, "--dry-run")...)
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s", err, errOut)
+	}
+	for _, want := range []string{
+		fmt.Sprintf(`{"rule":"user-interests","op":"set_rebuild","key":"%sinterests:7"}`, prefix),
+		fmt.Sprintf(`{"rule":"user-interests","op":"set_rebuild","key":"%sinterests:8"}`, prefix),
+		fmt.Sprintf(`{"rule":"post-tags","op":"set_delete","key":"%stags:9"}`, prefix),
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("dry run does not state %s:\n%s", want, out)
+		}
+	}
+
+	_, errOut, err = invoke(t, "", window...)
+	if err != nil {
+		t.Fatalf("replay: %v\n%s", err, errOut)
+	}
+	wantRightOrMissing("replay to minute 4")
+	if got := setMembers(t, mc, prefix+"interests:7"); got == nil {
+		t.Errorf("interests:7 is missing; its rule has a load query: want it rebuilt")
+	}
+	if got := mcGet(t, mc, prefix+"tags:9"); got != "<missing>" {
+		t.Errorf("tags:9 = %q; its rule has no load query: want it deleted", got)
+	}
+	if n := summaryCount(t, errOut, "set rebuilds"); n != 3 {
+		t.Errorf("%d set rebuilds, want 3:\n%s", n, errOut)
+	}
+
+	// Appending is refused for a window in the past...
+	resetCache()
+	_, errOut, err = invoke(t, "", append(window, "--sets", "append")...)
+	if code := exitCode(err); code != 2 || !strings.Contains(err.Error()+errOut, "before the live end") {
+		t.Errorf("--sets append with --to: exit %d (%v), want 2 naming the live end", code, err)
+	}
+	// ... and while the daemon's group has a member.
+	live := []string{"replay", "-c", cfg, "--topics", topic, "--from", "earliest", "--progress", "0", "--sets", "append"}
+	member := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, GroupID: "cw-replay", Topic: topic, MaxWait: 50 * time.Millisecond})
+	fetched := make(chan error, 1)
+	go func() {
+		_, err := member.FetchMessage(ctx) // joins the group
+		fetched <- err
+	}()
+	if err := <-fetched; err != nil {
+		t.Fatalf("group member: %v", err)
+	}
+	_, errOut, err = invoke(t, "", live...)
+	if code := exitCode(err); code != 2 || !strings.Contains(err.Error()+errOut, "consumer group cw-replay has active members") {
+		t.Errorf("--sets append beside a group member: exit %d (%v), want 2 naming the group\n%s", code, err, errOut)
+	}
+	if got := mcGet(t, mc, prefix+"interests:7"); got != current["interests:7"] {
+		t.Errorf("a refused replay changed interests:7 to %q", got)
+	}
+	member.Close() // leaves the group
+	_, errOut, err = invoke(t, "", live...)
+	if err != nil {
+		t.Fatalf("--sets append to the live end with no daemon: %v\n%s", err, errOut)
+	}
+	if got := mcGet(t, mc, prefix+"interests:7"); !strings.HasPrefix(got, current["interests:7"]) || got == current["interests:7"] {
+		t.Errorf("interests:7 = %q, want the tokens appended to %q", got, current["interests:7"])
+	}
+	wantRightOrMissing("append to the live end")
+}
+
+// setMembers returns the members of the set at key in order, nil when it
+// is missing.
+func setMembers(t *testing.T, mc *memcache.Client, key string) []string {
+	t.Helper()
+	v := mcGet(t, mc, key)
+	if v == "<missing>" {
+		return nil
+	}
+	members := cacheops.DecodeSet([]byte(v)).Members
+	sort.Strings(members)
+	return append([]string{}, members...)
+}
+
+// dbMembers returns user's interests in MariaDB, sorted as text.
+func dbMembers(t *testing.T, db *sql.DB, user int) []string {
+	t.Helper()
+	rows, err := db.Query("SELECT interest_id FROM user_interests WHERE user_id = ?", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var m string
+		if err := rows.Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
 }

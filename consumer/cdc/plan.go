@@ -107,6 +107,7 @@ type PlanWriter struct {
 	ops     []rules.Op
 	buf     []byte
 	sum     PlanSummary
+	observe func(op *rules.Op)
 }
 
 // NewPlanWriter returns a PlanWriter that plans with rs and writes
@@ -117,6 +118,21 @@ func NewPlanWriter(rs *rules.RuleSet, stdout, stderr io.Writer, log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &PlanWriter{rs: rs, out: bufio.NewWriterSize(stdout, 64<<10), err: stderr, log: log}
+}
+
+// ObserveOps makes the PlanWriter call fn with every op it writes for an
+// input line, after writing it (replay's dry run collects the keys it
+// would recount or rebuild at the end). fn must not keep op.
+func (p *PlanWriter) ObserveOps(fn func(op *rules.Op)) { p.observe = fn }
+
+// EndOp writes an op that no input line planned (replay's final recounts
+// and set rebuilds): a plan line without the "line" field.
+func (p *PlanWriter) EndOp(op *rules.Op) error {
+	p.buf = AppendPlanOp(p.buf[:0], 0, op)
+	if _, err := p.out.Write(p.buf); err != nil {
+		return fmt.Errorf("cdc: plan: write: %w", err)
+	}
+	return nil
 }
 
 // Summary returns the counts so far.
@@ -168,6 +184,9 @@ func (p *PlanWriter) Line(dec *Decoder, value []byte, where string) error {
 		if _, err := p.out.Write(p.buf); err != nil {
 			return fmt.Errorf("cdc: plan: write: %w", err)
 		}
+		if p.observe != nil {
+			p.observe(&p.ops[i])
+		}
 	}
 	p.sum.Ops += len(p.ops)
 	return nil
@@ -198,12 +217,17 @@ func (p *PlanWriter) report(n int, where string, reason error) error {
 
 // AppendPlanOp appends op as one line of `cachewarden plan` output, newline
 // included, with fields in the order line, rule, op, key, then member
-// (set_add, set_remove), delta (count) or tokens (set_append). See
+// (set_add, set_remove), delta (count) or tokens (set_append). A line of
+// 0 or less leaves the "line" field out (an op no input line planned). See
 // PlanStream for how bytes that are not UTF-8 are written.
 func AppendPlanOp(dst []byte, line int, op *rules.Op) []byte {
-	dst = append(dst, `{"line":`...)
-	dst = strconv.AppendInt(dst, int64(line), 10)
-	dst = append(dst, `,"rule":`...)
+	dst = append(dst, '{')
+	if line > 0 {
+		dst = append(dst, `"line":`...)
+		dst = strconv.AppendInt(dst, int64(line), 10)
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"rule":`...)
 	name := ""
 	if op.Rule != nil {
 		name = op.Rule.Name

@@ -43,6 +43,38 @@ func MySQLBinlog(t testing.TB) (*sql.DB, string) {
 	return db, dsn
 }
 
+// MySQLSecondBinlog creates a database named name (a fresh name when
+// empty; the name of a database of another server, to fail over to this
+// one under the same DSN), dropped when the test ends, on a second server
+// with its binary log on (CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN:
+// scripts/services.sh starts a private MariaDB on port 3308, server_id 2,
+// binary log base name mysql-bin), and returns a handle to it and its
+// DSN: the failover target of tests that move a workload to another
+// server whose binary log has the same base name. It fails under CI=true
+// and is skipped otherwise when there is none, or when its binary log is
+// off.
+func MySQLSecondBinlog(t testing.TB, name string) (*sql.DB, string) {
+	t.Helper()
+	dsn := os.Getenv("CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN")
+	if dsn == "" {
+		missing(t, "a second MariaDB with the binary log on (CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN)")
+	}
+	if name == "" {
+		name = "cwtest_" + Unique()
+	}
+	db, dsn := namedDatabase(t, dsn, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var on int
+	if err := db.QueryRowContext(ctx, "SELECT @@log_bin").Scan(&on); err != nil {
+		t.Fatalf("testsvc: read log_bin: %v", err)
+	}
+	if on != 1 {
+		missing(t, "a second server with the binary log on (the one at CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN has log_bin OFF)")
+	}
+	return db, dsn
+}
+
 // LoggedTx says where a committed transaction sits in a MariaDB server's
 // binary log, as a CDC connector reading that log would report it.
 type LoggedTx struct {

@@ -3,7 +3,7 @@
 // Each service is looked up in this order:
 //  1. an environment variable with its address (CACHEWARDEN_TEST_MEMCACHED,
 //     CACHEWARDEN_TEST_MYSQL_DSN, CACHEWARDEN_TEST_MYSQL_BINLOG_DSN,
-//     CACHEWARDEN_TEST_KAFKA), which
+//     CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN, CACHEWARDEN_TEST_KAFKA), which
 //     scripts/services.sh and `make test` set;
 //  2. a container started with testcontainers-go, when a Docker engine
 //     answers (and CACHEWARDEN_TEST_CONTAINERS is not "0");
@@ -226,6 +226,18 @@ func MySQL(t testing.TB) (*sql.DB, string) {
 // handle to it and its DSN.
 func freshDatabase(t testing.TB, base string) (*sql.DB, string) {
 	t.Helper()
+	return namedDatabase(t, base, "cwtest_"+Unique())
+}
+
+// namedDatabase is freshDatabase with the database's name (letters,
+// digits and '_').
+func namedDatabase(t testing.TB, base, name string) (*sql.DB, string) {
+	t.Helper()
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') || name == "" {
+			t.Fatalf("testsvc: database name %q: want letters, digits and '_'", name)
+		}
+	}
 	cfg, err := mysql.ParseDSN(base)
 	if err != nil {
 		t.Fatalf("testsvc: bad MySQL DSN %q: %v", base, err)
@@ -243,7 +255,6 @@ func freshDatabase(t testing.TB, base string) (*sql.DB, string) {
 		}
 		t.Skipf("testsvc: MySQL at %s does not answer: %v; %s", cfg.Addr, err, hint)
 	}
-	name := "cwtest_" + Unique()
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("testsvc: create database: %v", err)
 	}
