@@ -13,6 +13,7 @@ import (
 
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 	"github.com/cachewarden/cachewarden/verify"
 )
 
@@ -103,7 +104,7 @@ func NewScenario(ctx context.Context, svc Services, opts ScenarioOptions) (s *Sc
 			s.Close()
 		}
 	}()
-	if s.Rules, err = rules.LoadPaths(opts.Rules...); err != nil {
+	if s.Rules, err = rulefile.LoadPaths(opts.Rules...); err != nil {
 		return nil, fmt.Errorf("integration: rules: %w", err)
 	}
 	if s.MySQL, err = counters.OpenMySQL(svc.MySQLDSN, counters.DBConfig{MaxOpenConns: 8}, opts.Log); err != nil {

@@ -1,4 +1,4 @@
-package rules
+package rulefile
 
 import (
 	"errors"
@@ -6,9 +6,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cachewarden/cachewarden/rules"
 )
 
-func ruleNames(rs *RuleSet) []string {
+func loadFixture(t testing.TB, path string) *rules.RuleSet {
+	t.Helper()
+	rs, err := LoadPaths(path)
+	if err != nil {
+		t.Fatalf("load %s: %v", path, err)
+	}
+	return rs
+}
+
+func ruleNames(rs *rules.RuleSet) []string {
 	var names []string
 	for _, r := range rs.Rules() {
 		names = append(names, r.Name)
@@ -21,10 +32,10 @@ func TestLoadGoodFile(t *testing.T) {
 	if got, want := ruleNames(rs), []string{"user-profile", "user-interests", "post-comments", "all-users"}; !slices.Equal(got, want) {
 		t.Fatalf("rules = %q, want %q", got, want)
 	}
-	std := []Operation{Insert, Update, Delete}
+	std := []rules.Operation{rules.Insert, rules.Update, rules.Delete}
 
 	p := rs.Rule("user-profile")
-	if p.Kind != BumpRule || p.Prefix != "shop:" || p.Database != "shop" || p.Table != "users" ||
+	if p.Kind != rules.BumpRule || p.Prefix != "shop:" || p.Database != "shop" || p.Table != "users" ||
 		p.Key.String() != "ns:user:{id}" || !slices.Equal(p.Columns, []string{"name", "email"}) ||
 		p.RebumpAfter != 5*time.Second || p.TTL != 0 || p.Query != "" || p.Args != nil || !slices.Equal(p.On, std) ||
 		p.File != "testdata/good/shop.yaml" || p.Line != 4 || p.Column != 5 {
@@ -32,24 +43,24 @@ func TestLoadGoodFile(t *testing.T) {
 	}
 
 	s := rs.Rule("user-interests")
-	if s.Kind != SetRule || s.Key.String() != "interests:{user_id}" || s.Member.String() != "{interest_id}" ||
+	if s.Kind != rules.SetRule || s.Key.String() != "interests:{user_id}" || s.Member.String() != "{interest_id}" ||
 		s.When != "active == 1" || !strings.HasPrefix(s.Query, "SELECT interest_id") ||
 		!slices.Equal(s.Args, []string{"user_id"}) || !slices.Equal(s.On, std) {
 		t.Errorf("user-interests = %+v", *s)
 	}
 
 	c := rs.Rule("post-comments")
-	if c.Kind != CountRule || c.Key.String() != "comments:{post_id}" || c.Database != "blog" ||
+	if c.Kind != rules.CountRule || c.Key.String() != "comments:{post_id}" || c.Database != "blog" ||
 		!slices.Equal(c.Args, []string{"post_id"}) || c.TTL != 0 || c.Member != nil {
 		t.Errorf("post-comments = %+v (args default to the key's columns)", *c)
 	}
 
 	a := rs.Rule("all-users")
 	if a.Database != "" || a.Table != "users" || a.TTL != time.Hour ||
-		!slices.Equal(a.On, []Operation{Insert, Delete, Truncate, Read}) {
+		!slices.Equal(a.On, []rules.Operation{rules.Insert, rules.Delete, rules.Truncate, rules.Read}) {
 		t.Errorf("all-users = %+v", *a)
 	}
-	for op, want := range map[Operation]bool{Insert: true, Update: false, Delete: true, Read: true, Truncate: true} {
+	for op, want := range map[rules.Operation]bool{rules.Insert: true, rules.Update: false, rules.Delete: true, rules.Read: true, rules.Truncate: true} {
 		if a.Handles(op) != want {
 			t.Errorf("all-users.Handles(%s) = %v, want %v", op, !want, want)
 		}
@@ -67,7 +78,7 @@ func TestOnKeyStaysAString(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
-		if r := rs.Rules()[0]; !slices.Equal(r.On, []Operation{Read}) {
+		if r := rs.Rules()[0]; !slices.Equal(r.On, []rules.Operation{rules.Read}) {
 			t.Errorf("%s: On = %v, want [read]", key, r.On)
 		}
 	}
@@ -93,7 +104,7 @@ func TestLoadDirectory(t *testing.T) {
 
 func problemLines(t *testing.T, err error) []string {
 	t.Helper()
-	var le *LoadError
+	var le *rules.LoadError
 	if !errors.As(err, &le) {
 		t.Fatalf("err = %v (%T), want *LoadError", err, err)
 	}
@@ -159,21 +170,21 @@ func TestLoadAcrossFiles(t *testing.T) {
 }
 
 func TestParseFilesCombines(t *testing.T) {
-	a := RuleFile{Name: "a.yaml", Data: []byte("version: 1\nprefix: 'a:'\nrules:\n  - {name: x, table: t, bump: k}\n")}
-	b := RuleFile{Name: "b.yaml", Data: []byte("version: 1\nrules:\n  - {name: y, table: t, bump: k}\n")}
+	a := File{Name: "a.yaml", Data: []byte("version: 1\nprefix: 'a:'\nrules:\n  - {name: x, table: t, bump: k}\n")}
+	b := File{Name: "b.yaml", Data: []byte("version: 1\nrules:\n  - {name: y, table: t, bump: k}\n")}
 	rs, err := ParseFiles(a, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, _, err := rs.Plan(nil, &Event{Table: "t", Operation: Truncate})
+	ops, _, err := rs.Plan(nil, &rules.Event{Table: "t", Operation: rules.Truncate})
 	if err != nil || len(ops) != 0 {
 		t.Fatalf("truncate without truncate in on: ops %v err %v", ops, err)
 	}
-	ops, _, err = rs.Plan(nil, &Event{Table: "t", Operation: Insert, After: Row{}})
+	ops, _, err = rs.Plan(nil, &rules.Event{Table: "t", Operation: rules.Insert, After: rules.Row{}})
 	if err != nil || len(ops) != 2 || ops[0].Key != "a:k" || ops[1].Key != "k" {
 		t.Fatalf("ops = %+v, err = %v", ops, err)
 	}
-	_, err = ParseFiles(a, RuleFile{Name: "c.yaml", Data: a.Data})
+	_, err = ParseFiles(a, File{Name: "c.yaml", Data: a.Data})
 	if got := problemLines(t, err); len(got) != 1 || !strings.HasPrefix(got[0], `c.yaml:4:12: duplicate rule name "x" (first defined at a.yaml:4:12)`) {
 		t.Errorf("problems = %q", got)
 	}
@@ -283,7 +294,7 @@ func TestDurations(t *testing.T) {
 		{"300", "2", 5 * time.Minute, 2 * time.Second},
 		{"5m", "500ms", 5 * time.Minute, 500 * time.Millisecond},
 		{"1h30m", "1m", 90 * time.Minute, time.Minute},
-		{"2592000", "10s", MaxTTL, 10 * time.Second},
+		{"2592000", "10s", rules.MaxTTL, 10 * time.Second},
 		{"'60'", "'5s'", 0, 0}, // a quoted number is not a duration
 	}
 	for _, tc := range tests {
@@ -302,28 +313,6 @@ func TestDurations(t *testing.T) {
 		r := rs.Rules()[0]
 		if r.TTL != tc.wantTTL || r.RebumpAfter != tc.wantBump {
 			t.Errorf("ttl %s rebump_after %s: got %v, %v", tc.ttl, tc.rebump, r.TTL, r.RebumpAfter)
-		}
-	}
-}
-
-func TestCountPlaceholders(t *testing.T) {
-	tests := []struct {
-		sql  string
-		want int
-	}{
-		{"SELECT 1", 0},
-		{"SELECT * FROM t WHERE a = ? AND b = ?", 2},
-		{"SELECT '?', \"?\", `?` FROM t WHERE a = ?", 1},
-		{`SELECT 'it''s ?', 'a\'?' FROM t WHERE a = ?`, 1},
-		{"SELECT 1 -- ?\nFROM t WHERE a = ?", 1},
-		{"SELECT 1 # ?\nFROM t WHERE a = ?", 1},
-		{"SELECT 1 /* ? */ FROM t WHERE a = ? /* ?", 1},
-		{"SELECT 1--1 FROM t WHERE a = ?", 1},
-		{"SELECT ? FROM t WHERE a = '?", 1},
-	}
-	for _, tc := range tests {
-		if got := countPlaceholders(tc.sql); got != tc.want {
-			t.Errorf("countPlaceholders(%q) = %d, want %d", tc.sql, got, tc.want)
 		}
 	}
 }
