@@ -108,7 +108,7 @@ func (c *MetaClient) Get(ctx context.Context, gets []MetaGet) ([]MetaItem, error
 			cmds[i].recache = int64((g.Recache + time.Second - 1) / time.Second)
 		}
 	}
-	replies, err := c.do(ctx, cmds)
+	replies, err := c.pool.do(ctx, c.timeout, cmds)
 	items := make([]MetaItem, len(gets))
 	for i := range replies {
 		rep := &replies[i]
@@ -154,7 +154,7 @@ func (c *MetaClient) Set(ctx context.Context, sets []MetaSet) []error {
 			cmds[i].mode = metaModeAdd
 		}
 	}
-	replies, _ := c.do(ctx, cmds)
+	replies, _ := c.pool.do(ctx, c.timeout, cmds)
 	errs := make([]error, len(sets))
 	for i := range replies {
 		errs[i] = metaStoreError("ms", sets[i].Key, &replies[i])
@@ -175,7 +175,7 @@ func (c *MetaClient) Invalidate(ctx context.Context, keys []string, ttl time.Dur
 			cmds[i].ttl, cmds[i].hasTTL = int64(e), true
 		}
 	}
-	replies, _ := c.do(ctx, cmds)
+	replies, _ := c.pool.do(ctx, c.timeout, cmds)
 	errs := make([]error, len(keys))
 	for i := range replies {
 		if replies[i].status == metaNF {
@@ -189,7 +189,7 @@ func (c *MetaClient) Invalidate(ctx context.Context, keys []string, ttl time.Dur
 // DeleteIf deletes key if its cas id is still cas (md with C): nil when
 // deleted or missing, memcache.ErrCASConflict when the item changed.
 func (c *MetaClient) DeleteIf(ctx context.Context, key string, cas uint64) error {
-	replies, _ := c.do(ctx, []metaCmd{{verb: metaDelete, key: key, cas: cas}})
+	replies, _ := c.pool.do(ctx, c.timeout, []metaCmd{{verb: metaDelete, key: key, cas: cas}})
 	if replies[0].status == metaNF {
 		return nil
 	}
@@ -217,9 +217,10 @@ func metaStoreError(verb, key string, rep *metaReply) error {
 }
 
 // do sends cmds, one exchange per server, the servers at once, and
-// returns their replies in order. The error joins the failures of
-// exchanges (their commands' replies are metaFailed).
-func (c *MetaClient) do(ctx context.Context, cmds []metaCmd) ([]metaReply, error) {
+// returns their replies in order. timeout bounds each exchange. The error
+// joins the failures of exchanges (their commands' replies are
+// metaFailed).
+func (p *metaPool) do(ctx context.Context, timeout time.Duration, cmds []metaCmd) ([]metaReply, error) {
 	replies := make([]metaReply, len(cmds))
 	type batch struct {
 		server *metaServer
@@ -227,7 +228,7 @@ func (c *MetaClient) do(ctx context.Context, cmds []metaCmd) ([]metaReply, error
 	}
 	var batches []batch
 	for i := range cmds {
-		s, err := c.pool.server(cmds[i].key)
+		s, err := p.server(cmds[i].key)
 		if err != nil {
 			replies[i] = metaReply{status: metaFailed, err: err}
 			continue
@@ -251,7 +252,7 @@ func (c *MetaClient) do(ctx context.Context, cmds []metaCmd) ([]metaReply, error
 			for k, i := range bt.idx {
 				sub[k] = cmds[i]
 			}
-			errs[b] = c.exchange(ctx, bt.server, sub, subReplies)
+			errs[b] = p.exchangeWith(ctx, timeout, bt.server, sub, subReplies)
 			for k, i := range bt.idx {
 				replies[i] = subReplies[k]
 			}
@@ -261,17 +262,17 @@ func (c *MetaClient) do(ctx context.Context, cmds []metaCmd) ([]metaReply, error
 	return replies, errors.Join(errs...)
 }
 
-// exchange runs one exchange with s.
-func (c *MetaClient) exchange(ctx context.Context, s *metaServer, cmds []metaCmd, replies []metaReply) error {
-	conn, _, err := c.pool.acquire(ctx, s)
+// exchangeWith runs one exchange with s.
+func (p *metaPool) exchangeWith(ctx context.Context, timeout time.Duration, s *metaServer, cmds []metaCmd, replies []metaReply) error {
+	conn, _, err := p.acquire(ctx, s)
 	if err != nil {
 		for i := range replies {
 			replies[i] = metaReply{status: metaFailed, err: err}
 		}
 		return fmt.Errorf("cacheops: memcached %s: %w", s.addr, err)
 	}
-	_, err = conn.exchange(ctx, cmds, replies, c.timeout)
-	c.pool.release(s, conn, err != nil)
+	_, err = conn.exchange(ctx, cmds, replies, timeout)
+	p.release(s, conn, err != nil)
 	if err != nil {
 		return fmt.Errorf("cacheops: memcached %s: %w", s.addr, err)
 	}

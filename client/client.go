@@ -76,6 +76,15 @@ type Config struct {
 	LockPoll time.Duration
 	// Turnstile tunes GetOrCompute and GetOrComputeMulti.
 	Turnstile TurnstileOptions
+
+	// NamespaceHold, when positive, keeps every namespace version (and
+	// master item) the client reads in process for this long: reads of it
+	// within that time make no round trip. It is the staleness the
+	// application accepts for namespaces: a bump is seen up to
+	// NamespaceHold late, on top of the daemon's own delay. A master item
+	// is held whole, version and bitmap together. Default 0: every read
+	// goes to memcached.
+	NamespaceHold time.Duration
 }
 
 // Querier runs SQL for the client. *sql.DB, *sql.Conn and *sql.Tx satisfy
@@ -119,6 +128,7 @@ type Client struct {
 	meta  *cacheops.MetaClient
 	sel   *cacheops.Selector
 	rules map[string]*Rule
+	hold  *holdCache
 	db    Querier
 	log   *slog.Logger
 	cfg   Config
@@ -159,6 +169,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 			ConnsPerServer: cfg.MaxIdleConns, Timeout: cfg.Timeout, Dial: cfg.Dial}),
 		sel:   sel,
 		rules: make(map[string]*Rule, len(cfg.Rules.Rules())),
+		hold:  newHoldCache(cfg.NamespaceHold),
 		db:    cfg.DB,
 		log:   logger,
 		cfg:   cfg,
@@ -232,14 +243,23 @@ func (r *Rule) Name() string { return r.rule.Name }
 // escaping and long-key hashing included). It fails when row lacks a
 // placeholder column, holds NULL (nil) for one (the daemon makes no key of
 // a NULL) or a value of an unsupported type.
+//
+// For a rule with copies it is the key the copies' keys derive from, not
+// an item itself (CopyKeys lists those); for a rule with evidence, the
+// entity's own namespace.
 func (r *Rule) Key(row Row) (string, error) {
-	return renderKey(r.rule.Prefix, r.rule.Key, row, "")
+	raw, err := r.rendered(row)
+	if err != nil {
+		return "", err
+	}
+	return rules.FinishKey(raw), nil
 }
 
-// renderKey renders prefix + template for row, then suffix, then applies
-// the key function's long-key rule.
-func renderKey(prefix string, t *rules.Template, row Row, suffix string) (string, error) {
-	buf := append(make([]byte, 0, len(prefix)+64), prefix...)
+// rendered renders the rule's prefix and key template for row, before
+// the 250-byte rule.
+func (r *Rule) rendered(row Row) ([]byte, error) {
+	t := r.rule.Key
+	buf := append(make([]byte, 0, len(r.rule.Prefix)+64), r.rule.Prefix...)
 	var bad error
 	buf, missing, ok := t.AppendRendered(buf, func(column string) (string, bool) {
 		raw, found := row[column]
@@ -257,12 +277,11 @@ func renderKey(prefix string, t *rules.Template, row Row, suffix string) (string
 	})
 	switch {
 	case bad != nil:
-		return "", bad
+		return nil, bad
 	case !ok:
-		return "", fmt.Errorf("client: key %q: row has no column %q", t.String(), missing)
+		return nil, fmt.Errorf("client: key %q: row has no column %q", t.String(), missing)
 	}
-	buf = append(buf, suffix...)
-	return rules.FinishKey(buf), nil
+	return buf, nil
 }
 
 // args returns the values bound to the rule's query for row.

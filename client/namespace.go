@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -66,41 +67,140 @@ func (r *Rule) Namespace(ctx context.Context, row Row) (string, error) {
 
 // Namespaces is Client.Namespaces for this rule, which must be a bump
 // rule.
+//
+// For a rule with copies (hot keys) each row's version is read from one
+// of the copies, picked at random. For a rule with evidence the master
+// item is read first: rows whose entity's bit is clear get the master
+// version ("m" and its digits), the others their own namespace's version
+// (one GetMulti for all of them).
 func (r *Rule) Namespaces(ctx context.Context, rows []Row) ([]string, error) {
 	if r.rule.Kind != rules.BumpRule {
 		return nil, fmt.Errorf("%w: %q is a %s rule, not a bump rule", ErrUnknownRule, r.rule.Name, r.rule.Kind)
 	}
-	keys := make([]string, len(rows))
+	out := make([]string, len(rows))
+	var master cacheops.Master
+	if ev := r.rule.Evidence; ev != nil {
+		var err error
+		if master, err = r.c.master(ctx, ev, r.rule.TTL); err != nil {
+			return nil, err
+		}
+	}
+	var keys []string
+	var at []int
 	for i, row := range rows {
-		k, err := r.Key(row)
+		raw, err := r.rendered(row)
 		if err != nil {
 			return nil, err
 		}
-		keys[i] = k
+		if ev := r.rule.Evidence; ev != nil {
+			id, _ := rules.ValueOf(row[ev.Column]) // rendered: valid and not NULL
+			if !master.Has(rules.EvidenceBit(id.Text, ev.Bits)) {
+				out[i] = master.Token()
+				continue
+			}
+		}
+		key := rules.FinishKey(raw)
+		if r.rule.Copies > 0 {
+			key = rules.CopyKey(raw, rand.IntN(r.rule.Copies))
+		}
+		keys = append(keys, key)
+		at = append(at, i)
+	}
+	if len(keys) == 0 {
+		return out, nil
 	}
 	versions, err := r.c.versions(ctx, keys, r.rule.TTL)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, len(keys))
-	for i, k := range keys {
-		out[i] = strconv.FormatUint(versions[k], 10)
+	for j, k := range keys {
+		out[at[j]] = strconv.FormatUint(versions[k], 10)
 	}
 	return out, nil
+}
+
+// CopyKeys returns the keys of the copies of the namespace of a rule with
+// copies for row; nil for other rules.
+func (r *Rule) CopyKeys(row Row) ([]string, error) {
+	raw, err := r.rendered(row)
+	if err != nil || r.rule.Copies == 0 {
+		return nil, err
+	}
+	keys := make([]string, r.rule.Copies)
+	for i := range keys {
+		keys[i] = rules.CopyKey(raw, i)
+	}
+	return keys, nil
+}
+
+// master returns the master item of ev, creating it when missing (and
+// replacing one that is not a master item of ev.Bits bits) at
+// NamespaceStart of the current time with every bit clear.
+func (c *Client) master(ctx context.Context, ev *rules.Evidence, ttl time.Duration) (cacheops.Master, error) {
+	if m, ok := c.hold.get(ev.MasterKey); ok {
+		return m.(cacheops.Master), nil
+	}
+	for range namespaceAttempts {
+		if err := checkContext(ctx, "master "+strconv.Quote(ev.MasterKey)); err != nil {
+			return cacheops.Master{}, err
+		}
+		it, err := c.mc.Get(ev.MasterKey)
+		if err == nil {
+			m, derr := cacheops.DecodeMaster(it.Value, ev.Bits)
+			if derr == nil {
+				c.hold.put(ev.MasterKey, m)
+				return m, nil
+			}
+			c.log.Warn("replacing an unreadable master namespace", "key", ev.MasterKey, "err", derr)
+		} else if !errors.Is(err, memcache.ErrCacheMiss) {
+			return cacheops.Master{}, fmt.Errorf("client: master %q: %w", ev.MasterKey, err)
+		}
+		// A new master version: nothing is cached under it yet, whatever
+		// the bits of the old one were.
+		now := time.Now()
+		m := cacheops.NewMaster(cacheops.NamespaceStart(now), ev.Bits)
+		item := &memcache.Item{Key: ev.MasterKey, Value: m.Encode(), Expiration: readExpiration(ttl, now)}
+		if it != nil {
+			item.Flags, item.CasID = it.Flags, it.CasID
+			err = c.mc.CompareAndSwap(item)
+		} else {
+			err = c.mc.Add(item)
+		}
+		switch {
+		case err == nil:
+			c.hold.put(ev.MasterKey, m)
+			return m, nil
+		case !errors.Is(err, memcache.ErrNotStored) && !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss):
+			return cacheops.Master{}, fmt.Errorf("client: master %q: %w", ev.MasterKey, err)
+		}
+		// Another client wrote it first: read theirs.
+	}
+	return cacheops.Master{}, fmt.Errorf("client: master %q: changed or evicted %d times in a row", ev.MasterKey, namespaceAttempts)
 }
 
 // versions returns the versions stored at keys (one GetMulti), creating
 // the missing ones with lifetime ttl.
 func (c *Client) versions(ctx context.Context, keys []string, ttl time.Duration) (map[string]uint64, error) {
+	out := make(map[string]uint64, len(keys))
+	var fetch []string
+	for _, key := range keys {
+		if v, ok := c.hold.get(key); ok {
+			out[key] = v.(uint64)
+		} else {
+			fetch = append(fetch, key)
+		}
+	}
+	if len(fetch) == 0 {
+		return out, nil
+	}
 	if err := checkContext(ctx, "namespaces"); err != nil {
 		return nil, err
 	}
-	items, err := c.mc.GetMulti(keys)
+	items, err := c.mc.GetMulti(fetch)
 	if err != nil {
-		return nil, fmt.Errorf("client: namespaces %q: %w", keys, err)
+		return nil, fmt.Errorf("client: namespaces %q: %w", fetch, err)
 	}
-	out := make(map[string]uint64, len(keys))
-	for _, key := range keys {
+	for _, key := range fetch {
 		if _, done := out[key]; done {
 			continue
 		}
@@ -110,6 +210,7 @@ func (c *Client) versions(ctx context.Context, keys []string, ttl time.Duration)
 				return nil, err
 			}
 			out[key] = v
+			c.hold.put(key, v)
 			continue
 		}
 		v, err := c.version(ctx, key, ttl)
@@ -117,6 +218,7 @@ func (c *Client) versions(ctx context.Context, keys []string, ttl time.Duration)
 			return nil, err
 		}
 		out[key] = v
+		c.hold.put(key, v)
 	}
 	return out, nil
 }

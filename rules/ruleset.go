@@ -2,6 +2,8 @@ package rules
 
 import (
 	"fmt"
+	"hash/crc32"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -172,7 +174,86 @@ func (r *Rule) check() []string {
 	if r.On != nil && len(r.On) == 0 {
 		out = append(out, "on lists no operation")
 	}
+	if r.Copies != 0 && (r.Kind != BumpRule || r.Copies < 2 || r.Copies > MaxCopies) {
+		out = append(out, fmt.Sprintf("copies %d: bump rules only, from 2 to %d", r.Copies, MaxCopies))
+	}
+	if ev := r.Evidence; ev != nil {
+		out = append(out, r.checkEvidence()...)
+	}
 	return out
+}
+
+// checkEvidence checks a rule's Evidence and completes it (master key,
+// entity column, defaults).
+func (r *Rule) checkEvidence() []string {
+	ev := r.Evidence
+	var out []string
+	if r.Kind != BumpRule || r.Copies != 0 {
+		out = append(out, "evidence belongs to bump rules without copies")
+	}
+	if ev.Bits == 0 {
+		ev.Bits = DefaultEvidenceBits
+	}
+	if ev.Bits < 8 || ev.Bits > MaxEvidenceBits || ev.Bits%8 != 0 {
+		out = append(out, fmt.Sprintf("evidence bits %d: a multiple of 8 from 8 to %d", ev.Bits, MaxEvidenceBits))
+	}
+	if ev.MaxSet == 0 {
+		ev.MaxSet = max(ev.Bits/4, 1)
+	}
+	if ev.MaxSet < 1 || ev.MaxSet > ev.Bits {
+		out = append(out, fmt.Sprintf("evidence max_set %d: from 1 to the %d bits", ev.MaxSet, ev.Bits))
+	}
+	if ev.Master == nil || ev.Master.HasPlaceholders() {
+		out = append(out, "evidence needs a master key without placeholders")
+	} else {
+		ev.MasterKey = FinishKey(append([]byte(r.Prefix), ev.Master.String()...))
+	}
+	if r.Key != nil {
+		cols := r.Key.Columns()
+		for _, c := range cols[min(1, len(cols)):] {
+			if c != cols[0] {
+				cols = nil
+				break
+			}
+		}
+		if len(cols) == 0 {
+			out = append(out, fmt.Sprintf("evidence needs a bump key with one placeholder column, the entity id; %q has not", r.Key.String()))
+		} else {
+			ev.Column = cols[0]
+		}
+	}
+	return out
+}
+
+// DefaultEvidenceBits is Evidence.Bits's default.
+const DefaultEvidenceBits = 64
+
+// CopyKey returns the key of copy i of the namespace whose rendered key
+// (prefix included, before the 250-byte rule) is rendered: rendered, '#'
+// and i in decimal, through FinishKey.
+func CopyKey(rendered []byte, i int) string {
+	buf := make([]byte, 0, len(rendered)+4)
+	buf = append(buf, rendered...)
+	buf = append(buf, '#')
+	buf = strconv.AppendInt(buf, int64(i), 10)
+	return FinishKey(buf)
+}
+
+// EvidenceBit returns the bit of an entity id (the text of its value) in
+// an evidence bitmap of bits bits: for an optionally signed decimal
+// integer, its absolute value modulo bits (computed digit by digit, so
+// ids of any size work); for any other text, the CRC-32 (IEEE) of its
+// bytes modulo bits.
+func EvidenceBit(id string, bits int) int {
+	digits := strings.TrimPrefix(id, "-")
+	if digits != "" && strings.Trim(digits, "0123456789") == "" {
+		r := 0
+		for i := 0; i < len(digits); i++ {
+			r = (r*10 + int(digits[i]-'0')) % bits
+		}
+		return r
+	}
+	return int(crc32.ChecksumIEEE([]byte(id)) % uint32(bits))
 }
 
 // CountPlaceholders counts the '?' placeholders of an SQL statement,

@@ -2,6 +2,8 @@ package rules
 
 import (
 	"errors"
+	"fmt"
+	"hash/crc32"
 	"strings"
 	"testing"
 )
@@ -68,6 +70,62 @@ func TestNewRuleSet(t *testing.T) {
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("problems:\n%s\nwant one containing %q", got, want)
+		}
+	}
+}
+
+// TestPlanCopiesAndEvidence: a rule with copies bumps every copy of the
+// namespace (long keys hashed after the copy suffix); a rule with
+// evidence carries the entity's bit.
+func TestPlanCopiesAndEvidence(t *testing.T) {
+	key, _ := ParseTemplate("ns:u:{id}")
+	master, _ := ParseTemplate("ns:u:master")
+	rs, err := NewRuleSet([]*Rule{
+		{Name: "hot", Kind: BumpRule, Prefix: "p:", Table: "users", Key: key, Copies: 3},
+		{Name: "ev", Kind: BumpRule, Prefix: "q:", Table: "users", Key: key, Evidence: &Evidence{Master: master, Bits: 16}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 260)
+	ops, _, err := rs.Plan(nil, &Event{Table: "users", Operation: Update, Before: row("id=12543"), After: row("id='" + long + "'")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, op := range ops {
+		got = append(got, fmt.Sprintf("%s %s %d", op.Rule.Name, op.Key, op.EvidenceBit))
+	}
+	longKey := "p:ns:u:" + long
+	want := []string{
+		"hot p:ns:u:12543#0 0", "hot p:ns:u:12543#1 0", "hot p:ns:u:12543#2 0",
+		"hot " + CopyKey([]byte(longKey), 0) + " 0", "hot " + CopyKey([]byte(longKey), 1) + " 0", "hot " + CopyKey([]byte(longKey), 2) + " 0",
+		"ev q:ns:u:12543 15", // 12543 mod 16
+		fmt.Sprintf("ev %s %d", FinishKey([]byte("q:ns:u:"+long)), crc32.ChecksumIEEE([]byte(long))%16),
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("ops:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if k := CopyKey([]byte(longKey), 2); len(k) != 233 || !strings.HasPrefix(k, longKey[:200]+"#") {
+		t.Errorf("long copy key %q", k)
+	}
+	if ev := rs.Rule("ev").Evidence; ev.MasterKey != "q:ns:u:master" || ev.Column != "id" || ev.MaxSet != 4 {
+		t.Errorf("evidence completed as %+v", ev)
+	}
+}
+
+func TestEvidenceBit(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		bits int
+		want int
+	}{
+		{"12543", 64, 63}, {"0", 64, 0}, {"-7", 8, 7}, {"18446744073709551616", 64, 0},
+		{"340282366920938463463374607431768211457", 64, 1}, {"007", 8, 7},
+		{"abc", 64, int(crc32.ChecksumIEEE([]byte("abc")) % 64)}, {"", 8, 0}, {"-", 8, int(crc32.ChecksumIEEE([]byte("-")) % 8)},
+	} {
+		if got := EvidenceBit(tc.id, tc.bits); got != tc.want {
+			t.Errorf("EvidenceBit(%q, %d) = %d, want %d", tc.id, tc.bits, got, tc.want)
 		}
 	}
 }

@@ -131,6 +131,11 @@ func Parse(filename string, data []byte) (*rules.RuleSet, error) {
 //	    columns: [name, email] # bump rules only: updates bump only if one changed
 //	    bump: "ns:user:{id}"   # exactly one of bump, set, count
 //	    rebump_after: 5s       # bump rules only: second bump after this delay
+//	    copies: 4              # bump rules only: keep 2..64 copies of each namespace (hot keys)
+//	    evidence:              # bump rules only, not with copies: a master namespace
+//	      master: "ns:user:master"  # its key (no placeholders)
+//	      bits: 64             # the bitmap's size: a multiple of 8 from 8 to 8192
+//	      max_set: 16          # roll the master beyond this many bits set; default bits/4
 //	    ttl: 3600              # item TTL: seconds, or a duration ("1h", "90s")
 //
 // set holds key, member, and optionally load (a query with '?'
@@ -509,7 +514,7 @@ func (l *fileLoader) duration(n *yaml.Node, what string) (time.Duration, bool) {
 }
 
 // ruleFields are the fields a rule may have.
-var ruleFields = []string{"name", "table", "on", "when", "columns", "bump", "set", "count", "ttl", "rebump_after"}
+var ruleFields = []string{"name", "table", "on", "when", "columns", "bump", "set", "count", "ttl", "rebump_after", "copies", "evidence"}
 
 // rule loads one rule; it returns nil when the rule has problems (they are
 // recorded) except that a rule with a name is returned for duplicate-name
@@ -745,6 +750,23 @@ func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
 			r.RebumpAfter = d
 		}
 	}
+	if f, ok := fs["copies"]; ok {
+		if r.Kind != rules.BumpRule && r.Kind != 0 {
+			l.errorf(f.key, "copies is allowed only in bump rules")
+		} else if n, ok := l.integer(f.value, "copies", 2, rules.MaxCopies); ok {
+			r.Copies = n
+		}
+	}
+	if f, ok := fs["evidence"]; ok {
+		switch {
+		case r.Kind != rules.BumpRule && r.Kind != 0:
+			l.errorf(f.key, "evidence is allowed only in bump rules")
+		case r.Copies != 0:
+			l.errorf(f.key, "a rule has copies or evidence, not both")
+		default:
+			r.Evidence = l.evidence(r, f.value)
+		}
+	}
 
 	if len(l.problems) > before {
 		if r.Name != "" {
@@ -754,6 +776,72 @@ func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
 		return nil
 	}
 	return r
+}
+
+// integer reads an integer field from lo to hi.
+func (l *fileLoader) integer(n *yaml.Node, what string, lo, hi int) (int, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		l.errorf(n, "%s must be an integer", what)
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n.Value, 0, 64)
+	if err != nil || v < int64(lo) || v > int64(hi) {
+		l.errorf(n, "%s %s: want an integer from %d to %d", what, n.Value, lo, hi)
+		return 0, false
+	}
+	return int(v), true
+}
+
+// evidence reads a bump rule's evidence mapping: master, bits, max_set.
+func (l *fileLoader) evidence(r *rules.Rule, n *yaml.Node) *rules.Evidence {
+	if n.Kind != yaml.MappingNode {
+		l.errorf(n, "evidence must be a mapping with master, bits and max_set")
+		return nil
+	}
+	fs := l.fields(n, "evidence", "master", "bits", "max_set")
+	ev := &rules.Evidence{}
+	bad := false
+	if f, ok := fs["master"]; !ok {
+		l.errorf(n, "evidence has no master key")
+		bad = true
+	} else if ev.Master = l.template(f.value, "evidence master"); ev.Master == nil {
+		bad = true
+	} else if ev.Master.HasPlaceholders() {
+		l.errorf(f.value, "evidence master %q must not have placeholders: one master serves every entity", ev.Master.String())
+		bad = true
+	}
+	ev.Bits = rules.DefaultEvidenceBits
+	if f, ok := fs["bits"]; ok {
+		if b, ok := l.integer(f.value, "evidence bits", 8, rules.MaxEvidenceBits); !ok {
+			bad = true
+		} else if b%8 != 0 {
+			l.errorf(f.value, "evidence bits %d must be a multiple of 8", b)
+			bad = true
+		} else {
+			ev.Bits = b
+		}
+	}
+	if f, ok := fs["max_set"]; ok {
+		if m, ok := l.integer(f.value, "evidence max_set", 1, ev.Bits); ok {
+			ev.MaxSet = m
+		} else {
+			bad = true
+		}
+	}
+	if r.Key != nil {
+		cols := map[string]bool{}
+		for _, c := range r.Key.Columns() {
+			cols[c] = true
+		}
+		if len(cols) != 1 {
+			l.errorf(n, "evidence needs a bump key with one placeholder column, the entity id; %q has %d", r.Key.String(), len(cols))
+			bad = true
+		}
+	}
+	if bad {
+		return nil
+	}
+	return ev
 }
 
 // checkKeysQuery validates a set or count rule's keys query: it is only

@@ -128,7 +128,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		f + `2:9: prefix has byte 0x20 at 5, which a memcached key cannot hold`,
 		f + `6:11: bump: template "ns:user:{id": unclosed '{' at byte 8`,
 		f + `7:11: duplicate rule name "user-profile" (first defined at testdata/bad/many.yaml:4:11)`,
-		f + `10:5: unknown field "colour" in rule (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after)`,
+		f + `10:5: unknown field "colour" in rule (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after, copies, evidence)`,
 		f + `13:27: when: unexpected token EOF`,
 		f + `16:16: recount has 2 '?' placeholder(s) but the key's placeholders (default args) name 1 column(s)`,
 		f + `17:18: unknown operation "upsert" in on (want insert, update, delete, read or truncate)`,
@@ -259,7 +259,7 @@ func TestParseProblems(t *testing.T) {
 		{"when folded block", head + "    bump: k\n    when: >\n      a == 1 &&\n      b ** 2\n", `t.yaml:6:11: when: operator "**" is not supported in when (line 1, column 13 of the expression)`},
 		{"when with escapes before the error", head + "    bump: k\n    when: \"a == \\\"x\\\" || b ** 2\"\n", `t.yaml:6:11: when: operator "**" is not supported in when (line 1, column 15 of the expression)`},
 		{"alias of a rule", "version: 1\nrules:\n  - &r {name: a, table: t, bump: k}\n  - *r\n", `t.yaml:3:15: duplicate rule name "a" (first defined at t.yaml:3:15)`},
-		{"merge key", head + "    bump: k\n    <<: {ttl: 5}\n", `t.yaml:6:5: unknown field "<<" in rule (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after)`},
+		{"merge key", head + "    bump: k\n    <<: {ttl: 5}\n", `t.yaml:6:5: unknown field "<<" in rule (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after, copies, evidence)`},
 		{"unknown anchor", head + "    bump: *nope\n", `t.yaml:5:11: YAML: unknown anchor 'nope' referenced`},
 	}
 	for _, tc := range tests {
@@ -314,5 +314,61 @@ func TestDurations(t *testing.T) {
 		if r.TTL != tc.wantTTL || r.RebumpAfter != tc.wantBump {
 			t.Errorf("ttl %s rebump_after %s: got %v, %v", tc.ttl, tc.rebump, r.TTL, r.RebumpAfter)
 		}
+	}
+}
+
+// TestLoadHotKeysAndEvidence loads copies and evidence and reports their
+// mistakes at their positions.
+func TestLoadHotKeysAndEvidence(t *testing.T) {
+	rs, err := Parse("hot.yaml", []byte(`version: 1
+prefix: "p:"
+rules:
+  - {name: catalog, table: products, on: [truncate, insert], bump: "ns:catalog", copies: 8}
+  - name: user
+    table: users
+    bump: "ns:user:{id}"
+    evidence: {master: "ns:user:master", bits: 128}
+  - name: post
+    table: posts
+    bump: "ns:post:{id}"
+    evidence: {master: "ns:post:master", max_set: 3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rs.Rule("catalog"); c.Copies != 8 || c.Evidence != nil {
+		t.Errorf("catalog = %+v", *c)
+	}
+	if ev := rs.Rule("user").Evidence; ev == nil || ev.Bits != 128 || ev.MaxSet != 32 || ev.MasterKey != "p:ns:user:master" || ev.Column != "id" {
+		t.Errorf("user evidence = %+v", ev)
+	}
+	if ev := rs.Rule("post").Evidence; ev == nil || ev.Bits != 64 || ev.MaxSet != 3 {
+		t.Errorf("post evidence = %+v", ev)
+	}
+
+	_, err = Parse("bad.yaml", []byte(`version: 1
+rules:
+  - {name: a, table: t, bump: "k:{id}", copies: 1}
+  - {name: b, table: t, set: {key: "k:{id}", member: "{m}"}, copies: 4}
+  - {name: c, table: t, bump: "k:{id}", copies: 4, evidence: {master: m}}
+  - {name: d, table: t, bump: "k:{id}:{x}", evidence: {master: m}}
+  - {name: e, table: t, bump: "k:{id}", evidence: {master: "m:{id}", bits: 12}}
+  - {name: f, table: t, bump: "k:{id}", evidence: {bits: 8, max_set: 9, other: 1}}
+  - {name: g, table: t, bump: "k:{id}", copies: "4"}
+`))
+	want := []string{
+		"bad.yaml:3:49: copies 1: want an integer from 2 to 64",
+		"bad.yaml:4:62: copies is allowed only in bump rules",
+		"bad.yaml:5:52: a rule has copies or evidence, not both",
+		"bad.yaml:6:55: evidence needs a bump key with one placeholder column, the entity id; \"k:{id}:{x}\" has 2",
+		"bad.yaml:7:60: evidence master \"m:{id}\" must not have placeholders: one master serves every entity",
+		"bad.yaml:7:76: evidence bits 12 must be a multiple of 8",
+		"bad.yaml:8:51: evidence has no master key",
+		"bad.yaml:8:70: evidence max_set 9: want an integer from 1 to 8",
+		"bad.yaml:8:73: unknown field \"other\" in evidence (known: master, bits, max_set)",
+		"bad.yaml:9:49: copies must be an integer",
+	}
+	if got := problemLines(t, err); !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
