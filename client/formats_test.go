@@ -43,6 +43,21 @@ type formatVectors struct {
 		Value, Count string
 		Valid        bool
 	}
+	CopyKeys []struct {
+		Prefix, Template, Key string
+		Values                map[string]string
+		Copy                  int
+	} `json:"copy_keys"`
+	EvidenceBits []struct {
+		ID        string
+		Bits, Bit int
+	} `json:"evidence_bits"`
+	Masters []struct {
+		Value, Version string
+		Bits           int
+		Valid          bool
+		Set            []int
+	}
 }
 
 func loadVectors(t *testing.T) *formatVectors {
@@ -100,6 +115,45 @@ func TestFormatVectors(t *testing.T) {
 		n, ok := parseCount([]byte(c.Value))
 		if ok != c.Valid || (ok && strconv.FormatInt(n, 10) != c.Count) {
 			t.Errorf("counter %q: %d, %v; want %s valid=%v", c.Value, n, ok, c.Count, c.Valid)
+		}
+	}
+	for _, c := range v.CopyKeys {
+		tmpl, err := rules.ParseTemplate(c.Template)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &Rule{rule: &rules.Rule{Prefix: c.Prefix, Key: tmpl, Kind: rules.BumpRule, Copies: c.Copy + 1}}
+		row := Row{}
+		for k, v := range c.Values {
+			row[k] = v
+		}
+		keys, err := r.CopyKeys(row)
+		if err != nil || keys[c.Copy] != c.Key {
+			t.Errorf("copy %d of %s%s: %q, %v; want %q", c.Copy, c.Prefix, c.Template, keys, err, c.Key)
+		}
+	}
+	for _, c := range v.EvidenceBits {
+		if got := rules.EvidenceBit(c.ID, c.Bits); got != c.Bit {
+			t.Errorf("evidence bit of %q in %d: %d, want %d", c.ID, c.Bits, got, c.Bit)
+		}
+	}
+	for _, c := range v.Masters {
+		m, err := cacheops.DecodeMaster([]byte(c.Value), c.Bits)
+		if (err == nil) != c.Valid {
+			t.Errorf("master %q (%d bits): %v, want valid=%v", c.Value, c.Bits, err, c.Valid)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		var set []int
+		for b := range c.Bits {
+			if m.Has(b) {
+				set = append(set, b)
+			}
+		}
+		if strconv.FormatUint(m.Version, 10) != c.Version || !slices.Equal(set, c.Set) && len(set)+len(c.Set) > 0 {
+			t.Errorf("master %q: version %d, bits %v; want %s, %v", c.Value, m.Version, set, c.Version, c.Set)
 		}
 	}
 }

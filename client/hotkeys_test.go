@@ -29,10 +29,16 @@ const hotRules = `
     evidence: {master: "ns:member:master", bits: 16, max_set: 3}
 `
 
-// newHotEnv is newTestEnv with hotRules.
+// newHotEnv is newTestEnv with hotRules and no DB.
 func newHotEnv(t *testing.T, adjust func(*Config)) *testEnv {
 	t.Helper()
-	e := newTestEnv(t, nil, nil)
+	return newHotEnvDB(t, nil, adjust)
+}
+
+// newHotEnvDB is newTestEnv with hotRules.
+func newHotEnvDB(t *testing.T, db Querier, adjust func(*Config)) *testEnv {
+	t.Helper()
+	e := newTestEnv(t, db, nil)
 	rs, err := rulefile.Parse("hot.yaml", []byte(strings.ReplaceAll(testRules+hotRules, "%PREFIX%", e.prefix)))
 	if err != nil {
 		t.Fatal(err)

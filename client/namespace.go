@@ -99,11 +99,7 @@ func (r *Rule) Namespaces(ctx context.Context, rows []Row) ([]string, error) {
 				continue
 			}
 		}
-		key := rules.FinishKey(raw)
-		if r.rule.Copies > 0 {
-			key = rules.CopyKey(raw, rand.IntN(r.rule.Copies))
-		}
-		keys = append(keys, key)
+		keys = append(keys, r.readKey(raw))
 		at = append(at, i)
 	}
 	if len(keys) == 0 {
@@ -117,6 +113,15 @@ func (r *Rule) Namespaces(ctx context.Context, rows []Row) ([]string, error) {
 		out[at[j]] = strconv.FormatUint(versions[k], 10)
 	}
 	return out, nil
+}
+
+// readKey returns the key a reader reads the namespace rendered as raw
+// at: the key, or for a rule with copies one of the copies at random.
+func (r *Rule) readKey(raw []byte) string {
+	if r.rule.Copies > 0 {
+		return rules.CopyKey(raw, rand.IntN(r.rule.Copies))
+	}
+	return rules.FinishKey(raw)
 }
 
 // CopyKeys returns the keys of the copies of the namespace of a rule with

@@ -123,7 +123,7 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e := newTestEnv(t, db, nil)
+	e := newHotEnvDB(t, db, nil)
 	ctx := t.Context()
 	mysql := counters.NewMySQL(db, counters.DBConfig{}, nil)
 	pw := cacheops.NewPipelineWriter(e.c.sel, mysql, mysql, cacheops.PipelineConfig{}, nil)
@@ -143,6 +143,12 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 			{Name: "user_id", Value: num("1")}, {Name: "interest", Value: str("100%")}, {Name: "active", Value: num("1")}}},
 		{Table: "comments", Operation: rules.Insert, After: rules.Row{
 			{Name: "post_id", Value: num("9")}, {Name: "approved", Value: num("1")}}},
+		{Table: "products", Operation: rules.Insert, After: rules.Row{{Name: "id", Value: num("1")}}},
+		{Table: "members", Operation: rules.Insert, After: rules.Row{{Name: "id", Value: num("2")}}},
+	}
+	// The master exists before the bump of member 2 marks it.
+	if _, err := e.c.Namespace(ctx, "member", Row{"id": "1"}); err != nil {
+		t.Fatal(err)
 	}
 	for _, ev := range events {
 		ops, _, err := e.rs.Plan(nil, &ev)
@@ -168,6 +174,10 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 		{"namespace", "user", Row{"id": "7"}}, // missing: created by the first reader
 		{"members", "user-interests", Row{"user_id": "1"}},
 		{"count", "post-comments", Row{"post_id": "9"}},
+		{"namespace", "catalog", Row{}},          // copies, created alike by the bump
+		{"namespace", "member", Row{"id": "1"}},  // bit clear: the master's
+		{"namespace", "member", Row{"id": "2"}},  // bumped: its own
+		{"namespace", "member", Row{"id": "18"}}, // bit 2 too: its own, created by the reader
 	}
 	want := make([]map[string]any, len(queries))
 	for i, q := range queries {
@@ -204,6 +214,9 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 	if want[4]["count"] != "3" {
 		t.Fatalf("the daemon's counter holds %v", want[4]["count"])
 	}
+	if m1, m2 := want[6]["version"].(string), want[7]["version"].(string); !strings.HasPrefix(m1, "m") || strings.HasPrefix(m2, "m") {
+		t.Fatalf("member versions %q and %q: want the master's and the member's own", m1, m2)
+	}
 
 	// Values cached with GetOrCompute, shared with the Python reader.
 	fromGo := e.prefix + "page:go"
@@ -217,7 +230,14 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 			p := startReader(t, r.cmd, e.addr)
 			for i, q := range queries {
 				rule := e.rs.Rule(q.rule)
-				got := p.ask(map[string]any{"op": q.op, "prefix": rule.Prefix, "template": rule.Key.String(), "row": q.row})
+				req := map[string]any{"op": q.op, "prefix": rule.Prefix, "template": rule.Key.String(), "row": q.row}
+				if rule.Copies > 0 {
+					req["copies"] = rule.Copies
+				}
+				if ev := rule.Evidence; ev != nil {
+					req["evidence"] = map[string]any{"master": ev.MasterKey, "bits": ev.Bits, "column": ev.Column}
+				}
+				got := p.ask(req)
 				want := want[i]
 				if ms, ok := want["members"].([]string); ok {
 					want = map[string]any{"key": want["key"], "members": toAny(ms)}

@@ -2,8 +2,8 @@
 // Reads what cachewarden keeps in memcached, following docs/formats.md.
 //
 // A small reader for PHP applications on php-memcached (Debian's
-// php-memcached): keys built like the daemon's, namespace versions, sets
-// and counters. (php-memcached has no meta commands, so it reads the
+// php-memcached): keys built like the daemon's, namespace versions (hot-key
+// copies and master namespaces with evidence included), sets and counters. (php-memcached has no meta commands, so it reads the
 // values GetOrCompute stores with a plain get and leaves recomputation to
 // meta-protocol clients.)
 //
@@ -58,15 +58,54 @@ function cw_finish_key(string $key): string {
     return substr($key, 0, CW_HASHED_HEAD) . '#' . substr(hash('sha256', $key), 0, 32);
 }
 
-// cw_key returns the memcached key of a key template for a row's values.
-function cw_key(string $prefix, string $template, array $values, string $suffix = ''): string {
-    $rendered = preg_replace_callback('/\{([^{}]+)\}/', function ($m) use ($values) {
+// cw_rendered returns prefix and template rendered for a row's values,
+// before the 250-byte rule.
+function cw_rendered(string $prefix, string $template, array $values): string {
+    return $prefix . preg_replace_callback('/\{([^{}]+)\}/', function ($m) use ($values) {
         if (!array_key_exists($m[1], $values)) {
             throw new InvalidArgumentException("no value for column {$m[1]}");
         }
         return cw_escape(cw_text($values[$m[1]]));
     }, $template);
-    return cw_finish_key($prefix . $rendered . $suffix);
+}
+
+// cw_key returns the memcached key of a key template for a row's values.
+function cw_key(string $prefix, string $template, array $values): string {
+    return cw_finish_key(cw_rendered($prefix, $template, $values));
+}
+
+// cw_copy_key returns the key of copy $i of a namespace kept in copies.
+function cw_copy_key(string $prefix, string $template, array $values, int $i): string {
+    return cw_finish_key(cw_rendered($prefix, $template, $values) . '#' . $i);
+}
+
+// cw_evidence_bit returns the bit of an entity id in an evidence bitmap.
+function cw_evidence_bit($id, int $bits): int {
+    $text = cw_text($id);
+    $digits = (strlen($text) > 0 && $text[0] === '-') ? substr($text, 1) : $text;
+    if ($digits !== '' && ctype_digit($digits)) {
+        $r = 0;
+        for ($i = 0; $i < strlen($digits); $i++) {
+            $r = ($r * 10 + (ord($digits[$i]) - 48)) % $bits;
+        }
+        return $r;
+    }
+    return crc32($text) % $bits;
+}
+
+// cw_decode_master returns a master item as [version text, bitmap bytes],
+// or null when it is not a master item of $bits bits.
+function cw_decode_master(string $value, int $bits): ?array {
+    $parts = explode(' ', rtrim($value, ' '));
+    if (count($parts) !== 2 || !ctype_digit($parts[0]) || strlen($parts[1]) !== intdiv($bits, 4)
+        || !preg_match('/^[0-9a-f]*$/', $parts[1])) {
+        return null;
+    }
+    return [ltrim($parts[0], '0') ?: '0', hex2bin($parts[1])];
+}
+
+function cw_has_bit(string $bitmap, int $b): bool {
+    return (ord($bitmap[intdiv($b, 8)]) & (0x80 >> ($b % 8))) !== 0;
 }
 
 // cw_namespace_start returns the version (decimal text) a namespace
@@ -148,6 +187,42 @@ function cw_namespace(Memcached $mc, string $key, int $ttl = 0): string {
     throw new RuntimeException("namespace $key evicted 3 times in a row");
 }
 
+// cw_hot_namespace returns the version of a namespace kept in copies, read
+// from one at random.
+function cw_hot_namespace(Memcached $mc, string $prefix, string $template, array $values, int $copies): string {
+    return cw_namespace($mc, cw_copy_key($prefix, $template, $values, random_int(0, $copies - 1)));
+}
+
+// cw_evidence_namespaces returns the versions of the namespaces of $rows
+// under a master with evidence: "m" and the master version for entities
+// whose bit is clear, their own namespace's version otherwise.
+function cw_evidence_namespaces(Memcached $mc, string $prefix, string $template, string $column,
+                                string $master, int $bits, array $rows, int $ttl = 0): array {
+    $m = null;
+    for ($attempt = 0; $attempt < 3 && $m === null; $attempt++) {
+        $got = $mc->get($master, null, Memcached::GET_EXTENDED);
+        $m = $got === false ? null : cw_decode_master((string)$got['value'], $bits);
+        if ($m !== null) {
+            break;
+        }
+        $fresh = cw_namespace_start((int)floor(microtime(true) * 1000)) . ' ' . str_repeat('0', intdiv($bits, 4));
+        $stored = $got === false ? $mc->add($master, $fresh, $ttl) : $mc->cas($got['cas'], $master, $fresh, $ttl);
+        if ($stored) {
+            $m = cw_decode_master($fresh, $bits);
+        }
+    }
+    if ($m === null) {
+        throw new RuntimeException("master $master changed or evicted 3 times in a row");
+    }
+    $out = [];
+    foreach ($rows as $row) {
+        $out[] = cw_has_bit($m[1], cw_evidence_bit($row[$column], $bits))
+            ? cw_namespace($mc, cw_key($prefix, $template, $row), $ttl)
+            : 'm' . $m[0];
+    }
+    return $out;
+}
+
 // cw_members returns the members of the set at $key, or null when it is
 // missing.
 function cw_members(Memcached $mc, string $key): ?array {
@@ -208,6 +283,34 @@ function cw_check_vectors(string $path): array {
             $bad[] = "counter " . json_encode($c['value']) . ": " . json_encode($got);
         }
     }
+    foreach ($v['copy_keys'] as $c) {
+        $got = cw_copy_key($c['prefix'], $c['template'], $c['values'] ?? [], $c['copy']);
+        if ($got !== $c['key']) {
+            $bad[] = "copy key {$c['key']}: $got";
+        }
+    }
+    foreach ($v['evidence_bits'] as $c) {
+        $got = cw_evidence_bit($c['id'], $c['bits']);
+        if ($got !== $c['bit']) {
+            $bad[] = "evidence bit {$c['id']}/{$c['bits']}: $got";
+        }
+    }
+    foreach ($v['masters'] as $c) {
+        $m = cw_decode_master($c['value'], $c['bits']);
+        $got = null;
+        if ($m !== null) {
+            $set = [];
+            for ($b = 0; $b < $c['bits']; $b++) {
+                if (cw_has_bit($m[1], $b)) {
+                    $set[] = $b;
+                }
+            }
+            $got = [$m[0], $set];
+        }
+        if (($got !== null) !== $c['valid'] || ($got !== null && $got !== [$c['version'], $c['set']])) {
+            $bad[] = "master " . json_encode($c['value']) . ": " . json_encode($got);
+        }
+    }
     return $bad;
 }
 
@@ -222,7 +325,15 @@ function cw_serve(string $server): void {
         $out = ['key' => $key];
         switch ($req['op']) {
             case 'namespace':
-                $out['version'] = cw_namespace($mc, $key);
+                if (isset($req['evidence'])) {
+                    $ev = $req['evidence'];
+                    $out['version'] = cw_evidence_namespaces($mc, $req['prefix'], $req['template'], $ev['column'],
+                        $ev['master'], $ev['bits'], [$req['row']])[0];
+                } elseif (isset($req['copies'])) {
+                    $out['version'] = cw_hot_namespace($mc, $req['prefix'], $req['template'], $req['row'], $req['copies']);
+                } else {
+                    $out['version'] = cw_namespace($mc, $key);
+                }
                 break;
             case 'members':
                 $out['members'] = cw_members($mc, $key);

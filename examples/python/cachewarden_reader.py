@@ -2,7 +2,8 @@
 
 A small reader for Python applications on pymemcache (Debian's
 python3-pymemcache): keys built like the daemon's, namespace versions,
-sets, counters, and GetOrCompute's leases over the meta protocol (on a
+hot-key copies, master namespaces with evidence, sets, counters, and
+GetOrCompute's leases over the meta protocol (on a
 socket of its own: pymemcache 3.x has no meta commands).
 
     from pymemcache.client.base import Client
@@ -21,10 +22,12 @@ the Go client.
 import argparse
 import hashlib
 import json
+import random
 import re
 import socket
 import sys
 import time
+import zlib
 
 MAX_KEY = 250
 HASHED_HEAD = 200
@@ -84,8 +87,9 @@ def finish_key(key):
     return key[:HASHED_HEAD] + b"#" + hashlib.sha256(key).hexdigest()[:32].encode()
 
 
-def key(prefix, template, values, suffix=b""):
-    """The memcached key (bytes) of a key template for a row's values."""
+def rendered(prefix, template, values):
+    """Prefix and template rendered for a row's values, before the
+    250-byte rule."""
     if isinstance(prefix, str):
         prefix = prefix.encode("utf-8")
     if isinstance(template, str):
@@ -94,7 +98,42 @@ def key(prefix, template, values, suffix=b""):
     def sub(m):
         return escape(_text(values[m.group(1).decode("utf-8")]))
 
-    return finish_key(prefix + _PLACEHOLDER.sub(sub, template) + suffix)
+    return prefix + _PLACEHOLDER.sub(sub, template)
+
+
+def key(prefix, template, values):
+    """The memcached key (bytes) of a key template for a row's values."""
+    return finish_key(rendered(prefix, template, values))
+
+
+def copy_key(prefix, template, values, i):
+    """The key of copy i of a namespace kept in copies (hot keys)."""
+    return finish_key(rendered(prefix, template, values) + b"#%d" % i)
+
+
+def evidence_bit(entity_id, bits):
+    """The bit of an entity id (its text) in an evidence bitmap."""
+    text = _text(entity_id)
+    digits = text[1:] if text[:1] == b"-" else text
+    if digits and digits.isdigit():
+        r = 0
+        for d in digits:
+            r = (r * 10 + d - 0x30) % bits
+        return r
+    return zlib.crc32(text) % bits
+
+
+def decode_master(value, bits):
+    """A master item: (version, bitmap bytes), or ValueError."""
+    parts = value.rstrip(b" ").split(b" ")
+    if len(parts) != 2 or not parts[0].isdigit() or len(parts[1]) != bits // 4 \
+            or parts[1] != parts[1].lower() or not all(chr(c) in "0123456789abcdef" for c in parts[1]):
+        raise ValueError("%r is not a master item of %d bits" % (value, bits))
+    return int(parts[0]), bytes.fromhex(parts[1].decode())
+
+
+def has_bit(bitmap, b):
+    return bitmap[b // 8] & (0x80 >> (b % 8)) != 0
 
 
 def namespace_start(unix_ms):
@@ -161,6 +200,40 @@ def namespace(mc, k, ttl=0, attempts=3):
         if mc.add(k, str(start).encode(), expire=ttl, noreply=False):
             return start
     raise RuntimeError("namespace %r evicted %d times in a row" % (k, attempts))
+
+
+def hot_namespace(mc, prefix, template, values, copies, ttl=0):
+    """The version of a namespace kept in copies, read from one at random."""
+    return namespace(mc, copy_key(prefix, template, values, random.randrange(copies)), ttl)
+
+
+def evidence_namespaces(mc, prefix, template, column, master_key, bits, rows, ttl=0):
+    """The versions (text) of the namespaces of rows under a master with
+    evidence: "m" + the master version for entities whose bit is clear,
+    their own namespace's version otherwise."""
+    for _ in range(3):
+        value, cas = mc.gets(master_key)
+        try:
+            version, bitmap = decode_master(value, bits) if value is not None else (None, None)
+        except ValueError:
+            version = None
+        if version is not None:
+            break
+        fresh = b"%d %s" % (namespace_start(int(time.time() * 1000)), b"0" * (bits // 4))
+        stored = mc.add(master_key, fresh, expire=ttl, noreply=False) if value is None \
+            else mc.cas(master_key, fresh, cas, expire=ttl, noreply=False)
+        if stored:
+            version, bitmap = decode_master(fresh, bits)
+            break
+    else:
+        raise RuntimeError("master %r changed or evicted 3 times in a row" % master_key)
+    out = []
+    for row in rows:
+        if has_bit(bitmap, evidence_bit(row[column], bits)):
+            out.append(str(namespace(mc, key(prefix, template, row), ttl)))
+        else:
+            out.append("m%d" % version)
+    return out
 
 
 def members(mc, k):
@@ -261,6 +334,22 @@ def check_vectors(path):
         got = parse_count(case["value"].encode())
         if (got is not None) != case["valid"] or (got is not None and str(got) != case["count"]):
             bad.append("counter %r: %r" % (case["value"], got))
+    for case in v["copy_keys"]:
+        got = copy_key(case["prefix"], case["template"], case["values"] or {}, case["copy"])
+        if got != case["key"].encode():
+            bad.append("copy key %r: %r" % (case["key"], got))
+    for case in v["evidence_bits"]:
+        got = evidence_bit(case["id"], case["bits"])
+        if got != case["bit"]:
+            bad.append("evidence bit %r/%d: %d" % (case["id"], case["bits"], got))
+    for case in v["masters"]:
+        try:
+            version, bitmap = decode_master(case["value"].encode(), case["bits"])
+            got = (str(version), [b for b in range(case["bits"]) if has_bit(bitmap, b)])
+        except ValueError:
+            got = None
+        if (got is not None) != case["valid"] or (got is not None and got != (case["version"], case["set"])):
+            bad.append("master %r: %r" % (case["value"], got))
     return bad
 
 
@@ -276,7 +365,13 @@ def serve(server):
         k = key(req["prefix"], req["template"], req.get("row", {}))
         out = {"key": k.decode("utf-8", "surrogateescape")}
         op = req["op"]
-        if op == "namespace":
+        if op == "namespace" and "evidence" in req:
+            ev = req["evidence"]
+            out["version"] = evidence_namespaces(mc, req["prefix"], req["template"], ev["column"],
+                                                 ev["master"].encode(), ev["bits"], [req["row"]])[0]
+        elif op == "namespace" and "copies" in req:
+            out["version"] = str(hot_namespace(mc, req["prefix"], req["template"], req["row"], req["copies"]))
+        elif op == "namespace":
             out["version"] = str(namespace(mc, k))
         elif op == "members":
             ms = members(mc, k)
