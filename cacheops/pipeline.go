@@ -124,6 +124,10 @@ const (
 //     add; a lost add applies the delta again; a decrement to zero or a
 //     non-numeric item is recounted and set; a recount op sets the count;
 //     a recount that cannot be run deletes the counter.
+//   - evidence (bump rules with Rule.Evidence): once the round's bumps
+//     are done, one pipelined mg c v of each master they mark, one ms
+//     C<cas> of each that changes (bits set, or the master rolled), again
+//     for those another daemon changed meanwhile (MarkEvidence).
 //
 // Only bumps and set appends are sent quiet: they are the bulk of a batch,
 // and sending one again is harmless (an extra bump, tokens that leave the

@@ -245,7 +245,8 @@ func (e *ApplyError) Unwrap() []error { return e.Errs }
 // receives the outcome of ops[i]; len(results) must be at least len(ops).
 //
 // It handles OpBump, OpSetAppend (Tokens) and OpSetAdd/OpSetRemove (the
-// escaped Member); any other kind, an op without a rule, an invalid key or
+// escaped Member); after the bumps of rules with evidence it marks their
+// masters (markEvidence); any other kind, an op without a rule, an invalid key or
 // malformed tokens fail that op without any request being sent. Apply
 // returns nil when every op succeeded, else an *ApplyError joining the
 // failures (see Retryable). A cancelled ctx fails the ops not yet started.
