@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -109,6 +111,15 @@ func (c *MetaClient) Get(ctx context.Context, gets []MetaGet) ([]MetaItem, error
 		}
 	}
 	replies, err := c.pool.do(ctx, c.timeout, cmds)
+	// A restarted memcached leaves the pooled connections dead: each
+	// failed exchange closes its connection, and a read is safe to send
+	// again on another or a new one.
+	for range c.pool.connsPerServer {
+		if err == nil || !metaConnectionClosed(err) || ctx.Err() != nil {
+			break
+		}
+		replies, err = c.pool.do(ctx, c.timeout, cmds)
+	}
 	items := make([]MetaItem, len(gets))
 	for i := range replies {
 		rep := &replies[i]
@@ -124,6 +135,13 @@ func (c *MetaClient) Get(ctx context.Context, gets []MetaGet) ([]MetaItem, error
 		}
 	}
 	return items, err
+}
+
+// metaConnectionClosed reports whether err is what an exchange on a
+// connection the server closed returns.
+func metaConnectionClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // MetaSet stores one item with ms.

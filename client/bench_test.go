@@ -187,16 +187,9 @@ func (c *serverCountingClient) Add(it *memcache.Item) error {
 }
 
 // startMemcacheds starts n private memcached servers on free loopback
-// ports for the rest of the benchmark.
+// ports for the rest of the benchmark or test.
 func startMemcacheds(tb testing.TB, n int) []string {
 	tb.Helper()
-	bin, err := exec.LookPath("memcached")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("memcached binary not found: %v", err)
-		}
-		tb.Skipf("memcached binary not found (install memcached): %v", err)
-	}
 	var addrs []string
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -205,31 +198,47 @@ func startMemcacheds(tb testing.TB, n int) []string {
 		}
 		addr := l.Addr().String()
 		l.Close()
-		_, port, _ := net.SplitHostPort(addr)
-		args := []string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1"}
-		if os.Geteuid() == 0 {
-			args = append(args, "-u", "nobody")
-		}
-		cmd := exec.Command(bin, args...)
-		if err := cmd.Start(); err != nil {
-			tb.Fatalf("start memcached: %v", err)
-		}
-		tb.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-		})
-		for deadline := time.Now().Add(5 * time.Second); ; {
-			conn, err := net.Dial("tcp", addr)
-			if err == nil {
-				conn.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("memcached on %s did not start: %v", addr, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		stop := startMemcachedOn(tb, addr)
+		tb.Cleanup(stop)
 		addrs = append(addrs, addr)
 	}
 	return addrs
+}
+
+// startMemcachedOn starts a private memcached on addr and returns a
+// function that kills it.
+func startMemcachedOn(tb testing.TB, addr string) (stop func()) {
+	tb.Helper()
+	bin, err := exec.LookPath("memcached")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("memcached binary not found: %v", err)
+		}
+		tb.Skipf("memcached binary not found (install memcached): %v", err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	args := []string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1"}
+	if os.Geteuid() == 0 {
+		args = append(args, "-u", "nobody")
+	}
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start memcached: %v", err)
+	}
+	stop = func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+			return stop
+		}
+		if time.Now().After(deadline) {
+			stop()
+			tb.Fatalf("memcached on %s did not start: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -163,7 +163,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 		mc.DialContext = cfg.Dial
 	}
 	c := &Client{
-		mc:   mc,
+		mc:   &redialingClient{Client: mc, attempts: cfg.MaxIdleConns + 1},
 		gomc: mc,
 		meta: cacheops.NewMetaClient(sel, cacheops.MetaClientConfig{
 			ConnsPerServer: cfg.MaxIdleConns, Timeout: cfg.Timeout, Dial: cfg.Dial}),

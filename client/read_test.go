@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -426,5 +427,43 @@ func TestCount(t *testing.T) {
 	e.set(t, e.prefix+"likes:9", "17")
 	if n, err := e.c.Count(ctx, "likes", Row{"post_id": 9}); err != nil || n != 17 {
 		t.Fatalf("likes = %d, %v", n, err)
+	}
+}
+
+// TestReadsSurviveMemcachedRestart: after memcached restarts, every idle
+// connection of the pool is dead; reads still succeed (each dead
+// connection is dropped and the read tried again).
+func TestReadsSurviveMemcachedRestart(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	stop := startMemcachedOn(t, addr)
+	e := newTestEnv(t, nil, func(c *Config) { c.Servers = []cacheops.Server{{Addr: addr}} })
+	// Fill the pool with idle connections.
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			if _, err := e.c.Namespace(t.Context(), "user", Row{"id": i}); err != nil {
+				t.Error(err)
+			}
+			if _, err := e.c.GetOrCompute(t.Context(), "page:"+strconv.Itoa(i), time.Minute, constant("v")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	// The same server restarts, empty.
+	stop()
+	defer startMemcachedOn(t, addr)()
+	for i := range 3 {
+		if _, err := e.c.Namespace(t.Context(), "user", Row{"id": i}); err != nil {
+			t.Fatalf("read %d after the restart: %v", i, err)
+		}
+		if v, err := e.c.GetOrCompute(t.Context(), "page:"+strconv.Itoa(i), time.Minute, constant("w")); err != nil || string(v) != "w" {
+			t.Fatalf("GetOrCompute %d after the restart: %q, %v", i, v, err)
+		}
 	}
 }
