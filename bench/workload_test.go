@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 func generate(t *testing.T, w Workload, n int) (values [][]byte, kinds []EventKind) {
@@ -113,7 +113,7 @@ func TestNewGeneratorRejects(t *testing.T) {
 // generated event, the operation cachewarden's planner derives from the
 // benchmark rules: the two consumers do the same work.
 func TestNaiveMatchesPlanner(t *testing.T) {
-	rs, err := rules.LoadPaths("testdata/rules.yaml")
+	rs, err := rulefile.LoadPaths("testdata/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

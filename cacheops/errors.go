@@ -6,11 +6,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"reflect"
 	"strings"
 	"syscall"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/go-sql-driver/mysql"
 )
 
 var (
@@ -89,16 +89,19 @@ func classifyRetry(err error) (decided, retry bool) {
 	case io.EOF, io.ErrUnexpectedEOF:
 		// The peer closed the connection in the middle of an exchange.
 		return true, true
-	case driver.ErrBadConn, mysql.ErrInvalidConn:
-		// A broken MySQL connection; a new one may work.
+	case driver.ErrBadConn:
+		// A broken database connection; a new one may work. (The MySQL
+		// driver's ErrInvalidConn is not recognised by name: unknown
+		// errors are retryable anyway.)
 		return true, true
+	}
+	if number, ok := mysqlServerErrorNumber(err); ok {
+		return true, mysqlErrorTransient(number)
 	}
 	switch e := err.(type) {
 	case *memcache.ConnectTimeoutError:
 		// memcached did not accept the connection in time.
 		return true, true
-	case *mysql.MySQLError:
-		return true, mysqlErrorTransient(e.Number)
 	case syscall.Errno:
 		switch e {
 		case syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE,
@@ -127,6 +130,33 @@ func classifyRetry(err error) (decided, retry bool) {
 		return true, true
 	}
 	return false, false
+}
+
+// mysqlDriverPackage is the import path of the MySQL driver whose server
+// errors Retryable classifies.
+const mysqlDriverPackage = "github.com/go-sql-driver/mysql"
+
+// mysqlServerErrorNumber returns the error number of a MySQL server error
+// (the driver's *mysql.MySQLError). cacheops does not import the driver:
+// applications import cacheops through the client package, which must not
+// link a SQL driver. So the error is recognised by its type's package and
+// name and its Number field, which the driver has kept since its first
+// release; the tests classify real driver errors.
+func mysqlServerErrorNumber(err error) (uint16, bool) {
+	v := reflect.ValueOf(err)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return 0, false
+	}
+	v = v.Elem()
+	t := v.Type()
+	if t.Kind() != reflect.Struct || t.Name() != "MySQLError" || t.PkgPath() != mysqlDriverPackage {
+		return 0, false
+	}
+	f := v.FieldByName("Number")
+	if !f.IsValid() || f.Kind() != reflect.Uint16 {
+		return 0, false
+	}
+	return uint16(f.Uint()), true
 }
 
 // mysqlErrorTransient reports whether a MySQL/MariaDB server error number names

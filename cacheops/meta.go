@@ -63,13 +63,14 @@ const metaReadBuffer = 64 << 10
 type metaVerb uint8
 
 const (
-	// metaGet: mg <key> c v, the value and its cas id.
+	// metaGet: mg <key> c v, the value and its cas id; with t, N and R
+	// for the read side's leases (MetaClient).
 	metaGet metaVerb = iota + 1
 	// metaSet: ms <key> <len>, with a mode, an optional TTL and cas.
 	metaSet
 	// metaArith: ma <key>, increment or decrement.
 	metaArith
-	// metaDelete: md <key>.
+	// metaDelete: md <key>; with I, marks the item stale instead.
 	metaDelete
 )
 
@@ -114,21 +115,32 @@ type metaCmd struct {
 	// data is the data block of a metaSet.
 	data string
 	// ttl is the exptime (seconds, or an absolute unix time beyond 30
-	// days) of a metaSet (flag T, when hasTTL) or of the item a vivifying
-	// metaArith creates (flag N).
+	// days) of a metaSet or an invalidating metaDelete (flag T, when
+	// hasTTL) or of the item a vivifying metaArith or metaGet creates
+	// (flag N).
 	ttl    int64
 	hasTTL bool
-	// cas, when not 0, makes a metaSet store only over that cas id (flag
-	// C).
+	// cas, when not 0, makes a metaSet store, or a metaDelete delete,
+	// only over that cas id (flag C).
 	cas uint64
 	// delta is a metaArith's delta (flag D).
 	delta uint64
 	// vivify makes a metaArith create a missing item holding initial
-	// (flags N and J); the delta is not applied to a created item.
+	// (flags N and J); the delta is not applied to a created item. It
+	// makes a metaGet create a missing item holding nothing and hand its
+	// sender the win (flag N): reply flag W to the first, Z to the others.
 	vivify  bool
 	initial uint64
 	// returnValue asks a metaArith for the resulting value (flag v).
 	returnValue bool
+	// recache makes a metaGet hand the win (W) to the first reader that
+	// finds fewer than this many seconds left to the item (flag R).
+	recache int64
+	// returnTTL asks a metaGet for the item's remaining lifetime (flag t).
+	returnTTL bool
+	// invalidate makes a metaDelete mark the item stale rather than
+	// remove it (flag I): readers get it with flag X and one gets W.
+	invalidate bool
 }
 
 // metaStatus is what became of one command of an exchange.
@@ -165,6 +177,13 @@ type metaReply struct {
 	value []byte
 	// cas is the item's cas id in a metaVA reply to metaGet.
 	cas uint64
+	// ttl is the remaining lifetime in seconds a metaGet asked for (-1:
+	// none).
+	ttl int64
+	// won, stale and winSent are a metaGet's reply flags W (this reader
+	// won the right to recompute the item), X (the item is stale) and Z
+	// (another reader already won).
+	won, stale, winSent bool
 	// err is set for metaFailed: an error line from memcached
 	// (*metaErrorLine), or what broke the exchange.
 	err error
@@ -237,6 +256,17 @@ func metaAppendCommand(buf []byte, cmd *metaCmd, opaque int) []byte {
 		buf = append(buf, "mg "...)
 		buf = append(buf, cmd.key...)
 		buf = append(buf, " c v"...)
+		if cmd.returnTTL {
+			buf = append(buf, " t"...)
+		}
+		if cmd.vivify {
+			buf = append(buf, " N"...)
+			buf = strconv.AppendInt(buf, cmd.ttl, 10)
+		}
+		if cmd.recache > 0 {
+			buf = append(buf, " R"...)
+			buf = strconv.AppendInt(buf, cmd.recache, 10)
+		}
 	case metaSet:
 		buf = append(buf, "ms "...)
 		buf = append(buf, cmd.key...)
@@ -275,6 +305,17 @@ func metaAppendCommand(buf []byte, cmd *metaCmd, opaque int) []byte {
 	case metaDelete:
 		buf = append(buf, "md "...)
 		buf = append(buf, cmd.key...)
+		if cmd.invalidate {
+			buf = append(buf, " I"...)
+		}
+		if cmd.cas != 0 {
+			buf = append(buf, " C"...)
+			buf = strconv.AppendUint(buf, cmd.cas, 10)
+		}
+		if cmd.hasTTL {
+			buf = append(buf, " T"...)
+			buf = strconv.AppendInt(buf, cmd.ttl, 10)
+		}
 	}
 	if cmd.quiet {
 		buf = append(buf, " q"...)
@@ -417,7 +458,8 @@ func (rd *metaReader) reply(line []byte) error {
 		}
 		size, rest = n, after
 	}
-	opaque, cas := -1, uint64(0)
+	opaque := -1
+	rep := metaReply{status: status, ttl: -1}
 	for len(rest) > 0 {
 		var tok []byte
 		tok, rest = metaNextToken(rest)
@@ -436,7 +478,19 @@ func (rd *metaReader) reply(line []byte) error {
 			if err != nil {
 				return fmt.Errorf("%w: cas in %q", errMetaProtocol, line)
 			}
-			cas = n
+			rep.cas = n
+		case 't':
+			n, err := strconv.ParseInt(string(tok[1:]), 10, 64)
+			if err != nil {
+				return fmt.Errorf("%w: ttl in %q", errMetaProtocol, line)
+			}
+			rep.ttl = n
+		case 'W':
+			rep.won = true
+		case 'X':
+			rep.stale = true
+		case 'Z':
+			rep.winSent = true
 		}
 	}
 	if opaque < rd.pos || opaque >= rd.windowEnd || rd.replies[opaque].status != metaPending {
@@ -445,7 +499,6 @@ func (rd *metaReader) reply(line []byte) error {
 	if status == metaVA && rd.cmds[opaque].verb != metaGet && !rd.cmds[opaque].returnValue {
 		return fmt.Errorf("%w: %q answers a command that asked for no value", errMetaProtocol, line)
 	}
-	rep := metaReply{status: status, cas: cas}
 	if size >= 0 {
 		value, err := metaReadValue(rd.r, size)
 		if err != nil {

@@ -124,6 +124,10 @@ const (
 //     add; a lost add applies the delta again; a decrement to zero or a
 //     non-numeric item is recounted and set; a recount op sets the count;
 //     a recount that cannot be run deletes the counter.
+//   - evidence (bump rules with Rule.Evidence): once the round's bumps
+//     are done, one pipelined mg c v of each master they mark, one ms
+//     C<cas> of each that changes (bits set, or the master rolled), again
+//     for those another daemon changed meanwhile (MarkEvidence).
 //
 // Only bumps and set appends are sent quiet: they are the bulk of a batch,
 // and sending one again is harmless (an extra bump, tokens that leave the
@@ -334,17 +338,88 @@ func (w *PipelineWriter) Apply(ctx context.Context, ops []rules.Op, results []Re
 	for _, wave := range waves {
 		w.run(ctx, wave)
 	}
-	var errs []error
 	for i := range states {
 		results[i] = states[i].result
-		if results[i].Err != nil {
-			errs = append(errs, results[i].Err)
+	}
+	w.markEvidence(ctx, evidenceTargets(ops, results), results)
+	return applyError(ops, results)
+}
+
+// markEvidence sets the masters' bits for the bumps of one Apply (after
+// the bumps themselves: a reader that sees a bit set must find the
+// entity's namespace bumped already): one pipelined mg of every master,
+// one ms with its cas for each that changes, again for those another
+// daemon changed meanwhile. A missing master needs nothing: the reader
+// that creates it starts a version under which nothing is cached yet.
+func (w *PipelineWriter) markEvidence(ctx context.Context, targets []*evidenceTarget, results []Result) {
+	for attempt := 0; len(targets) > 0; attempt++ {
+		if attempt == evidenceAttempts {
+			for _, t := range targets {
+				t.fail(results, fmt.Errorf("changed by others in each of %d attempts: %w", evidenceAttempts, memcache.ErrCASConflict))
+			}
+			return
+		}
+		gets := make([]metaCmd, len(targets))
+		for i, t := range targets {
+			gets[i] = metaCmd{verb: metaGet, key: t.key}
+		}
+		replies := w.evidenceExchange(ctx, gets)
+		var sets []metaCmd
+		var setTargets []*evidenceTarget
+		for i, t := range targets {
+			switch rep := &replies[i]; rep.status {
+			case metaEN:
+			case metaVA:
+				ev := t.rule.Evidence
+				next, changed := MarkEvidence(rep.value, t.bits, ev.Bits, ev.MaxSet, w.cfg.Now())
+				if changed {
+					cmd := metaCmd{verb: metaSet, key: t.key, data: string(next), cas: rep.cas}
+					w.setTTL(&cmd, t.rule.TTL)
+					sets = append(sets, cmd)
+					setTargets = append(setTargets, t)
+				}
+			default:
+				t.fail(results, metaReplyError(rep))
+			}
+		}
+		targets = targets[:0]
+		for i, rep := range w.evidenceExchange(ctx, sets) {
+			switch rep.status {
+			case metaHD, metaNF, metaNS:
+				// Stored, or the master vanished meanwhile (see above).
+			case metaEX:
+				targets = append(targets, setTargets[i])
+			default:
+				setTargets[i].fail(results, metaReplyError(&rep))
+			}
 		}
 	}
-	if errs != nil {
-		return &ApplyError{Ops: len(ops), Errs: errs}
+}
+
+// evidenceExchange sends cmds with the writer's connections and counts
+// them as a round.
+func (w *PipelineWriter) evidenceExchange(ctx context.Context, cmds []metaCmd) []metaReply {
+	if len(cmds) == 0 {
+		return nil
 	}
-	return nil
+	start := time.Now()
+	replies, err := w.pool.do(ctx, w.cfg.Timeout, cmds)
+	w.cfg.ObserveRoundTrip.Since(start)
+	w.rounds.Add(1)
+	w.commands.Add(uint64(len(cmds)))
+	if err != nil {
+		w.log.Debug("memcached exchange failed", "commands", len(cmds), "err", err)
+	}
+	return replies
+}
+
+// metaReplyError returns the error of a reply that is neither what the
+// command hoped for nor one of its expected refusals.
+func metaReplyError(rep *metaReply) error {
+	if rep.err != nil {
+		return rep.err
+	}
+	return fmt.Errorf("%w: status %d", errMetaProtocol, rep.status)
 }
 
 // start checks op and sets its first step, or its result.
@@ -928,11 +1003,7 @@ func (w *PipelineWriter) toDelete(p *pipeOp, why string) {
 
 // unexpected fails p with a reply its step does not handle.
 func (w *PipelineWriter) unexpected(p *pipeOp, rep *metaReply) {
-	err := rep.err
-	if err == nil {
-		err = fmt.Errorf("%w: status %d", errMetaProtocol, rep.status)
-	}
-	w.fail(p, pipeVerb(p), err)
+	w.fail(p, pipeVerb(p), metaReplyError(rep))
 }
 
 func (w *PipelineWriter) finish(p *pipeOp, outcome Outcome) {

@@ -245,7 +245,9 @@ func (e *ApplyError) Unwrap() []error { return e.Errs }
 // receives the outcome of ops[i]; len(results) must be at least len(ops).
 //
 // It handles OpBump, OpSetAppend (Tokens), OpSetAdd/OpSetRemove (the
-// escaped Member) and replay's OpSetRebuild and OpSetDelete; any other kind, an op without a rule, an invalid key or
+// escaped Member), OpSetDelete, and replay's OpSetRebuild; after the bumps
+// of rules with evidence it marks their masters (markEvidence); any other
+// kind, an op without a rule, an invalid key or
 // malformed tokens fail that op without any request being sent. Apply
 // returns nil when every op succeeded, else an *ApplyError joining the
 // failures (see Retryable). A cancelled ctx fails the ops not yet started.
@@ -253,7 +255,51 @@ func (w *Writer) Apply(ctx context.Context, ops []rules.Op, results []Result) er
 	if len(results) < len(ops) {
 		return fmt.Errorf("cacheops: apply: %d results for %d ops: %w", len(results), len(ops), ErrInvalidOp)
 	}
-	return ApplyByKey(ops, results, w.cfg.MaxConcurrency, func(op *rules.Op) Result { return w.apply(ctx, op) })
+	// One start for every namespace this Apply creates: the copies of a
+	// hot namespace (Rule.Copies) start alike.
+	initial := NamespaceStart(w.cfg.Now())
+	ApplyByKey(ops, results, w.cfg.MaxConcurrency, func(op *rules.Op) Result { return w.apply(ctx, op, initial) })
+	for _, t := range evidenceTargets(ops, results) {
+		if err := w.markEvidence(ctx, t); err != nil {
+			t.fail(results, err)
+		}
+	}
+	return applyError(ops, results)
+}
+
+// markEvidence sets a master's bits for the bumps of one Apply (after the
+// bumps themselves: a reader that sees the bit set must find the entity's
+// namespace bumped already), with gets and cas. A missing master needs
+// nothing: the reader that creates it starts a version under which
+// nothing is cached yet.
+func (w *Writer) markEvidence(ctx context.Context, t *evidenceTarget) error {
+	ev := t.rule.Evidence
+	for range evidenceAttempts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		it, err := w.gets(t.key)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			return nil
+		case err != nil:
+			return err
+		}
+		next, changed := MarkEvidence(it.Value, t.bits, ev.Bits, ev.MaxSet, w.cfg.Now())
+		if !changed {
+			return nil
+		}
+		err = w.cas(&memcache.Item{Key: t.key, Value: next, Flags: it.Flags, Expiration: w.expiration(t.rule.TTL), CasID: it.CasID})
+		switch {
+		case err == nil, errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCacheMiss):
+			// Stored, or the master vanished meanwhile (see above).
+			return nil
+		case !errors.Is(err, memcache.ErrCASConflict):
+			return err
+		}
+		// Another daemon marked it meanwhile: read it again.
+	}
+	return fmt.Errorf("changed by others in each of %d attempts: %w", evidenceAttempts, memcache.ErrCASConflict)
 }
 
 // ApplyByKey runs apply for every op, ops of different keys concurrently
@@ -286,6 +332,12 @@ func ApplyByKey(ops []rules.Op, results []Result, maxConcurrency int, apply func
 		}
 		wg.Wait()
 	}
+	return applyError(ops, results)
+}
+
+// applyError returns nil when every op succeeded, else an *ApplyError
+// joining the failures.
+func applyError(ops []rules.Op, results []Result) error {
 	var errs []error
 	for i := range ops {
 		if results[i].Err != nil {
@@ -334,8 +386,8 @@ func groupOpsByKey(ops []rules.Op) [][]int {
 	return groups
 }
 
-// apply applies one op.
-func (w *Writer) apply(ctx context.Context, op *rules.Op) Result {
+// apply applies one op; initial is the value of a namespace it creates.
+func (w *Writer) apply(ctx context.Context, op *rules.Op, initial uint64) Result {
 	if err := ctx.Err(); err != nil {
 		return failedResult(fmt.Errorf("cacheops: %s %q: %w", op.Kind, op.Key, err))
 	}
@@ -347,7 +399,7 @@ func (w *Writer) apply(ctx context.Context, op *rules.Op) Result {
 	}
 	switch op.Kind {
 	case rules.OpBump:
-		return w.bump(op)
+		return w.bump(op, initial)
 	case rules.OpSetAppend:
 		if err := checkSetTokens(op.Tokens); err != nil {
 			return failedResult(fmt.Errorf("cacheops: %s %q: %w", op.Kind, op.Key, err))
@@ -371,7 +423,7 @@ func (w *Writer) apply(ctx context.Context, op *rules.Op) Result {
 // incr; on a miss add the current unix time in milliseconds, so that a
 // recreated namespace never reuses an earlier version; if another writer
 // added it first, incr again.
-func (w *Writer) bump(op *rules.Op) Result {
+func (w *Writer) bump(op *rules.Op, initial uint64) Result {
 	key := op.Key
 	for range writerBumpAttempts {
 		_, err := w.incr(key)
@@ -386,7 +438,7 @@ func (w *Writer) bump(op *rules.Op) Result {
 		case !errors.Is(err, memcache.ErrCacheMiss):
 			return failedResult(fmt.Errorf("cacheops: incr %q: %w", key, err))
 		}
-		value := strconv.AppendUint(nil, NamespaceStart(w.cfg.Now()), 10)
+		value := strconv.AppendUint(nil, initial, 10)
 		err = w.add(&memcache.Item{Key: key, Value: value, Expiration: w.expiration(op.Rule.TTL)})
 		switch {
 		case err == nil:

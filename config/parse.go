@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -40,7 +40,7 @@ func LoadBytes(name string, data []byte, lookup LookupFunc) (*Config, error) {
 	d, cfg := parse(name, data, lookup)
 	var rulesErr error
 	if len(cfg.Rules) > 0 {
-		cfg.RuleSet, rulesErr = rules.LoadPaths(cfg.Rules...)
+		cfg.RuleSet, rulesErr = rulefile.LoadPaths(cfg.Rules...)
 		if rulesErr == nil {
 			d.checkRuleNeeds(cfg)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 const fenceRules = `
@@ -96,7 +97,7 @@ func driftRun(t *testing.T, fenced bool, o driftOptions) driftResult {
 	if err := os.WriteFile(path, []byte(strings.ReplaceAll(fenceRules, "PREFIX", prefix)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := rules.LoadPaths(path)
+	rs, err := rulefile.LoadPaths(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +333,7 @@ func BenchmarkProcessCountDeltas(b *testing.B) {
 	if err := os.WriteFile(path, []byte(strings.ReplaceAll(fenceRules, "PREFIX", prefix)), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	rs, err := rules.LoadPaths(path)
+	rs, err := rulefile.LoadPaths(path)
 	if err != nil {
 		b.Fatal(err)
 	}

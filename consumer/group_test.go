@@ -28,7 +28,7 @@ import (
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
-	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // testKafka returns brokers on which topics exist with the given number
@@ -239,7 +239,7 @@ func newRig(t *testing.T, rulesYAML string, opts rigOptions) *rig {
 	if err := os.WriteFile(path, []byte(strings.ReplaceAll(rulesYAML, "PREFIX", r.prefix)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := rules.LoadPaths(path)
+	rs, err := rulefile.LoadPaths(path)
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}

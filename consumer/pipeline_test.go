@@ -21,6 +21,7 @@ import (
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // startMemcached starts a private memcached on addr for the rest of the
@@ -245,7 +246,7 @@ func BenchmarkPipelinePlan(b *testing.B) {
 	if err := os.WriteFile(path, []byte(strings.ReplaceAll(daemonRules, "PREFIX", "bench:")), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	rs, err := rules.LoadPaths(path)
+	rs, err := rulefile.LoadPaths(path)
 	if err != nil {
 		b.Fatal(err)
 	}

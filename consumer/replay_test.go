@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"os"
 	"reflect"
 	"sort"
@@ -19,8 +18,10 @@ import (
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // ndjson joins message values into an NDJSON file body.
@@ -160,7 +161,7 @@ func TestReplayDryRunFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := rules.LoadPaths("../cmd/cachewarden/testdata/plan/inventory.yaml")
+	rs, err := rulefile.LoadPaths("../cmd/cachewarden/testdata/plan/inventory.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -402,72 +401,21 @@ func (c *Counters) Get(ctx context.Context, key, query string, args ...any) (int
 	return n, nil
 }
 
-// valuesOf converts Get's arguments to the values a Recounter binds.
+// valuesOf converts Get's arguments to the values a Recounter binds
+// (rules.ValueOf).
 func valuesOf(args []any) ([]rules.Value, error) {
 	if len(args) == 0 {
 		return nil, nil
 	}
 	out := make([]rules.Value, len(args))
 	for i, a := range args {
-		var v rules.Value
-		switch a := a.(type) {
-		case nil:
-			v = rules.Value{Kind: rules.KindNull}
-		case rules.Value:
-			v = a
-		case string:
-			v = rules.Value{Kind: rules.KindString, Text: a}
-		case []byte:
-			v = rules.Value{Kind: rules.KindString, Text: string(a)}
-		case bool:
-			v = rules.Value{Kind: rules.KindBool, Text: "0"}
-			if a {
-				v.Text = "1"
-			}
-		case int:
-			v = intValueOf(int64(a))
-		case int8:
-			v = intValueOf(int64(a))
-		case int16:
-			v = intValueOf(int64(a))
-		case int32:
-			v = intValueOf(int64(a))
-		case int64:
-			v = intValueOf(a)
-		case uint:
-			v = uintValueOf(uint64(a))
-		case uint8:
-			v = uintValueOf(uint64(a))
-		case uint16:
-			v = uintValueOf(uint64(a))
-		case uint32:
-			v = uintValueOf(uint64(a))
-		case uint64:
-			v = uintValueOf(a)
-		case float32:
-			if math.IsNaN(float64(a)) || math.IsInf(float64(a), 0) {
-				return nil, fmt.Errorf("argument %d: %v is not a SQL number", i+1, a)
-			}
-			v = rules.Value{Kind: rules.KindFloat, Text: strconv.FormatFloat(float64(a), 'g', -1, 32)}
-		case float64:
-			if math.IsNaN(a) || math.IsInf(a, 0) {
-				return nil, fmt.Errorf("argument %d: %v is not a SQL number", i+1, a)
-			}
-			v = rules.Value{Kind: rules.KindFloat, Text: strconv.FormatFloat(a, 'g', -1, 64)}
-		default:
-			return nil, fmt.Errorf("argument %d: unsupported type %T", i+1, a)
+		v, err := rules.ValueOf(a)
+		if err != nil {
+			return nil, fmt.Errorf("argument %d: %w", i+1, err)
 		}
 		out[i] = v
 	}
 	return out, nil
-}
-
-func intValueOf(n int64) rules.Value {
-	return rules.Value{Kind: rules.KindInt, Text: strconv.FormatInt(n, 10)}
-}
-
-func uintValueOf(n uint64) rules.Value {
-	return rules.Value{Kind: rules.KindInt, Text: strconv.FormatUint(n, 10)}
 }
 
 // isClientError reports whether memcached answered CLIENT_ERROR (for incr

@@ -220,46 +220,6 @@ func (m *MySQL) Ping(ctx context.Context) error {
 // Close closes the pool.
 func (m *MySQL) Close() error { return m.db.Close() }
 
-// bindArgs converts event values to driver arguments for '?' placeholders:
-//
-//	KindInt    int64 when it fits, else uint64 when it fits, else the digit
-//	           string (MySQL compares it numerically with a numeric column)
-//	KindFloat  the literal as a string, so no digit is lost through float64
-//	KindString string
-//	KindBool   int64 1 or 0
-//	KindNull   nil
-//	KindJSON   the raw JSON as a string
-func bindArgs(args []rules.Value) ([]any, error) {
-	if len(args) == 0 {
-		return nil, nil
-	}
-	out := make([]any, len(args))
-	for i, v := range args {
-		switch v.Kind {
-		case rules.KindInt:
-			if n, err := strconv.ParseInt(v.Text, 10, 64); err == nil {
-				out[i] = n
-			} else if u, err := strconv.ParseUint(v.Text, 10, 64); err == nil {
-				out[i] = u
-			} else {
-				out[i] = v.Text
-			}
-		case rules.KindFloat, rules.KindString, rules.KindJSON:
-			out[i] = v.Text
-		case rules.KindBool:
-			switch v.Text {
-			case "1":
-				out[i] = int64(1)
-			case "0":
-				out[i] = int64(0)
-			default:
-				return nil, fmt.Errorf("argument %d: bool value %q is not 1 or 0", i+1, v.Text)
-			}
-		case rules.KindNull:
-			out[i] = nil
-		default:
-			return nil, fmt.Errorf("argument %d: unknown value kind %d", i+1, v.Kind)
-		}
-	}
-	return out, nil
-}
+// bindArgs converts event values to driver arguments for '?'
+// placeholders, as rules.Value.SQLArg describes.
+func bindArgs(args []rules.Value) ([]any, error) { return rules.SQLArgs(args) }

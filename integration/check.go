@@ -9,7 +9,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/client"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/verify"
@@ -24,18 +24,16 @@ type Warmed struct {
 }
 
 // Warm reads the cache as an application would before the workload runs,
-// through the read-side helpers: the namespace of every entity of the
+// through the client package: the namespace of every entity of the
 // snapshot that a bump rule covers (created when missing), and the first
 // and about share (0..1) of the others of the sets and counters the rules'
-// keys queries list (loaded or recounted from the database when missing). Items the daemon
-// later changes in place are then present, which makes the final check
-// meaningful.
-func Warm(ctx context.Context, rs *rules.RuleSet, mc *memcache.Client, db *counters.MySQL, snapshot []Change, share float64, rng *rand.Rand) (*Warmed, error) {
-	reader := cacheops.NewReader(mc, nil, cacheops.ReaderOptions{})
-	ctrs := counters.New(mc, db, counters.Config{}, nil)
-	w := &Warmed{}
-	var nsKeys []string
-	seen := map[string]bool{}
+// keys queries list (loaded or recounted from the database when missing).
+// Items the daemon later changes in place are then present, which makes
+// the final check meaningful. Counters are read with counters.Get, which
+// fences its recounts as the daemon does.
+func Warm(ctx context.Context, rs *rules.RuleSet, cl *client.Client, db *counters.MySQL, snapshot []Change, share float64, rng *rand.Rand) (*Warmed, error) {
+	ctrs := counters.New(cl.Memcache(), db, counters.Config{}, nil)
+	w := &Warmed{Namespaces: map[string]uint64{}}
 	var ops []rules.Op
 	for i := range snapshot {
 		ev := snapshot[i].Event
@@ -45,16 +43,25 @@ func Warm(ctx context.Context, rs *rules.RuleSet, mc *memcache.Client, db *count
 		if err != nil {
 			return nil, fmt.Errorf("integration: warm: plan %s.%s: %w", ev.Database, ev.Table, err)
 		}
+		row := clientRow(ev.After)
 		for _, op := range ops {
-			if op.Kind == rules.OpBump && !seen[op.Key] {
-				seen[op.Key] = true
-				nsKeys = append(nsKeys, op.Key)
+			if op.Kind != rules.OpBump {
+				continue
+			}
+			if _, seen := w.Namespaces[op.Key]; seen {
+				continue
+			}
+			if k, err := cl.Key(op.Rule.Name, row); err != nil || k != op.Key {
+				return nil, fmt.Errorf("integration: warm: the client's key %q (%v) is not the daemon's %q", k, err, op.Key)
+			}
+			v, err := cl.Namespace(ctx, op.Rule.Name, row)
+			if err != nil {
+				return nil, fmt.Errorf("integration: warm namespace %q: %w", op.Key, err)
+			}
+			if w.Namespaces[op.Key], err = strconv.ParseUint(v, 10, 64); err != nil {
+				return nil, fmt.Errorf("integration: warm namespace %q: version %q: %w", op.Key, v, err)
 			}
 		}
-	}
-	var err error
-	if w.Namespaces, err = reader.Namespaces(nsKeys); err != nil {
-		return nil, fmt.Errorf("integration: warm namespaces: %w", err)
 	}
 	for _, r := range rs.Rules() {
 		if (r.Kind != rules.SetRule && r.Kind != rules.CountRule) || r.Query == "" || (r.Keys == "" && r.Key.HasPlaceholders()) {
@@ -79,10 +86,18 @@ func Warm(ctx context.Context, rs *rules.RuleSet, mc *memcache.Client, db *count
 				w.Counters = append(w.Counters, key)
 				return nil
 			}
-			_, err := reader.Members(ctx, key, func(ctx context.Context) ([]string, error) {
-				return db.LoadMembers(ctx, r.Query, args)
-			})
-			if err != nil {
+			// args are the values of the key's placeholders, in order of
+			// first appearance: the row the client renders the key from.
+			row := client.Row{}
+			for _, c := range r.Key.Columns() {
+				if _, done := row[c]; !done && len(row) < len(args) {
+					row[c] = args[len(row)]
+				}
+			}
+			if k, err := cl.Key(r.Name, row); err != nil || k != key {
+				return fmt.Errorf("the client's key %q (%v) is not %q", k, err, key)
+			}
+			if _, err := cl.Members(ctx, r.Name, row); err != nil {
 				return err
 			}
 			w.Sets = append(w.Sets, key)
@@ -93,6 +108,15 @@ func Warm(ctx context.Context, rs *rules.RuleSet, mc *memcache.Client, db *count
 		}
 	}
 	return w, nil
+}
+
+// clientRow converts a row image to the client's Row.
+func clientRow(r rules.Row) client.Row {
+	row := make(client.Row, len(r))
+	for _, c := range r {
+		row[c.Name] = c.Value
+	}
+	return row
 }
 
 // PlanOps returns the ops the rules plan for the transactions' changes as

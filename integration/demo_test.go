@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 func TestDemoSampleOpKeys(t *testing.T) {
@@ -39,7 +40,7 @@ func TestDemoSampleOpKeys(t *testing.T) {
 }
 
 func TestDemoIsSetRuleKey(t *testing.T) {
-	rs, err := rules.LoadPaths(exampleRules)
+	rs, err := rulefile.LoadPaths(exampleRules)
 	if err != nil {
 		t.Fatal(err)
 	}

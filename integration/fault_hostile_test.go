@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 // hostileCase is one message of hostile input.
@@ -50,7 +51,7 @@ func hostileRow(t *testing.T, table *Table, after map[string]any) []byte {
 
 func mustKey(t *testing.T, prefix, template string, values map[string]string) string {
 	t.Helper()
-	k, err := cacheops.Key(prefix, template, values)
+	k, err := rules.Key(prefix, template, values)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func hostileCases(t *testing.T, fs *faultScenario) []hostileCase {
 
 // mustEscape escapes a value as keys and set members are escaped.
 func mustEscape(s string) []byte {
-	k, err := cacheops.Key("", "{v}", map[string]string{"v": s})
+	k, err := rules.Key("", "{v}", map[string]string{"v": s})
 	if err != nil {
 		panic(err)
 	}

@@ -263,7 +263,7 @@ func (fs *faultScenario) start(ctx context.Context) {
 // stream would count in-flight changes twice.
 func (fs *faultScenario) rewarm(ctx context.Context) {
 	fs.t.Helper()
-	w, err := Warm(ctx, fs.Rules, fs.MC, fs.MySQL, fs.Snapshot, max(fs.Opts.WarmShare, 0.5), fs.rng)
+	w, err := Warm(ctx, fs.Rules, fs.Client, fs.MySQL, fs.Snapshot, max(fs.Opts.WarmShare, 0.5), fs.rng)
 	if err != nil {
 		fs.t.Fatal(err)
 	}

@@ -11,8 +11,11 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/client"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 	"github.com/cachewarden/cachewarden/verify"
 )
 
@@ -56,11 +59,13 @@ type ScenarioOptions struct {
 // daemons (started by the caller, from Config) keep. It is not safe for
 // concurrent use.
 type Scenario struct {
-	Opts      ScenarioOptions
-	Services  Services
-	Broker    *Broker
-	MySQL     *counters.MySQL
-	MC        *memcache.Client
+	Opts     ScenarioOptions
+	Services Services
+	Broker   *Broker
+	MySQL    *counters.MySQL
+	MC       *memcache.Client
+	// Client reads the cache as an application does.
+	Client    *client.Client
 	Schema    *Schema
 	Workload  *Workload
 	Publisher *Publisher
@@ -103,7 +108,7 @@ func NewScenario(ctx context.Context, svc Services, opts ScenarioOptions) (s *Sc
 			s.Close()
 		}
 	}()
-	if s.Rules, err = rules.LoadPaths(opts.Rules...); err != nil {
+	if s.Rules, err = rulefile.LoadPaths(opts.Rules...); err != nil {
 		return nil, fmt.Errorf("integration: rules: %w", err)
 	}
 	if s.MySQL, err = counters.OpenMySQL(svc.MySQLDSN, counters.DBConfig{MaxOpenConns: 8}, opts.Log); err != nil {
@@ -112,6 +117,12 @@ func NewScenario(ctx context.Context, svc Services, opts ScenarioOptions) (s *Sc
 	s.MC = memcache.New(svc.Memcached)
 	s.MC.Timeout = 2 * time.Second
 	s.MC.MaxIdleConns = 8
+	s.Client, err = client.New(client.Config{
+		Servers: []cacheops.Server{{Addr: svc.Memcached}}, Rules: s.Rules, DB: s.MySQL.DB(), Timeout: 2 * time.Second,
+	}, opts.Log)
+	if err != nil {
+		return nil, fmt.Errorf("integration: %w", err)
+	}
 	s.Schema = NewSchema("", "")
 	for _, t := range s.Schema.Tables() {
 		s.Topics = append(s.Topics, s.topic(t))
@@ -154,6 +165,9 @@ func (s *Scenario) Close() {
 	}
 	if s.MC != nil {
 		s.MC.Close()
+	}
+	if s.Client != nil {
+		s.Client.Close()
 	}
 }
 
@@ -266,7 +280,7 @@ func (s *Scenario) WaitCaughtUp(ctx context.Context) error {
 func (s *Scenario) Warm(ctx context.Context) error {
 	share := max(s.Opts.WarmShare, 0)
 	rng := rand.New(rand.NewPCG(s.Workload.Seed(), 1))
-	w, err := Warm(ctx, s.Rules, s.MC, s.MySQL, s.Snapshot, share, rng)
+	w, err := Warm(ctx, s.Rules, s.Client, s.MySQL, s.Snapshot, share, rng)
 	if err != nil {
 		return err
 	}

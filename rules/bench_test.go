@@ -1,7 +1,10 @@
-package rules
+package rules_test
 
 import (
 	"testing"
+
+	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 const benchRules = `version: 1
@@ -26,39 +29,39 @@ rules:
 // benchSetup returns the benchmark rules and an update event of about 800
 // bytes as Debezium JSON (two images of 16 columns) that moves an order
 // between two status sets: three ops from two rules.
-func benchSetup(tb testing.TB) (*RuleSet, *Event) {
+func benchSetup(tb testing.TB) (*rules.RuleSet, *rules.Event) {
 	tb.Helper()
-	rs, err := Parse("bench.yaml", []byte(benchRules))
+	rs, err := rulefile.Parse("bench.yaml", []byte(benchRules))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	image := func(status, updated string) Row {
-		return Row{
-			{"id", Value{KindInt, "9223372036854775807"}},
-			{"customer_id", Value{KindInt, "1234567"}},
-			{"status", Value{KindString, status}},
-			{"total", Value{KindString, "149.90"}},
-			{"currency", Value{KindString, "EUR"}},
-			{"items", Value{KindInt, "3"}},
-			{"coupon", Value{}},
-			{"created_at", Value{KindString, "2024-05-01T10:11:12Z"}},
-			{"updated_at", Value{KindString, updated}},
-			{"deleted_at", Value{}},
-			{"shipping_name", Value{KindString, "Ada Lovelace"}},
-			{"shipping_street", Value{KindString, "12 St James's Square"}},
-			{"shipping_city", Value{KindString, "London"}},
-			{"shipping_zip", Value{KindString, "SW1Y 4JH"}},
-			{"gift", Value{KindBool, "0"}},
-			{"notes", Value{KindString, "leave with the porter"}},
+	image := func(status, updated string) rules.Row {
+		return rules.Row{
+			{"id", rules.Value{rules.KindInt, "9223372036854775807"}},
+			{"customer_id", rules.Value{rules.KindInt, "1234567"}},
+			{"status", rules.Value{rules.KindString, status}},
+			{"total", rules.Value{rules.KindString, "149.90"}},
+			{"currency", rules.Value{rules.KindString, "EUR"}},
+			{"items", rules.Value{rules.KindInt, "3"}},
+			{"coupon", rules.Value{}},
+			{"created_at", rules.Value{rules.KindString, "2024-05-01T10:11:12Z"}},
+			{"updated_at", rules.Value{rules.KindString, updated}},
+			{"deleted_at", rules.Value{}},
+			{"shipping_name", rules.Value{rules.KindString, "Ada Lovelace"}},
+			{"shipping_street", rules.Value{rules.KindString, "12 St James's Square"}},
+			{"shipping_city", rules.Value{rules.KindString, "London"}},
+			{"shipping_zip", rules.Value{rules.KindString, "SW1Y 4JH"}},
+			{"gift", rules.Value{rules.KindBool, "0"}},
+			{"notes", rules.Value{rules.KindString, "leave with the porter"}},
 		}
 	}
-	ev := &Event{
+	ev := &rules.Event{
 		Database:  "shop",
 		Table:     "orders",
-		Operation: Update,
+		Operation: rules.Update,
 		Before:    image("paid", "2024-05-01T10:11:12Z"),
 		After:     image("shipped", "2024-05-02T08:00:00Z"),
-		Source:    Position{Topic: "dbserver1.shop.orders", Partition: 3, Offset: 123456, BinlogFile: "mysql-bin.000003", BinlogPos: 4567, TsMs: 1714636800000},
+		Source:    rules.Position{Topic: "dbserver1.shop.orders", Partition: 3, Offset: 123456, BinlogFile: "mysql-bin.000003", BinlogPos: 4567, TsMs: 1714636800000},
 	}
 	return rs, ev
 }
@@ -67,7 +70,7 @@ func benchSetup(tb testing.TB) (*RuleSet, *Event) {
 // columns and a set whose membership moves): three ops.
 func BenchmarkPlan(b *testing.B) {
 	rs, ev := benchSetup(b)
-	dst := make([]Op, 0, 16)
+	dst := make([]rules.Op, 0, 16)
 	b.ReportAllocs()
 	for b.Loop() {
 		ops, _, err := rs.Plan(dst[:0], ev)
@@ -83,7 +86,7 @@ func BenchmarkPlanParallel(b *testing.B) {
 	rs, ev := benchSetup(b)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		dst := make([]Op, 0, 16)
+		dst := make([]rules.Op, 0, 16)
 		for pb.Next() {
 			if _, _, err := rs.Plan(dst[:0], ev); err != nil {
 				b.Fatal(err)

@@ -1,5 +1,8 @@
-// Package rules holds the change-event and cache-operation types, the rule
-// file loader and the planner that maps one row change to cache operations.
+// Package rules holds the change-event and cache-operation types, the
+// rules (RuleSet, NewRuleSet), the key function and the planner that maps
+// one row change to cache operations. Package rulefile loads rule files
+// into a RuleSet; it is kept apart so that programs reading the cache
+// (package client) link no YAML parser.
 //
 // The package is pure: it performs no network I/O and keeps no global state,
 // so rule files can be checked and unit-tested without Kafka, memcached or

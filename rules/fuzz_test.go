@@ -1,58 +1,14 @@
-package rules
+package rules_test
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// FuzzParse checks that the loader never panics and that what it accepts
-// or rejects is well-formed.
-func FuzzParse(f *testing.F) {
-	for _, dir := range []string{"testdata/good", "testdata/bad", "testdata/dir"} {
-		files, _ := filepath.Glob(filepath.Join(dir, "*.y*ml"))
-		for _, name := range files {
-			if data, err := os.ReadFile(name); err == nil { // skips directories
-				f.Add(data)
-			}
-		}
-	}
-	if data, err := os.ReadFile("testdata/plan.yaml"); err == nil {
-		f.Add(data)
-	}
-	f.Add([]byte("version: 1\nrules:\n  - name: r\n    table: t\n    when: |\n      a == 1 &&\n        b ** 2\n    bump: k\n"))
-	f.Add([]byte("version: 1\nrules:\n  - &a {name: r, table: t, bump: k, on: &o [insert]}\n  - {name: s, table: t, bump: k, on: *o}\n"))
-	f.Add([]byte("version: 1\nrules: [{name: r, table: t, when: '((((((a))))))', count: {key: 'c:{x}', recount: '?'}}]"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		rs, err := Parse("f.yaml", data)
-		if err != nil {
-			var le *LoadError
-			if !errors.As(err, &le) || len(le.Problems) == 0 {
-				t.Fatalf("error %v (%T) is not a *LoadError with problems", err, err)
-			}
-			for _, p := range le.Problems {
-				if p.File != "f.yaml" || p.Line < 1 || p.Column < 1 || p.Msg == "" {
-					t.Fatalf("malformed problem %+v", p)
-				}
-			}
-			if rs != nil {
-				t.Fatal("RuleSet returned along with an error")
-			}
-			return
-		}
-		seen := map[string]bool{}
-		for _, r := range rs.Rules() {
-			if r.Name == "" || seen[r.Name] || r.Key == nil || r.Table == "" || len(r.On) == 0 ||
-				(r.Kind == SetRule) != (r.Member != nil) || (r.Query == "" && r.Args != nil) {
-				t.Fatalf("malformed rule %+v", *r)
-			}
-			seen[r.Name] = true
-		}
-	})
-}
+	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
+)
 
 // FuzzPlan builds rules from fuzzed templates, prefix and predicate and
 // plans a fuzzed event: the planner must not panic, every key must be a
@@ -69,36 +25,36 @@ func FuzzPlan(f *testing.F) {
 			"  - {name: b, table: t, on: [insert, update, delete, read], columns: [a], when: " + strconv.Quote(when) + ", bump: " + strconv.Quote(keyTmpl) + "}\n" +
 			"  - {name: s, table: t, on: [insert, update, delete, read], when: " + strconv.Quote(when) + ", set: {key: " + strconv.Quote(keyTmpl) + ", member: " + strconv.Quote(memberTmpl) + "}}\n" +
 			"  - {name: c, table: t, on: [insert, update, delete, read], when: " + strconv.Quote(when) + ", count: {key: " + strconv.Quote(keyTmpl) + ", recount: 'SELECT 1'}}\n"
-		rs, err := Parse("f.yaml", []byte(src))
+		rs, err := rulefile.Parse("f.yaml", []byte(src))
 		if err != nil {
 			return
 		}
 		vals := []string{va, vb, vc}
-		image := func(shift uint8) Row {
-			r := Row{}
+		image := func(shift uint8) rules.Row {
+			r := rules.Row{}
 			for i, name := range []string{"a", "b", "c"} {
 				bits := (kinds >> (shift + uint8(i)*2)) & 3
 				if presence&(1<<(shift+uint8(i))) == 0 {
 					continue // column missing
 				}
-				v := Value{Kind: []Kind{KindString, KindInt, KindNull, KindFloat}[bits], Text: vals[i]}
-				if v.Kind == KindNull {
+				v := rules.Value{Kind: []rules.Kind{rules.KindString, rules.KindInt, rules.KindNull, rules.KindFloat}[bits], Text: vals[i]}
+				if v.Kind == rules.KindNull {
 					v.Text = ""
 				}
-				r = append(r, Column{Name: name, Value: v})
+				r = append(r, rules.Column{Name: name, Value: v})
 			}
 			return r
 		}
-		ev := &Event{Table: "t", Operation: Operation(op%6 + 1)}
+		ev := &rules.Event{Table: "t", Operation: rules.Operation(op%6 + 1)}
 		if presence&0x40 != 0 {
 			ev.Before = image(0)
 		}
 		if presence&0x80 != 0 {
 			ev.After = image(1)
 		}
-		ops, _, err := rs.Plan([]Op{{Key: "keep"}}, ev)
+		ops, _, err := rs.Plan([]rules.Op{{Key: "keep"}}, ev)
 		if err != nil {
-			var ee *EventError
+			var ee *rules.EventError
 			if !errors.As(err, &ee) || len(ops) != 1 || ops[0].Key != "keep" {
 				t.Fatalf("err %v (%T), %d ops", err, err, len(ops))
 			}
@@ -114,15 +70,15 @@ func FuzzPlan(f *testing.F) {
 					t.Fatalf("member %q has byte 0x%02x", o.Member, c)
 				}
 			}
-			if (o.Kind == OpCount) != (o.Delta != 0) || o.Delta < -1 || o.Delta > 1 {
+			if (o.Kind == rules.OpCount) != (o.Delta != 0) || o.Delta < -1 || o.Delta > 1 {
 				t.Fatalf("op %+v has delta %d", o, o.Delta)
 			}
-			if ev.Operation == Insert {
+			if ev.Operation == rules.Insert {
 				values := map[string]string{}
 				for _, c := range ev.After {
 					values[c.Name] = c.Value.Text
 				}
-				want, err := Key(prefix, keyTmpl, values)
+				want, err := rules.Key(prefix, keyTmpl, values)
 				if err != nil || want != o.Key {
 					t.Fatalf("planned key %q, Key() = %q (%v)", o.Key, want, err)
 				}

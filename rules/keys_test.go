@@ -1,9 +1,12 @@
-package rules
+package rules_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // TestKeysQuery covers the optional `keys` field of set and count rules:
@@ -117,9 +120,9 @@ func TestKeysQuery(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			src := "version: 1\nrules:\n  - name: r\n    table: blog.comments\n    when: \"approved == 1\"\n" + tc.body
-			rs, err := Parse("t.yaml", []byte(src))
+			rs, err := rulefile.Parse("t.yaml", []byte(src))
 			if tc.wantErr != "" {
-				var le *LoadError
+				var le *rules.LoadError
 				if !errors.As(err, &le) {
 					t.Fatalf("Parse: got %v, want a *LoadError containing %q", err, tc.wantErr)
 				}

@@ -74,4 +74,7 @@ type Op struct {
 	Args []Value
 	// Source is the position of the event that produced the op.
 	Source Position
+	// EvidenceBit, for a bump of a rule with Evidence, is the entity's bit
+	// in the master's bitmap (EvidenceBit of its id).
+	EvidenceBit int
 }

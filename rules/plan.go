@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 )
 
 // PlanStats counts what Plan did with one event.
@@ -147,7 +148,7 @@ func (p *planner) rule(r *Rule) error {
 		if err != nil {
 			return err
 		}
-		p.emit(OpBump, r, k, span{}, 0, nil, "")
+		p.bump(r, k, nil)
 		return nil
 	case Insert, Read:
 		if ev.After == nil {
@@ -202,10 +203,10 @@ func (p *planner) images(r *Rule, b, a Row) error {
 	case BumpRule:
 		// Bump rules have no query, so emit takes no args and cannot fail.
 		if hb {
-			p.emit(OpBump, r, kb, span{}, 0, nil, "")
+			p.bump(r, kb, b)
 		}
 		if ha && !same {
-			p.emit(OpBump, r, ka, span{}, 0, nil, "")
+			p.bump(r, ka, a)
 		}
 	case SetRule:
 		if same {
@@ -243,7 +244,8 @@ func (p *planner) updateWithoutBefore(r *Rule, a Row) error {
 	}
 	switch r.Kind {
 	case BumpRule:
-		return p.emit(OpBump, r, k, span{}, 0, nil, "")
+		p.bump(r, k, a)
+		return nil
 	case SetRule:
 		if r.pred.holds(a) {
 			return p.emit(OpSetAdd, r, k, m, 0, a, imageAfter)
@@ -273,24 +275,57 @@ func (p *planner) identity(r *Rule, row Row, image string) (key, member span, ok
 }
 
 // key renders prefix + key template for row and turns it into a legal
-// memcached key.
+// memcached key. The key of a rule with copies is left as rendered: bump
+// makes the copies' keys of it.
 func (p *planner) key(r *Rule, row Row, image string) (span, bool, error) {
 	s, null, err := p.render(r, r.Key, r.Prefix, row, image)
 	if err != nil || null {
 		return s, null, err
 	}
-	buf := p.sc.buf
-	switch n := s.end - s.start; {
-	case n == 0:
+	if s.end == s.start {
 		return s, false, &EventError{Rule: r.Name, Image: image, Reason: "the key renders empty"}
-	case n > MaxKeyLen:
+	}
+	if r.Copies > 0 {
+		return s, false, nil
+	}
+	return p.finishKey(s), false, nil
+}
+
+// finishKey applies FinishKey to the key at s, which must end the scratch
+// buffer.
+func (p *planner) finishKey(s span) span {
+	buf := p.sc.buf
+	if s.end-s.start > MaxKeyLen {
 		sum := sha256.Sum256(buf[s.start:s.end])
 		buf = append(buf[:s.start+hashedKeyHead], '#')
 		buf = hex.AppendEncode(buf, sum[:16])
 		p.sc.buf = buf
 		s.end = len(buf)
 	}
-	return s, false, nil
+	return s
+}
+
+// bump emits the bumps of the namespace key k of row (nil for a
+// truncate): one op, or one per copy of a rule with copies; a rule with
+// evidence carries the entity's bit.
+func (p *planner) bump(r *Rule, k span, row Row) {
+	if r.Copies == 0 {
+		// Bump rules have no query, so emit takes no args and cannot fail.
+		p.emit(OpBump, r, k, span{}, 0, nil, "")
+		if ev := r.Evidence; ev != nil && row != nil {
+			id, _ := row.Get(ev.Column) // the key rendered, so it is there
+			p.dst[len(p.dst)-1].EvidenceBit = EvidenceBit(id.Text, ev.Bits)
+		}
+		return
+	}
+	for i := range r.Copies {
+		c := span{start: len(p.sc.buf)}
+		p.sc.buf = append(p.sc.buf, p.sc.buf[k.start:k.end]...)
+		p.sc.buf = append(p.sc.buf, '#')
+		p.sc.buf = strconv.AppendInt(p.sc.buf, int64(i), 10)
+		c.end = len(p.sc.buf)
+		p.emit(OpBump, r, p.finishKey(c), span{}, 0, nil, "")
+	}
 }
 
 // render appends prefix and the escaped rendering of t to the scratch

@@ -1,4 +1,4 @@
-package rules
+package rules_test
 
 import (
 	"errors"
@@ -6,45 +6,23 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
-// row builds a Row from "column=value" specs: null, true, false, 'text'
-// (a string), or a number (an int unless it has '.', 'e' or 'E').
-func row(specs ...string) Row {
-	r := Row{}
-	for _, s := range specs {
-		name, v, ok := strings.Cut(s, "=")
-		if !ok {
-			panic("bad row spec " + s)
-		}
-		var val Value
-		switch {
-		case v == "null":
-		case v == "true":
-			val = Value{Kind: KindBool, Text: "1"}
-		case v == "false":
-			val = Value{Kind: KindBool, Text: "0"}
-		case strings.HasPrefix(v, "'") && strings.HasSuffix(v, "'") && len(v) >= 2:
-			val = Value{Kind: KindString, Text: v[1 : len(v)-1]}
-		case strings.ContainsAny(v, ".eE"):
-			val = Value{Kind: KindFloat, Text: v}
-		default:
-			val = Value{Kind: KindInt, Text: v}
-		}
-		r = append(r, Column{Name: name, Value: val})
-	}
-	return r
-}
+// row is the package's own test helper (rowfixture_test.go).
+var row = rules.RowFixture
 
 // opString renders an op compactly for comparisons:
 // "rule kind key [member] [delta] [args=a,b]".
-func opString(op Op) string {
+func opString(op rules.Op) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %s", op.Rule.Name, op.Kind, op.Key)
 	switch op.Kind {
-	case OpSetAdd, OpSetRemove:
+	case rules.OpSetAdd, rules.OpSetRemove:
 		fmt.Fprintf(&b, " %s", op.Member)
-	case OpCount:
+	case rules.OpCount:
 		fmt.Fprintf(&b, " %+d", op.Delta)
 	}
 	if op.Args != nil {
@@ -57,9 +35,9 @@ func opString(op Op) string {
 	return b.String()
 }
 
-func loadFixture(t testing.TB, path string) *RuleSet {
+func loadFixture(t testing.TB, path string) *rules.RuleSet {
 	t.Helper()
-	rs, err := LoadPaths(path)
+	rs, err := rulefile.LoadPaths(path)
 	if err != nil {
 		t.Fatalf("load %s: %v", path, err)
 	}
@@ -71,59 +49,59 @@ func TestPlan(t *testing.T) {
 	long := strings.Repeat("x", 300)
 	tests := []struct {
 		name      string
-		ev        Event
+		ev        rules.Event
 		want      []string
-		wantStats PlanStats
+		wantStats rules.PlanStats
 	}{
 		// bump rules
 		{
 			name: "insert bumps every matching rule in rule order",
-			ev:   Event{Database: "shop", Table: "users", Operation: Insert, After: row("id=42", "name='ann'", "email='a@x'", "active=1", "org_id=7")},
+			ev:   rules.Event{Database: "shop", Table: "users", Operation: rules.Insert, After: row("id=42", "name='ann'", "email='a@x'", "active=1", "org_id=7")},
 			want: []string{
 				"profile bump p:ns:user:42",
 				"users-any-db bump p:ns:users",
 				"by-org bump p:ns:org:7",
 			},
-			wantStats: PlanStats{Rules: 3},
+			wantStats: rules.PlanStats{Rules: 3},
 		},
 		{
 			name: "update with a listed column changed bumps the key once",
-			ev: Event{Database: "shop", Table: "users", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "users", Operation: rules.Update,
 				Before: row("id=42", "name='ann'", "email='a@x'", "active=1", "org_id=7"),
 				After:  row("id=42", "name='anne'", "email='a@x'", "active=1", "org_id=7")},
 			want: []string{
 				"profile bump p:ns:user:42",
 				"by-org bump p:ns:org:7",
 			},
-			wantStats: PlanStats{Rules: 2},
+			wantStats: rules.PlanStats{Rules: 2},
 		},
 		{
 			name: "update with listed columns unchanged skips the columns rule only",
-			ev: Event{Database: "shop", Table: "users", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "users", Operation: rules.Update,
 				Before: row("id=42", "name='ann'", "email='a@x'", "active=1", "org_id=7", "age=30"),
 				After:  row("id=42", "name='ann'", "email='a@x'", "active=1", "org_id=7", "age=31")},
 			want:      []string{"by-org bump p:ns:org:7"},
-			wantStats: PlanStats{Rules: 2, Unchanged: 1},
+			wantStats: rules.PlanStats{Rules: 2, Unchanged: 1},
 		},
 		{
 			name: "columns compare numbers numerically across encodings",
-			ev: Event{Database: "shop", Table: "users", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "users", Operation: rules.Update,
 				Before: row("id=42", "name=1", "email='a'", "active=0", "org_id=7"),
 				After:  row("id=42", "name=1.0", "email='a'", "active=0", "org_id=7")},
 			want:      nil,
-			wantStats: PlanStats{Rules: 2, Unchanged: 1},
+			wantStats: rules.PlanStats{Rules: 2, Unchanged: 1},
 		},
 		{
 			name: "columns: null to value is a change",
-			ev: Event{Database: "shop", Table: "users", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "users", Operation: rules.Update,
 				Before: row("id=42", "name=null", "email='a'", "active=0", "org_id=7"),
 				After:  row("id=42", "name='b'", "email='a'", "active=0", "org_id=7")},
 			want:      []string{"profile bump p:ns:user:42"},
-			wantStats: PlanStats{Rules: 2},
+			wantStats: rules.PlanStats{Rules: 2},
 		},
 		{
 			name: "update moving a row between keys bumps both, before first",
-			ev: Event{Database: "shop", Table: "users", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "users", Operation: rules.Update,
 				Before: row("id=42", "name='a'", "email='a'", "active=1", "org_id=7"),
 				After:  row("id=43", "name='a'", "email='a'", "active=1", "org_id=8")},
 			// The key column changed: it counts as listed, so the
@@ -135,261 +113,261 @@ func TestPlan(t *testing.T) {
 				"by-org bump p:ns:org:7",
 				"by-org bump p:ns:org:8",
 			},
-			wantStats: PlanStats{Rules: 2},
+			wantStats: rules.PlanStats{Rules: 2},
 		},
 		{
 			name: "predicate turning false bumps only the before key",
-			ev: Event{Database: "shop", Table: "users", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "users", Operation: rules.Update,
 				Before: row("id=42", "name='a'", "email='a'", "active=1", "org_id=7"),
 				After:  row("id=42", "name='a'", "email='a'", "active=0", "org_id=8")},
 			want:      []string{"by-org bump p:ns:org:7"},
-			wantStats: PlanStats{Rules: 2, Unchanged: 1},
+			wantStats: rules.PlanStats{Rules: 2, Unchanged: 1},
 		},
 		{
 			name: "predicate turning true bumps only the after key",
-			ev: Event{Database: "shop", Table: "users", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "users", Operation: rules.Update,
 				Before: row("id=42", "name='a'", "email='a'", "active=0", "org_id=7"),
 				After:  row("id=42", "name='a'", "email='a'", "active=1", "org_id=8")},
 			want:      []string{"by-org bump p:ns:org:8"},
-			wantStats: PlanStats{Rules: 2, Unchanged: 1},
+			wantStats: rules.PlanStats{Rules: 2, Unchanged: 1},
 		},
 		{
 			name: "update without before image bumps key(after) whatever when and columns say",
-			ev: Event{Database: "shop", Table: "users", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "users", Operation: rules.Update,
 				After: row("id=42", "name='a'", "email='a'", "active=0", "org_id=8")},
 			want: []string{
 				"profile bump p:ns:user:42",
 				"by-org bump p:ns:org:8",
 			},
-			wantStats: PlanStats{Rules: 2},
+			wantStats: rules.PlanStats{Rules: 2},
 		},
 		{
 			name: "delete bumps key(before)",
-			ev:   Event{Database: "shop", Table: "users", Operation: Delete, Before: row("id=42", "name='a'", "email='a'", "active=1", "org_id=7")},
+			ev:   rules.Event{Database: "shop", Table: "users", Operation: rules.Delete, Before: row("id=42", "name='a'", "email='a'", "active=1", "org_id=7")},
 			want: []string{
 				"profile bump p:ns:user:42",
 				"users-any-db bump p:ns:users",
 				"by-org bump p:ns:org:7",
 			},
-			wantStats: PlanStats{Rules: 3},
+			wantStats: rules.PlanStats{Rules: 3},
 		},
 		{
 			name:      "read is planned only by rules listing read",
-			ev:        Event{Database: "shop", Table: "users", Operation: Read, After: row("id=42", "active=1", "org_id=7")},
+			ev:        rules.Event{Database: "shop", Table: "users", Operation: rules.Read, After: row("id=42", "active=1", "org_id=7")},
 			want:      []string{"users-any-db bump p:ns:users"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "truncate bumps placeholder-free keys of rules listing it",
-			ev:        Event{Database: "shop", Table: "users", Operation: Truncate},
+			ev:        rules.Event{Database: "shop", Table: "users", Operation: rules.Truncate},
 			want:      []string{"users-any-db bump p:ns:users"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name: "truncate of a table without truncate rules plans nothing",
-			ev:   Event{Database: "blog", Table: "comments", Operation: Truncate},
+			ev:   rules.Event{Database: "blog", Table: "comments", Operation: rules.Truncate},
 		},
 		{
 			name: "table without rules plans nothing",
-			ev:   Event{Database: "shop", Table: "orders", Operation: Insert, After: row("id=1")},
+			ev:   rules.Event{Database: "shop", Table: "orders", Operation: rules.Insert, After: row("id=1")},
 		},
 		{
 			name:      "db.table rules match only their database; table rules any",
-			ev:        Event{Database: "other", Table: "users", Operation: Insert, After: row("id=5")},
+			ev:        rules.Event{Database: "other", Table: "users", Operation: rules.Insert, After: row("id=5")},
 			want:      []string{"users-any-db bump p:ns:users", "other-users bump p:ns:other:5"},
-			wantStats: PlanStats{Rules: 2},
+			wantStats: rules.PlanStats{Rules: 2},
 		},
 		{
 			name:      "a null placeholder gives no key and is counted",
-			ev:        Event{Database: "shop", Table: "users", Operation: Insert, After: row("id=null", "active=1", "org_id=null")},
+			ev:        rules.Event{Database: "shop", Table: "users", Operation: rules.Insert, After: row("id=null", "active=1", "org_id=null")},
 			want:      []string{"users-any-db bump p:ns:users"},
-			wantStats: PlanStats{Rules: 3, NullKeys: 2},
+			wantStats: rules.PlanStats{Rules: 3, NullKeys: 2},
 		},
 		{
 			name:      "a predicate column missing from the row is null",
-			ev:        Event{Database: "shop", Table: "users", Operation: Insert, After: row("id=1", "org_id=2")},
+			ev:        rules.Event{Database: "shop", Table: "users", Operation: rules.Insert, After: row("id=1", "org_id=2")},
 			want:      []string{"profile bump p:ns:user:1", "users-any-db bump p:ns:users"},
-			wantStats: PlanStats{Rules: 3},
+			wantStats: rules.PlanStats{Rules: 3},
 		},
 		{
 			name:      "a 2^64 id keeps its digits",
-			ev:        Event{Database: "other", Table: "users", Operation: Insert, After: row("id=18446744073709551616")},
+			ev:        rules.Event{Database: "other", Table: "users", Operation: rules.Insert, After: row("id=18446744073709551616")},
 			want:      []string{"users-any-db bump p:ns:users", "other-users bump p:ns:other:18446744073709551616"},
-			wantStats: PlanStats{Rules: 2},
+			wantStats: rules.PlanStats{Rules: 2},
 		},
 
 		// set rules
 		{
 			name:      "set insert holding when adds, args from the after image",
-			ev:        Event{Database: "shop", Table: "user_interests", Operation: Insert, After: row("user_id=5", "interest_id=9", "active=1")},
+			ev:        rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Insert, After: row("user_id=5", "interest_id=9", "active=1")},
 			want:      []string{"interests set_add p:interests:5 9 args=int:5"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "set insert failing when plans nothing",
-			ev:        Event{Database: "shop", Table: "user_interests", Operation: Insert, After: row("user_id=5", "interest_id=9", "active=0")},
-			wantStats: PlanStats{Rules: 1},
+			ev:        rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Insert, After: row("user_id=5", "interest_id=9", "active=0")},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name: "set update entering the predicate adds",
-			ev: Event{Database: "shop", Table: "user_interests", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Update,
 				Before: row("user_id=5", "interest_id=9", "active=0"), After: row("user_id=5", "interest_id=9", "active=1")},
 			want:      []string{"interests set_add p:interests:5 9 args=int:5"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name: "set update leaving the predicate removes",
-			ev: Event{Database: "shop", Table: "user_interests", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Update,
 				Before: row("user_id=5", "interest_id=9", "active=true"), After: row("user_id=5", "interest_id=9", "active=false")},
 			want:      []string{"interests set_remove p:interests:5 9 args=int:5"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name: "set update moving the row: remove from the old set, add to the new",
-			ev: Event{Database: "shop", Table: "user_interests", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Update,
 				Before: row("user_id=5", "interest_id=9", "active=1"), After: row("user_id=6", "interest_id=9", "active=1")},
 			want: []string{
 				"interests set_remove p:interests:5 9 args=int:5",
 				"interests set_add p:interests:6 9 args=int:6",
 			},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name: "set update changing the member in one set",
-			ev: Event{Database: "shop", Table: "user_interests", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Update,
 				Before: row("user_id=5", "interest_id=9", "active=1"), After: row("user_id=5", "interest_id=10", "active=1")},
 			want: []string{
 				"interests set_remove p:interests:5 9 args=int:5",
 				"interests set_add p:interests:5 10 args=int:5",
 			},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name: "set update keeping the membership plans nothing",
-			ev: Event{Database: "shop", Table: "user_interests", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Update,
 				Before: row("user_id=5", "interest_id=9", "active=1", "note='a'"), After: row("user_id=5", "interest_id=9", "active=1", "note='b'")},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "set update without before image, when holds: add",
-			ev:        Event{Database: "shop", Table: "user_interests", Operation: Update, After: row("user_id=5", "interest_id=9", "active=1")},
+			ev:        rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Update, After: row("user_id=5", "interest_id=9", "active=1")},
 			want:      []string{"interests set_add p:interests:5 9 args=int:5"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "set update without before image, when fails: remove m(after)",
-			ev:        Event{Database: "shop", Table: "user_interests", Operation: Update, After: row("user_id=5", "interest_id=9", "active=0")},
+			ev:        rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Update, After: row("user_id=5", "interest_id=9", "active=0")},
 			want:      []string{"interests set_remove p:interests:5 9 args=int:5"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "set delete removes",
-			ev:        Event{Database: "shop", Table: "user_interests", Operation: Delete, Before: row("user_id=5", "interest_id=9", "active=1")},
+			ev:        rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Delete, Before: row("user_id=5", "interest_id=9", "active=1")},
 			want:      []string{"interests set_remove p:interests:5 9 args=int:5"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "set read is ignored without read in on",
-			ev:        Event{Database: "shop", Table: "user_interests", Operation: Read, After: row("user_id=5", "interest_id=9", "active=1")},
-			wantStats: PlanStats{},
+			ev:        rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Read, After: row("user_id=5", "interest_id=9", "active=1")},
+			wantStats: rules.PlanStats{},
 		},
 		{
 			name:      "set member null gives no membership",
-			ev:        Event{Database: "shop", Table: "user_interests", Operation: Insert, After: row("user_id=5", "interest_id=null", "active=1")},
-			wantStats: PlanStats{Rules: 1, NullKeys: 1},
+			ev:        rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Insert, After: row("user_id=5", "interest_id=null", "active=1")},
+			wantStats: rules.PlanStats{Rules: 1, NullKeys: 1},
 		},
 		{
 			name: "set with a null before member: only the add",
-			ev: Event{Database: "shop", Table: "user_interests", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Update,
 				Before: row("user_id=5", "interest_id=null", "active=1"), After: row("user_id=5", "interest_id=9", "active=1")},
 			want:      []string{"interests set_add p:interests:5 9 args=int:5"},
-			wantStats: PlanStats{Rules: 1, NullKeys: 1},
+			wantStats: rules.PlanStats{Rules: 1, NullKeys: 1},
 		},
 		{
 			name:      "set without load: no args; members and keys escaped",
-			ev:        Event{Database: "blog", Table: "tags", Operation: Insert, After: row("post_id='a b'", "tag='50% off\n'")},
+			ev:        rules.Event{Database: "blog", Table: "tags", Operation: rules.Insert, After: row("post_id='a b'", "tag='50% off\n'")},
 			want:      []string{"tags set_add p:tags:a%20b 50%25%20off%0A"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "long keys are hashed",
-			ev:        Event{Database: "blog", Table: "tags", Operation: Insert, After: row("post_id='"+long+"'", "tag='t'")},
+			ev:        rules.Event{Database: "blog", Table: "tags", Operation: rules.Insert, After: row("post_id='"+long+"'", "tag='t'")},
 			want:      []string{"tags set_add " + mustKey(t, "p:", "tags:{p}", map[string]string{"p": long}) + " t"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 
 		// count rules
 		{
 			name:      "count insert holding when: +1",
-			ev:        Event{Database: "blog", Table: "comments", Operation: Insert, After: row("id=1", "post_id=3", "approved=1")},
+			ev:        rules.Event{Database: "blog", Table: "comments", Operation: rules.Insert, After: row("id=1", "post_id=3", "approved=1")},
 			want:      []string{"comments count p:comments:3 +1 args=int:3"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "count insert failing when: nothing",
-			ev:        Event{Database: "blog", Table: "comments", Operation: Insert, After: row("id=1", "post_id=3", "approved=0")},
-			wantStats: PlanStats{Rules: 1},
+			ev:        rules.Event{Database: "blog", Table: "comments", Operation: rules.Insert, After: row("id=1", "post_id=3", "approved=0")},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name: "count update entering the predicate: +1",
-			ev: Event{Database: "blog", Table: "comments", Operation: Update,
+			ev: rules.Event{Database: "blog", Table: "comments", Operation: rules.Update,
 				Before: row("id=1", "post_id=3", "approved=0"), After: row("id=1", "post_id=3", "approved=1")},
 			want:      []string{"comments count p:comments:3 +1 args=int:3"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name: "count update leaving the predicate: -1",
-			ev: Event{Database: "blog", Table: "comments", Operation: Update,
+			ev: rules.Event{Database: "blog", Table: "comments", Operation: rules.Update,
 				Before: row("id=1", "post_id=3", "approved=1"), After: row("id=1", "post_id=3", "approved=0")},
 			want:      []string{"comments count p:comments:3 -1 args=int:3"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name: "count update moving the row: -1 old key, +1 new key",
-			ev: Event{Database: "blog", Table: "comments", Operation: Update,
+			ev: rules.Event{Database: "blog", Table: "comments", Operation: rules.Update,
 				Before: row("id=1", "post_id=3", "approved=1"), After: row("id=1", "post_id=4", "approved=1")},
 			want: []string{
 				"comments count p:comments:3 -1 args=int:3",
 				"comments count p:comments:4 +1 args=int:4",
 			},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name: "count update within one key cancels",
-			ev: Event{Database: "blog", Table: "comments", Operation: Update,
+			ev: rules.Event{Database: "blog", Table: "comments", Operation: rules.Update,
 				Before: row("id=1", "post_id=3", "approved=1", "body='a'"), After: row("id=1", "post_id=3", "approved=1", "body='b'")},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "count delete: -1",
-			ev:        Event{Database: "blog", Table: "comments", Operation: Delete, Before: row("id=1", "post_id=3", "approved=1")},
+			ev:        rules.Event{Database: "blog", Table: "comments", Operation: rules.Delete, Before: row("id=1", "post_id=3", "approved=1")},
 			want:      []string{"comments count p:comments:3 -1 args=int:3"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "count update without before image recounts whatever when says",
-			ev:        Event{Database: "blog", Table: "comments", Operation: Update, After: row("id=1", "post_id=3", "approved=0")},
+			ev:        rules.Event{Database: "blog", Table: "comments", Operation: rules.Update, After: row("id=1", "post_id=3", "approved=0")},
 			want:      []string{"comments recount p:comments:3 args=int:3"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "count with explicit args in their own order",
-			ev:        Event{Database: "blog", Table: "views", Operation: Insert, After: row("post_id=3", "kind='like'")},
+			ev:        rules.Event{Database: "blog", Table: "views", Operation: rules.Insert, After: row("post_id=3", "kind='like'")},
 			want:      []string{"page-views count p:views:3:like +1 args=string:like,int:3"},
-			wantStats: PlanStats{Rules: 1},
+			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
 			name:      "on without delete: delete plans nothing",
-			ev:        Event{Database: "blog", Table: "views", Operation: Delete, Before: row("post_id=3", "kind='like'")},
-			wantStats: PlanStats{},
+			ev:        rules.Event{Database: "blog", Table: "views", Operation: rules.Delete, Before: row("post_id=3", "kind='like'")},
+			wantStats: rules.PlanStats{},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := tc.ev
-			ev.Source = Position{Topic: "t", Partition: 2, Offset: 99}
-			sentinel := Op{Kind: OpBump, Key: "earlier"}
-			ops, st, err := rs.Plan([]Op{sentinel}, &ev)
+			ev.Source = rules.Position{Topic: "t", Partition: 2, Offset: 99}
+			sentinel := rules.Op{Kind: rules.OpBump, Key: "earlier"}
+			ops, st, err := rs.Plan([]rules.Op{sentinel}, &ev)
 			if err != nil {
 				t.Fatalf("Plan: %v", err)
 			}
@@ -416,7 +394,7 @@ func TestPlan(t *testing.T) {
 
 func mustKey(t testing.TB, prefix, tmpl string, values map[string]string) string {
 	t.Helper()
-	k, err := Key(prefix, tmpl, values)
+	k, err := rules.Key(prefix, tmpl, values)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +404,7 @@ func mustKey(t testing.TB, prefix, tmpl string, values map[string]string) string
 // checkLegalKey fails unless key is a legal memcached key.
 func checkLegalKey(t testing.TB, key string) {
 	t.Helper()
-	if key == "" || len(key) > MaxKeyLen {
+	if key == "" || len(key) > rules.MaxKeyLen {
 		t.Errorf("key %q: length %d", key, len(key))
 	}
 	for i := 0; i < len(key); i++ {
@@ -440,56 +418,56 @@ func TestPlanEventErrors(t *testing.T) {
 	rs := loadFixture(t, "testdata/plan.yaml")
 	tests := []struct {
 		name string
-		ev   Event
-		want EventError
+		ev   rules.Event
+		want rules.EventError
 	}{
 		{
 			name: "key column missing from the after image",
-			ev:   Event{Database: "shop", Table: "users", Operation: Insert, After: row("name='a'", "active=0")},
-			want: EventError{Rule: "profile", Image: "after", Column: "id"},
+			ev:   rules.Event{Database: "shop", Table: "users", Operation: rules.Insert, After: row("name='a'", "active=0")},
+			want: rules.EventError{Rule: "profile", Image: "after", Column: "id"},
 		},
 		{
 			name: "key column missing from the before image of a later rule",
-			ev:   Event{Database: "shop", Table: "users", Operation: Delete, Before: row("id=1", "active=1")},
-			want: EventError{Rule: "by-org", Image: "before", Column: "org_id"},
+			ev:   rules.Event{Database: "shop", Table: "users", Operation: rules.Delete, Before: row("id=1", "active=1")},
+			want: rules.EventError{Rule: "by-org", Image: "before", Column: "org_id"},
 		},
 		{
 			name: "columns entry missing from the before image",
-			ev: Event{Database: "shop", Table: "users", Operation: Update,
+			ev: rules.Event{Database: "shop", Table: "users", Operation: rules.Update,
 				Before: row("id=1", "name='a'"), After: row("id=1", "name='a'", "email='b'")},
-			want: EventError{Rule: "profile", Image: "before", Column: "email"},
+			want: rules.EventError{Rule: "profile", Image: "before", Column: "email"},
 		},
 		{
 			name: "member column missing",
-			ev:   Event{Database: "shop", Table: "user_interests", Operation: Insert, After: row("user_id=1", "active=1")},
-			want: EventError{Rule: "interests", Image: "after", Column: "interest_id"},
+			ev:   rules.Event{Database: "shop", Table: "user_interests", Operation: rules.Insert, After: row("user_id=1", "active=1")},
+			want: rules.EventError{Rule: "interests", Image: "after", Column: "interest_id"},
 		},
 		{
 			name: "args column missing",
-			ev:   Event{Database: "blog", Table: "views", Operation: Insert, After: row("post_id=1", "kind_x=1")},
-			want: EventError{Rule: "page-views", Image: "after", Column: "kind"},
+			ev:   rules.Event{Database: "blog", Table: "views", Operation: rules.Insert, After: row("post_id=1", "kind_x=1")},
+			want: rules.EventError{Rule: "page-views", Image: "after", Column: "kind"},
 		},
 		{
 			name: "update without after image",
-			ev:   Event{Database: "blog", Table: "comments", Operation: Update, Before: row("post_id=1", "approved=1")},
-			want: EventError{Rule: "comments", Image: "after", Reason: "missing; an update needs it"},
+			ev:   rules.Event{Database: "blog", Table: "comments", Operation: rules.Update, Before: row("post_id=1", "approved=1")},
+			want: rules.EventError{Rule: "comments", Image: "after", Reason: "missing; an update needs it"},
 		},
 		{
 			name: "delete without before image",
-			ev:   Event{Database: "blog", Table: "comments", Operation: Delete},
-			want: EventError{Rule: "comments", Image: "before", Reason: "missing; a delete needs it"},
+			ev:   rules.Event{Database: "blog", Table: "comments", Operation: rules.Delete},
+			want: rules.EventError{Rule: "comments", Image: "before", Reason: "missing; a delete needs it"},
 		},
 		{
 			name: "insert without after image",
-			ev:   Event{Database: "blog", Table: "comments", Operation: Insert},
-			want: EventError{Rule: "comments", Image: "after", Reason: "missing; an insert needs it"},
+			ev:   rules.Event{Database: "blog", Table: "comments", Operation: rules.Insert},
+			want: rules.EventError{Rule: "comments", Image: "after", Reason: "missing; an insert needs it"},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			dst := []Op{{Kind: OpBump, Key: "earlier"}}
+			dst := []rules.Op{{Kind: rules.OpBump, Key: "earlier"}}
 			ops, _, err := rs.Plan(dst, &tc.ev)
-			var ee *EventError
+			var ee *rules.EventError
 			if !errors.As(err, &ee) {
 				t.Fatalf("err = %v, want *EventError", err)
 			}
@@ -507,7 +485,7 @@ func TestPlanEventErrors(t *testing.T) {
 }
 
 func TestPlanEmptyKey(t *testing.T) {
-	rs, err := Parse("t.yaml", []byte(`version: 1
+	rs, err := rulefile.Parse("t.yaml", []byte(`version: 1
 rules:
   - name: r
     table: t
@@ -516,12 +494,12 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = rs.Plan(nil, &Event{Table: "t", Operation: Insert, After: row("id=''")})
-	var ee *EventError
+	_, _, err = rs.Plan(nil, &rules.Event{Table: "t", Operation: rules.Insert, After: row("id=''")})
+	var ee *rules.EventError
 	if !errors.As(err, &ee) || ee.Reason != "the key renders empty" {
 		t.Fatalf("err = %v, want an empty-key EventError", err)
 	}
-	ops, _, err := rs.Plan(nil, &Event{Table: "t", Operation: Insert, After: row("id=' '")})
+	ops, _, err := rs.Plan(nil, &rules.Event{Table: "t", Operation: rules.Insert, After: row("id=' '")})
 	if err != nil || len(ops) != 1 || ops[0].Key != "%20" {
 		t.Fatalf("ops = %+v, err = %v; want key %%20", ops, err)
 	}
@@ -535,7 +513,7 @@ func TestPlanAllocs(t *testing.T) {
 		t.Skip("the race detector changes allocation counts")
 	}
 	rs, ev := benchSetup(t)
-	dst := make([]Op, 0, 16)
+	dst := make([]rules.Op, 0, 16)
 	allocs := testing.AllocsPerRun(200, func() {
 		ops, _, err := rs.Plan(dst[:0], ev)
 		if err != nil || len(ops) != 3 {
@@ -551,12 +529,12 @@ func TestPlanAllocs(t *testing.T) {
 // once (run with -race): each must get exactly its sequential result.
 func TestPlanConcurrent(t *testing.T) {
 	rs := loadFixture(t, "testdata/plan.yaml")
-	events := []*Event{
-		{Database: "shop", Table: "users", Operation: Insert, After: row("id=1", "active=1", "org_id=2")},
-		{Database: "shop", Table: "user_interests", Operation: Update,
+	events := []*rules.Event{
+		{Database: "shop", Table: "users", Operation: rules.Insert, After: row("id=1", "active=1", "org_id=2")},
+		{Database: "shop", Table: "user_interests", Operation: rules.Update,
 			Before: row("user_id=5", "interest_id=9", "active=1"), After: row("user_id=6", "interest_id=9", "active=1")},
-		{Database: "blog", Table: "comments", Operation: Delete, Before: row("post_id=3", "approved=1")},
-		{Database: "blog", Table: "tags", Operation: Insert, After: row("post_id='"+strings.Repeat("z", 400)+"'", "tag='a b'")},
+		{Database: "blog", Table: "comments", Operation: rules.Delete, Before: row("post_id=3", "approved=1")},
+		{Database: "blog", Table: "tags", Operation: rules.Insert, After: row("post_id='"+strings.Repeat("z", 400)+"'", "tag='a b'")},
 	}
 	want := make([][]string, len(events))
 	for i, ev := range events {
@@ -571,7 +549,7 @@ func TestPlanConcurrent(t *testing.T) {
 	done := make(chan error)
 	for g := range 4 {
 		go func() {
-			var dst []Op
+			var dst []rules.Op
 			for n := range 300 {
 				i := (g + n) % len(events)
 				var err error
@@ -603,31 +581,31 @@ func TestPlanConcurrent(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	for op, name := range map[OpKind]string{OpBump: "bump", OpSetAdd: "set_add", OpSetRemove: "set_remove",
-		OpCount: "count", OpRecount: "recount", OpSetAppend: "set_append", 0: "unknown"} {
+	for op, name := range map[rules.OpKind]string{rules.OpBump: "bump", rules.OpSetAdd: "set_add", rules.OpSetRemove: "set_remove",
+		rules.OpCount: "count", rules.OpRecount: "recount", rules.OpSetAppend: "set_append", 0: "unknown"} {
 		if op.String() != name {
 			t.Errorf("OpKind(%d).String() = %q, want %q", op, op.String(), name)
 		}
 	}
-	for k, name := range map[RuleKind]string{BumpRule: "bump", SetRule: "set", CountRule: "count", 0: "unknown"} {
+	for k, name := range map[rules.RuleKind]string{rules.BumpRule: "bump", rules.SetRule: "set", rules.CountRule: "count", 0: "unknown"} {
 		if k.String() != name {
 			t.Errorf("RuleKind(%d).String() = %q, want %q", k, k.String(), name)
 		}
 	}
-	for _, op := range []Operation{Insert, Update, Delete, Read, Truncate} {
-		if back, ok := ParseOperation(op.String()); !ok || back != op {
+	for _, op := range []rules.Operation{rules.Insert, rules.Update, rules.Delete, rules.Read, rules.Truncate} {
+		if back, ok := rules.ParseOperation(op.String()); !ok || back != op {
 			t.Errorf("ParseOperation(%q) = %v, %v", op.String(), back, ok)
 		}
 	}
-	s := PlanStats{Rules: 1, NullKeys: 2, Unchanged: 3}
-	s.Add(PlanStats{Rules: 10, NullKeys: 20, Unchanged: 30})
-	if s != (PlanStats{Rules: 11, NullKeys: 22, Unchanged: 33}) {
+	s := rules.PlanStats{Rules: 1, NullKeys: 2, Unchanged: 3}
+	s.Add(rules.PlanStats{Rules: 10, NullKeys: 20, Unchanged: 30})
+	if s != (rules.PlanStats{Rules: 11, NullKeys: 22, Unchanged: 33}) {
 		t.Errorf("Add = %+v", s)
 	}
 }
 
 func TestPlanColumnsCountWhenFlip(t *testing.T) {
-	rs, err := Parse("inline.yaml", []byte(`version: 1
+	rs, err := rulefile.Parse("inline.yaml", []byte(`version: 1
 rules:
   - name: visible-user
     table: shop.users
@@ -640,7 +618,7 @@ rules:
 	}
 	cases := []struct {
 		name          string
-		before, after Row
+		before, after rules.Row
 		want          int
 	}{
 		{"when turns false", row("id=1", "name='a'", "active=1"), row("id=1", "name='a'", "active=0"), 1},
@@ -648,7 +626,7 @@ rules:
 		{"nothing listed changed", row("id=1", "name='a'", "active=1", "x=1"), row("id=1", "name='a'", "active=1", "x=2"), 0},
 	}
 	for _, c := range cases {
-		ops, _, err := rs.Plan(nil, &Event{Database: "shop", Table: "users", Operation: Update, Before: c.before, After: c.after})
+		ops, _, err := rs.Plan(nil, &rules.Event{Database: "shop", Table: "users", Operation: rules.Update, Before: c.before, After: c.after})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}

@@ -13,7 +13,7 @@ import (
 )
 
 // A predicate is a compiled `when` expression (the language and its
-// semantics are described on ParseFiles). It is evaluated directly on a
+// semantics are described on rulefile.ParseFiles). It is evaluated directly on a
 // Row, without building an environment or allocating, and is safe for
 // concurrent use.
 type predicate struct {
@@ -169,17 +169,26 @@ func canonicalInt(v Value) bool {
 	return true
 }
 
-// exprError is a compile error of a `when` expression at a position
-// inside it: 1-based line and 0-based rune column.
-type exprError struct {
-	line, col int
-	msg       string
+// PredicateError is a compile error of a `when` expression at a position
+// inside it.
+type PredicateError struct {
+	// Line is 1-based; Column is the 0-based rune offset in that line.
+	Line, Column int
+	Msg          string
 }
 
-func (e *exprError) Error() string { return e.msg }
+func (e *PredicateError) Error() string { return e.Msg }
+
+// CheckPredicate compiles a `when` expression (see rulefile for the syntax)
+// and reports why it cannot be used: nil, or a *PredicateError locating
+// the problem inside src.
+func CheckPredicate(src string) error {
+	_, err := compilePredicate(src)
+	return err
+}
 
 // compilePredicate parses src with expr's parser and compiles the subset
-// described on predicate. Errors are *exprError.
+// described on predicate. Errors are *PredicateError.
 func compilePredicate(src string) (p *predicate, err error) {
 	tree, err := parseExpr(src)
 	if err != nil {
@@ -189,9 +198,9 @@ func compilePredicate(src string) (p *predicate, err error) {
 			if strings.HasPrefix(msg, "invalid integer literal") || msg == "integer literal is too large" {
 				msg = "integer literal beyond 64 bits; write it as a string: x == \"18446744073709551616\""
 			}
-			return nil, &exprError{line: max(fe.Line, 1), col: max(fe.Column, 0), msg: msg}
+			return nil, &PredicateError{Line: max(fe.Line, 1), Column: max(fe.Column, 0), Msg: msg}
 		}
-		return nil, &exprError{line: 1, msg: err.Error()}
+		return nil, &PredicateError{Line: 1, Msg: err.Error()}
 	}
 	c := compiler{src: src}
 	root := c.cond(tree.Node)
@@ -214,7 +223,7 @@ func parseExpr(src string) (tree *parser.Tree, err error) {
 
 type compiler struct {
 	src string
-	err *exprError
+	err *PredicateError
 }
 
 // fail records the first error, located at node n.
@@ -239,7 +248,7 @@ func (c *compiler) fail(n ast.Node, format string, args ...any) *pnode {
 			r++
 		}
 	}
-	c.err = &exprError{line: line, col: col, msg: fmt.Sprintf(format, args...)}
+	c.err = &PredicateError{Line: line, Column: col, Msg: fmt.Sprintf(format, args...)}
 	return nil
 }
 

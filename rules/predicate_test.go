@@ -133,13 +133,13 @@ func TestPredicateCompileErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		_, err := compilePredicate(tc.expr)
-		var ee *exprError
+		var ee *PredicateError
 		if !errors.As(err, &ee) {
-			t.Errorf("compile %q: err = %v, want an exprError", tc.expr, err)
+			t.Errorf("compile %q: err = %v, want a PredicateError", tc.expr, err)
 			continue
 		}
-		if ee.line != tc.line || ee.col != tc.col {
-			t.Errorf("compile %q: error %q at %d:%d, want %d:%d", tc.expr, ee.msg, ee.line, ee.col, tc.line, tc.col)
+		if ee.Line != tc.line || ee.Column != tc.col {
+			t.Errorf("compile %q: error %q at %d:%d, want %d:%d", tc.expr, ee.Msg, ee.Line, ee.Column, tc.line, tc.col)
 		}
 	}
 }

@@ -1,5 +1,5 @@
 //go:build !race
 
-package rules
+package rules_test
 
 const raceEnabled = false

@@ -1,6 +1,6 @@
 //go:build race
 
-package rules
+package rules_test
 
 // raceEnabled reports whether the race detector is on; it makes sync.Pool
 // drop items at random, which changes allocation counts.

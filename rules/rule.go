@@ -38,6 +38,15 @@ type Rule struct {
 	// RebumpAfter, for bump rules, is the delay of the second bump; 0 means
 	// none.
 	RebumpAfter time.Duration
+	// Copies, for bump rules, is how many copies of each namespace are
+	// kept for readers to spread a hot key over (docs/formats.md): every
+	// bump bumps all of them. Copy i lives at CopyKey(key, i). 0 means one
+	// item, at the key itself.
+	Copies int
+	// Evidence, for bump rules, keeps a master namespace with an evidence
+	// bitmap beside the entities' own namespaces (docs/formats.md); nil
+	// when the rule has none.
+	Evidence *Evidence
 	// Query is the set rule's load query or the count rule's recount
 	// query, with '?' placeholders bound to an op's Args; "" when none.
 	Query string
@@ -89,6 +98,35 @@ type Rule struct {
 	// nameLine and nameColumn locate the name, for duplicate reports.
 	nameLine, nameColumn int
 }
+
+// MaxCopies bounds Rule.Copies.
+const MaxCopies = 64
+
+// Evidence configures a master namespace with an evidence bitmap: one item
+// holding a master version and one bit per entity id modulo Bits. An
+// entity whose bit is clear uses the master version; the daemon sets the
+// bit of every entity it bumps, and readers of an entity whose bit is set
+// use its own namespace.
+type Evidence struct {
+	// Master is the master item's key template, without placeholders;
+	// the rule's prefix goes in front of it.
+	Master *Template
+	// MasterKey is the master item's final key (set by NewRuleSet).
+	MasterKey string
+	// Bits is the number of bits of the bitmap: a multiple of 8 from 8 to
+	// MaxEvidenceBits. Default 64.
+	Bits int
+	// MaxSet is the most bits the bitmap holds: the daemon rolls the
+	// master (a new version, every bit clear) rather than set one more.
+	// From 1 to Bits; default Bits/4.
+	MaxSet int
+	// Column is the entity id: the bump key's one placeholder column (set
+	// by NewRuleSet).
+	Column string
+}
+
+// MaxEvidenceBits bounds Evidence.Bits.
+const MaxEvidenceBits = 8192
 
 // Handles reports whether the rule lists op in its `on` list.
 func (r *Rule) Handles(op Operation) bool { return r.onMask&(1<<op) != 0 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // Result is the outcome of one test.
@@ -37,7 +38,7 @@ func (s Summary) OK() bool { return s.Failed == 0 && s.BrokenFiles == 0 }
 
 // LoadRules loads the suite's rule files.
 func (s *Suite) LoadRules() (*rules.RuleSet, error) {
-	return rules.LoadPaths(s.RuleFiles...)
+	return rulefile.LoadPaths(s.RuleFiles...)
 }
 
 // Run runs every test of the suite against rs, in file order.

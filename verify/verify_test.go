@@ -14,6 +14,7 @@ import (
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 func TestConsistencyText(t *testing.T) {
@@ -105,7 +106,7 @@ func newFixture(t *testing.T) *fixture {
 		}
 	}
 	prefix := "vt" + testsvc.Unique() + ":"
-	rs, err := rules.Parse("fixture.yaml", []byte(strings.ReplaceAll(fixtureRules, "%PREFIX%", prefix)))
+	rs, err := rulefile.Parse("fixture.yaml", []byte(strings.ReplaceAll(fixtureRules, "%PREFIX%", prefix)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // stringList is a repeatable string flag.
@@ -58,7 +58,7 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return usageErrorf("plan: --format: %v", err)
 	}
-	rs, err := rules.LoadPaths(rulePaths...)
+	rs, err := rulefile.LoadPaths(rulePaths...)
 	if err != nil {
 		return reportLoadError(stderr, err)
 	}

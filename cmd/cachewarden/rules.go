@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 	"github.com/cachewarden/cachewarden/ruletest"
 )
 
@@ -52,7 +53,7 @@ func (a *app) rulesCheck(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return usageErrorf("rules check: no PATH given")
 	}
-	rs, err := rules.LoadPaths(fs.Args()...)
+	rs, err := rulefile.LoadPaths(fs.Args()...)
 	if err != nil {
 		return reportLoadError(stderr, err)
 	}

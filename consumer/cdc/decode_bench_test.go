@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // Realistic single-row messages of about 800 bytes: an orders row of 12
@@ -86,7 +87,7 @@ rules:
 // before coalescing: decode one message and plan its row change against
 // two matching rules, per format, with reused buffers.
 func BenchmarkDecodePlan(b *testing.B) {
-	rs, err := rules.Parse("bench.yaml", []byte(benchOrderRules))
+	rs, err := rulefile.Parse("bench.yaml", []byte(benchOrderRules))
 	if err != nil {
 		b.Fatal(err)
 	}

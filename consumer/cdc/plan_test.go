@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 const planTestRules = `
@@ -35,7 +36,7 @@ rules:
 
 func planTestRuleSet(t testing.TB) *rules.RuleSet {
 	t.Helper()
-	rs, err := rules.Parse("plan-test.yaml", []byte(planTestRules))
+	rs, err := rulefile.Parse("plan-test.yaml", []byte(planTestRules))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,15 @@
-package rules
+package rulefile
 
 import (
 	"slices"
 	"testing"
+
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 func TestFallbackKeys(t *testing.T) {
 	rs, err := ParseFiles(
-		RuleFile{Name: "shop.yaml", Data: []byte(`version: 1
+		File{Name: "shop.yaml", Data: []byte(`version: 1
 prefix: "shop:"
 fallback: "tbl:{db}.{table}"
 rules:
@@ -15,12 +17,12 @@ rules:
   - {name: user-count, table: shop.users, count: {key: "users:{team}"}}
   - {name: order, table: shop.orders, bump: "ns:order:{id}"}
 `)},
-		RuleFile{Name: "any.yaml", Data: []byte(`version: 1
+		File{Name: "any.yaml", Data: []byte(`version: 1
 fallback: "any:{table}"
 rules:
   - {name: any-user, table: users, bump: "u:{id}"}
 `)},
-		RuleFile{Name: "none.yaml", Data: []byte(`version: 1
+		File{Name: "none.yaml", Data: []byte(`version: 1
 rules:
   - {name: plain-order, table: shop.orders, bump: "o:{id}"}
 `)},
@@ -42,8 +44,8 @@ rules:
 			t.Errorf("FallbackKeys(%q, %q) = %q, want %q", tc.db, tc.table, got, tc.want)
 		}
 	}
-	op := rs.FallbackOp("shop:tbl:shop.users", Position{Topic: "t", Offset: 3})
-	if op.Kind != OpBump || op.Rule == nil || op.Rule.TTL != 0 || op.Rule.RebumpAfter != 0 || op.Source.Offset != 3 {
+	op := rs.FallbackOp("shop:tbl:shop.users", rules.Position{Topic: "t", Offset: 3})
+	if op.Kind != rules.OpBump || op.Rule == nil || op.Rule.TTL != 0 || op.Rule.RebumpAfter != 0 || op.Source.Offset != 3 {
 		t.Errorf("FallbackOp = %+v", op)
 	}
 	if got := rs.Tables(); !slices.Equal(got, []string{"shop.users", "shop.orders", "users"}) {

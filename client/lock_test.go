@@ -1,4 +1,4 @@
-package cacheops
+package client
 
 import (
 	"context"
@@ -12,9 +12,8 @@ import (
 )
 
 func TestTryLockIsExclusive(t *testing.T) {
-	mc := readTestClient(t)
-	r := NewReader(mc, readTestLogger(t), ReaderOptions{})
-	key := readTestKey("lock")
+	e := newTestEnv(t, nil, nil)
+	r, key := e.c, e.prefix+"lock"
 
 	const contenders = 20
 	start := make(chan struct{})
@@ -25,7 +24,7 @@ func TestTryLockIsExclusive(t *testing.T) {
 	for range contenders {
 		wg.Go(func() {
 			<-start
-			l, ok, err := r.TryLock(key, 30*time.Second)
+			l, ok, err := r.TryLock(t.Context(), key, 30*time.Second)
 			if err != nil {
 				t.Error(err)
 				return
@@ -43,32 +42,31 @@ func TestTryLockIsExclusive(t *testing.T) {
 	if n := winners.Load(); n != 1 {
 		t.Fatalf("%d contenders got the lock, want exactly 1", n)
 	}
-	if _, ok, err := r.TryLock(key, time.Second); ok || err != nil {
+	if _, ok, err := r.TryLock(t.Context(), key, time.Second); ok || err != nil {
 		t.Fatalf("held lock taken again: ok=%v err=%v", ok, err)
 	}
-	if err := held.Unlock(); err != nil {
+	if err := held.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := held.Unlock(); !errors.Is(err, ErrLockLost) {
+	if err := held.Unlock(t.Context()); !errors.Is(err, ErrLockLost) {
 		t.Errorf("second Unlock: %v, want ErrLockLost", err)
 	}
-	l, ok, err := r.TryLock(key, time.Second)
+	l, ok, err := r.TryLock(t.Context(), key, time.Second)
 	if !ok || err != nil {
 		t.Fatalf("released lock not available: ok=%v err=%v", ok, err)
 	}
 	if l.Key() != key {
 		t.Errorf("Key() = %q", l.Key())
 	}
-	if _, _, err := r.TryLock(readTestKey("lock"), 0); err == nil {
+	if _, _, err := r.TryLock(t.Context(), key+"2", 0); err == nil {
 		t.Error("a lock without a TTL was accepted")
 	}
 }
 
 func TestUnlockLeavesAnotherHoldersLock(t *testing.T) {
-	mc := readTestClient(t)
-	r := NewReader(mc, readTestLogger(t), ReaderOptions{})
-	key := readTestKey("lock")
-	l, ok, err := r.TryLock(key, 30*time.Second)
+	e := newTestEnv(t, nil, nil)
+	r, mc, key := e.c, e.mc, e.prefix+"lock"
+	l, ok, err := r.TryLock(t.Context(), key, 30*time.Second)
 	if !ok || err != nil {
 		t.Fatalf("TryLock: ok=%v err=%v", ok, err)
 	}
@@ -77,7 +75,7 @@ func TestUnlockLeavesAnotherHoldersLock(t *testing.T) {
 	if err := mc.Set(&memcache.Item{Key: key, Value: []byte("someone-else"), Expiration: 30}); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Unlock(); !errors.Is(err, ErrLockLost) {
+	if err := l.Unlock(t.Context()); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("Unlock of a retaken lock: %v, want ErrLockLost", err)
 	}
 	if it, err := mc.Get(key); err != nil || string(it.Value) != "someone-else" {
@@ -86,14 +84,13 @@ func TestUnlockLeavesAnotherHoldersLock(t *testing.T) {
 }
 
 func TestLockExpires(t *testing.T) {
-	mc := readTestClient(t)
-	r := NewReader(mc, readTestLogger(t), ReaderOptions{})
-	key := readTestKey("lock")
-	first, ok, err := r.TryLock(key, time.Second)
+	e := newTestEnv(t, nil, nil)
+	r, key := e.c, e.prefix+"lock"
+	first, ok, err := r.TryLock(t.Context(), key, time.Second)
 	if !ok || err != nil {
 		t.Fatalf("TryLock: ok=%v err=%v", ok, err)
 	}
-	if _, ok, _ := r.TryLock(key, time.Second); ok {
+	if _, ok, _ := r.TryLock(t.Context(), key, time.Second); ok {
 		t.Fatal("lock taken while held")
 	}
 	// The blocking form waits out the TTL (at most 3s on memcached's
@@ -102,19 +99,18 @@ func TestLockExpires(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("lock did not expire: ok=%v err=%v", ok, err)
 	}
-	if err := first.Unlock(); !errors.Is(err, ErrLockLost) {
+	if err := first.Unlock(t.Context()); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("Unlock of an expired lock: %v, want ErrLockLost", err)
 	}
-	if err := second.Unlock(); err != nil {
+	if err := second.Unlock(t.Context()); err != nil {
 		t.Fatalf("the new holder's lock was released by the old one: %v", err)
 	}
 }
 
 func TestLockWaitsForRelease(t *testing.T) {
-	mc := readTestClient(t)
-	r := NewReader(mc, readTestLogger(t), ReaderOptions{LockPoll: 5 * time.Millisecond})
-	key := readTestKey("lock")
-	held, ok, err := r.TryLock(key, time.Minute)
+	e := newTestEnv(t, nil, func(c *Config) { c.LockPoll = 5 * time.Millisecond })
+	r, key := e.c, e.prefix+"lock"
+	held, ok, err := r.TryLock(t.Context(), key, time.Minute)
 	if !ok || err != nil {
 		t.Fatalf("TryLock: ok=%v err=%v", ok, err)
 	}
@@ -139,14 +135,14 @@ func TestLockWaitsForRelease(t *testing.T) {
 		l, ok, err := r.Lock(t.Context(), key, time.Minute, time.Minute)
 		got <- result{l, ok, err}
 	}()
-	if err := held.Unlock(); err != nil {
+	if err := held.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	res := <-got
 	if !res.ok || res.err != nil {
 		t.Fatalf("waiting Lock after release: ok=%v err=%v", res.ok, res.err)
 	}
-	if err := res.l.Unlock(); err != nil {
+	if err := res.l.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 }

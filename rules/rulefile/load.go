@@ -1,4 +1,10 @@
-package rules
+// Package rulefile loads cachewarden's rule files (YAML) into a
+// rules.RuleSet, reporting every problem with its file, line and column.
+//
+// It is the only part of the rules that needs a YAML parser: the planner
+// and the types live in package rules, so that programs which build their
+// rules another way (rules.NewRuleSet) link no YAML.
+package rulefile
 
 import (
 	"bytes"
@@ -12,76 +18,17 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cachewarden/cachewarden/rules"
 )
 
-// MaxTTL is the longest item TTL a rule may set. Memcached reads an
-// expiry above 30 days as an absolute Unix time, so longer TTLs would
-// expire items at once.
-const MaxTTL = 30 * 24 * time.Hour
-
-// RuleSet is a loaded, validated set of rules. It is immutable and safe for
-// concurrent use; Plan may be called from many goroutines.
-type RuleSet struct {
-	rules   []*Rule
-	byName  map[string]*Rule
-	byTable map[string][]*Rule
-	scratch sync.Pool // of *planScratch
-	// fallbackRule is the rule of fallback bumps: no TTL, no second bump.
-	fallbackRule *Rule
-}
-
-// Rules returns the rules in load order (files in the order given, rules
-// in file order). The slice must not be modified.
-func (rs *RuleSet) Rules() []*Rule { return rs.rules }
-
-// Rule returns the rule with the given name, or nil.
-func (rs *RuleSet) Rule(name string) *Rule { return rs.byName[name] }
-
-// Problem is one error found in a rule file. Line and Column are 1-based;
-// both are 0 when the problem concerns the whole file (it cannot be read,
-// for instance).
-type Problem struct {
-	File   string
-	Line   int
-	Column int
-	Msg    string
-}
-
-// String formats the problem as file:line:col: msg (file: msg without a
-// position).
-func (p Problem) String() string {
-	if p.Line == 0 {
-		return fmt.Sprintf("%s: %s", p.File, p.Msg)
-	}
-	return fmt.Sprintf("%s:%d:%d: %s", p.File, p.Line, p.Column, p.Msg)
-}
-
-// LoadError holds every problem found while loading rule files, in file
-// order and then by position.
-type LoadError struct {
-	Problems []Problem
-}
-
-// Error returns the problems, one per line.
-func (e *LoadError) Error() string {
-	var b strings.Builder
-	for i, p := range e.Problems {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(p.String())
-	}
-	return b.String()
-}
-
-// RuleFile is the content of one rule file; Name is used in problems and
-// in Rule.File.
-type RuleFile struct {
+// File is the content of one rule file; Name is used in problems and in
+// Rule.File.
+type File struct {
 	Name string
 	Data []byte
 }
@@ -90,31 +37,31 @@ type RuleFile struct {
 // *.yaml and *.yml files (not those whose name starts with '.', not
 // subdirectories) are loaded in name order. Rules keep the order of the
 // paths and of the files. Every problem of every file is reported at once
-// in a *LoadError.
-func LoadPaths(paths ...string) (*RuleSet, error) {
+// in a *rules.LoadError.
+func LoadPaths(paths ...string) (*rules.RuleSet, error) {
 	if len(paths) == 0 {
-		return nil, &LoadError{Problems: []Problem{{File: "rules", Msg: "no rule file given"}}}
+		return nil, &rules.LoadError{Problems: []rules.Problem{{File: "rules", Msg: "no rule file given"}}}
 	}
-	var files []RuleFile
-	var problems []Problem
+	var files []File
+	var problems []rules.Problem
 	for _, p := range paths {
 		st, err := os.Stat(p)
 		if err != nil {
-			problems = append(problems, Problem{File: p, Msg: pathErrorMsg(err)})
+			problems = append(problems, rules.Problem{File: p, Msg: pathErrorMsg(err)})
 			continue
 		}
 		if !st.IsDir() {
 			data, err := os.ReadFile(p)
 			if err != nil {
-				problems = append(problems, Problem{File: p, Msg: pathErrorMsg(err)})
+				problems = append(problems, rules.Problem{File: p, Msg: pathErrorMsg(err)})
 				continue
 			}
-			files = append(files, RuleFile{Name: p, Data: data})
+			files = append(files, File{Name: p, Data: data})
 			continue
 		}
 		entries, err := os.ReadDir(p)
 		if err != nil {
-			problems = append(problems, Problem{File: p, Msg: pathErrorMsg(err)})
+			problems = append(problems, rules.Problem{File: p, Msg: pathErrorMsg(err)})
 			continue
 		}
 		found := 0
@@ -126,7 +73,7 @@ func LoadPaths(paths ...string) (*RuleSet, error) {
 			full := filepath.Join(p, name)
 			st, err := os.Stat(full) // follows symlinks
 			if err != nil {
-				problems = append(problems, Problem{File: full, Msg: pathErrorMsg(err)})
+				problems = append(problems, rules.Problem{File: full, Msg: pathErrorMsg(err)})
 				continue
 			}
 			if st.IsDir() {
@@ -134,23 +81,23 @@ func LoadPaths(paths ...string) (*RuleSet, error) {
 			}
 			data, err := os.ReadFile(full)
 			if err != nil {
-				problems = append(problems, Problem{File: full, Msg: pathErrorMsg(err)})
+				problems = append(problems, rules.Problem{File: full, Msg: pathErrorMsg(err)})
 				continue
 			}
 			found++
-			files = append(files, RuleFile{Name: full, Data: data})
+			files = append(files, File{Name: full, Data: data})
 		}
 		if found == 0 {
-			problems = append(problems, Problem{File: p, Msg: "directory has no *.yaml or *.yml rule file"})
+			problems = append(problems, rules.Problem{File: p, Msg: "directory has no *.yaml or *.yml rule file"})
 		}
 	}
 	rs, err := ParseFiles(files...)
 	if len(problems) > 0 {
-		var le *LoadError
+		var le *rules.LoadError
 		if errors.As(err, &le) {
 			problems = append(problems, le.Problems...)
 		}
-		return nil, &LoadError{Problems: problems}
+		return nil, &rules.LoadError{Problems: problems}
 	}
 	return rs, err
 }
@@ -164,8 +111,8 @@ func pathErrorMsg(err error) string {
 }
 
 // Parse loads one rule file held in memory; filename is used in problems.
-func Parse(filename string, data []byte) (*RuleSet, error) {
-	return ParseFiles(RuleFile{Name: filename, Data: data})
+func Parse(filename string, data []byte) (*rules.RuleSet, error) {
+	return ParseFiles(File{Name: filename, Data: data})
 }
 
 // ParseFiles loads several rule files held in memory as one rule set, in
@@ -184,18 +131,23 @@ func Parse(filename string, data []byte) (*RuleSet, error) {
 //	    columns: [name, email] # bump rules only: updates bump only if one changed
 //	    bump: "ns:user:{id}"   # exactly one of bump, set, count
 //	    rebump_after: 5s       # bump rules only: second bump after this delay
+//	    copies: 4              # bump rules only: keep 2..64 copies of each namespace (hot keys)
+//	    evidence:              # bump rules only, not with copies: a master namespace
+//	      master: "ns:user:master"  # its key (no placeholders)
+//	      bits: 64             # the bitmap's size: a multiple of 8 from 8 to 8192
+//	      max_set: 16          # roll the master beyond this many bits set; default bits/4
 //	    ttl: 3600              # item TTL: seconds, or a duration ("1h", "90s")
 //
 // set holds key, member, and optionally load (a query with '?'
 // placeholders), args and keys; count holds key, and optionally recount,
-// args and keys (see Rule.Keys). args are the columns bound to the query's placeholders, by default
+// args and keys (see rules.Rule.Keys). args are the columns bound to the query's placeholders, by default
 // the key template's placeholder columns in order; their number must match
 // the '?' placeholders outside quotes and comments. args without a query
 // is an error.
 //
 // ttl and rebump_after are an integer number of seconds or a Go duration
 // string ("90s", "5m", "1h30m"); a quoted number is neither. ttl must be
-// whole seconds and at most 30 days (MaxTTL); 0 means no expiry.
+// whole seconds and at most 30 days (rules.MaxTTL); 0 means no expiry.
 // rebump_after may be fractional ("500ms").
 //
 // truncate may be listed only by bump rules whose key has no placeholder.
@@ -220,12 +172,13 @@ func Parse(filename string, data []byte) (*RuleSet, error) {
 // bytes ("007" != "7"); a non-numeric string never equals a number and is
 // not ordered against one; a bare column is true when it is a non-zero
 // number, as in MySQL.
-func ParseFiles(files ...RuleFile) (*RuleSet, error) {
-	var all []*Rule
-	var problems []Problem
+func ParseFiles(files ...File) (*rules.RuleSet, error) {
+	var all []*rules.Rule
+	var problems []rules.Problem
+	names := make(map[*rules.Rule]position)
 	for _, f := range files {
-		fl := &fileLoader{file: f.Name, data: f.Data}
-		rules := fl.load()
+		fl := &fileLoader{file: f.Name, data: f.Data, namePos: names}
+		loaded := fl.load()
 		sort.SliceStable(fl.problems, func(i, j int) bool {
 			a, b := fl.problems[i], fl.problems[j]
 			if a.Line != b.Line {
@@ -234,32 +187,32 @@ func ParseFiles(files ...RuleFile) (*RuleSet, error) {
 			return a.Column < b.Column
 		})
 		problems = append(problems, fl.problems...)
-		all = append(all, rules...)
+		all = append(all, loaded...)
 	}
-	byName := make(map[string]*Rule, len(all))
+	byName := make(map[string]*rules.Rule, len(all))
 	for _, r := range all {
 		if first, dup := byName[r.Name]; dup {
-			problems = append(problems, Problem{File: r.File, Line: r.nameLine, Column: r.nameColumn,
-				Msg: fmt.Sprintf("duplicate rule name %q (first defined at %s:%d:%d)", r.Name, first.File, first.nameLine, first.nameColumn)})
+			at, firstAt := names[r], names[first]
+			problems = append(problems, rules.Problem{File: r.File, Line: at.line, Column: at.column,
+				Msg: fmt.Sprintf("duplicate rule name %q (first defined at %s:%d:%d)", r.Name, first.File, firstAt.line, firstAt.column)})
 			continue
 		}
 		byName[r.Name] = r
 	}
 	if len(problems) > 0 {
 		sortProblems(problems, files)
-		return nil, &LoadError{Problems: problems}
+		return nil, &rules.LoadError{Problems: problems}
 	}
-	rs := &RuleSet{rules: all, byName: byName, byTable: make(map[string][]*Rule),
-		fallbackRule: &Rule{Name: "fallback", Kind: BumpRule}}
-	for _, r := range all {
-		rs.byTable[r.Table] = append(rs.byTable[r.Table], r)
-	}
-	rs.scratch.New = func() any { return new(planScratch) }
-	return rs, nil
+	// The loader checked everything NewRuleSet checks, with positions in
+	// the files; NewRuleSet completes the rules.
+	return rules.NewRuleSet(all)
 }
 
+// position locates a node in a rule file.
+type position struct{ line, column int }
+
 // sortProblems orders problems by file (in load order) and position.
-func sortProblems(problems []Problem, files []RuleFile) {
+func sortProblems(problems []rules.Problem, files []File) {
 	order := make(map[string]int, len(files))
 	for i, f := range files {
 		if _, ok := order[f.Name]; !ok {
@@ -284,21 +237,23 @@ type fileLoader struct {
 	data     []byte
 	lines    []string
 	prefix   string
-	problems []Problem
+	problems []rules.Problem
+	// names records where each rule's name is, for duplicate reports.
+	namePos map[*rules.Rule]position
 	// fallback is the file's fallback namespace template; nil when none.
-	fallback     *Template
+	fallback     *rules.Template
 	fallbackNode *yaml.Node
 }
 
 func (l *fileLoader) errorAt(line, col int, format string, args ...any) {
-	l.problems = append(l.problems, Problem{File: l.file, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)})
+	l.problems = append(l.problems, rules.Problem{File: l.file, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (l *fileLoader) errorf(n *yaml.Node, format string, args ...any) {
 	l.errorAt(n.Line, n.Column, format, args...)
 }
 
-func (l *fileLoader) load() []*Rule {
+func (l *fileLoader) load() []*rules.Rule {
 	dec := yaml.NewDecoder(bytes.NewReader(l.data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -365,22 +320,22 @@ func (l *fileLoader) load() []*Rule {
 		l.errorf(seq, "rules must be a list")
 		return nil
 	}
-	var rules []*Rule
+	var loaded []*rules.Rule
 	for _, item := range seq.Content {
 		if r := l.rule(resolve(item)); r != nil {
-			rules = append(rules, r)
+			loaded = append(loaded, r)
 		}
 	}
 	if l.fallback != nil {
-		for _, r := range rules {
+		for _, r := range loaded {
 			l.setFallback(r)
 		}
 	}
-	return rules
+	return loaded
 }
 
 // setFallback renders the file's fallback namespace key for r's table.
-func (l *fileLoader) setFallback(r *Rule) {
+func (l *fileLoader) setFallback(r *rules.Rule) {
 	if r.Table == "" {
 		return // the rule's table had a problem already
 	}
@@ -397,7 +352,7 @@ func (l *fileLoader) setFallback(r *Rule) {
 		l.errorf(l.fallbackNode, "fallback: {%s} is unknown for rule %q, whose table %q names no database", missing, r.Name, r.Table)
 		return
 	}
-	r.Fallback = FinishKey(buf)
+	r.Fallback = rules.FinishKey(buf)
 }
 
 // yamlError turns a YAML syntax error ("yaml: line N: msg") into a problem.
@@ -557,12 +512,12 @@ func validRuleName(s string) bool {
 }
 
 // template parses a key or member template field.
-func (l *fileLoader) template(n *yaml.Node, what string) *Template {
+func (l *fileLoader) template(n *yaml.Node, what string) *rules.Template {
 	s, ok := l.str(n, what)
 	if !ok {
 		return nil
 	}
-	t, err := ParseTemplate(s)
+	t, err := rules.ParseTemplate(s)
 	if err != nil {
 		l.errorf(n, "%s: %v", what, err)
 		return nil
@@ -600,18 +555,18 @@ func (l *fileLoader) duration(n *yaml.Node, what string) (time.Duration, bool) {
 }
 
 // ruleFields are the fields a rule may have.
-var ruleFields = []string{"name", "table", "on", "when", "columns", "bump", "set", "count", "ttl", "rebump_after"}
+var ruleFields = []string{"name", "table", "on", "when", "columns", "bump", "set", "count", "ttl", "rebump_after", "copies", "evidence"}
 
 // rule loads one rule; it returns nil when the rule has problems (they are
 // recorded) except that a rule with a name is returned for duplicate-name
 // checks whenever its name is usable.
-func (l *fileLoader) rule(n *yaml.Node) *Rule {
+func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
 	if n.Kind != yaml.MappingNode {
 		l.errorf(n, "a rule must be a mapping")
 		return nil
 	}
 	before := len(l.problems)
-	r := &Rule{File: l.file, Line: n.Line, Column: n.Column, Prefix: l.prefix}
+	r := &rules.Rule{File: l.file, Line: n.Line, Column: n.Column, Prefix: l.prefix}
 	fs := l.fields(n, "rule", ruleFields...)
 
 	label := "rule"
@@ -622,7 +577,7 @@ func (l *fileLoader) rule(n *yaml.Node) *Rule {
 			l.errorf(f.value, "rule name %q must not contain spaces or control characters", s)
 		} else {
 			r.Name = s
-			r.nameLine, r.nameColumn = f.value.Line, f.value.Column
+			l.namePos[r] = position{line: f.value.Line, column: f.value.Column}
 			label = fmt.Sprintf("rule %q", s)
 		}
 	}
@@ -664,13 +619,13 @@ func (l *fileLoader) rule(n *yaml.Node) *Rule {
 		v := fs[first].value
 		switch first {
 		case "bump":
-			r.Kind = BumpRule
+			r.Kind = rules.BumpRule
 			r.Key = l.template(v, "bump")
 		case "set", "count":
 			if first == "set" {
-				r.Kind = SetRule
+				r.Kind = rules.SetRule
 			} else {
-				r.Kind = CountRule
+				r.Kind = rules.CountRule
 			}
 			if v.Kind != yaml.MappingNode {
 				l.errorf(v, "%s must be a mapping with key, …", first)
@@ -734,7 +689,7 @@ func (l *fileLoader) rule(n *yaml.Node) *Rule {
 			argsFrom = "the key's placeholders (default args)"
 		}
 		if (argsNode != nil && !argsBad) || (argsNode == nil && r.Key != nil) {
-			if got := countPlaceholders(r.Query); got != len(r.Args) {
+			if got := rules.CountPlaceholders(r.Query); got != len(r.Args) {
 				l.errorf(queryNode, "%s has %d '?' placeholder(s) but %s name %d column(s)", queryField, got, argsFrom, len(r.Args))
 			}
 		}
@@ -753,23 +708,24 @@ func (l *fileLoader) rule(n *yaml.Node) *Rule {
 			if len(v.Content) == 0 {
 				l.errorf(v, "on must list at least one operation")
 			}
+			var listed uint8
 			for _, item := range v.Content {
 				item = resolve(item)
-				op, ok := Operation(0), false
+				op, ok := rules.Operation(0), false
 				if item.Kind == yaml.ScalarNode {
-					op, ok = ParseOperation(item.Value)
+					op, ok = rules.ParseOperation(item.Value)
 				}
 				if !ok {
 					l.errorf(item, "unknown operation %q in on (want insert, update, delete, read or truncate)", item.Value)
 					continue
 				}
-				if r.onMask&(1<<op) != 0 {
+				if listed&(1<<op) != 0 {
 					l.errorf(item, "operation %q listed twice in on", item.Value)
 					continue
 				}
-				if op == Truncate {
+				if op == rules.Truncate {
 					switch {
-					case r.Kind != BumpRule && r.Kind != 0:
+					case r.Kind != rules.BumpRule && r.Kind != 0:
 						l.errorf(item, "truncate is allowed only in bump rules")
 						continue
 					case r.Key != nil && r.Key.HasPlaceholders():
@@ -777,38 +733,36 @@ func (l *fileLoader) rule(n *yaml.Node) *Rule {
 						continue
 					}
 				}
-				r.onMask |= 1 << op
+				listed |= 1 << op
 				r.On = append(r.On, op)
 			}
 		}
 	} else {
-		r.On = []Operation{Insert, Update, Delete}
-		r.onMask = 1<<Insert | 1<<Update | 1<<Delete
+		r.On = []rules.Operation{rules.Insert, rules.Update, rules.Delete}
 	}
 
 	if f, ok := fs["when"]; ok {
 		if s, ok := l.str(f.value, "when"); ok {
-			p, err := compilePredicate(s)
-			if err != nil {
-				var ee *exprError
+			if err := rules.CheckPredicate(s); err != nil {
+				var ee *rules.PredicateError
 				if errors.As(err, &ee) {
-					line, col, exact := l.locateInScalar(f.value, ee.line, ee.col)
+					line, col, exact := l.locateInScalar(f.value, ee.Line, ee.Column)
 					if exact {
-						l.errorAt(line, col, "when: %s", ee.msg)
+						l.errorAt(line, col, "when: %s", ee.Msg)
 					} else {
-						l.errorAt(line, col, "when: %s (line %d, column %d of the expression)", ee.msg, ee.line, ee.col+1)
+						l.errorAt(line, col, "when: %s (line %d, column %d of the expression)", ee.Msg, ee.Line, ee.Column+1)
 					}
 				} else {
 					l.errorf(f.value, "when: %v", err)
 				}
 			} else {
-				r.When, r.pred = s, p
+				r.When = s
 			}
 		}
 	}
 
 	if f, ok := fs["columns"]; ok {
-		if r.Kind != BumpRule && r.Kind != 0 {
+		if r.Kind != rules.BumpRule && r.Kind != 0 {
 			l.errorf(f.key, "columns is allowed only in bump rules")
 		} else if names, ok := l.names(f.value, "columns"); ok {
 			if len(names) == 0 {
@@ -823,7 +777,7 @@ func (l *fileLoader) rule(n *yaml.Node) *Rule {
 			switch {
 			case d%time.Second != 0:
 				l.errorf(f.value, "ttl must be whole seconds")
-			case d > MaxTTL:
+			case d > rules.MaxTTL:
 				l.errorf(f.value, "ttl %s exceeds 30 days, which memcached would read as a Unix time", d)
 			default:
 				r.TTL = d
@@ -831,10 +785,27 @@ func (l *fileLoader) rule(n *yaml.Node) *Rule {
 		}
 	}
 	if f, ok := fs["rebump_after"]; ok {
-		if r.Kind != BumpRule && r.Kind != 0 {
+		if r.Kind != rules.BumpRule && r.Kind != 0 {
 			l.errorf(f.key, "rebump_after is allowed only in bump rules")
 		} else if d, ok := l.duration(f.value, "rebump_after"); ok {
 			r.RebumpAfter = d
+		}
+	}
+	if f, ok := fs["copies"]; ok {
+		if r.Kind != rules.BumpRule && r.Kind != 0 {
+			l.errorf(f.key, "copies is allowed only in bump rules")
+		} else if n, ok := l.integer(f.value, "copies", 2, rules.MaxCopies); ok {
+			r.Copies = n
+		}
+	}
+	if f, ok := fs["evidence"]; ok {
+		switch {
+		case r.Kind != rules.BumpRule && r.Kind != 0:
+			l.errorf(f.key, "evidence is allowed only in bump rules")
+		case r.Copies != 0:
+			l.errorf(f.key, "a rule has copies or evidence, not both")
+		default:
+			r.Evidence = l.evidence(r, f.value)
 		}
 	}
 
@@ -848,16 +819,82 @@ func (l *fileLoader) rule(n *yaml.Node) *Rule {
 	return r
 }
 
+// integer reads an integer field from lo to hi.
+func (l *fileLoader) integer(n *yaml.Node, what string, lo, hi int) (int, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		l.errorf(n, "%s must be an integer", what)
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n.Value, 0, 64)
+	if err != nil || v < int64(lo) || v > int64(hi) {
+		l.errorf(n, "%s %s: want an integer from %d to %d", what, n.Value, lo, hi)
+		return 0, false
+	}
+	return int(v), true
+}
+
+// evidence reads a bump rule's evidence mapping: master, bits, max_set.
+func (l *fileLoader) evidence(r *rules.Rule, n *yaml.Node) *rules.Evidence {
+	if n.Kind != yaml.MappingNode {
+		l.errorf(n, "evidence must be a mapping with master, bits and max_set")
+		return nil
+	}
+	fs := l.fields(n, "evidence", "master", "bits", "max_set")
+	ev := &rules.Evidence{}
+	bad := false
+	if f, ok := fs["master"]; !ok {
+		l.errorf(n, "evidence has no master key")
+		bad = true
+	} else if ev.Master = l.template(f.value, "evidence master"); ev.Master == nil {
+		bad = true
+	} else if ev.Master.HasPlaceholders() {
+		l.errorf(f.value, "evidence master %q must not have placeholders: one master serves every entity", ev.Master.String())
+		bad = true
+	}
+	ev.Bits = rules.DefaultEvidenceBits
+	if f, ok := fs["bits"]; ok {
+		if b, ok := l.integer(f.value, "evidence bits", 8, rules.MaxEvidenceBits); !ok {
+			bad = true
+		} else if b%8 != 0 {
+			l.errorf(f.value, "evidence bits %d must be a multiple of 8", b)
+			bad = true
+		} else {
+			ev.Bits = b
+		}
+	}
+	if f, ok := fs["max_set"]; ok {
+		if m, ok := l.integer(f.value, "evidence max_set", 1, ev.Bits); ok {
+			ev.MaxSet = m
+		} else {
+			bad = true
+		}
+	}
+	if r.Key != nil {
+		cols := map[string]bool{}
+		for _, c := range r.Key.Columns() {
+			cols[c] = true
+		}
+		if len(cols) != 1 {
+			l.errorf(n, "evidence needs a bump key with one placeholder column, the entity id; %q has %d", r.Key.String(), len(cols))
+			bad = true
+		}
+	}
+	if bad {
+		return nil
+	}
+	return ev
+}
+
 // checkKeysQuery validates a set or count rule's keys query: it is only
 // useful with the query that gives the truth to compare with, takes no
 // '?' placeholder, and the key must have placeholders from which every
 // argument of that query can be bound.
-func (l *fileLoader) checkKeysQuery(r *Rule, keysNode *yaml.Node, hasQuery bool, queryField string) {
+func (l *fileLoader) checkKeysQuery(r *rules.Rule, keysNode *yaml.Node, hasQuery bool, queryField string) {
 	if !hasQuery {
 		l.errorf(keysNode, "keys needs %s: verification compares the cache with its result", queryField)
 		return
 	}
-	if n := countPlaceholders(r.Keys); n > 0 {
+	if n := rules.CountPlaceholders(r.Keys); n > 0 {
 		l.errorf(keysNode, "keys must not have '?' placeholders (found %d); it lists every key", n)
 		return
 	}
@@ -937,49 +974,4 @@ func (l *fileLoader) locateInScalar(n *yaml.Node, line, col int) (fileLine, file
 		}
 	}
 	return n.Line, n.Column, false
-}
-
-// countPlaceholders counts the '?' placeholders of an SQL statement,
-// ignoring those inside quoted strings, quoted identifiers and comments.
-func countPlaceholders(sql string) int {
-	n := 0
-	for i := 0; i < len(sql); i++ {
-		switch c := sql[i]; c {
-		case '?':
-			n++
-		case '\'', '"', '`':
-			for i++; i < len(sql); i++ {
-				if sql[i] == '\\' && c != '`' {
-					i++
-					continue
-				}
-				if sql[i] == c {
-					if i+1 < len(sql) && sql[i+1] == c { // doubled quote
-						i++
-						continue
-					}
-					break
-				}
-			}
-		case '#':
-			for i < len(sql) && sql[i] != '\n' {
-				i++
-			}
-		case '-':
-			if i+2 < len(sql) && sql[i+1] == '-' && (sql[i+2] == ' ' || sql[i+2] == '\t') {
-				for i < len(sql) && sql[i] != '\n' {
-					i++
-				}
-			}
-		case '/':
-			if i+1 < len(sql) && sql[i+1] == '*' {
-				end := strings.Index(sql[i+2:], "*/")
-				if end < 0 {
-					return n
-				}
-				i += end + 3
-			}
-		}
-	}
-	return n
 }

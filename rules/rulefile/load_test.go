@@ -1,4 +1,4 @@
-package rules
+package rulefile
 
 import (
 	"errors"
@@ -6,9 +6,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cachewarden/cachewarden/rules"
 )
 
-func ruleNames(rs *RuleSet) []string {
+func loadFixture(t testing.TB, path string) *rules.RuleSet {
+	t.Helper()
+	rs, err := LoadPaths(path)
+	if err != nil {
+		t.Fatalf("load %s: %v", path, err)
+	}
+	return rs
+}
+
+func ruleNames(rs *rules.RuleSet) []string {
 	var names []string
 	for _, r := range rs.Rules() {
 		names = append(names, r.Name)
@@ -21,10 +32,10 @@ func TestLoadGoodFile(t *testing.T) {
 	if got, want := ruleNames(rs), []string{"user-profile", "user-interests", "post-comments", "all-users"}; !slices.Equal(got, want) {
 		t.Fatalf("rules = %q, want %q", got, want)
 	}
-	std := []Operation{Insert, Update, Delete}
+	std := []rules.Operation{rules.Insert, rules.Update, rules.Delete}
 
 	p := rs.Rule("user-profile")
-	if p.Kind != BumpRule || p.Prefix != "shop:" || p.Database != "shop" || p.Table != "users" ||
+	if p.Kind != rules.BumpRule || p.Prefix != "shop:" || p.Database != "shop" || p.Table != "users" ||
 		p.Key.String() != "ns:user:{id}" || !slices.Equal(p.Columns, []string{"name", "email"}) ||
 		p.RebumpAfter != 5*time.Second || p.TTL != 0 || p.Query != "" || p.Args != nil || !slices.Equal(p.On, std) ||
 		p.File != "testdata/good/shop.yaml" || p.Line != 4 || p.Column != 5 {
@@ -32,24 +43,24 @@ func TestLoadGoodFile(t *testing.T) {
 	}
 
 	s := rs.Rule("user-interests")
-	if s.Kind != SetRule || s.Key.String() != "interests:{user_id}" || s.Member.String() != "{interest_id}" ||
+	if s.Kind != rules.SetRule || s.Key.String() != "interests:{user_id}" || s.Member.String() != "{interest_id}" ||
 		s.When != "active == 1" || !strings.HasPrefix(s.Query, "SELECT interest_id") ||
 		!slices.Equal(s.Args, []string{"user_id"}) || !slices.Equal(s.On, std) {
 		t.Errorf("user-interests = %+v", *s)
 	}
 
 	c := rs.Rule("post-comments")
-	if c.Kind != CountRule || c.Key.String() != "comments:{post_id}" || c.Database != "blog" ||
+	if c.Kind != rules.CountRule || c.Key.String() != "comments:{post_id}" || c.Database != "blog" ||
 		!slices.Equal(c.Args, []string{"post_id"}) || c.TTL != 0 || c.Member != nil {
 		t.Errorf("post-comments = %+v (args default to the key's columns)", *c)
 	}
 
 	a := rs.Rule("all-users")
 	if a.Database != "" || a.Table != "users" || a.TTL != time.Hour ||
-		!slices.Equal(a.On, []Operation{Insert, Delete, Truncate, Read}) {
+		!slices.Equal(a.On, []rules.Operation{rules.Insert, rules.Delete, rules.Truncate, rules.Read}) {
 		t.Errorf("all-users = %+v", *a)
 	}
-	for op, want := range map[Operation]bool{Insert: true, Update: false, Delete: true, Read: true, Truncate: true} {
+	for op, want := range map[rules.Operation]bool{rules.Insert: true, rules.Update: false, rules.Delete: true, rules.Read: true, rules.Truncate: true} {
 		if a.Handles(op) != want {
 			t.Errorf("all-users.Handles(%s) = %v, want %v", op, !want, want)
 		}
@@ -67,7 +78,7 @@ func TestOnKeyStaysAString(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
-		if r := rs.Rules()[0]; !slices.Equal(r.On, []Operation{Read}) {
+		if r := rs.Rules()[0]; !slices.Equal(r.On, []rules.Operation{rules.Read}) {
 			t.Errorf("%s: On = %v, want [read]", key, r.On)
 		}
 	}
@@ -93,7 +104,7 @@ func TestLoadDirectory(t *testing.T) {
 
 func problemLines(t *testing.T, err error) []string {
 	t.Helper()
-	var le *LoadError
+	var le *rules.LoadError
 	if !errors.As(err, &le) {
 		t.Fatalf("err = %v (%T), want *LoadError", err, err)
 	}
@@ -117,7 +128,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		f + `2:9: prefix has byte 0x20 at 5, which a memcached key cannot hold`,
 		f + `6:11: bump: template "ns:user:{id": unclosed '{' at byte 8`,
 		f + `7:11: duplicate rule name "user-profile" (first defined at testdata/bad/many.yaml:4:11)`,
-		f + `10:5: unknown field "colour" in rule (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after)`,
+		f + `10:5: unknown field "colour" in rule (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after, copies, evidence)`,
 		f + `13:27: when: unexpected token EOF`,
 		f + `16:16: recount has 2 '?' placeholder(s) but the key's placeholders (default args) name 1 column(s)`,
 		f + `17:18: unknown operation "upsert" in on (want insert, update, delete, read or truncate)`,
@@ -159,21 +170,21 @@ func TestLoadAcrossFiles(t *testing.T) {
 }
 
 func TestParseFilesCombines(t *testing.T) {
-	a := RuleFile{Name: "a.yaml", Data: []byte("version: 1\nprefix: 'a:'\nrules:\n  - {name: x, table: t, bump: k}\n")}
-	b := RuleFile{Name: "b.yaml", Data: []byte("version: 1\nrules:\n  - {name: y, table: t, bump: k}\n")}
+	a := File{Name: "a.yaml", Data: []byte("version: 1\nprefix: 'a:'\nrules:\n  - {name: x, table: t, bump: k}\n")}
+	b := File{Name: "b.yaml", Data: []byte("version: 1\nrules:\n  - {name: y, table: t, bump: k}\n")}
 	rs, err := ParseFiles(a, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, _, err := rs.Plan(nil, &Event{Table: "t", Operation: Truncate})
+	ops, _, err := rs.Plan(nil, &rules.Event{Table: "t", Operation: rules.Truncate})
 	if err != nil || len(ops) != 0 {
 		t.Fatalf("truncate without truncate in on: ops %v err %v", ops, err)
 	}
-	ops, _, err = rs.Plan(nil, &Event{Table: "t", Operation: Insert, After: Row{}})
+	ops, _, err = rs.Plan(nil, &rules.Event{Table: "t", Operation: rules.Insert, After: rules.Row{}})
 	if err != nil || len(ops) != 2 || ops[0].Key != "a:k" || ops[1].Key != "k" {
 		t.Fatalf("ops = %+v, err = %v", ops, err)
 	}
-	_, err = ParseFiles(a, RuleFile{Name: "c.yaml", Data: a.Data})
+	_, err = ParseFiles(a, File{Name: "c.yaml", Data: a.Data})
 	if got := problemLines(t, err); len(got) != 1 || !strings.HasPrefix(got[0], `c.yaml:4:12: duplicate rule name "x" (first defined at a.yaml:4:12)`) {
 		t.Errorf("problems = %q", got)
 	}
@@ -251,7 +262,7 @@ func TestParseProblems(t *testing.T) {
 		{"when folded block", head + "    bump: k\n    when: >\n      a == 1 &&\n      b ** 2\n", `t.yaml:6:11: when: operator "**" is not supported in when (line 1, column 13 of the expression)`},
 		{"when with escapes before the error", head + "    bump: k\n    when: \"a == \\\"x\\\" || b ** 2\"\n", `t.yaml:6:11: when: operator "**" is not supported in when (line 1, column 15 of the expression)`},
 		{"alias of a rule", "version: 1\nrules:\n  - &r {name: a, table: t, bump: k}\n  - *r\n", `t.yaml:3:15: duplicate rule name "a" (first defined at t.yaml:3:15)`},
-		{"merge key", head + "    bump: k\n    <<: {ttl: 5}\n", `t.yaml:6:5: unknown field "<<" in rule (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after)`},
+		{"merge key", head + "    bump: k\n    <<: {ttl: 5}\n", `t.yaml:6:5: unknown field "<<" in rule (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after, copies, evidence)`},
 		{"unknown anchor", head + "    bump: *nope\n", `t.yaml:5:11: YAML: unknown anchor 'nope' referenced`},
 	}
 	for _, tc := range tests {
@@ -286,7 +297,7 @@ func TestDurations(t *testing.T) {
 		{"300", "2", 5 * time.Minute, 2 * time.Second},
 		{"5m", "500ms", 5 * time.Minute, 500 * time.Millisecond},
 		{"1h30m", "1m", 90 * time.Minute, time.Minute},
-		{"2592000", "10s", MaxTTL, 10 * time.Second},
+		{"2592000", "10s", rules.MaxTTL, 10 * time.Second},
 		{"'60'", "'5s'", 0, 0}, // a quoted number is not a duration
 	}
 	for _, tc := range tests {
@@ -309,24 +320,58 @@ func TestDurations(t *testing.T) {
 	}
 }
 
-func TestCountPlaceholders(t *testing.T) {
-	tests := []struct {
-		sql  string
-		want int
-	}{
-		{"SELECT 1", 0},
-		{"SELECT * FROM t WHERE a = ? AND b = ?", 2},
-		{"SELECT '?', \"?\", `?` FROM t WHERE a = ?", 1},
-		{`SELECT 'it''s ?', 'a\'?' FROM t WHERE a = ?`, 1},
-		{"SELECT 1 -- ?\nFROM t WHERE a = ?", 1},
-		{"SELECT 1 # ?\nFROM t WHERE a = ?", 1},
-		{"SELECT 1 /* ? */ FROM t WHERE a = ? /* ?", 1},
-		{"SELECT 1--1 FROM t WHERE a = ?", 1},
-		{"SELECT ? FROM t WHERE a = '?", 1},
+// TestLoadHotKeysAndEvidence loads copies and evidence and reports their
+// mistakes at their positions.
+func TestLoadHotKeysAndEvidence(t *testing.T) {
+	rs, err := Parse("hot.yaml", []byte(`version: 1
+prefix: "p:"
+rules:
+  - {name: catalog, table: products, on: [truncate, insert], bump: "ns:catalog", copies: 8}
+  - name: user
+    table: users
+    bump: "ns:user:{id}"
+    evidence: {master: "ns:user:master", bits: 128}
+  - name: post
+    table: posts
+    bump: "ns:post:{id}"
+    evidence: {master: "ns:post:master", max_set: 3}
+`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range tests {
-		if got := countPlaceholders(tc.sql); got != tc.want {
-			t.Errorf("countPlaceholders(%q) = %d, want %d", tc.sql, got, tc.want)
-		}
+	if c := rs.Rule("catalog"); c.Copies != 8 || c.Evidence != nil {
+		t.Errorf("catalog = %+v", *c)
+	}
+	if ev := rs.Rule("user").Evidence; ev == nil || ev.Bits != 128 || ev.MaxSet != 32 || ev.MasterKey != "p:ns:user:master" || ev.Column != "id" {
+		t.Errorf("user evidence = %+v", ev)
+	}
+	if ev := rs.Rule("post").Evidence; ev == nil || ev.Bits != 64 || ev.MaxSet != 3 {
+		t.Errorf("post evidence = %+v", ev)
+	}
+
+	_, err = Parse("bad.yaml", []byte(`version: 1
+rules:
+  - {name: a, table: t, bump: "k:{id}", copies: 1}
+  - {name: b, table: t, set: {key: "k:{id}", member: "{m}"}, copies: 4}
+  - {name: c, table: t, bump: "k:{id}", copies: 4, evidence: {master: m}}
+  - {name: d, table: t, bump: "k:{id}:{x}", evidence: {master: m}}
+  - {name: e, table: t, bump: "k:{id}", evidence: {master: "m:{id}", bits: 12}}
+  - {name: f, table: t, bump: "k:{id}", evidence: {bits: 8, max_set: 9, other: 1}}
+  - {name: g, table: t, bump: "k:{id}", copies: "4"}
+`))
+	want := []string{
+		"bad.yaml:3:49: copies 1: want an integer from 2 to 64",
+		"bad.yaml:4:62: copies is allowed only in bump rules",
+		"bad.yaml:5:52: a rule has copies or evidence, not both",
+		"bad.yaml:6:55: evidence needs a bump key with one placeholder column, the entity id; \"k:{id}:{x}\" has 2",
+		"bad.yaml:7:60: evidence master \"m:{id}\" must not have placeholders: one master serves every entity",
+		"bad.yaml:7:76: evidence bits 12 must be a multiple of 8",
+		"bad.yaml:8:51: evidence has no master key",
+		"bad.yaml:8:70: evidence max_set 9: want an integer from 1 to 8",
+		"bad.yaml:8:73: unknown field \"other\" in evidence (known: master, bits, max_set)",
+		"bad.yaml:9:49: copies must be an integer",
+	}
+	if got := problemLines(t, err); !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

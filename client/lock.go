@@ -1,4 +1,4 @@
-package cacheops
+package client
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -19,11 +20,11 @@ import (
 
 // ErrLockLost is returned by Unlock when the lock is no longer held by the
 // caller: it expired (and perhaps another client took it) or was evicted.
-var ErrLockLost = errors.New("cacheops: lock lost")
+var ErrLockLost = errors.New("client: lock lost")
 
 // Lock is a held advisory lock. Its methods are safe for concurrent use.
 type Lock struct {
-	mc    ReadClient
+	mc    readClient
 	key   string
 	token string
 }
@@ -36,29 +37,32 @@ func (l *Lock) Key() string { return l.key }
 // ok false, and no error, when another client holds the lock. Use a key
 // dedicated to the lock, never the key of a cached value. ttl must be
 // positive.
-func (r *Reader) TryLock(key string, ttl time.Duration) (*Lock, bool, error) {
+func (c *Client) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lock, bool, error) {
 	if ttl <= 0 {
-		return nil, false, fmt.Errorf("cacheops: lock %q: ttl %v is not positive", key, ttl)
+		return nil, false, fmt.Errorf("client: lock %q: ttl %v is not positive", key, ttl)
+	}
+	if err := checkContext(ctx, "lock "+strconv.Quote(key)); err != nil {
+		return nil, false, err
 	}
 	token := rand.Text()
-	err := r.mc.Add(&memcache.Item{Key: key, Value: []byte(token), Expiration: readExpiration(ttl, time.Now())})
+	err := c.mc.Add(&memcache.Item{Key: key, Value: []byte(token), Expiration: readExpiration(ttl, time.Now())})
 	switch {
 	case err == nil:
-		return &Lock{mc: r.mc, key: key, token: token}, true, nil
+		return &Lock{mc: c.mc, key: key, token: token}, true, nil
 	case errors.Is(err, memcache.ErrNotStored):
 		return nil, false, nil
 	}
-	return nil, false, fmt.Errorf("cacheops: lock %q: add: %w", key, err)
+	return nil, false, fmt.Errorf("client: lock %q: add: %w", key, err)
 }
 
 // Lock takes the lock named key for ttl as TryLock does, retrying every
-// ReaderOptions.LockPoll (jittered) while another client holds it, for at
+// Config.LockPoll (jittered) while another client holds it, for at
 // most maxWait. It returns ok false when maxWait passed without getting the
 // lock, and ctx's error when ctx ends first. maxWait <= 0 makes one attempt.
-func (r *Reader) Lock(ctx context.Context, key string, ttl, maxWait time.Duration) (*Lock, bool, error) {
+func (c *Client) Lock(ctx context.Context, key string, ttl, maxWait time.Duration) (*Lock, bool, error) {
 	deadline := time.Now().Add(maxWait)
 	for {
-		l, ok, err := r.TryLock(key, ttl)
+		l, ok, err := c.TryLock(ctx, key, ttl)
 		if err != nil || ok {
 			return l, ok, err
 		}
@@ -66,9 +70,9 @@ func (r *Reader) Lock(ctx context.Context, key string, ttl, maxWait time.Duratio
 		if left <= 0 {
 			return nil, false, nil
 		}
-		pause := r.opts.LockPoll/2 + mrand.N(r.opts.LockPoll+1)
+		pause := c.cfg.LockPoll/2 + mrand.N(c.cfg.LockPoll+1)
 		if err := sleepContext(ctx, min(pause, left)); err != nil {
-			return nil, false, fmt.Errorf("cacheops: lock %q: %w", key, err)
+			return nil, false, fmt.Errorf("client: lock %q: %w", key, err)
 		}
 	}
 }
@@ -78,38 +82,27 @@ func (r *Reader) Lock(ctx context.Context, key string, ttl, maxWait time.Duratio
 // the token is ours, rewrites the item with a negative expiration, which
 // memcached treats as already expired: the compare-and-swap makes the
 // release atomic, so a lock that expired and was taken by another client
-// after the read is never released by mistake. Two round trips.
-func (l *Lock) Unlock() error {
+// after the read is never released by mistake. Two round trips; ctx is
+// checked before each.
+func (l *Lock) Unlock(ctx context.Context) error {
+	if err := checkContext(ctx, "unlock "+strconv.Quote(l.key)); err != nil {
+		return err
+	}
 	it, err := l.mc.Get(l.key)
 	switch {
 	case errors.Is(err, memcache.ErrCacheMiss):
-		return fmt.Errorf("cacheops: unlock %q: %w", l.key, ErrLockLost)
+		return fmt.Errorf("client: unlock %q: %w", l.key, ErrLockLost)
 	case err != nil:
-		return fmt.Errorf("cacheops: unlock %q: %w", l.key, err)
+		return fmt.Errorf("client: unlock %q: %w", l.key, err)
 	case string(it.Value) != l.token:
-		return fmt.Errorf("cacheops: unlock %q: %w", l.key, ErrLockLost)
+		return fmt.Errorf("client: unlock %q: %w", l.key, ErrLockLost)
 	}
 	err = l.mc.CompareAndSwap(&memcache.Item{Key: l.key, Value: it.Value, Flags: it.Flags, Expiration: -1, CasID: it.CasID})
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCacheMiss):
-		return fmt.Errorf("cacheops: unlock %q: %w", l.key, ErrLockLost)
+		return fmt.Errorf("client: unlock %q: %w", l.key, ErrLockLost)
 	}
-	return fmt.Errorf("cacheops: unlock %q: %w", l.key, err)
-}
-
-// sleepContext waits for d or until ctx ends, returning ctx's error then.
-func sleepContext(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return fmt.Errorf("client: unlock %q: %w", l.key, err)
 }

@@ -1,0 +1,92 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// Count returns the named count rule's counter for row.
+//
+// A counter is ASCII decimal (memcached pads one that a decrement
+// shortened with spaces, which are ignored). When it is missing, or holds
+// something that is not a count, Count runs the rule's recount query
+// through Config.DB with the row's values for the rule's args, stores the
+// result (add on a miss, so a value the daemon stored meanwhile wins; set
+// over a non-numeric item) with the rule's TTL and returns it. When
+// memcached fails the count comes from the query and nothing is stored.
+// Without a recount query or a DB a missing counter is an error matching
+// ErrMissing.
+//
+// A counter stored here carries no fence (its memcached flags are 0): with
+// exact counters on (docs/exact-counters.md) the daemon applies deltas to
+// it as without fences until its next fenced recount. Applications that
+// need fenced reader recounts use counters.Counters.Get, which needs the
+// daemon's MySQL package.
+func (c *Client) Count(ctx context.Context, rule string, row Row) (int64, error) {
+	r, err := c.ruleOf(rule, rules.CountRule)
+	if err != nil {
+		return 0, err
+	}
+	return r.Count(ctx, row)
+}
+
+// Count is Client.Count for this rule, which must be a count rule.
+func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
+	if r.rule.Kind != rules.CountRule {
+		return 0, fmt.Errorf("%w: %q is a %s rule, not a count rule", ErrUnknownRule, r.rule.Name, r.rule.Kind)
+	}
+	key, err := r.Key(row)
+	if err != nil {
+		return 0, err
+	}
+	c := r.c
+	if err := checkContext(ctx, "count "+key); err != nil {
+		return 0, err
+	}
+	it, err := c.mc.Get(key)
+	store := c.mc.Add
+	switch {
+	case err == nil:
+		if n, ok := parseCount(it.Value); ok {
+			return n, nil
+		}
+		c.log.Warn("counter holds a non-numeric value; recounting", "key", key, "value_bytes", len(it.Value))
+		store = c.mc.Set
+	case errors.Is(err, memcache.ErrCacheMiss):
+	default:
+		c.log.Debug("counter get failed; counting in the database", "key", key, "err", err)
+		store = nil
+	}
+	if r.rule.Query == "" || c.db == nil {
+		return 0, fmt.Errorf("client: count %q: %w", key, ErrMissing)
+	}
+	args, err := r.args(row)
+	if err != nil {
+		return 0, err
+	}
+	n, err := queryCount(ctx, c.db, r.rule.Query, args)
+	if err != nil {
+		return 0, fmt.Errorf("client: count %q: recount: %w", key, err)
+	}
+	if store != nil && ctx.Err() == nil {
+		err := store(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Expiration: readExpiration(r.rule.TTL, time.Now())})
+		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
+			c.log.Debug("counter store failed", "key", key, "err", err)
+		}
+	}
+	return n, nil
+}
+
+// parseCount reads a counter item.
+func parseCount(value []byte) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimRight(string(value), " "), 10, 64)
+	return n, err == nil && n >= 0
+}

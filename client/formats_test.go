@@ -1,0 +1,159 @@
+package client
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// vectorsPath is the one file of test vectors of docs/formats.md, shared
+// with the Python and PHP readers.
+const vectorsPath = "../testdata/formats/vectors.json"
+
+// formatVectors mirrors testdata/formats/vectors.json.
+type formatVectors struct {
+	Keys []struct {
+		Name, Prefix, Template, Key string
+		Values                      map[string]string
+	}
+	Tokens []struct {
+		Member, Token string
+		Add           bool
+	}
+	Sets []struct {
+		Name, Value, Compacted string
+		Members                []string
+		Tokens, Garbage        int
+	}
+	Namespaces []struct {
+		Value, Version string
+		Valid          bool
+	}
+	NamespaceStart []struct {
+		UnixMs int64 `json:"unix_ms"`
+		Start  string
+	} `json:"namespace_start"`
+	Counters []struct {
+		Value, Count string
+		Valid        bool
+	}
+	CopyKeys []struct {
+		Prefix, Template, Key string
+		Values                map[string]string
+		Copy                  int
+	} `json:"copy_keys"`
+	EvidenceBits []struct {
+		ID        string
+		Bits, Bit int
+	} `json:"evidence_bits"`
+	Masters []struct {
+		Value, Version string
+		Bits           int
+		Valid          bool
+		Set            []int
+	}
+}
+
+func loadVectors(t *testing.T) *formatVectors {
+	t.Helper()
+	data, err := os.ReadFile(vectorsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v formatVectors
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	return &v
+}
+
+// TestFormatVectors checks the Go implementation of every stored format
+// against the shared vectors.
+func TestFormatVectors(t *testing.T) {
+	v := loadVectors(t)
+	if len(v.Keys) == 0 || len(v.Sets) == 0 || len(v.Counters) == 0 {
+		t.Fatal("no vectors")
+	}
+	for _, c := range v.Keys {
+		if got, err := rules.Key(c.Prefix, c.Template, c.Values); err != nil || got != c.Key {
+			t.Errorf("key %s: %q, %v; want %q", c.Name, got, err, c.Key)
+		}
+	}
+	for _, c := range v.Tokens {
+		if got := string(cacheops.AppendToken(nil, c.Add, c.Member)); got != c.Token {
+			t.Errorf("token of %q: %q, want %q", c.Member, got, c.Token)
+		}
+	}
+	for _, c := range v.Sets {
+		st := cacheops.DecodeSet([]byte(c.Value))
+		got := unescapeMembers(st.Members)
+		if !slices.Equal(got, c.Members) && !(len(got) == 0 && len(c.Members) == 0) || st.Tokens != c.Tokens || st.Tokens-len(st.Members) != c.Garbage {
+			t.Errorf("set %s: %q, %d tokens, %d garbage; want %q, %d, %d", c.Name, got, st.Tokens, st.Tokens-len(st.Members), c.Members, c.Tokens, c.Garbage)
+		}
+		if got := string(cacheops.EncodeSet(st.Members)); got != c.Compacted {
+			t.Errorf("set %s compacted: %q, want %q", c.Name, got, c.Compacted)
+		}
+	}
+	for _, c := range v.Namespaces {
+		n, err := parseVersion("k", []byte(c.Value))
+		if (err == nil) != c.Valid || (err == nil && strconv.FormatUint(n, 10) != c.Version) {
+			t.Errorf("namespace %q: %d, %v; want %q valid=%v", c.Value, n, err, c.Version, c.Valid)
+		}
+	}
+	for _, c := range v.NamespaceStart {
+		if got := strconv.FormatUint(cacheops.NamespaceStart(time.UnixMilli(c.UnixMs)), 10); got != c.Start {
+			t.Errorf("namespace start %d: %s, want %s", c.UnixMs, got, c.Start)
+		}
+	}
+	for _, c := range v.Counters {
+		n, ok := parseCount([]byte(c.Value))
+		if ok != c.Valid || (ok && strconv.FormatInt(n, 10) != c.Count) {
+			t.Errorf("counter %q: %d, %v; want %s valid=%v", c.Value, n, ok, c.Count, c.Valid)
+		}
+	}
+	for _, c := range v.CopyKeys {
+		tmpl, err := rules.ParseTemplate(c.Template)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &Rule{rule: &rules.Rule{Prefix: c.Prefix, Key: tmpl, Kind: rules.BumpRule, Copies: c.Copy + 1}}
+		row := Row{}
+		for k, v := range c.Values {
+			row[k] = v
+		}
+		keys, err := r.CopyKeys(row)
+		if err != nil || keys[c.Copy] != c.Key {
+			t.Errorf("copy %d of %s%s: %q, %v; want %q", c.Copy, c.Prefix, c.Template, keys, err, c.Key)
+		}
+	}
+	for _, c := range v.EvidenceBits {
+		if got := rules.EvidenceBit(c.ID, c.Bits); got != c.Bit {
+			t.Errorf("evidence bit of %q in %d: %d, want %d", c.ID, c.Bits, got, c.Bit)
+		}
+	}
+	for _, c := range v.Masters {
+		m, err := cacheops.DecodeMaster([]byte(c.Value), c.Bits)
+		if (err == nil) != c.Valid {
+			t.Errorf("master %q (%d bits): %v, want valid=%v", c.Value, c.Bits, err, c.Valid)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		var set []int
+		for b := range c.Bits {
+			if m.Has(b) {
+				set = append(set, b)
+			}
+		}
+		if strconv.FormatUint(m.Version, 10) != c.Version || !slices.Equal(set, c.Set) && len(set)+len(c.Set) > 0 {
+			t.Errorf("master %q: version %d, bits %v; want %s, %v", c.Value, m.Version, set, c.Version, c.Set)
+		}
+	}
+}

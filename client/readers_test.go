@@ -1,0 +1,281 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// The readers of other languages under examples/, run with Debian's
+// interpreters and memcached clients (scripts/services.sh installs them).
+var otherReaders = []struct {
+	name  string
+	check []string // a command that fails when the language's client is missing
+	cmd   []string // the reader, run from the repository root
+}{
+	{"python", []string{"/usr/bin/python3", "-c", "import pymemcache.client.base"},
+		[]string{"/usr/bin/python3", "examples/python/cachewarden_reader.py"}},
+	{"php", []string{"php", "-r", "exit(class_exists('Memcached') ? 0 : 1);"},
+		[]string{"php", "examples/php/cachewarden_reader.php"}},
+}
+
+// requireReader fails (CI) or skips the test when a reader's language or
+// memcached client is missing.
+func requireReader(t *testing.T, check []string) {
+	t.Helper()
+	if out, err := exec.Command(check[0], check[1:]...).CombinedOutput(); err != nil {
+		msg := fmt.Sprintf("%s is needed (scripts/services.sh installs python3-pymemcache, php-cli and php-memcached): %v %s", strings.Join(check, " "), err, out)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
+// TestReadersFollowVectors runs each reader against the shared test
+// vectors.
+func TestReadersFollowVectors(t *testing.T) {
+	for _, r := range otherReaders {
+		t.Run(r.name, func(t *testing.T) {
+			requireReader(t, r.check)
+			cmd := exec.Command(r.cmd[0], append(r.cmd[1:], "--vectors", "testdata/formats/vectors.json")...)
+			cmd.Dir = ".."
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s disagrees with the vectors: %v\n%s", r.name, err, out)
+			}
+		})
+	}
+}
+
+// readerProc is a running reader answering JSON requests.
+type readerProc struct {
+	t   *testing.T
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startReader(t *testing.T, cmdline []string, server string) *readerProc {
+	t.Helper()
+	cmd := exec.Command(cmdline[0], append(cmdline[1:], "--server", server)...)
+	cmd.Dir = ".."
+	cmd.Stderr = t.Output()
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Wait()
+	})
+	sc := bufio.NewScanner(out)
+	sc.Buffer(nil, 1<<20)
+	return &readerProc{t: t, in: in, out: sc}
+}
+
+// ask sends one request and decodes the answer.
+func (p *readerProc) ask(req map[string]any) map[string]any {
+	p.t.Helper()
+	line, _ := json.Marshal(req)
+	if _, err := p.in.Write(append(line, '\n')); err != nil {
+		p.t.Fatal(err)
+	}
+	if !p.out.Scan() {
+		p.t.Fatalf("reader gave no answer to %s: %v", line, p.out.Err())
+	}
+	var ans map[string]any
+	if err := json.Unmarshal(p.out.Bytes(), &ans); err != nil {
+		p.t.Fatalf("answer %q: %v", p.out.Bytes(), err)
+	}
+	return ans
+}
+
+// TestReadersAgreeOnDaemonItems has the daemon's pipelined writer apply
+// planned row changes (namespace bumps, set tokens with escaped members,
+// counter deltas recounted from MariaDB), then reads every item with the
+// Go client and with the Python and PHP readers, which must agree; and
+// values GetOrCompute stores are shared between Go and Python.
+func TestReadersAgreeOnDaemonItems(t *testing.T) {
+	db := testDB(t)
+	for _, q := range []string{
+		"INSERT INTO user_interests VALUES (1, 1, 'rock climbing', 1), (1, 2, '100%', 1), (1, 3, 'Zürich', 1), (1, 4, 'tab\there', 1)",
+		"INSERT INTO comments VALUES (1, 9, 1), (2, 9, 1), (3, 9, 1)",
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newHotEnvDB(t, db, nil)
+	ctx := t.Context()
+	mysql := counters.NewMySQL(db, counters.DBConfig{}, nil)
+	pw := cacheops.NewPipelineWriter(e.c.sel, mysql, mysql, cacheops.PipelineConfig{}, nil)
+	defer pw.Close()
+
+	str := func(s string) rules.Value { return rules.Value{Kind: rules.KindString, Text: s} }
+	num := func(s string) rules.Value { return rules.Value{Kind: rules.KindInt, Text: s} }
+	events := []rules.Event{
+		{Table: "users", Operation: rules.Insert, After: rules.Row{{Name: "id", Value: num("42")}}},
+		{Table: "users", Operation: rules.Update, Before: rules.Row{{Name: "id", Value: num("42")}}, After: rules.Row{{Name: "id", Value: num("42")}}},
+		{Table: "users", Operation: rules.Insert, After: rules.Row{{Name: "id", Value: str("a b%")}}},
+		// The set is missing: the first token loads it whole from MariaDB,
+		// then the remove is appended.
+		{Table: "user_interests", Operation: rules.Insert, After: rules.Row{
+			{Name: "user_id", Value: num("1")}, {Name: "interest", Value: str("tab\there")}, {Name: "active", Value: num("1")}}},
+		{Table: "user_interests", Operation: rules.Delete, Before: rules.Row{
+			{Name: "user_id", Value: num("1")}, {Name: "interest", Value: str("100%")}, {Name: "active", Value: num("1")}}},
+		{Table: "comments", Operation: rules.Insert, After: rules.Row{
+			{Name: "post_id", Value: num("9")}, {Name: "approved", Value: num("1")}}},
+		{Table: "products", Operation: rules.Insert, After: rules.Row{{Name: "id", Value: num("1")}}},
+		{Table: "members", Operation: rules.Insert, After: rules.Row{{Name: "id", Value: num("2")}}},
+	}
+	// The master exists before the bump of member 2 marks it.
+	if _, err := e.c.Namespace(ctx, "member", Row{"id": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events {
+		ops, _, err := e.rs.Plan(nil, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pw.Apply(ctx, ops, make([]cacheops.Result, len(ops))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec("DELETE FROM user_interests WHERE interest = '100%'"); err != nil {
+		t.Fatal(err)
+	}
+
+	// What the Go client reads.
+	type query struct {
+		op, rule string
+		row      Row
+	}
+	queries := []query{
+		{"namespace", "user", Row{"id": "42"}},
+		{"namespace", "user", Row{"id": "a b%"}},
+		{"namespace", "user", Row{"id": "7"}}, // missing: created by the first reader
+		{"members", "user-interests", Row{"user_id": "1"}},
+		{"count", "post-comments", Row{"post_id": "9"}},
+		{"namespace", "catalog", Row{}},          // copies, created alike by the bump
+		{"namespace", "member", Row{"id": "1"}},  // bit clear: the master's
+		{"namespace", "member", Row{"id": "2"}},  // bumped: its own
+		{"namespace", "member", Row{"id": "18"}}, // bit 2 too: its own, created by the reader
+	}
+	want := make([]map[string]any, len(queries))
+	for i, q := range queries {
+		key, err := e.c.Key(q.rule, q.row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ans := map[string]any{"key": key}
+		switch q.op {
+		case "namespace":
+			v, err := e.c.Namespace(ctx, q.rule, q.row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ans["version"] = v
+		case "members":
+			ms, err := e.c.Members(ctx, q.rule, q.row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ans["members"] = ms
+		case "count":
+			n, err := e.c.Count(ctx, q.rule, q.row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ans["count"] = fmt.Sprint(n)
+		}
+		want[i] = ans
+	}
+	if m := want[3]["members"].([]string); !slices.Equal(m, []string{"rock climbing", "Zürich", "tab\there"}) {
+		t.Fatalf("the daemon's set holds %q", m)
+	}
+	if want[4]["count"] != "3" {
+		t.Fatalf("the daemon's counter holds %v", want[4]["count"])
+	}
+	if m1, m2 := want[6]["version"].(string), want[7]["version"].(string); !strings.HasPrefix(m1, "m") || strings.HasPrefix(m2, "m") {
+		t.Fatalf("member versions %q and %q: want the master's and the member's own", m1, m2)
+	}
+
+	// Values cached with GetOrCompute, shared with the Python reader.
+	fromGo := e.prefix + "page:go"
+	if _, err := e.c.GetOrCompute(ctx, fromGo, time.Minute, constant("computed by Go")); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, r := range otherReaders {
+		t.Run(r.name, func(t *testing.T) {
+			requireReader(t, r.check)
+			p := startReader(t, r.cmd, e.addr)
+			for i, q := range queries {
+				rule := e.rs.Rule(q.rule)
+				req := map[string]any{"op": q.op, "prefix": rule.Prefix, "template": rule.Key.String(), "row": q.row}
+				if rule.Copies > 0 {
+					req["copies"] = rule.Copies
+				}
+				if ev := rule.Evidence; ev != nil {
+					req["evidence"] = map[string]any{"master": ev.MasterKey, "bits": ev.Bits, "column": ev.Column}
+				}
+				got := p.ask(req)
+				want := want[i]
+				if ms, ok := want["members"].([]string); ok {
+					want = map[string]any{"key": want["key"], "members": toAny(ms)}
+				}
+				if g, w := fmt.Sprint(got), fmt.Sprint(want); g != w {
+					t.Errorf("%s %s %v: %s reads %s, Go %s", q.op, q.rule, q.row, r.name, g, w)
+				}
+			}
+			if r.name == "php" {
+				got := p.ask(map[string]any{"op": "get", "prefix": "", "template": fromGo})
+				if got["value"] != "computed by Go" {
+					t.Errorf("php reads %v at %s", got, fromGo)
+				}
+				return
+			}
+			got := p.ask(map[string]any{"op": "get_or_compute", "prefix": "", "template": fromGo, "lifetime": 60, "compute": "computed by Python"})
+			if got["value"] != "computed by Go" || got["computed"] != false {
+				t.Errorf("python's get_or_compute of Go's value: %v", got)
+			}
+			fromPython := e.prefix + "page:python"
+			got = p.ask(map[string]any{"op": "get_or_compute", "prefix": "", "template": fromPython, "lifetime": 60, "compute": "computed by Python"})
+			if got["value"] != "computed by Python" || got["computed"] != true {
+				t.Errorf("python's get_or_compute of a missing value: %v", got)
+			}
+			v, err := e.c.GetOrCompute(ctx, fromPython, time.Minute, func(context.Context) ([]byte, error) {
+				return nil, fmt.Errorf("computed again")
+			})
+			if err != nil || string(v) != "computed by Python" {
+				t.Errorf("Go reads Python's value: %q, %v", v, err)
+			}
+		})
+	}
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}

@@ -1,0 +1,366 @@
+<?php
+// Reads what cachewarden keeps in memcached, following docs/formats.md.
+//
+// A small reader for PHP applications on php-memcached (Debian's
+// php-memcached): keys built like the daemon's, namespace versions (hot-key
+// copies and master namespaces with evidence included), sets and counters. (php-memcached has no meta commands, so it reads the
+// values GetOrCompute stores with a plain get and leaves recomputation to
+// meta-protocol clients.)
+//
+//   $mc = new Memcached(); $mc->addServer('127.0.0.1', 11211);
+//   $version = cw_namespace($mc, cw_key('shop:', 'ns:user:{id}', ['id' => 42]));
+//
+// As a program it checks itself against the shared test vectors
+// (--vectors FILE), or answers JSON requests read line by line from stdin
+// (--server HOST:PORT), which is how client/readers_test.go compares it
+// with the Go client.
+
+const CW_MAX_KEY = 250;
+const CW_HASHED_HEAD = 200;
+
+// cw_text returns the text of a row value: integers as decimal digits,
+// booleans as 1/0, strings as their bytes.
+function cw_text($value): string {
+    if (is_bool($value)) {
+        return $value ? '1' : '0';
+    }
+    if (is_int($value) || is_string($value)) {
+        return (string)$value;
+    }
+    if ($value === null) {
+        throw new InvalidArgumentException('NULL makes no key');
+    }
+    throw new InvalidArgumentException('unsupported value type ' . gettype($value));
+}
+
+// cw_escape escapes bytes as keys and members are: <= 0x20, 0x7f and %
+// become %XX.
+function cw_escape(string $raw): string {
+    $out = '';
+    $n = strlen($raw);
+    for ($i = 0; $i < $n; $i++) {
+        $b = ord($raw[$i]);
+        $out .= ($b <= 0x20 || $b === 0x7f || $b === 0x25) ? sprintf('%%%02X', $b) : $raw[$i];
+    }
+    return $out;
+}
+
+// cw_unescape reverses cw_escape: %XX (either case) becomes that byte.
+function cw_unescape(string $escaped): string {
+    return preg_replace_callback('/%([0-9A-Fa-f]{2})/', fn($m) => chr(hexdec($m[1])), $escaped);
+}
+
+// cw_finish_key applies the 250-byte rule to a complete key.
+function cw_finish_key(string $key): string {
+    if (strlen($key) <= CW_MAX_KEY) {
+        return $key;
+    }
+    return substr($key, 0, CW_HASHED_HEAD) . '#' . substr(hash('sha256', $key), 0, 32);
+}
+
+// cw_rendered returns prefix and template rendered for a row's values,
+// before the 250-byte rule.
+function cw_rendered(string $prefix, string $template, array $values): string {
+    return $prefix . preg_replace_callback('/\{([^{}]+)\}/', function ($m) use ($values) {
+        if (!array_key_exists($m[1], $values)) {
+            throw new InvalidArgumentException("no value for column {$m[1]}");
+        }
+        return cw_escape(cw_text($values[$m[1]]));
+    }, $template);
+}
+
+// cw_key returns the memcached key of a key template for a row's values.
+function cw_key(string $prefix, string $template, array $values): string {
+    return cw_finish_key(cw_rendered($prefix, $template, $values));
+}
+
+// cw_copy_key returns the key of copy $i of a namespace kept in copies.
+function cw_copy_key(string $prefix, string $template, array $values, int $i): string {
+    return cw_finish_key(cw_rendered($prefix, $template, $values) . '#' . $i);
+}
+
+// cw_evidence_bit returns the bit of an entity id in an evidence bitmap.
+function cw_evidence_bit($id, int $bits): int {
+    $text = cw_text($id);
+    $digits = (strlen($text) > 0 && $text[0] === '-') ? substr($text, 1) : $text;
+    if ($digits !== '' && ctype_digit($digits)) {
+        $r = 0;
+        for ($i = 0; $i < strlen($digits); $i++) {
+            $r = ($r * 10 + (ord($digits[$i]) - 48)) % $bits;
+        }
+        return $r;
+    }
+    return crc32($text) % $bits;
+}
+
+// cw_decode_master returns a master item as [version text, bitmap bytes],
+// or null when it is not a master item of $bits bits.
+function cw_decode_master(string $value, int $bits): ?array {
+    $parts = explode(' ', rtrim($value, ' '));
+    if (count($parts) !== 2 || !ctype_digit($parts[0]) || strlen($parts[1]) !== intdiv($bits, 4)
+        || !preg_match('/^[0-9a-f]*$/', $parts[1])) {
+        return null;
+    }
+    return [ltrim($parts[0], '0') ?: '0', hex2bin($parts[1])];
+}
+
+function cw_has_bit(string $bitmap, int $b): bool {
+    return (ord($bitmap[intdiv($b, 8)]) & (0x80 >> ($b % 8))) !== 0;
+}
+
+// cw_namespace_start returns the version (decimal text) a namespace
+// created at $unix_ms starts at: $unix_ms times 2^20 (below 2^63 until
+// the year 2248, so a PHP int holds it).
+function cw_namespace_start(int $unix_ms): string {
+    return (string)(max($unix_ms, 0) << 20);
+}
+
+// cw_parse_version returns a namespace version as decimal text, or null.
+function cw_parse_version(string $value): ?string {
+    $text = trim($value, " \t\r\n");
+    return ($text !== '' && ctype_digit($text)) ? ltrim($text, '0') ?: '0' : null;
+}
+
+// cw_parse_count returns a counter as decimal text, or null.
+function cw_parse_count(string $value): ?string {
+    $text = rtrim($value, ' ');
+    return ($text !== '' && ctype_digit($text)) ? ltrim($text, '0') ?: '0' : null;
+}
+
+// cw_decode_set returns the members of a set item, escaped as its tokens
+// spell them, in order, and its token and garbage counts.
+function cw_decode_set(string $value): array {
+    $order = [];
+    $present = [];
+    $tokens = 0;
+    foreach (preg_split('/[\x00-\x20\x7f]+/', $value, -1, PREG_SPLIT_NO_EMPTY) as $tok) {
+        $tokens++;
+        $op = $tok[0];
+        $member = (string)substr($tok, 1);
+        if ($op === '+') {
+            if (!isset($present[$member]) || $present[$member] < 0) {
+                $present[$member] = count($order);
+                $order[] = $member;
+            }
+        } elseif ($op === '-') {
+            if (isset($present[$member])) {
+                $present[$member] = -1;
+            }
+        }
+    }
+    $members = [];
+    foreach ($order as $i => $m) {
+        if ($present[$m] === $i) {
+            $members[] = $m;
+        }
+    }
+    return [$members, $tokens, $tokens - count($members)];
+}
+
+// cw_encode_set returns the compact item holding exactly the escaped
+// members.
+function cw_encode_set(array $escaped): string {
+    $out = '';
+    foreach ($escaped as $m) {
+        $out .= '+' . $m . ' ';
+    }
+    return $out;
+}
+
+// cw_namespace returns the version at $key, created with the namespace
+// start when missing.
+function cw_namespace(Memcached $mc, string $key, int $ttl = 0): string {
+    for ($attempt = 0; $attempt < 3; $attempt++) {
+        $value = $mc->get($key);
+        if ($value !== false) {
+            $v = cw_parse_version((string)$value);
+            if ($v === null) {
+                throw new UnexpectedValueException("namespace $key holds " . json_encode($value));
+            }
+            return $v;
+        }
+        $start = cw_namespace_start((int)floor(microtime(true) * 1000));
+        if ($mc->add($key, $start, $ttl)) {
+            return $start;
+        }
+    }
+    throw new RuntimeException("namespace $key evicted 3 times in a row");
+}
+
+// cw_hot_namespace returns the version of a namespace kept in copies, read
+// from one at random.
+function cw_hot_namespace(Memcached $mc, string $prefix, string $template, array $values, int $copies): string {
+    return cw_namespace($mc, cw_copy_key($prefix, $template, $values, random_int(0, $copies - 1)));
+}
+
+// cw_evidence_namespaces returns the versions of the namespaces of $rows
+// under a master with evidence: "m" and the master version for entities
+// whose bit is clear, their own namespace's version otherwise.
+function cw_evidence_namespaces(Memcached $mc, string $prefix, string $template, string $column,
+                                string $master, int $bits, array $rows, int $ttl = 0): array {
+    $m = null;
+    for ($attempt = 0; $attempt < 3 && $m === null; $attempt++) {
+        $got = $mc->get($master, null, Memcached::GET_EXTENDED);
+        $m = $got === false ? null : cw_decode_master((string)$got['value'], $bits);
+        if ($m !== null) {
+            break;
+        }
+        $fresh = cw_namespace_start((int)floor(microtime(true) * 1000)) . ' ' . str_repeat('0', intdiv($bits, 4));
+        $stored = $got === false ? $mc->add($master, $fresh, $ttl) : $mc->cas($got['cas'], $master, $fresh, $ttl);
+        if ($stored) {
+            $m = cw_decode_master($fresh, $bits);
+        }
+    }
+    if ($m === null) {
+        throw new RuntimeException("master $master changed or evicted 3 times in a row");
+    }
+    $out = [];
+    foreach ($rows as $row) {
+        $out[] = cw_has_bit($m[1], cw_evidence_bit($row[$column], $bits))
+            ? cw_namespace($mc, cw_key($prefix, $template, $row), $ttl)
+            : 'm' . $m[0];
+    }
+    return $out;
+}
+
+// cw_members returns the members of the set at $key, or null when it is
+// missing.
+function cw_members(Memcached $mc, string $key): ?array {
+    $value = $mc->get($key);
+    if ($value === false) {
+        return null;
+    }
+    return array_map('cw_unescape', cw_decode_set((string)$value)[0]);
+}
+
+// cw_count returns the counter at $key (decimal text), or null.
+function cw_count(Memcached $mc, string $key): ?string {
+    $value = $mc->get($key);
+    return $value === false ? null : cw_parse_count((string)$value);
+}
+
+// cw_check_vectors checks this reader against the shared test vectors and
+// returns the failures.
+function cw_check_vectors(string $path): array {
+    $v = json_decode(file_get_contents($path), true, 512, JSON_BIGINT_AS_STRING | JSON_THROW_ON_ERROR);
+    $bad = [];
+    foreach ($v['keys'] as $c) {
+        $got = cw_key($c['prefix'], $c['template'], $c['values']);
+        if ($got !== $c['key']) {
+            $bad[] = "key {$c['name']}: $got";
+        }
+    }
+    foreach ($v['tokens'] as $c) {
+        $got = ($c['add'] ? '+' : '-') . cw_escape($c['member']) . ' ';
+        if ($got !== $c['token']) {
+            $bad[] = "token {$c['member']}: $got";
+        }
+    }
+    foreach ($v['sets'] as $c) {
+        [$escaped, $tokens, $garbage] = cw_decode_set($c['value']);
+        $got = array_map('cw_unescape', $escaped);
+        if ($got !== $c['members'] || $tokens !== $c['tokens'] || $garbage !== $c['garbage']) {
+            $bad[] = "set {$c['name']}: " . json_encode($got) . " $tokens $garbage";
+        }
+        if (cw_encode_set($escaped) !== $c['compacted']) {
+            $bad[] = "set {$c['name']} compacted: " . cw_encode_set($escaped);
+        }
+    }
+    foreach ($v['namespaces'] as $c) {
+        $got = cw_parse_version($c['value']);
+        if (($got !== null) !== $c['valid'] || ($got !== null && $got !== $c['version'])) {
+            $bad[] = "namespace " . json_encode($c['value']) . ": " . json_encode($got);
+        }
+    }
+    foreach ($v['namespace_start'] as $c) {
+        if (cw_namespace_start((int)$c['unix_ms']) !== $c['start']) {
+            $bad[] = "namespace start {$c['unix_ms']}";
+        }
+    }
+    foreach ($v['counters'] as $c) {
+        $got = cw_parse_count($c['value']);
+        if (($got !== null) !== $c['valid'] || ($got !== null && $got !== $c['count'])) {
+            $bad[] = "counter " . json_encode($c['value']) . ": " . json_encode($got);
+        }
+    }
+    foreach ($v['copy_keys'] as $c) {
+        $got = cw_copy_key($c['prefix'], $c['template'], $c['values'] ?? [], $c['copy']);
+        if ($got !== $c['key']) {
+            $bad[] = "copy key {$c['key']}: $got";
+        }
+    }
+    foreach ($v['evidence_bits'] as $c) {
+        $got = cw_evidence_bit($c['id'], $c['bits']);
+        if ($got !== $c['bit']) {
+            $bad[] = "evidence bit {$c['id']}/{$c['bits']}: $got";
+        }
+    }
+    foreach ($v['masters'] as $c) {
+        $m = cw_decode_master($c['value'], $c['bits']);
+        $got = null;
+        if ($m !== null) {
+            $set = [];
+            for ($b = 0; $b < $c['bits']; $b++) {
+                if (cw_has_bit($m[1], $b)) {
+                    $set[] = $b;
+                }
+            }
+            $got = [$m[0], $set];
+        }
+        if (($got !== null) !== $c['valid'] || ($got !== null && $got !== [$c['version'], $c['set']])) {
+            $bad[] = "master " . json_encode($c['value']) . ": " . json_encode($got);
+        }
+    }
+    return $bad;
+}
+
+// cw_serve answers JSON requests, one per line of stdin, on one line each.
+function cw_serve(string $server): void {
+    [$host, $port] = explode(':', $server, 2);
+    $mc = new Memcached();
+    $mc->addServer($host, (int)$port);
+    while (($line = fgets(STDIN)) !== false) {
+        $req = json_decode($line, true, 512, JSON_THROW_ON_ERROR);
+        $key = cw_key($req['prefix'], $req['template'], $req['row'] ?? []);
+        $out = ['key' => $key];
+        switch ($req['op']) {
+            case 'namespace':
+                if (isset($req['evidence'])) {
+                    $ev = $req['evidence'];
+                    $out['version'] = cw_evidence_namespaces($mc, $req['prefix'], $req['template'], $ev['column'],
+                        $ev['master'], $ev['bits'], [$req['row']])[0];
+                } elseif (isset($req['copies'])) {
+                    $out['version'] = cw_hot_namespace($mc, $req['prefix'], $req['template'], $req['row'], $req['copies']);
+                } else {
+                    $out['version'] = cw_namespace($mc, $key);
+                }
+                break;
+            case 'members':
+                $out['members'] = cw_members($mc, $key);
+                break;
+            case 'count':
+                $out['count'] = cw_count($mc, $key);
+                break;
+            case 'get':
+                $value = $mc->get($key);
+                $out['value'] = $value === false ? null : (string)$value;
+                break;
+        }
+        echo json_encode($out, JSON_UNESCAPED_SLASHES), "\n";
+        fflush(STDOUT);
+    }
+}
+
+if (PHP_SAPI === 'cli' && realpath($argv[0]) === __FILE__) {
+    $opts = getopt('', ['vectors:', 'server:']);
+    if (isset($opts['vectors'])) {
+        $bad = cw_check_vectors($opts['vectors']);
+        foreach ($bad as $b) {
+            fwrite(STDERR, $b . "\n");
+        }
+        exit($bad ? 1 : 0);
+    }
+    if (isset($opts['server'])) {
+        cw_serve($opts['server']);
+    }
+}

@@ -1,0 +1,409 @@
+"""Reads what cachewarden keeps in memcached, following docs/formats.md.
+
+A small reader for Python applications on pymemcache (Debian's
+python3-pymemcache): keys built like the daemon's, namespace versions,
+hot-key copies, master namespaces with evidence, sets, counters, and
+GetOrCompute's leases over the meta protocol (on a
+socket of its own: pymemcache 3.x has no meta commands).
+
+    from pymemcache.client.base import Client
+    import cachewarden_reader as cw
+
+    mc = Client(("127.0.0.1", 11211))
+    ns = cw.key("shop:", "ns:user:{id}", {"id": 42})
+    version = cw.namespace(mc, ns)
+
+As a program it checks itself against the shared test vectors
+(--vectors FILE), or answers JSON requests read line by line from stdin
+(--server HOST:PORT), which is how client/readers_test.go compares it with
+the Go client.
+"""
+
+import argparse
+import hashlib
+import json
+import random
+import re
+import socket
+import sys
+import time
+import zlib
+
+MAX_KEY = 250
+HASHED_HEAD = 200
+_PLACEHOLDER = re.compile(rb"\{([^{}]+)\}")
+
+
+def _text(value):
+    """The text of a row value, as bytes: integers as decimal digits,
+    booleans as 1/0, strings as their UTF-8 bytes."""
+    if isinstance(value, bool):
+        return b"1" if value else b"0"
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if value is None:
+        raise ValueError("NULL makes no key")
+    raise TypeError("unsupported value type %s" % type(value).__name__)
+
+
+def escape(raw):
+    """Escapes bytes as keys and members are: <= 0x20, 0x7f and % become %XX."""
+    out = bytearray()
+    for b in raw:
+        if b <= 0x20 or b == 0x7F or b == 0x25:
+            out += b"%%%02X" % b
+        else:
+            out.append(b)
+    return bytes(out)
+
+
+def unescape(escaped):
+    """Reverses escape: %XX (either case) becomes that byte."""
+    out = bytearray()
+    i = 0
+    while i < len(escaped):
+        c = escaped[i]
+        if c == 0x25 and _ishex(escaped[i + 1:i + 3]):
+            out.append(int(escaped[i + 1:i + 3], 16))
+            i += 3
+            continue
+        out.append(c)
+        i += 1
+    return bytes(out)
+
+
+def _ishex(two):
+    return len(two) == 2 and all(chr(b) in "0123456789abcdefABCDEF" for b in two)
+
+
+def finish_key(key):
+    """Applies the 250-byte rule to a complete key (bytes)."""
+    if len(key) <= MAX_KEY:
+        return key
+    return key[:HASHED_HEAD] + b"#" + hashlib.sha256(key).hexdigest()[:32].encode()
+
+
+def rendered(prefix, template, values):
+    """Prefix and template rendered for a row's values, before the
+    250-byte rule."""
+    if isinstance(prefix, str):
+        prefix = prefix.encode("utf-8")
+    if isinstance(template, str):
+        template = template.encode("utf-8")
+
+    def sub(m):
+        return escape(_text(values[m.group(1).decode("utf-8")]))
+
+    return prefix + _PLACEHOLDER.sub(sub, template)
+
+
+def key(prefix, template, values):
+    """The memcached key (bytes) of a key template for a row's values."""
+    return finish_key(rendered(prefix, template, values))
+
+
+def copy_key(prefix, template, values, i):
+    """The key of copy i of a namespace kept in copies (hot keys)."""
+    return finish_key(rendered(prefix, template, values) + b"#%d" % i)
+
+
+def evidence_bit(entity_id, bits):
+    """The bit of an entity id (its text) in an evidence bitmap."""
+    text = _text(entity_id)
+    digits = text[1:] if text[:1] == b"-" else text
+    if digits and digits.isdigit():
+        r = 0
+        for d in digits:
+            r = (r * 10 + d - 0x30) % bits
+        return r
+    return zlib.crc32(text) % bits
+
+
+def decode_master(value, bits):
+    """A master item: (version, bitmap bytes), or ValueError."""
+    parts = value.rstrip(b" ").split(b" ")
+    if len(parts) != 2 or not parts[0].isdigit() or len(parts[1]) != bits // 4 \
+            or parts[1] != parts[1].lower() or not all(chr(c) in "0123456789abcdef" for c in parts[1]):
+        raise ValueError("%r is not a master item of %d bits" % (value, bits))
+    return int(parts[0]), bytes.fromhex(parts[1].decode())
+
+
+def has_bit(bitmap, b):
+    return bitmap[b // 8] & (0x80 >> (b % 8)) != 0
+
+
+def namespace_start(unix_ms):
+    """The version a namespace created at unix_ms starts at."""
+    return max(unix_ms, 0) << 20
+
+
+def parse_version(value):
+    """A namespace version, or ValueError."""
+    text = value.strip(b" \t\r\n")
+    if not text.isdigit():
+        raise ValueError("%r is not a version" % value)
+    return int(text)
+
+
+def parse_count(value):
+    """A counter, or None when the item is not a count."""
+    text = value.rstrip(b" ")
+    return int(text) if text.isdigit() else None
+
+
+def _tokens(value):
+    token = bytearray()
+    for b in value + b" ":
+        if b <= 0x20 or b == 0x7F:
+            if token:
+                yield bytes(token)
+                token = bytearray()
+        else:
+            token.append(b)
+
+
+def decode_set(value):
+    """The members of a set item, escaped as its tokens spell them, in
+    order, and its token and garbage counts."""
+    order, present = [], {}
+    tokens = 0
+    for tok in _tokens(value):
+        tokens += 1
+        op, member = tok[:1], tok[1:]
+        if op == b"+":
+            if present.get(member, -1) < 0:
+                present[member] = len(order)
+                order.append(member)
+        elif op == b"-":
+            if member in present:
+                present[member] = -1
+    members = [m for i, m in enumerate(order) if present[m] == i]
+    return members, tokens, tokens - len(members)
+
+
+def encode_set(escaped_members):
+    """The compact item holding exactly the (escaped) members."""
+    return b"".join(b"+" + m + b" " for m in escaped_members)
+
+
+def namespace(mc, k, ttl=0, attempts=3):
+    """The version at key k, created with the namespace start when missing."""
+    for _ in range(attempts):
+        value = mc.get(k)
+        if value is not None:
+            return parse_version(value)
+        start = namespace_start(int(time.time() * 1000))
+        if mc.add(k, str(start).encode(), expire=ttl, noreply=False):
+            return start
+    raise RuntimeError("namespace %r evicted %d times in a row" % (k, attempts))
+
+
+def hot_namespace(mc, prefix, template, values, copies, ttl=0):
+    """The version of a namespace kept in copies, read from one at random."""
+    return namespace(mc, copy_key(prefix, template, values, random.randrange(copies)), ttl)
+
+
+def evidence_namespaces(mc, prefix, template, column, master_key, bits, rows, ttl=0):
+    """The versions (text) of the namespaces of rows under a master with
+    evidence: "m" + the master version for entities whose bit is clear,
+    their own namespace's version otherwise."""
+    for _ in range(3):
+        value, cas = mc.gets(master_key)
+        try:
+            version, bitmap = decode_master(value, bits) if value is not None else (None, None)
+        except ValueError:
+            version = None
+        if version is not None:
+            break
+        fresh = b"%d %s" % (namespace_start(int(time.time() * 1000)), b"0" * (bits // 4))
+        stored = mc.add(master_key, fresh, expire=ttl, noreply=False) if value is None \
+            else mc.cas(master_key, fresh, cas, expire=ttl, noreply=False)
+        if stored:
+            version, bitmap = decode_master(fresh, bits)
+            break
+    else:
+        raise RuntimeError("master %r changed or evicted 3 times in a row" % master_key)
+    out = []
+    for row in rows:
+        if has_bit(bitmap, evidence_bit(row[column], bits)):
+            out.append(str(namespace(mc, key(prefix, template, row), ttl)))
+        else:
+            out.append("m%d" % version)
+    return out
+
+
+def members(mc, k):
+    """The members of the set at key k, or None when it is missing."""
+    value = mc.get(k)
+    if value is None:
+        return None
+    return [unescape(m) for m in decode_set(value)[0]]
+
+
+def count(mc, k):
+    """The counter at key k, or None when missing or not a count."""
+    value = mc.get(k)
+    return None if value is None else parse_count(value)
+
+
+class MetaConn:
+    """One connection speaking memcached's meta protocol, which pymemcache
+    (3.x) does not: GetOrCompute's leases go over it. Connect it to the
+    server that holds the key (the daemon's distribution decides which)."""
+
+    def __init__(self, host, port, timeout=2):
+        self.sock = socket.create_connection((host, port), timeout)
+        self.rfile = self.sock.makefile("rb")
+
+    def command(self, line, data=None):
+        """Sends one command and returns its reply line's words and the
+        value of a VA reply."""
+        out = line + b"\r\n"
+        if data is not None:
+            out += data + b"\r\n"
+        self.sock.sendall(out)
+        words = self.rfile.readline().split()
+        if not words:
+            raise ConnectionError("memcached closed the connection")
+        if words[0] == b"VA":
+            value = self.rfile.read(int(words[1]) + 2)[:-2]
+            return words, value
+        if words[0] in (b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR"):
+            raise RuntimeError(b" ".join(words).decode())
+        return words, None
+
+
+def get_or_compute(meta, k, lifetime, compute, compute_time=2, wait=0.05, max_wait=2.0):
+    """GetOrCompute's protocol (docs/formats.md): one reader computes a
+    missing, due or stale value while the others wait or are served it."""
+    deadline = time.time() + max_wait
+    while True:
+        words, value = meta.command(b"mg %s v c t N%d R%d" % (k, compute_time, compute_time))
+        flags = {w[:1]: w[1:] for w in words[2:]}
+        if b"W" in flags:
+            new = compute()
+            ttl = lifetime + compute_time if lifetime > 0 else 0
+            reply, _ = meta.command(b"ms %s %d T%d C%s" % (k, len(new), ttl, flags[b"c"]), new)
+            if reply[0] == b"NF":
+                meta.command(b"ms %s %d T%d ME" % (k, len(new), ttl), new)
+            return new
+        if value is not None and (value or b"Z" not in flags):
+            return value
+        if time.time() >= deadline:
+            raise TimeoutError("value of %r is being computed elsewhere" % k)
+        time.sleep(wait)
+
+
+def check_vectors(path):
+    """Checks this reader against the shared test vectors; returns the
+    failures."""
+    with open(path, encoding="utf-8") as f:
+        v = json.load(f)
+    bad = []
+    for case in v["keys"]:
+        got = key(case["prefix"], case["template"], case["values"])
+        if got != case["key"].encode("utf-8"):
+            bad.append("key %s: %r != %r" % (case["name"], got, case["key"]))
+    for case in v["tokens"]:
+        got = (b"+" if case["add"] else b"-") + escape(case["member"].encode()) + b" "
+        if got != case["token"].encode():
+            bad.append("token %r: %r" % (case["member"], got))
+    for case in v["sets"]:
+        escaped, tokens, garbage = decode_set(case["value"].encode())
+        got = [unescape(m) for m in escaped]
+        want = [m.encode() for m in case["members"]]
+        if got != want or tokens != case["tokens"] or garbage != case["garbage"]:
+            bad.append("set %s: %r %d %d" % (case["name"], got, tokens, garbage))
+        if encode_set(escaped) != case["compacted"].encode():
+            bad.append("set %s compacted: %r" % (case["name"], encode_set(escaped)))
+    for case in v["namespaces"]:
+        try:
+            got = str(parse_version(case["value"].encode()))
+        except ValueError:
+            got = None
+        if (got is not None) != case["valid"] or (got is not None and got != case["version"]):
+            bad.append("namespace %r: %r" % (case["value"], got))
+    for case in v["namespace_start"]:
+        if str(namespace_start(case["unix_ms"])) != case["start"]:
+            bad.append("namespace start %d" % case["unix_ms"])
+    for case in v["counters"]:
+        got = parse_count(case["value"].encode())
+        if (got is not None) != case["valid"] or (got is not None and str(got) != case["count"]):
+            bad.append("counter %r: %r" % (case["value"], got))
+    for case in v["copy_keys"]:
+        got = copy_key(case["prefix"], case["template"], case["values"] or {}, case["copy"])
+        if got != case["key"].encode():
+            bad.append("copy key %r: %r" % (case["key"], got))
+    for case in v["evidence_bits"]:
+        got = evidence_bit(case["id"], case["bits"])
+        if got != case["bit"]:
+            bad.append("evidence bit %r/%d: %d" % (case["id"], case["bits"], got))
+    for case in v["masters"]:
+        try:
+            version, bitmap = decode_master(case["value"].encode(), case["bits"])
+            got = (str(version), [b for b in range(case["bits"]) if has_bit(bitmap, b)])
+        except ValueError:
+            got = None
+        if (got is not None) != case["valid"] or (got is not None and got != (case["version"], case["set"])):
+            bad.append("master %r: %r" % (case["value"], got))
+    return bad
+
+
+def serve(server):
+    """Answers JSON requests, one per line of stdin, on one line each."""
+    from pymemcache.client.base import Client
+
+    host, port = server.rsplit(":", 1)
+    mc = Client((host, int(port)), connect_timeout=2, timeout=2)
+    meta = MetaConn(host, int(port))
+    for line in sys.stdin:
+        req = json.loads(line)
+        k = key(req["prefix"], req["template"], req.get("row", {}))
+        out = {"key": k.decode("utf-8", "surrogateescape")}
+        op = req["op"]
+        if op == "namespace" and "evidence" in req:
+            ev = req["evidence"]
+            out["version"] = evidence_namespaces(mc, req["prefix"], req["template"], ev["column"],
+                                                 ev["master"].encode(), ev["bits"], [req["row"]])[0]
+        elif op == "namespace" and "copies" in req:
+            out["version"] = str(hot_namespace(mc, req["prefix"], req["template"], req["row"], req["copies"]))
+        elif op == "namespace":
+            out["version"] = str(namespace(mc, k))
+        elif op == "members":
+            ms = members(mc, k)
+            out["members"] = None if ms is None else [m.decode("utf-8") for m in ms]
+        elif op == "count":
+            n = count(mc, k)
+            out["count"] = None if n is None else str(n)
+        elif op == "get_or_compute":
+            computed = []
+
+            def compute():
+                computed.append(True)
+                return req["compute"].encode()
+
+            out["value"] = get_or_compute(meta, k, req["lifetime"], compute).decode()
+            out["computed"] = bool(computed)
+        print(json.dumps(out), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--vectors")
+    p.add_argument("--server")
+    args = p.parse_args()
+    if args.vectors:
+        bad = check_vectors(args.vectors)
+        for b in bad:
+            print(b, file=sys.stderr)
+        sys.exit(1 if bad else 0)
+    if args.server:
+        serve(args.server)
+
+
+if __name__ == "__main__":
+    main()
