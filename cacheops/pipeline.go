@@ -73,7 +73,7 @@ const (
 // PipelineWriter applies planned and coalesced cache ops to memcached over
 // its meta protocol, pipelined: bumps, set appends and counter deltas, with
 // the miss, race and size handling of Writer and of the counters package
-// (DESIGN §5). It is safe for concurrent use.
+// (docs/formats.md). It is safe for concurrent use.
 //
 // # Why a pipeline, and why its own client
 //
@@ -144,7 +144,7 @@ const (
 // replies that do not fit the commands) is closed. Its ops without a reply
 // fail with the cause, retryable unless ctx was cancelled; the caller
 // applies the batch again, which is safe for bumps and set tokens
-// (DESIGN §6). A counter delta without a reply may or may not have been
+// (README, "How it works"). A counter delta without a reply may or may not have been
 // applied: its op fails with ErrUnknownOutcome, and the caller must turn it
 // into a recount rather than apply the delta again. As with Writer,
 // failed set loads and recounts do not fail ops: the item is deleted.

@@ -7,7 +7,7 @@ import (
 	"github.com/cachewarden/cachewarden/rules"
 )
 
-// Set item encoding (DESIGN §5): a sequence of tokens, each an op byte
+// Set item encoding (docs/formats.md, sets): a sequence of tokens, each an op byte
 // ('+' add, '-' remove), the escaped member, and one space:
 //
 //	"+m1 +m2 -m1 "

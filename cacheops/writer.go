@@ -419,7 +419,7 @@ func (w *Writer) apply(ctx context.Context, op *rules.Op, initial uint64) Result
 	return failedResult(fmt.Errorf("cacheops: %s %q: kind not applied by the writer: %w", op.Kind, op.Key, ErrInvalidOp))
 }
 
-// bump increments a namespace, creating it when missing (DESIGN §5):
+// bump increments a namespace, creating it when missing (docs/formats.md):
 // incr; on a miss add the current unix time in milliseconds, so that a
 // recreated namespace never reuses an earlier version; if another writer
 // added it first, incr again.
@@ -452,7 +452,7 @@ func (w *Writer) bump(op *rules.Op, initial uint64) Result {
 	return failedResult(fmt.Errorf("cacheops: bump %q: still missing after %d incr/add rounds: %w", key, writerBumpAttempts, memcache.ErrCacheMiss))
 }
 
-// appendSet appends tokens to a set (DESIGN §5).
+// appendSet appends tokens to a set (docs/formats.md).
 func (w *Writer) appendSet(ctx context.Context, op *rules.Op, tokens []byte) Result {
 	key := op.Key
 	err := w.append(key, tokens)

@@ -223,7 +223,7 @@ func (c *Counters) apply(ctx context.Context, op *rules.Op) cacheops.Result {
 	return failed(fmt.Errorf("counters: %s %q: not a counter op: %w", op.Kind, op.Key, cacheops.ErrInvalidOp))
 }
 
-// count applies op.Delta (DESIGN §5 counter row).
+// count applies op.Delta (docs/formats.md, counters).
 func (c *Counters) count(ctx context.Context, op *rules.Op) cacheops.Result {
 	if op.Delta == 0 {
 		return cacheops.Result{Outcome: cacheops.OutcomeIncr}
