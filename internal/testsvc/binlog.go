@@ -31,6 +31,14 @@ func MySQLBinlogDSN(t testing.TB) string {
 func MySQLBinlog(t testing.TB) (*sql.DB, string) {
 	t.Helper()
 	db, dsn := freshDatabase(t, MySQLBinlogDSN(t))
+	requireBinlog(t, db, "a server with the binary log on (the one at CACHEWARDEN_TEST_MYSQL_BINLOG_DSN has log_bin OFF)")
+	return db, dsn
+}
+
+// requireBinlog fails the test under CI=true, and skips it otherwise, with
+// what as the missing service, when db's server has its binary log off.
+func requireBinlog(t testing.TB, db *sql.DB, what string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var on int
@@ -38,9 +46,8 @@ func MySQLBinlog(t testing.TB) (*sql.DB, string) {
 		t.Fatalf("testsvc: read log_bin: %v", err)
 	}
 	if on != 1 {
-		missing(t, "a server with the binary log on (the one at CACHEWARDEN_TEST_MYSQL_BINLOG_DSN has log_bin OFF)")
+		missing(t, what)
 	}
-	return db, dsn
 }
 
 // MySQLSecondBinlog creates a database named name (a fresh name when
@@ -63,15 +70,7 @@ func MySQLSecondBinlog(t testing.TB, name string) (*sql.DB, string) {
 		name = "cwtest_" + Unique()
 	}
 	db, dsn := namedDatabase(t, dsn, name)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var on int
-	if err := db.QueryRowContext(ctx, "SELECT @@log_bin").Scan(&on); err != nil {
-		t.Fatalf("testsvc: read log_bin: %v", err)
-	}
-	if on != 1 {
-		missing(t, "a second server with the binary log on (the one at CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN has log_bin OFF)")
-	}
+	requireBinlog(t, db, "a second server with the binary log on (the one at CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN has log_bin OFF)")
 	return db, dsn
 }
 
