@@ -501,6 +501,8 @@ func (d *Daemon) stopPartitions(tps []topicPartition, graceful bool) map[topicPa
 			workers[tp] = w
 			delete(d.parts, tp)
 		}
+		// The next assignment reads the partition's commit afresh.
+		delete(d.committed, tp)
 	}
 	d.mu.Unlock()
 	deadline := time.NewTimer(d.cfg.HandoffTimeout)
