@@ -24,7 +24,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -571,27 +574,35 @@ func expireMembers(ctx context.Context, b *Broker, group string, clientIDs ...st
 	for _, id := range clientIDs {
 		dead[id] = true
 	}
-	resp, err := b.client().DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+	// kafka-go cannot decode the member metadata of cooperative members:
+	// ask with franz-go.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	described, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
 	if err != nil {
 		return 0, fmt.Errorf("describe group %s: %w", group, err)
 	}
-	var leave []kafka.LeaveGroupRequestMember
-	for _, g := range resp.Groups {
-		for _, m := range g.Members {
-			if dead[m.ClientID] {
-				leave = append(leave, kafka.LeaveGroupRequestMember{ID: m.MemberID})
-			}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = group
+	for _, m := range described[group].Members {
+		if dead[m.ClientID] {
+			lm := kmsg.NewLeaveGroupRequestMember()
+			lm.MemberID = m.MemberID
+			req.Members = append(req.Members, lm)
 		}
 	}
-	if len(leave) == 0 {
+	if len(req.Members) == 0 {
 		return 0, nil
 	}
-	lr, err := b.client().LeaveGroup(ctx, &kafka.LeaveGroupRequest{GroupID: group, Members: leave})
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return 0, fmt.Errorf("expire members of %s: %w", group, err)
 	}
-	if lr.Error != nil && !errors.Is(lr.Error, kafka.UnknownMemberId) {
-		return 0, fmt.Errorf("expire members of %s: %w", group, lr.Error)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+		return 0, fmt.Errorf("expire members of %s: %w", group, err)
 	}
-	return len(leave), nil
+	return len(req.Members), nil
 }
