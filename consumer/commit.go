@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -311,7 +310,3 @@ type committedOffset struct {
 	// offset (commitHandedOff).
 	handedOff bool
 }
-
-// errNotCommitted reports a commit that was not attempted because the
-// partition applied nothing.
-var errNotCommitted = errors.New("nothing applied")

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -142,9 +141,6 @@ type batchSource struct {
 	// logStart is the log start offset of the latest fetch.
 	logStart int64
 }
-
-// errQueueStopped reports a batch source whose partition was given up.
-var errQueueStopped = errors.New("partition fetching stopped")
 
 // receive waits until messages arrive, ctx ends or, with a non-nil
 // timer, the timer fires (ok false, err nil). A fetch error of the
