@@ -213,8 +213,22 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 // the last health check, the daemon is a member of the group, and no
 // assigned partition is stalled. It is safe to call from any goroutine
 // (the /readyz handler does).
-func (d *Daemon) Ready() bool {
-	return d.memcachedUp.Load() && d.joined() && len(d.Stalled()) == 0
+func (d *Daemon) Ready() bool { return len(d.NotReady()) == 0 }
+
+// NotReady returns why the daemon is not ready, one reason per line of
+// /readyz; none when it is ready. It is safe for concurrent use.
+func (d *Daemon) NotReady() []string {
+	var reasons []string
+	if !d.memcachedUp.Load() {
+		reasons = append(reasons, "memcached: unreachable, or a server does not answer the meta commands (see the log)")
+	}
+	if !d.joined() {
+		reasons = append(reasons, "kafka: not a member of consumer group "+d.cfg.Group)
+	}
+	for _, s := range d.Stalled() {
+		reasons = append(reasons, "partition "+s.String())
+	}
+	return reasons
 }
 
 // joined reports whether the member is in a group generation.

@@ -17,7 +17,13 @@ func TestHTTPHandler(t *testing.T) {
 	m.events.WithLabelValues("cdc", "debezium", "planned").Add(3)
 	m.setLag("cdc", 2, 17)
 	var ready atomic.Bool
-	srv := httptest.NewServer(NewHTTPHandler(reg, ready.Load, false))
+	notReady := func() []string {
+		if ready.Load() {
+			return nil
+		}
+		return []string{"partition t:3: no batch applied for 1m0s while messages wait"}
+	}
+	srv := httptest.NewServer(NewHTTPHandler(reg, notReady, false))
 	defer srv.Close()
 
 	get := func(path string) (int, string) {
@@ -33,8 +39,8 @@ func TestHTTPHandler(t *testing.T) {
 	if code, _ := get("/healthz"); code != 200 {
 		t.Errorf("/healthz = %d", code)
 	}
-	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz when not ready = %d, want 503", code)
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || body != "not ready\npartition t:3: no batch applied for 1m0s while messages wait\n" {
+		t.Errorf("/readyz when not ready = %d %q, want 503 with the reason", code, body)
 	}
 	ready.Store(true)
 	if code, _ := get("/readyz"); code != 200 {

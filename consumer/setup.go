@@ -289,7 +289,7 @@ func (p *metaPinger) Ping() error {
 // HTTPHandler serves /metrics from the stack's registry, /healthz,
 // /readyz (ready reports readiness, usually Daemon.Ready) and, with
 // http.pprof, /debug/pprof/.
-func (s *Stack) HTTPHandler(ready func() bool) http.Handler {
+func (s *Stack) HTTPHandler(ready func() []string) http.Handler {
 	return NewHTTPHandler(s.Registry, ready, s.Config.HTTP.Pprof)
 }
 

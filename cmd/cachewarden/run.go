@@ -64,7 +64,7 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return fmt.Errorf("run: http.listen: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           stack.HTTPHandler(daemon.Ready),
+		Handler:           stack.HTTPHandler(daemon.NotReady),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	served := make(chan error, 1)
