@@ -27,8 +27,8 @@ func env(vars map[string]string) LookupFunc {
 
 func TestLoadGood(t *testing.T) {
 	cfg, err := LoadEnv("testdata/good.yaml", env(map[string]string{
-		"CW_BROKERS":        "k1:9092, k2:9092",
-		"CW_MYSQL_PASSWORD": "s3cret",
+		"CW_BROKERS":           "k1:9092, k2:9092",
+		"CW_MYSQL_PASSWORD":    "s3cret",
 		"CW_REGISTRY_PASSWORD": "r3gistry",
 	}))
 	if err != nil {
@@ -37,11 +37,11 @@ func TestLoadGood(t *testing.T) {
 	want := &Config{
 		File: "testdata/good.yaml",
 		Kafka: Kafka{
-			Brokers:       []string{"k1:9092", "k2:9092"},
-			Group:         "cachewarden-shop",
-			Topics:        []string{"dbserver1.shop.users", "blog.comments", "shop.flat", "shop.avro"},
-			Format:        "auto",
-			TopicFormats:  map[string]string{"shop.flat": "debezium-flat", "shop.avro": "avro"},
+			Brokers:      []string{"k1:9092", "k2:9092"},
+			Group:        "cachewarden-shop",
+			Topics:       []string{"dbserver1.shop.users", "blog.comments", "shop.flat", "shop.avro"},
+			Format:       "auto",
+			TopicFormats: map[string]string{"shop.flat": "debezium-flat", "shop.avro": "avro"},
 			SchemaRegistry: SchemaRegistry{
 				URLs:     []string{"http://registry-1:8081", "https://registry-2:8081"},
 				Username: "cw", Password: "r3gistry", Timeout: 2 * time.Second,
