@@ -210,11 +210,12 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 }
 
 // Ready reports whether the daemon is doing its job: memcached answered
-// the last health check, the daemon is a member of the group, and no
-// assigned partition is stalled. It is safe to call from any goroutine
-// (the /readyz handler does).
+// the last health check, the daemon is a member of the group, no
+// assigned partition is stalled, and no batch waits for the schema
+// registry. It is safe to call from any goroutine (the /readyz handler
+// does).
 func (d *Daemon) Ready() bool {
-	return d.memcachedUp.Load() && d.joined() && len(d.Stalled()) == 0
+	return d.memcachedUp.Load() && d.joined() && len(d.Stalled()) == 0 && !d.p.WaitingForSchemas()
 }
 
 // joined reports whether the member is in a group generation.
