@@ -87,6 +87,10 @@ type avroType struct {
 	// of every optional Connect field): other is that type.
 	nullable bool
 	other    *avroType
+	// rendered is set on types whose values are rendered into new memory
+	// (numbers, bytes, decimals, nested values), not taken from the
+	// message as they are (strings, enums, booleans, null).
+	rendered bool
 }
 
 // avroField is one field of a record.
@@ -163,6 +167,7 @@ func CompileAvroSchema(id uint32, schema string, refs ...string) (*AvroSchema, e
 	if err != nil {
 		return nil, fmt.Errorf("cdc: schema id %d: %w", id, err)
 	}
+	markRendered(root, map[*avroType]bool{})
 	s := &AvroSchema{ID: id, root: root}
 	if root.kind != avroRecord {
 		s.problem = "the schema is not an Avro record (it is " + root.kindName() + "): not a Debezium change event or row"
@@ -290,6 +295,30 @@ func compileAvroType(s avro.Schema, named map[string]*avroType) (*avroType, erro
 		return t, nil
 	}
 	return nil, fmt.Errorf("unsupported Avro type %s", s.Type())
+}
+
+// markRendered sets avroType.rendered on t and the types below it.
+func markRendered(t *avroType, seen map[*avroType]bool) {
+	if seen[t] {
+		return
+	}
+	seen[t] = true
+	switch t.kind {
+	case avroNull, avroBoolean, avroString, avroEnum:
+	case avroUnion:
+		for _, b := range t.branches {
+			markRendered(b, seen)
+			t.rendered = t.rendered || b.rendered
+		}
+	default:
+		t.rendered = true
+	}
+	for _, f := range t.fields {
+		markRendered(f.t, seen)
+	}
+	if t.elem != nil {
+		markRendered(t.elem, seen)
+	}
 }
 
 func compilePrimitive(s *avro.PrimitiveSchema) (*avroType, error) {

@@ -148,6 +148,10 @@ type decodeState struct {
 	avro     avroReader
 	avroText []byte
 	jsonBuf  []byte
+	// avroMemo and avroSpans let an after image reuse the values of the
+	// before image (see avroRow).
+	avroMemo  avroRowMemo
+	avroSpans []int32
 }
 
 // Decode decodes one message value. pos gives the message's Kafka

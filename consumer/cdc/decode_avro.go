@@ -324,6 +324,7 @@ func (d *Decoder) decodeAvro(value []byte, pos rules.Position, out *Decoded) err
 	st.reset(s, value)
 	r := &st.avro
 	*r = avroReader{s: s, i: avroHeaderLen, path: r.path[:0]}
+	st.avroMemo.t = nil
 	roles := sch.flatRoles
 	if f == FormatDebezium {
 		roles = sch.envelopeRoles
@@ -409,17 +410,51 @@ func (st *decodeState) avroTop(r *avroReader, t *avroType, roles []uint8) bool {
 	return true
 }
 
+// avroRowMemo remembers where the fields of the last row image of a
+// message lay, so that the next image of the same record type (the after
+// image of an update) takes the values of unchanged fields from it instead
+// of rendering them again: most columns of an update are unchanged.
+type avroRowMemo struct {
+	t *avroType
+	// lo is the row's first column in the arena; spans holds the byte
+	// range of each field's value in the message, start and end.
+	lo    int32
+	spans []int32
+}
+
 // avroRow reads a record into the column arena, one column per field.
 func (st *decodeState) avroRow(r *avroReader, t *avroType) (span, bool) {
 	lo := int32(len(st.cols))
+	prev := &st.avroMemo
+	same := prev.t == t && len(prev.spans) == 2*len(t.fields)
+	spans := st.avroSpans[:0]
 	for i := range t.fields {
 		af := &t.fields[i]
-		v, ok := st.avroValue(r, af.t)
+		start := r.i
+		var v rules.Value
+		ok := true
+		if same && af.t.rendered {
+			// Compare the bytes before rendering the value.
+			if !r.skip(af.t) {
+				return absent, r.in(af.name)
+			}
+			if ps, pe := prev.spans[2*i], prev.spans[2*i+1]; r.s[start:r.i] == r.s[ps:pe] {
+				v = st.cols[prev.lo+int32(i)].Value
+			} else {
+				r.i = start
+				v, ok = st.avroValue(r, af.t)
+			}
+		} else {
+			v, ok = st.avroValue(r, af.t)
+		}
 		if !ok {
 			return absent, r.in(af.name)
 		}
+		spans = append(spans, int32(start), int32(r.i))
 		st.addColumn(af.name, v)
 	}
+	st.avroSpans, prev.spans = prev.spans, spans
+	prev.t, prev.lo = t, lo
 	return span{lo, int32(len(st.cols))}, true
 }
 
