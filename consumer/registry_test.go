@@ -236,25 +236,40 @@ func TestAvroDaemon(t *testing.T) {
 	}
 }
 
+// avroUsersRig is a rig reading one users topic in Avro through tr, with
+// a dead-letter topic; e encodes the topic's changes.
+type avroUsersRig struct {
+	*rig
+	tr                     *testRegistry
+	brokers                []string
+	topic, dlqTopic, group string
+	e                      *debeziumavro.Encoder
+}
+
+func newAvroUsersRig(t *testing.T) *avroUsersRig {
+	t.Helper()
+	a := &avroUsersRig{tr: newTestRegistry(t), topic: "cdc" + testsvc.Unique() + ".shop.users",
+		dlqTopic: "dlq-" + testsvc.Unique(), group: "cw-" + testsvc.Unique()}
+	a.brokers = testKafka(t, 1, a.topic, a.dlqTopic)
+	dlq, err := NewDLQ(KafkaConn{Brokers: a.brokers}, a.dlqTopic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dlq.Close() })
+	a.rig = newRig(t, daemonRules, rigOptions{poison: dlq, schemas: a.tr.daemonClient(t, config.SchemaRegistry{})})
+	users, _, _ := avroTables("x")
+	users.Topic = a.topic
+	a.e = register(t, a.tr, users)
+	return a
+}
+
 // TestAvroRegistryDown: while the registry cannot answer for a schema a
 // batch needs, the partition holds (nothing applied, nothing committed,
 // nothing sent to the DLQ) and the daemon is not ready; once it answers,
 // the batch is applied and the daemon is ready again.
 func TestAvroRegistryDown(t *testing.T) {
-	tr := newTestRegistry(t)
-	topic := "cdc" + testsvc.Unique() + ".shop.users"
-	dlqTopic := "dlq-" + testsvc.Unique()
-	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 1, topic, dlqTopic)
-	dlq, err := NewDLQ(KafkaConn{Brokers: brokers}, dlqTopic, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
-	r := newRig(t, daemonRules, rigOptions{poison: dlq, schemas: tr.daemonClient(t, config.SchemaRegistry{})})
-	users, _, _ := avroTables("x")
-	users.Topic = topic
-	e := register(t, tr, users)
+	a := newAvroUsersRig(t)
+	tr, topic, group, brokers, r, e := a.tr, a.topic, a.group, a.brokers, a.rig, a.e
 	r.set("ns:user:4", "20")
 	tr.down.Store(true)
 	produce(t, brokers, topic, avroChange(t, e, "u", "shop", "users", row("id", int64(4), "name", "a"), row("id", int64(4), "name", "b")))
@@ -313,20 +328,8 @@ func mustID(e *debeziumavro.Encoder) int {
 // one whose body is cut short, and one of a schema registered as
 // Protobuf are poison with errors saying so; the partition moves on.
 func TestAvroPoison(t *testing.T) {
-	tr := newTestRegistry(t)
-	topic := "cdc" + testsvc.Unique() + ".shop.users"
-	dlqTopic := "dlq-" + testsvc.Unique()
-	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 1, topic, dlqTopic)
-	dlq, err := NewDLQ(KafkaConn{Brokers: brokers}, dlqTopic, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlq.Close()
-	r := newRig(t, daemonRules, rigOptions{poison: dlq, schemas: tr.daemonClient(t, config.SchemaRegistry{})})
-	users, _, _ := avroTables("x")
-	users.Topic = topic
-	e := register(t, tr, users)
+	a := newAvroUsersRig(t)
+	tr, topic, dlqTopic, group, brokers, r, e := a.tr, a.topic, a.dlqTopic, a.group, a.brokers, a.rig, a.e
 	proto, err := tr.client.CreateSchema(context.Background(), "other-value", sr.Schema{Type: sr.TypeProtobuf, Schema: `syntax = "proto3"; message M { int64 id = 1; }`})
 	if err != nil {
 		t.Fatal(err)

@@ -651,7 +651,8 @@ func (st *decodeState) avroDecimal(r *avroReader, t *avroType) (rules.Value, boo
 }
 
 // appendAvroJSON renders a value of type t as compact JSON, the way
-// Kafka Connect's JSON converter writes it.
+// Kafka Connect's JSON converter writes it (strings escaped as the plan
+// output escapes them).
 func (st *decodeState) appendAvroJSON(r *avroReader, t *avroType, b []byte) ([]byte, bool) {
 	if !r.enter() {
 		return b, false
@@ -677,7 +678,7 @@ func (st *decodeState) appendAvroJSONValue(r *avroReader, t *avroType, b []byte)
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJacksonString(b, af.name)
+			b = appendJSONString(b, af.name)
 			b = append(b, ':')
 			var ok bool
 			if b, ok = st.appendAvroJSON(r, af.t, b); !ok {
@@ -709,7 +710,7 @@ func (st *decodeState) appendAvroJSONValue(r *avroReader, t *avroType, b []byte)
 					if !ok {
 						return b, false
 					}
-					b = appendJacksonString(b, key)
+					b = appendJSONString(b, key)
 					b = append(b, ':')
 				}
 				if b, ok = st.appendAvroJSON(r, t.elem, b); !ok {
@@ -749,50 +750,11 @@ func (st *decodeState) appendAvroJSONValue(r *avroReader, t *avroType, b []byte)
 		return append(b, "false"...), true
 	case rules.KindInt, rules.KindFloat:
 		if t.kind == avroVarDecimal {
-			return appendJacksonString(b, v.Text), true
+			return appendJSONString(b, v.Text), true
 		}
 		return append(b, v.Text...), true
 	}
-	return appendJacksonString(b, v.Text), true
-}
-
-// appendJacksonString appends s as a JSON string escaped as Jackson (the
-// JSON converter's writer) escapes it: quote, backslash and control
-// characters only, with upper-case hex; other bytes as they are. (The
-// plan output's appendJSONString also escapes U+2028, U+2029 and invalid
-// UTF-8.)
-func appendJacksonString(b []byte, s string) []byte {
-	const hex = "0123456789ABCDEF"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			i++
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\f':
-			b = append(b, '\\', 'f')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		i++
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return appendJSONString(b, v.Text), true
 }
 
 // javaNonFinite is how Java's Double.toString writes NaN and infinities.
