@@ -163,7 +163,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"op"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cachewarden_ready",
-			Help: "1 when memcached answers and the consumer group is joined.",
+			Help: "1 when memcached answers, the consumer group is joined, no partition is stalled and no batch waits for the schema registry (/readyz).",
 		}),
 		memcachedUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cachewarden_memcached_up",
