@@ -171,6 +171,12 @@ type decodeState struct {
 // binlog file and GTID of Source, and errors, never share value's
 // memory: they may be kept longer.
 //
+// A value whose first byte is 0 (which no JSON text starts with) is
+// Confluent-framed Avro under FormatAuto, FormatAvro, FormatDebezium and
+// FormatDebeziumFlat: it is read with the schema of its id in d.Schemas
+// (decode_avro.go) and interpreted as below; under FormatAvro anything
+// else is a DecodeError.
+//
 // Format detection (FormatAuto), from the top-level keys of the message
 // or of the payload of a {"schema","payload"} envelope:
 //   - "__op" or "__deleted": flattened Debezium row;
