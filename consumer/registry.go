@@ -100,7 +100,7 @@ func (r *SchemaRegistry) Fetch(ctx context.Context, ids []uint32) error {
 			r.log.Info("schema registry: schema cached", "schema_id", id, "schema", s.String())
 		case schemaNotFound(err):
 			r.m.schemaFetches.WithLabelValues("not_found").Inc()
-			r.log.Warn("schema registry: schema id unknown to the registry; its messages are poison", "schema_id", id, "error", err.Error())
+			r.log.Warn("schema registry: schema id unknown to the registry; values framed with it are poison (keys framed with it name no columns)", "schema_id", id, "error", err.Error())
 		default:
 			r.m.schemaFetches.WithLabelValues("error").Inc()
 			errs = append(errs, fmt.Errorf("schema id %d: %w", id, err))
