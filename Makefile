@@ -32,8 +32,11 @@ test: services build vet
 unit:
 	$(GO) test -count=1 ./rules/ ./consumer/cdc/ ./ruletest/
 
+# demo runs the whole pipeline once; DEMO_FLAGS are extra flags of
+# `cachewarden demo`, e.g. make demo DEMO_FLAGS="--format debezium-avro"
+# (Avro topics read through an in-process schema registry).
 demo: services build
-	set -a && . ./$(SERVICES_ENV) && set +a && ./$(BIN) demo
+	set -a && . ./$(SERVICES_ENV) && set +a && ./$(BIN) demo $(DEMO_FLAGS)
 
 # bench runs the end-to-end throughput benchmark (docs/benchmarks.md):
 # the naive consumer and `cachewarden run` over the same generated events,

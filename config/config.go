@@ -40,6 +40,9 @@ const (
 	DefaultHTTPListen          = "127.0.0.1:9464"
 	DefaultLogFormat           = "text"
 	DefaultLogLevel            = "info"
+	// DefaultSchemaRegistryTimeout bounds one request to the schema
+	// registry.
+	DefaultSchemaRegistryTimeout = 5 * time.Second
 )
 
 // Limits checked by validation.
@@ -51,7 +54,7 @@ const (
 
 // Formats lists the accepted values of kafka.format and kafka.topic_formats
 // (the CDC message formats the consumer decodes).
-var Formats = []string{"auto", "debezium", "debezium-flat", "maxwell", "canal"}
+var Formats = []string{"auto", "debezium", "debezium-flat", "maxwell", "canal", "avro"}
 
 // Config is the whole daemon configuration.
 type Config struct {
@@ -101,6 +104,9 @@ type Kafka struct {
 	TLS TLS
 	// SASL, when Mechanism is set, authenticates to the brokers.
 	SASL SASL
+	// SchemaRegistry is where the schemas of Avro messages are read
+	// (Confluent's REST API); needed when a topic carries Avro.
+	SchemaRegistry SchemaRegistry
 	// StartOffset is where a partition the group never committed starts:
 	// "earliest" (default) or "latest".
 	StartOffset string
@@ -172,6 +178,28 @@ type SASL struct {
 	// TokenFile holds the OAUTHBEARER token; it is read again at every
 	// authentication, so that a sidecar can rotate it.
 	TokenFile string
+}
+
+// SchemaRegistry is the `kafka.schema_registry` section: a registry
+// speaking Confluent Schema Registry's REST API (Confluent, Apicurio's
+// compatible API, Redpanda, Karapace). Each schema id is asked for once;
+// decoding does not wait for the registry afterwards.
+type SchemaRegistry struct {
+	// URLs are the registry's base URLs (http:// or https://), tried in
+	// order; empty: no registry (Avro messages cannot be decoded). A
+	// single string is split on commas.
+	URLs []string
+	// Username and Password authenticate with HTTP basic auth, both or
+	// neither.
+	Username string
+	// Password is secret: String and LogValue redact it.
+	Password string
+	// TLS configures https:// URLs: CAs, a client certificate, the
+	// server name. Its Enabled must be true when any is set.
+	TLS TLS
+	// Timeout bounds one request; default 5s. A registry that does not
+	// answer in time is asked again (the partition waits).
+	Timeout time.Duration
 }
 
 // Memcached is the `memcached` section.

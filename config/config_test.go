@@ -27,8 +27,9 @@ func env(vars map[string]string) LookupFunc {
 
 func TestLoadGood(t *testing.T) {
 	cfg, err := LoadEnv("testdata/good.yaml", env(map[string]string{
-		"CW_BROKERS":        "k1:9092, k2:9092",
-		"CW_MYSQL_PASSWORD": "s3cret",
+		"CW_BROKERS":           "k1:9092, k2:9092",
+		"CW_MYSQL_PASSWORD":    "s3cret",
+		"CW_REGISTRY_PASSWORD": "r3gistry",
 	}))
 	if err != nil {
 		t.Fatalf("LoadEnv: %v", err)
@@ -36,11 +37,15 @@ func TestLoadGood(t *testing.T) {
 	want := &Config{
 		File: "testdata/good.yaml",
 		Kafka: Kafka{
-			Brokers:       []string{"k1:9092", "k2:9092"},
-			Group:         "cachewarden-shop",
-			Topics:        []string{"dbserver1.shop.users", "blog.comments", "shop.flat"},
-			Format:        "auto",
-			TopicFormats:  map[string]string{"shop.flat": "debezium-flat"},
+			Brokers:      []string{"k1:9092", "k2:9092"},
+			Group:        "cachewarden-shop",
+			Topics:       []string{"dbserver1.shop.users", "blog.comments", "shop.flat", "shop.avro"},
+			Format:       "auto",
+			TopicFormats: map[string]string{"shop.flat": "debezium-flat", "shop.avro": "avro"},
+			SchemaRegistry: SchemaRegistry{
+				URLs:     []string{"http://registry-1:8081", "https://registry-2:8081"},
+				Username: "cw", Password: "r3gistry", Timeout: 2 * time.Second,
+			},
 			TopicTables:   map[string]string{"shop.flat": "shop.users"},
 			DLQTopic:      "cachewarden.dlq",
 			ClientID:      "cw-local",
@@ -89,6 +94,7 @@ func TestDefaults(t *testing.T) {
 	}{
 		{"kafka.format", cfg.Kafka.Format, "auto"},
 		{"kafka.client_id", cfg.Kafka.ClientID, "cachewarden"},
+		{"kafka.schema_registry", cfg.Kafka.SchemaRegistry, SchemaRegistry{Timeout: DefaultSchemaRegistryTimeout}},
 		{"memcached.max_concurrency", cfg.Memcached.MaxConcurrency, DefaultMemcachedConcurrent},
 		{"memcached.timeout", cfg.Memcached.Timeout, DefaultMemcachedTimeout},
 		{"memcached.compact_ratio", cfg.Memcached.CompactRatio, DefaultCompactRatio},
@@ -113,7 +119,7 @@ func TestDefaults(t *testing.T) {
 // TestProblems loads broken configs and compares every reported problem
 // with testdata/NAME.errors (go test -update rewrites them).
 func TestProblems(t *testing.T) {
-	for _, name := range []string{"bad", "bad-rules", "needs-mysql", "env-missing", "syntax", "types"} {
+	for _, name := range []string{"bad", "bad-rules", "bad-registry", "bad-registry-urls", "needs-mysql", "env-missing", "syntax", "types"} {
 		t.Run(name, func(t *testing.T) {
 			_, err := LoadEnv(filepath.Join("testdata", name+".yaml"), env(map[string]string{"HOME": "/root"}))
 			if err == nil {
@@ -212,6 +218,7 @@ kafka:
   group: g
   topics: [t]
   sasl: {mechanism: plain, username: u, password: "kafka-pw-123"}
+  schema_registry: {urls: ["https://r:8081"], username: u, password: "registry-pw-789"}
 memcached:
   servers: [m:1]
 mysql:
@@ -233,10 +240,12 @@ rules: [r]
 		"%#v mysql":    fmt.Sprintf("%#v", cfg.MySQL),
 		"%+v kafka":    fmt.Sprintf("%+v", cfg.Kafka),
 		"%v sasl":      fmt.Sprintf("%v", cfg.Kafka.SASL),
+		"%#v registry": fmt.Sprintf("%#v", cfg.Kafka.SchemaRegistry),
+		"%+v registry": fmt.Sprintf("%+v", cfg.Kafka.SchemaRegistry),
 		"%+v *cfg val": fmt.Sprintf("%+v", *cfg),
 	}
 	for name, out := range outputs {
-		for _, secret := range []string{"kafka-pw-123", "mysql-pw-456"} {
+		for _, secret := range []string{"kafka-pw-123", "mysql-pw-456", "registry-pw-789"} {
 			if strings.Contains(out, secret) {
 				t.Errorf("%s reveals %q: %s", name, secret, out)
 			}

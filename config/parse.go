@@ -258,6 +258,7 @@ func (d *decoder) kafka(n *yaml.Node, k *Kafka) {
 		"handoff_timeout": func(v *yaml.Node) { k.HandoffTimeout = d.duration(v, "kafka.handoff_timeout") },
 		"stall_timeout":   func(v *yaml.Node) { k.StallTimeout = d.duration(v, "kafka.stall_timeout") },
 		"unordered_sets":  func(v *yaml.Node) { k.UnorderedSets = d.str(v, "kafka.unordered_sets") },
+		"schema_registry": func(v *yaml.Node) { d.schemaRegistry(v, &k.SchemaRegistry) },
 		"sasl": func(v *yaml.Node) {
 			d.mapping(v, "kafka.sasl", map[string]func(*yaml.Node){
 				"mechanism":  func(v *yaml.Node) { k.SASL.Mechanism = d.str(v, "kafka.sasl.mechanism") },
@@ -266,6 +267,17 @@ func (d *decoder) kafka(n *yaml.Node, k *Kafka) {
 				"token_file": func(v *yaml.Node) { k.SASL.TokenFile = d.str(v, "kafka.sasl.token_file") },
 			})
 		},
+	})
+}
+
+func (d *decoder) schemaRegistry(n *yaml.Node, r *SchemaRegistry) {
+	const path = "kafka.schema_registry"
+	d.mapping(n, path, map[string]func(*yaml.Node){
+		"urls":     func(v *yaml.Node) { r.URLs = d.strings(v, path+".urls") },
+		"username": func(v *yaml.Node) { r.Username = d.str(v, path+".username") },
+		"password": func(v *yaml.Node) { r.Password = d.str(v, path+".password") },
+		"tls":      func(v *yaml.Node) { d.tls(v, path+".tls", &r.TLS) },
+		"timeout":  func(v *yaml.Node) { r.Timeout = d.duration(v, path+".timeout") },
 	})
 }
 

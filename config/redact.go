@@ -78,6 +78,33 @@ func (s SASL) LogValue() slog.Value {
 	)
 }
 
+// String describes the section with the password redacted.
+func (r SchemaRegistry) String() string {
+	pw := ""
+	if r.Password != "" {
+		pw = redacted
+	}
+	return fmt.Sprintf("{URLs:%v Username:%s Password:%s TLS:%+v Timeout:%s}", r.URLs, r.Username, pw, r.TLS, r.Timeout)
+}
+
+// GoString is String, so that %#v redacts too.
+func (r SchemaRegistry) GoString() string { return "config.SchemaRegistry" + r.String() }
+
+// LogValue logs the section with the password redacted.
+func (r SchemaRegistry) LogValue() slog.Value {
+	pw := ""
+	if r.Password != "" {
+		pw = redacted
+	}
+	return slog.GroupValue(
+		slog.Any("urls", r.URLs),
+		slog.String("username", r.Username),
+		slog.String("password", pw),
+		slog.Bool("tls", r.TLS.Enabled),
+		slog.Duration("timeout", r.Timeout),
+	)
+}
+
 // LogValue logs the settings an operator checks at start-up; secrets are
 // redacted.
 func (c *Config) LogValue() slog.Value {
@@ -90,6 +117,7 @@ func (c *Config) LogValue() slog.Value {
 		slog.String("dlq_topic", c.Kafka.DLQTopic),
 		slog.Bool("tls", c.Kafka.TLS.Enabled),
 		slog.Any("sasl", c.Kafka.SASL),
+		slog.Any("schema_registry", c.Kafka.SchemaRegistry),
 		slog.Any("memcached", c.Memcached.Servers),
 		slog.Any("mysql", c.MySQL),
 		slog.Any("rules", c.Rules),

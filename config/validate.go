@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -117,6 +118,49 @@ func (d *decoder) validateKafka(k *Kafka) {
 			k.HandoffTimeout, k.RebalanceTimeout)
 	}
 	d.validateSASL(&k.SASL)
+	d.validateSchemaRegistry(k)
+}
+
+// validateSchemaRegistry checks kafka.schema_registry, and that topics
+// fixed to format avro have a registry.
+func (d *decoder) validateSchemaRegistry(k *Kafka) {
+	const path = "kafka.schema_registry"
+	r := &k.SchemaRegistry
+	for i, u := range r.URLs {
+		p := path + ".urls[" + strconv.Itoa(i) + "]"
+		switch parsed, err := url.Parse(u); {
+		case err != nil:
+			d.problem(d.place(p), "%s: %q is not a URL: %v", p, u, err)
+		case parsed.Scheme != "http" && parsed.Scheme != "https":
+			d.problem(d.place(p), "%s: %q: want an http:// or https:// URL", p, u)
+		case parsed.Host == "":
+			d.problem(d.place(p), "%s: %q has no host", p, u)
+		case parsed.User != nil:
+			d.problem(d.place(p), "%s: credentials go in %s.username and password, not in the URL", p, path)
+		case parsed.Scheme == "http" && r.TLS.Enabled:
+			d.problem(d.place(p), "%s: %q is plain http, but %s.tls.enabled is true", p, u, path)
+		}
+	}
+	d.validateTLS(path+".tls", &r.TLS)
+	if (r.Username == "") != (r.Password == "") {
+		d.problem(d.place(path), "%s: username and password go together", path)
+	}
+	if len(r.URLs) == 0 && (r.Username != "" || r.TLS.Enabled || d.set(path+".timeout")) {
+		d.problem(d.place(path), "%s.urls: list the registry's URLs (its other settings are set)", path)
+	}
+	d.positiveDuration(&r.Timeout, path+".timeout", DefaultSchemaRegistryTimeout, 10*time.Minute)
+	if len(r.URLs) > 0 || !d.readable(path+".urls") {
+		return
+	}
+	if k.Format == "avro" {
+		d.problem(d.place("kafka.format"), "kafka.format: avro needs %s.urls, where the messages' schemas are read", path)
+	}
+	for _, t := range sortedKeys(k.TopicFormats) {
+		if k.TopicFormats[t] == "avro" {
+			p := "kafka.topic_formats[" + strconv.Quote(t) + "]"
+			d.problem(d.place(p), "%s: avro needs %s.urls, where the messages' schemas are read", p, path)
+		}
+	}
 }
 
 // validateTLS checks a TLS section at path (kafka.tls, memcached.tls).

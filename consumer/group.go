@@ -210,9 +210,10 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 }
 
 // Ready reports whether the daemon is doing its job: memcached answered
-// the last health check, the daemon is a member of the group, and no
-// assigned partition is stalled. It is safe to call from any goroutine
-// (the /readyz handler does).
+// the last health check, the daemon is a member of the group, no
+// assigned partition is stalled, and no batch waits for the schema
+// registry. It is safe to call from any goroutine (the /readyz handler
+// does).
 func (d *Daemon) Ready() bool { return len(d.NotReady()) == 0 }
 
 // NotReady returns why the daemon is not ready, one reason per line of
@@ -224,6 +225,9 @@ func (d *Daemon) NotReady() []string {
 	}
 	if !d.joined() {
 		reasons = append(reasons, "kafka: not a member of consumer group "+d.cfg.Group)
+	}
+	if d.p.WaitingForSchemas() {
+		reasons = append(reasons, "schema registry: a batch waits for a schema it cannot fetch (see the log)")
 	}
 	for _, s := range d.Stalled() {
 		reasons = append(reasons, "partition "+s.String())

@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
@@ -222,6 +223,8 @@ type rigOptions struct {
 	mysqlDSN string
 	poison   PoisonSink
 	prefix   string // default: a unique one
+	// schemas reads the schemas of Avro messages; nil: none.
+	schemas *SchemaRegistry
 }
 
 // newRig loads rulesYAML (with PREFIX replaced by a unique key prefix).
@@ -262,10 +265,14 @@ func newRig(t *testing.T, rulesYAML string, opts rigOptions) *rig {
 	r.reg = prometheus.NewRegistry()
 	r.metrics = NewMetrics(r.reg)
 	r.rebump = NewRebumper(w, r.metrics, r.log)
-	r.pipeline, err = NewPipeline(PipelineConfig{
+	pc := PipelineConfig{
 		Rules: rs, Writer: w, Counters: c, Poison: opts.poison, Rebump: r.rebump,
 		Metrics: r.metrics, Logger: r.log, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
-	})
+	}
+	if opts.schemas != nil {
+		pc.Decoder, pc.Schemas = &cdc.Decoder{Schemas: opts.schemas.Cache()}, opts.schemas
+	}
+	r.pipeline, err = NewPipeline(pc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,9 @@ type Metrics struct {
 	// rebumpsRecovered and rebumpJournalErrors: the rebump journal.
 	rebumpsRecovered    prometheus.Counter
 	rebumpJournalErrors *prometheus.CounterVec
+	// schemaFetches and schemaWaiting: the schema registry.
+	schemaFetches *prometheus.CounterVec
+	schemaWaiting prometheus.Gauge
 }
 
 // latencyBuckets span 0.5ms to ~16s.
@@ -160,7 +163,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"op"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cachewarden_ready",
-			Help: "1 when memcached answers and the consumer group is joined.",
+			Help: "1 when memcached answers, the consumer group is joined, no partition is stalled and no batch waits for the schema registry (/readyz).",
 		}),
 		memcachedUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cachewarden_memcached_up",
@@ -202,8 +205,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cachewarden_partition_handoffs_total",
 			Help: "Partitions released on a rebalance or shutdown, by outcome: clean (exactly the applied messages committed, the next owner recounts nothing) or abandoned (a batch was abandoned half applied; the next owner recounts its first batch).",
 		}, []string{"outcome"}),
+		schemaFetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cachewarden_schema_registry_requests_total",
+			Help: "Schemas of Avro messages asked of the schema registry (once per schema id), by outcome: found, not_found (its messages are poison), error (asked again; the partition waits).",
+		}, []string{"outcome"}),
+		schemaWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cachewarden_schema_registry_waiting_batches",
+			Help: "Batches waiting for the schema registry to answer for a schema they need; the daemon is not ready while one does.",
+		}),
 	}
 	if reg != nil {
+		reg.MustRegister(m.schemaFetches, m.schemaWaiting)
 		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.eventAge, m.coalesceSaved,
 			m.applyDuration, m.applyRetries, m.mysqlDuration, m.memcachedRTT, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
 			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.rebumpsRecovered, m.rebumpJournalErrors, m.ready, m.memcachedUp,

@@ -58,8 +58,8 @@ func (g *orderGuard) setPartitions(counts map[string]int) { g.partitions.Store(&
 
 // unordered reports whether changes of set rule r read from topic may
 // arrive out of order, judging from msgKey, a message of that topic and
-// rule. The first answer for a topic and rule is kept.
-func (g *orderGuard) unordered(topic string, r *rules.Rule, msgKey []byte) bool {
+// rule, whose columns dec (the topic's decoder) reads. The first answer for a topic and rule is kept.
+func (g *orderGuard) unordered(topic string, r *rules.Rule, msgKey []byte, dec *cdc.Decoder) bool {
 	k := orderKey{topic, r}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -79,7 +79,7 @@ func (g *orderGuard) unordered(topic string, r *rules.Rule, msgKey []byte) bool 
 		g.decided[k] = false
 		return false
 	}
-	cols, perTable, named := cdc.KeyColumns(msgKey)
+	cols, perTable, named := dec.KeyColumns(msgKey)
 	need := append(slices.Clone(r.Key.Columns()), r.Member.Columns()...)
 	// A key naming the table (Maxwell or Canal partitioning by table or
 	// database) sends every change of the table to one partition.
@@ -116,7 +116,7 @@ func (p *Pipeline) guardOrder(ops []rules.Op, msg *Message) {
 		if op.Kind != rules.OpSetAdd && op.Kind != rules.OpSetRemove {
 			continue
 		}
-		if p.order.unordered(msg.Pos.Topic, op.Rule, msg.Key) && p.order.policy != UnorderedSetsAppend {
+		if p.order.unordered(msg.Pos.Topic, op.Rule, msg.Key, p.decoderFor(msg.Pos.Topic)) && p.order.policy != UnorderedSetsAppend {
 			op.Kind, op.Member = rules.OpSetDelete, ""
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -42,6 +43,13 @@ type Poison struct {
 	Err     error
 }
 
+// SchemaFetcher reads the schemas of registry ids into the cache the
+// decoders read; an error means the registry could not be asked and the
+// batch must wait (see SchemaRegistry.Fetch).
+type SchemaFetcher interface {
+	Fetch(ctx context.Context, ids []uint32) error
+}
+
 // PoisonSink receives poison messages before the batch holding them is
 // committed. *DLQ is one.
 type PoisonSink interface {
@@ -63,6 +71,10 @@ type PipelineConfig struct {
 	Decoder *cdc.Decoder
 	// TopicDecoders fixes the decoder per topic; may be nil.
 	TopicDecoders map[string]*cdc.Decoder
+	// Schemas reads the schemas of Avro messages into the cache of the
+	// decoders (their Schemas) before a batch is decoded (a
+	// *SchemaRegistry); nil when no registry is configured.
+	Schemas SchemaFetcher
 	// Writer applies bumps and set ops (a *cacheops.Writer); required.
 	Writer Applier
 	// Counters applies count and recount ops (a *counters.Counters); nil
@@ -106,6 +118,9 @@ type Pipeline struct {
 	log   *slog.Logger
 	m     *Metrics
 	order *orderGuard
+	// schemaWaits counts the batches waiting for the schema registry;
+	// copies of the pipeline (replay's) share it.
+	schemaWaits *atomic.Int64
 }
 
 // NewPipeline checks cfg and returns a Pipeline.
@@ -128,7 +143,7 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 	if cfg.RecountReason == "" {
 		cfg.RecountReason = "reassigned"
 	}
-	p := &Pipeline{cfg: cfg, log: cfg.Logger, m: cfg.Metrics}
+	p := &Pipeline{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, schemaWaits: new(atomic.Int64)}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -196,6 +211,8 @@ type Batch struct {
 	fallbackKeys []string
 	// rebumps are the applied bumps whose rule has rebump_after.
 	rebumps []rules.Op
+	// schemaIDs is scratch for the schema ids the batch needs.
+	schemaIDs []uint32
 }
 
 type eventLabels struct{ topic, format, outcome string }
@@ -293,12 +310,16 @@ func (b *Batch) poison(msg *Message, err error, format cdc.Format) {
 // ctx's error when ctx ends while memcached cannot be read.
 func (p *Pipeline) Process(ctx context.Context, b *Batch, msgs []Message, opts CoalesceOptions) error {
 	start := time.Now()
+	var err error
+	if b.schemaIDs, err = p.awaitSchemas(ctx, b.schemaIDs, msgs); err != nil {
+		return err
+	}
 	p.planEvents(b, msgs)
 	if err := p.checkFences(ctx, b, opts); err != nil {
 		return err
 	}
 	p.coalesce(b, opts)
-	err := p.Apply(ctx, b)
+	err = p.Apply(ctx, b)
 	if err == nil {
 		p.m.batchDuration.Observe(time.Since(start).Seconds())
 	}

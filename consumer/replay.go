@@ -448,8 +448,13 @@ func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl
 	if len(ranges) > 0 && len(rp.cfg.Kafka.Brokers) == 0 {
 		return errors.New("consumer: replay: no Kafka brokers")
 	}
+	var ids []uint32
 	for _, r := range ranges {
 		err := rp.readPartition(ctx, r, rp.cfg.BatchSize, func(msgs []Message) error {
+			var err error
+			if ids, err = rp.p.awaitSchemas(ctx, ids, msgs); err != nil {
+				return err
+			}
 			for i := range msgs {
 				m := &msgs[i]
 				if err := pl.Line(rp.p.decoderFor(m.Pos.Topic), m.Value, kafkaCoordinates(m.Pos)); err != nil {
@@ -491,6 +496,10 @@ type replayWorker struct {
 // ops, reports the poison messages and applies the rest.
 func (w *replayWorker) apply(ctx context.Context, msgs []Message) error {
 	rp, p, b := w.rp, w.p, &w.b
+	var err error
+	if b.schemaIDs, err = p.awaitSchemas(ctx, b.schemaIDs, msgs); err != nil {
+		return err
+	}
 	p.Plan(b, msgs, CoalesceOptions{Recount: true})
 	rp.sum.messages.Add(int64(len(msgs)))
 	rp.sum.events.Add(int64(b.Stats.Events))
@@ -713,6 +722,7 @@ func detachedEndOp(op *rules.Op, kind rules.OpKind) rules.Op {
 // kafka section k: the one of topic when not empty (its topic_formats and
 // topic_tables entries apply), else the one of kafka.format. A non-empty
 // format ("auto", "debezium", ...) or table ("db.table") overrides it.
+// Format avro is refused: a file holds JSON lines.
 func ReplayFileDecoder(k config.Kafka, topic, format, table string) (*cdc.Decoder, error) {
 	name := k.Format
 	if f, ok := k.TopicFormats[topic]; ok && topic != "" {
@@ -727,6 +737,10 @@ func ReplayFileDecoder(k config.Kafka, topic, format, table string) (*cdc.Decode
 	f, err := cdc.ParseFormat(name)
 	if err != nil {
 		return nil, err
+	}
+	if f == cdc.FormatAvro {
+		return nil, errors.New("consumer: replay: a file holds JSON lines, one message value each, and format avro is Confluent-framed binary: " +
+			"replay Avro topics from Kafka (--from), or give the file's JSON format with --format")
 	}
 	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables}
 	if topic != "" {

@@ -480,8 +480,11 @@ func TestReplayFileDecoder(t *testing.T) {
 			t.Errorf("ReplayFileDecoder(%q, %q, %q) = %+v, %v; want %s with table %q", tt.topic, tt.format, tt.table, dec, err, tt.want, tt.wantTable)
 		}
 	}
-	if _, err := ReplayFileDecoder(cfg, "", "avro", ""); err == nil {
-		t.Errorf("format avro accepted")
+	if _, err := ReplayFileDecoder(cfg, "", "avro", ""); err == nil || !strings.Contains(err.Error(), "JSON lines") {
+		t.Errorf("format avro for a file: %v, want an error saying a file holds JSON lines", err)
+	}
+	if _, err := ReplayFileDecoder(cfg, "", "protobuf", ""); err == nil {
+		t.Errorf("format protobuf accepted")
 	}
 }
 

@@ -63,6 +63,9 @@ type Stack struct {
 	Pipeline *Pipeline
 	// Kafka is how to reach the brokers (TLS and SASL included).
 	Kafka KafkaConn
+	// SchemaRegistry reads the schemas of Avro messages; nil without
+	// kafka.schema_registry.
+	SchemaRegistry *SchemaRegistry
 }
 
 // StackOptions adjust NewStack for commands other than `run`.
@@ -188,7 +191,15 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		}
 	}
 
-	dec, topicDecoders, err := decodersFromConfig(cfg.Kafka)
+	var schemas *cdc.AvroSchemaCache
+	if len(cfg.Kafka.SchemaRegistry.URLs) > 0 {
+		if s.SchemaRegistry, err = NewSchemaRegistry(cfg.Kafka.SchemaRegistry, s.Metrics, logger.With("component", "schema-registry")); err != nil {
+			s.Close()
+			return nil, err
+		}
+		schemas = s.SchemaRegistry.Cache()
+	}
+	dec, topicDecoders, err := decodersFromConfig(cfg.Kafka, schemas)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -210,6 +221,9 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	}
 	if s.DLQ != nil {
 		pc.Poison = s.DLQ
+	}
+	if s.SchemaRegistry != nil {
+		pc.Schemas = s.SchemaRegistry
 	}
 	if s.Pipeline, err = NewPipeline(pc); err != nil {
 		s.Close()
@@ -397,13 +411,14 @@ func balancers(name string) []kgo.GroupBalancer {
 	}
 }
 
-// decodersFromConfig returns the default decoder and the per-topic ones.
-func decodersFromConfig(k config.Kafka) (*cdc.Decoder, map[string]*cdc.Decoder, error) {
+// decodersFromConfig returns the default decoder and the per-topic ones;
+// schemas (nil without a registry) holds the schemas of Avro messages.
+func decodersFromConfig(k config.Kafka, schemas *cdc.AvroSchemaCache) (*cdc.Decoder, map[string]*cdc.Decoder, error) {
 	f, err := cdc.ParseFormat(k.Format)
 	if err != nil {
 		return nil, nil, err
 	}
-	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables}
+	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables, Schemas: schemas}
 	var byTopic map[string]*cdc.Decoder
 	for topic, name := range k.TopicFormats {
 		f, err := cdc.ParseFormat(name)
@@ -413,7 +428,7 @@ func decodersFromConfig(k config.Kafka) (*cdc.Decoder, map[string]*cdc.Decoder, 
 		if byTopic == nil {
 			byTopic = make(map[string]*cdc.Decoder)
 		}
-		byTopic[topic] = &cdc.Decoder{Format: f, TopicTables: k.TopicTables}
+		byTopic[topic] = &cdc.Decoder{Format: f, TopicTables: k.TopicTables, Schemas: schemas}
 	}
 	return dec, byTopic, nil
 }

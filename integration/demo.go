@@ -133,6 +133,9 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 	if d.format == DebeziumFlatRow {
 		cfg.Kafka.TopicTables = s.ConfigFile("").Kafka.TopicTables
 	}
+	if s.Registry != nil {
+		cfg.Kafka.SchemaRegistry.URLs = []string{s.Registry.URL()}
+	}
 
 	broker := "in-process Kafka-protocol broker"
 	if !s.Broker.InProcess() {
@@ -143,6 +146,9 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 		positions = "binary log positions from SHOW MASTER STATUS"
 	}
 	d.printf("  broker     %s at %s, %d topics x %d partitions\n", broker, strings.Join(s.Broker.Addrs(), ","), len(s.Topics), s.Opts.Partitions)
+	if s.Registry != nil {
+		d.printf("  registry   in-process schema registry at %s (Confluent REST API); kafka.format %s reads the Avro by its magic byte\n", s.Registry.URL(), cfg.Kafka.Format)
+	}
 	d.printf("  memcached  %s\n", p.Memcached)
 	d.printf("  database   %s (%s)\n", p.Database, positions)
 	d.printf("  rules      %s: %s\n", strings.Join(cfg.Rules, ", "), describeRuleKinds(s.Rules))

@@ -39,6 +39,13 @@ const (
 	// partitioned by table (producer_partition_by=table; the key is
 	// {"database","table"}).
 	Maxwell Format = "maxwell"
+	// DebeziumAvro is Debezium with Kafka Connect's AvroConverter and a
+	// schema registry: the envelope and the key ({id} or the primary key)
+	// in Avro, framed with their schema ids (registered on first use in
+	// an AvroRegistry); DECIMAL columns as Connect Decimals
+	// (decimal.handling.mode=precise), DATETIME as epoch milliseconds; a
+	// delete is followed by a tombstone.
+	DebeziumAvro Format = "debezium-avro"
 	// Canal is Canal's flat message: every value a string, types in
 	// mysqlType/sqlType, and consecutive changes of one kind to one table
 	// within a transaction in a single message. Messages are partitioned
@@ -47,7 +54,7 @@ const (
 )
 
 // Formats lists every Format.
-var Formats = []Format{Debezium, DebeziumSchema, DebeziumFlat, DebeziumFlatRow, Maxwell, Canal}
+var Formats = []Format{Debezium, DebeziumSchema, DebeziumFlat, DebeziumFlatRow, Maxwell, Canal, DebeziumAvro}
 
 // ConfigFormat returns the daemon's kafka.format value for f.
 func (f Format) ConfigFormat() string {
@@ -56,9 +63,15 @@ func (f Format) ConfigFormat() string {
 		return "debezium"
 	case DebeziumFlat, DebeziumFlatRow:
 		return "debezium-flat"
+	case DebeziumAvro:
+		return "avro"
 	}
 	return string(f)
 }
+
+// Avro reports whether f's messages are Avro, read through a schema
+// registry.
+func (f Format) Avro() bool { return f == DebeziumAvro }
 
 // HasBefore reports whether f carries the before image of an update.
 // Without it, an update that moves a row from one set or counter key to
@@ -144,8 +157,9 @@ type TopicFunc func(t *Table) string
 func DefaultTopic(t *Table) string { return "cdc." + t.Database + "." + t.Name }
 
 // Encode turns one transaction's changes into messages in format f, in
-// commit order.
-func Encode(f Format, tx []Change, topic TopicFunc) ([]OutMessage, error) {
+// commit order. reg registers and encodes the schemas of DebeziumAvro; it
+// may be nil for the other formats.
+func Encode(f Format, tx []Change, topic TopicFunc, reg *AvroRegistry) ([]OutMessage, error) {
 	if topic == nil {
 		topic = DefaultTopic
 	}
@@ -179,7 +193,7 @@ func Encode(f Format, tx []Change, topic TopicFunc) ([]OutMessage, error) {
 			out = append(out, OutMessage{Topic: topic(c.Table), Key: key, Value: val})
 		}
 		return out, nil
-	case Debezium, DebeziumSchema, DebeziumFlat, DebeziumFlatRow:
+	case Debezium, DebeziumSchema, DebeziumFlat, DebeziumFlatRow, DebeziumAvro:
 	default:
 		return nil, fmt.Errorf("integration: unknown format %q", f)
 	}
@@ -195,6 +209,17 @@ func Encode(f Format, tx []Change, topic TopicFunc) ([]OutMessage, error) {
 		}
 		for j := range parts {
 			c := &parts[j]
+			if f == DebeziumAvro {
+				key, val, err := encodeDebeziumAvro(reg, c, topic(c.Table))
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, OutMessage{Topic: topic(c.Table), Key: key, Value: val})
+				if c.Event.Operation == rules.Delete {
+					out = append(out, OutMessage{Topic: topic(c.Table), Key: key}) // tombstone
+				}
+				continue
+			}
 			key, err := debeziumKey(c, f == DebeziumSchema)
 			if err != nil {
 				return nil, err

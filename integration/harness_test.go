@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -104,6 +106,18 @@ func TestEncodeDecodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			dec := cdc.Decoder{Format: cf, TopicTables: topicTables}
+			var reg *AvroRegistry
+			var schemas *consumer.SchemaRegistry
+			if f.Avro() {
+				if reg, err = StartAvroRegistry(); err != nil {
+					t.Fatal(err)
+				}
+				defer reg.Close()
+				if schemas, err = consumer.NewSchemaRegistry(config.SchemaRegistry{URLs: []string{reg.URL()}}, nil, nil); err != nil {
+					t.Fatal(err)
+				}
+				dec.Schemas = schemas.Cache()
+			}
 			var want, got []rules.Event
 			var out cdc.Decoded
 			for _, tx := range txs {
@@ -111,11 +125,16 @@ func TestEncodeDecodes(t *testing.T) {
 					continue
 				}
 				want = append(want, f.Events(tx.Changes)...)
-				msgs, err := Encode(f, tx.Changes, nil)
+				msgs, err := Encode(f, tx.Changes, nil, reg)
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, m := range msgs {
+					if id, ok := cdc.AvroSchemaID(m.Value); ok && schemas != nil {
+						if err := schemas.Fetch(ctx, []uint32{id}); err != nil {
+							t.Fatal(err)
+						}
+					}
 					if err := dec.Decode(m.Value, rules.Position{Topic: m.Topic}, &out); err != nil {
 						t.Fatalf("%s: decode %s: %v", tx.Desc, m.Value, err)
 					}
@@ -200,7 +219,7 @@ func TestBrokerRoundTrip(t *testing.T) {
 	}
 	var want []OutMessage
 	for _, tx := range round {
-		msgs, err := Encode(Debezium, tx.Changes, nil)
+		msgs, err := Encode(Debezium, tx.Changes, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,7 +303,7 @@ func TestBinlogPositions(t *testing.T) {
 		lastFile, lastPos = src.BinlogFile, src.BinlogPos
 	}
 	// The Debezium encoding carries the position to the decoder.
-	msgs, err := Encode(Debezium, txs[len(txs)-1].Changes, nil)
+	msgs, err := Encode(Debezium, txs[len(txs)-1].Changes, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,8 @@ type Publisher struct {
 	format Format
 	topic  TopicFunc
 	log    *slog.Logger
+	// registry encodes DebeziumAvro; nil for the other formats.
+	registry *AvroRegistry
 }
 
 // NewPublisher returns a Publisher for format f; a nil topic uses
@@ -45,6 +47,13 @@ func NewPublisher(brokers []string, f Format, topic TopicFunc, log *slog.Logger)
 	}
 }
 
+// WithRegistry makes the publisher encode DebeziumAvro with reg's
+// schemas, and returns it.
+func (p *Publisher) WithRegistry(reg *AvroRegistry) *Publisher {
+	p.registry = reg
+	return p
+}
+
 // Format returns the publisher's format.
 func (p *Publisher) Format() Format { return p.format }
 
@@ -56,7 +65,7 @@ func (p *Publisher) Topic(t *Table) string { return p.topic(t) }
 func (p *Publisher) Publish(ctx context.Context, txs ...Tx) (int, error) {
 	var msgs []OutMessage
 	for _, tx := range txs {
-		m, err := Encode(p.format, tx.Changes, p.topic)
+		m, err := Encode(p.format, tx.Changes, p.topic, p.registry)
 		if err != nil {
 			return 0, err
 		}

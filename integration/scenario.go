@@ -69,7 +69,9 @@ type Scenario struct {
 	Schema    *Schema
 	Workload  *Workload
 	Publisher *Publisher
-	Rules     *rules.RuleSet
+	// Registry is the schema registry of an Avro format; nil otherwise.
+	Registry *AvroRegistry
+	Rules    *rules.RuleSet
 	// Topics are the CDC topics, one per table, in schema order.
 	Topics []string
 	// Snapshot holds the initial rows as snapshot reads.
@@ -131,6 +133,12 @@ func NewScenario(ctx context.Context, svc Services, opts ScenarioOptions) (s *Sc
 		return nil, err
 	}
 	s.Publisher = NewPublisher(s.Broker.Addrs(), opts.Format, s.topic, opts.Log)
+	if opts.Format.Avro() {
+		if s.Registry, err = StartAvroRegistry(); err != nil {
+			return nil, err
+		}
+		s.Publisher.WithRegistry(s.Registry)
+	}
 	if err := s.Schema.Create(ctx, s.MySQL.DB()); err != nil {
 		return nil, err
 	}
@@ -159,6 +167,9 @@ func (s *Scenario) Close() {
 	}
 	if s.Broker != nil {
 		s.Broker.Close()
+	}
+	if s.Registry != nil {
+		s.Registry.Close()
 	}
 	if s.MySQL != nil {
 		s.MySQL.Close()
@@ -210,6 +221,10 @@ type ConfigFile struct {
 		Format      string            `yaml:"format,omitempty"`
 		TopicTables map[string]string `yaml:"topic_tables,omitempty"`
 		DLQTopic    string            `yaml:"dlq_topic,omitempty"`
+		// SchemaRegistry is set for an Avro format.
+		SchemaRegistry *struct {
+			URLs []string `yaml:"urls"`
+		} `yaml:"schema_registry,omitempty"`
 	} `yaml:"kafka"`
 	Memcached struct {
 		Servers []string `yaml:"servers"`
@@ -248,6 +263,11 @@ func (s *Scenario) ConfigFile(dlqTopic string) ConfigFile {
 		}
 	}
 	c.Kafka.DLQTopic = dlqTopic
+	if s.Registry != nil {
+		c.Kafka.SchemaRegistry = &struct {
+			URLs []string `yaml:"urls"`
+		}{URLs: []string{s.Registry.URL()}}
+	}
 	c.Memcached.Servers = []string{s.Services.Memcached}
 	c.MySQL.DSN = s.Services.MySQLDSN
 	c.Rules = s.Opts.Rules

@@ -323,8 +323,9 @@ func (p *parser) format(n *yaml.Node) (cdc.Format, bool) {
 		return cdc.FormatAuto, false
 	}
 	f, err := cdc.ParseFormat(s)
-	if err != nil {
-		p.errorf(n, "format %q: want auto, debezium, debezium-flat, maxwell or canal", s)
+	if err != nil || f == cdc.FormatAvro {
+		// Test events are JSON; Avro messages are binary.
+		p.errorf(n, "format %q: want auto, debezium, debezium-flat, maxwell or canal (test events are JSON)", s)
 		return cdc.FormatAuto, false
 	}
 	return f, true

@@ -20,7 +20,7 @@ func TestDemo(t *testing.T) {
 			db.Close()
 		}
 	})
-	for _, format := range []string{"debezium", "canal"} {
+	for _, format := range []string{"debezium", "canal", "debezium-avro"} {
 		t.Run(format, func(t *testing.T) {
 			out, errOut, err := invoke(t, "", "demo", "-c", "../../configs/cachewarden.yaml", "--kafka", "",
 				"--memcached", mc, "--mysql", dsn, "--database", database, "--format", format, "--rounds", "2", "--size", "10")
@@ -38,6 +38,9 @@ func TestDemo(t *testing.T) {
 				if !strings.Contains(out, want) {
 					t.Errorf("demo output lacks %q:\n%s", want, out)
 				}
+			}
+			if format == "debezium-avro" && !strings.Contains(out, "in-process schema registry at http://") {
+				t.Errorf("the Avro demo does not show its registry:\n%s", out)
 			}
 		})
 	}

@@ -27,11 +27,15 @@ func (l *stringList) Set(s string) error {
 func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("plan",
 		"plan --rules PATH [--rules PATH]... [--format FORMAT] [--table db.table] [--strict] < messages.ndjson",
-		"Reads one CDC message value per line from stdin and prints one JSON object\n"+
-			"per planned cache operation, e.g.\n"+
+		"Reads one CDC message value per line from stdin, as JSON (Debezium, flattened\n"+
+			"Debezium, Maxwell, Canal), and prints one JSON object per planned cache\n"+
+			"operation, e.g.\n"+
 			"  {\"line\":4,\"rule\":\"user-interests\",\"op\":\"set_add\",\"key\":\"shop:interests:42\",\"member\":\"7\"}\n"+
 			"Empty lines are tombstones and are skipped. A line that cannot be decoded or\n"+
-			"planned is reported on stderr as \"line N: reason\" and skipped.",
+			"planned is reported on stderr as \"line N: reason\" and skipped.\n"+
+			"Avro messages (Confluent-framed, with a schema registry) are binary, not\n"+
+			"lines: `cachewarden replay -c FILE --from START --dry-run` plans an Avro\n"+
+			"topic from Kafka.",
 		stderr)
 	var rulePaths stringList
 	fs.Var(&rulePaths, "rules", "rule file, or directory of *.yaml/*.yml files (repeatable; required)")
@@ -57,6 +61,9 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	format, err := cdc.ParseFormat(*formatName)
 	if err != nil {
 		return usageErrorf("plan: --format: %v", err)
+	}
+	if format == cdc.FormatAvro {
+		return usageErrorf("plan: --format avro: plan reads JSON lines; plan an Avro topic from Kafka with `cachewarden replay -c FILE --from START --dry-run`")
 	}
 	rs, err := rulefile.LoadPaths(rulePaths...)
 	if err != nil {

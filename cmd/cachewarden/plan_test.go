@@ -49,6 +49,21 @@ func TestPlanGolden(t *testing.T) {
 	}
 }
 
+// TestPlanTakesJSONLines: plan refuses format avro, and reports a line
+// that is a Confluent-framed Avro message as such.
+func TestPlanTakesJSONLines(t *testing.T) {
+	const rulesFile = "testdata/plan/inventory.yaml"
+	_, _, err := invoke(t, "", "plan", "--rules", rulesFile, "--format", "avro")
+	if code := exitCode(err); code != 2 || !strings.Contains(err.Error(), "plan reads JSON lines") {
+		t.Errorf("--format avro: exit code %d, error %v", code, err)
+	}
+	avroLine := "\x00\x00\x00\x00\x07\x02\x06abc\n"
+	_, errOut, err := invoke(t, avroLine, "plan", "--rules", rulesFile)
+	if exitCode(err) != 0 || !strings.HasPrefix(errOut, "line 1: ") || !strings.Contains(errOut, "schema id 7") || !strings.Contains(errOut, "take JSON lines") {
+		t.Errorf("an Avro line: %v, stderr %q", err, errOut)
+	}
+}
+
 // TestPlanLongKey plans a key longer than memcached allows whose cut at
 // 200 bytes falls inside a two-byte character: the key is hashed, and the
 // lone leading byte is printed as U+FFFD.

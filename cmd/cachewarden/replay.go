@@ -20,7 +20,8 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	fs := newFlagSet("replay",
 		"replay -c FILE --from START [--to END] [--topics T,...] [--sets rebuild|append] [--dry-run] [--strict]\n"+
 			"       cachewarden replay -c FILE --file NDJSON [--format FORMAT] [--table db.table] [--dry-run] [--strict]",
-		"Re-reads a range of the CDC topics, or a file with one message value per\n"+
+		"Re-reads a range of the CDC topics (JSON, or Avro with kafka.schema_registry),\n"+
+			"or a file with one JSON message value per\n"+
 			"line, and applies it as the daemon would, except that every counter a\n"+
 			"change touches is recounted and every set rebuilt from its load query\n"+
 			"(deleted when its rule has none), once per key at the end. Kafka\n"+
@@ -54,8 +55,8 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	fromFlag := fs.String("from", "", "where to start: earliest, an RFC 3339 time, or topic:partition:offset,...")
 	toFlag := fs.String("to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start)")
 	topicsFlag := fs.String("topics", "", "comma-separated topics to replay (default: the config's kafka.topics); with --file, the one topic the file comes from (its topic_formats/topic_tables apply)")
-	file := fs.String("file", "", "replay this NDJSON file (\"-\": stdin) instead of Kafka")
-	formatName := fs.String("format", "", "message format of --file: auto, debezium, debezium-flat, maxwell or canal (default: the config's)")
+	file := fs.String("file", "", "replay this file of JSON lines (\"-\": stdin) instead of Kafka")
+	formatName := fs.String("format", "", "JSON message format of --file: auto, debezium, debezium-flat, maxwell or canal (default: the config's)")
 	table := fs.String("table", "", "db.table of --file's flattened rows that name no table")
 	dryRun := fs.Bool("dry-run", false, "print the planned ops on stdout instead of applying them")
 	setsMode := fs.String("sets", "rebuild", "rebuild: rebuild (or delete) every set the replay touches; append: append its set tokens (only to the live end with the daemons stopped)")
@@ -85,6 +86,8 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		return usageErrorf("replay: give --from (Kafka) or --file")
 	case *file == "" && (*formatName != "" || *table != ""):
 		return usageErrorf("replay: --format and --table apply to --file only; Kafka topics use the config's formats")
+	case *formatName == "avro":
+		return usageErrorf("replay: --format avro: a --file holds JSON lines; replay an Avro topic from Kafka with --from")
 	case *batch < 0 || *parallel < 1 || *maxRecounts < 1:
 		return usageErrorf("replay: --batch must not be negative, --parallel and --max-recount-keys must be at least 1")
 	case *progressEvery < 0:

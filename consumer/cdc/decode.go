@@ -47,6 +47,12 @@ type Decoder struct {
 	// Table is the "db.table" used when TopicTables has no entry for the
 	// message's topic (the --table flag of plan). May be empty.
 	Table string
+	// Schemas holds the schemas of Confluent-framed Avro messages by
+	// registry id; the daemon fills it from the schema registry before
+	// decoding (decoding never asks the registry). nil: Avro messages
+	// cannot be decoded (their DecodeError says that `plan` and `replay
+	// --file` take JSON lines).
+	Schemas *AvroSchemaCache
 }
 
 // Decoded is the reusable output of Decoder.Decode. Decode resets and
@@ -137,6 +143,15 @@ type decodeState struct {
 	// lastFile and lastGTID are the copies of the last event's binlog
 	// file and GTID (see ownedCopy).
 	lastFile, lastGTID string
+	// avro reads Avro bodies; avroText holds the values rendered from
+	// them (see decodeState.text), jsonBuf the JSON of nested values.
+	avro     avroReader
+	avroText []byte
+	jsonBuf  []byte
+	// avroMemo and avroSpans let an after image reuse the values of the
+	// before image (see avroRow).
+	avroMemo  avroRowMemo
+	avroSpans []int32
 }
 
 // Decode decodes one message value. pos gives the message's Kafka
@@ -156,6 +171,12 @@ type decodeState struct {
 // binlog file and GTID of Source, and errors, never share value's
 // memory: they may be kept longer.
 //
+// A value whose first byte is 0 (which no JSON text starts with) is
+// Confluent-framed Avro under FormatAuto, FormatAvro, FormatDebezium and
+// FormatDebeziumFlat: it is read with the schema of its id in d.Schemas
+// (decode_avro.go) and interpreted as below; under FormatAvro anything
+// else is a DecodeError.
+//
 // Format detection (FormatAuto), from the top-level keys of the message
 // or of the payload of a {"schema","payload"} envelope:
 //   - "__op" or "__deleted": flattened Debezium row;
@@ -174,6 +195,12 @@ func (d *Decoder) Decode(value []byte, pos rules.Position, out *Decoded) error {
 	st := &out.st
 	st.evRows = st.evRows[:0]
 
+	if len(value) > 0 && value[0] == avroMagic {
+		switch d.Format {
+		case FormatAuto, FormatAvro, FormatDebezium, FormatDebeziumFlat:
+			return d.decodeAvro(value, pos, out)
+		}
+	}
 	i := 0
 	for i < len(value) && isSpace(value[i]) {
 		i++
@@ -193,6 +220,9 @@ func (d *Decoder) Decode(value []byte, pos rules.Position, out *Decoded) error {
 			out.Skip = SkipTombstone
 			return nil
 		}
+	}
+	if d.Format == FormatAvro {
+		return &DecodeError{Format: FormatAvro, Offset: 0, Reason: "message is not Confluent-framed Avro (starts with " + describeByte(value[0]) + ", not the magic byte 0)"}
 	}
 	if s[i] != '{' {
 		return &DecodeError{Format: d.Format, Offset: i, Reason: "message is not a JSON object (starts with " + describeByte(s[i]) + ")"}
@@ -214,13 +244,19 @@ func (d *Decoder) Decode(value []byte, pos rules.Position, out *Decoded) error {
 		out.Events = out.Events[:0]
 		return nil
 	}
-	// Attach the row images now that the column arena has stopped growing.
+	out.attachImages()
+	return nil
+}
+
+// attachImages gives the events their row images, once the column arena
+// has stopped growing.
+func (out *Decoded) attachImages() {
+	st := &out.st
 	for k := range out.Events {
 		r := st.evRows[k]
 		out.Events[k].Before = st.image(r.before)
 		out.Events[k].After = st.image(r.after)
 	}
-	return nil
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

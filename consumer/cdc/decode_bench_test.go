@@ -43,6 +43,7 @@ func BenchmarkDecode(b *testing.B) {
 		{"maxwell", Decoder{Format: FormatMaxwell}, benchMaxwell},
 		{"canal", Decoder{Format: FormatCanal}, benchCanal},
 		{"debezium-envelope", Decoder{Format: FormatDebezium}, fixtureLine(b, "debezium-mysql-with-schema.ndjson", 10)},
+		{"avro", benchAvroDecoder(b), benchAvroMessage(b)},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
@@ -103,6 +104,8 @@ func BenchmarkDecodePlan(b *testing.B) {
 		{"debezium-flat", Decoder{Format: FormatDebeziumFlat}, benchFlat, 2},
 		{"maxwell", Decoder{Format: FormatMaxwell}, benchMaxwell, 2},
 		{"canal", Decoder{Format: FormatCanal}, benchCanal, 2},
+		// The debezium change, as Kafka Connect's AvroConverter writes it.
+		{"avro", benchAvroDecoder(b), benchAvroMessage(b), 2},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {

@@ -167,6 +167,9 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 		v := fd.val
 		switch fd.name {
 		case "__op":
+			if v.Kind == rules.KindNull {
+				break // as if absent (Avro writes an optional __op as null)
+			}
 			if v.Kind != rules.KindString {
 				return &DecodeError{Format: f, Offset: int(fd.off), Path: m.prefix + "__op", Reason: "__op is not a string"}
 			}

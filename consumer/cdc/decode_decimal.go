@@ -212,9 +212,25 @@ func convertDecimal(v *rules.Value, dc decimalCol) string {
 	if err != nil || n == 0 {
 		return "decimal value is not base64 of an unscaled integer"
 	}
-	raw = raw[:n]
+	text, kind, problem := unscaledDecimal(raw[:n], scale)
+	if problem != "" {
+		return problem
+	}
+	v.Text, v.Kind = text, kind
+	return ""
+}
+
+// unscaledDecimal renders raw, the big-endian two's-complement unscaled
+// integer of a decimal (Kafka Connect's Decimal, in JSON as base64 and in
+// Avro as bytes), with scale digits after the decimal point: KindInt when
+// the scale is <= 0, else KindFloat. It returns a reason when raw is
+// empty or the scale is out of range.
+func unscaledDecimal(raw []byte, scale int) (string, rules.Kind, string) {
+	if len(raw) == 0 {
+		return "", 0, "decimal value has no bytes"
+	}
 	if scale < -1000 || scale > 1000 {
-		return "decimal scale " + strconv.Itoa(scale) + " out of range"
+		return "", 0, "decimal scale " + strconv.Itoa(scale) + " out of range"
 	}
 	var digits []byte
 	var buf [48]byte
@@ -234,8 +250,8 @@ func convertDecimal(v *rules.Value, dc decimalCol) string {
 		}
 		digits = x.Append(buf[:0], 10)
 	}
-	v.Text, v.Kind = formatDecimal(digits, scale)
-	return ""
+	text, kind := formatDecimal(digits, scale)
+	return text, kind, ""
 }
 
 // formatDecimal places the decimal point scale digits from the right of an

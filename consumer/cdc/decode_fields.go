@@ -458,6 +458,23 @@ func (si *sourceInfo) set(k int, v rules.Value) {
 	}
 }
 
+// setNumber records n as the value of the numeric member k (srcPos,
+// srcTsMs, srcTsSec or srcServerID), read from a binary encoding.
+func (si *sourceInfo) setNumber(k int, n int64) {
+	switch k {
+	case srcPos:
+		si.pos = n
+	case srcTsMs:
+		si.tsMs = n
+	case srcTsSec:
+		si.tsSec = n
+	case srcServerID:
+		if n > 0 && n <= math.MaxUint32 {
+			si.serverID = uint32(n)
+		}
+	}
+}
+
 // array parses the array at sc.i. When every element is an object, the
 // elements become rows and f.shape is shapeRows; otherwise shapeArray.
 func (st *decodeState) array(f *field) bool {

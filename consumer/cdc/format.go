@@ -22,6 +22,12 @@ const (
 	// FormatCanal is Canal's flat message: many rows per message, values
 	// as strings typed by "mysqlType".
 	FormatCanal
+	// FormatAvro is Confluent-framed Avro (Kafka Connect's AvroConverter
+	// with a schema registry): a Debezium envelope or flattened row,
+	// told apart by the schema. Under FormatAuto a message whose first
+	// byte is 0 is Avro; FormatDebezium and FormatDebeziumFlat accept
+	// Avro too and fix the shape.
+	FormatAvro
 )
 
 var formatNames = [...]string{
@@ -30,6 +36,7 @@ var formatNames = [...]string{
 	FormatDebeziumFlat: "debezium-flat",
 	FormatMaxwell:      "maxwell",
 	FormatCanal:        "canal",
+	FormatAvro:         "avro",
 }
 
 // String returns the name ParseFormat accepts.
@@ -41,12 +48,12 @@ func (f Format) String() string {
 }
 
 // ParseFormat returns the format named s: "auto", "debezium",
-// "debezium-flat", "maxwell" or "canal".
+// "debezium-flat", "maxwell", "canal" or "avro".
 func ParseFormat(s string) (Format, error) {
 	for f, name := range formatNames {
 		if s == name {
 			return Format(f), nil
 		}
 	}
-	return FormatAuto, fmt.Errorf("cdc: unknown CDC format %q (want auto, debezium, debezium-flat, maxwell or canal)", s)
+	return FormatAuto, fmt.Errorf("cdc: unknown CDC format %q (want auto, debezium, debezium-flat, maxwell, canal or avro)", s)
 }

@@ -1,0 +1,251 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
+)
+
+// SchemaRegistry reads the schemas of Avro messages from a schema
+// registry that speaks Confluent's REST API (Confluent Schema Registry,
+// Apicurio's compatible API, Redpanda, Karapace) into the cache the
+// decoders read. Each schema id is asked for once: after that, decoding
+// its messages needs no registry. It is safe for concurrent use.
+type SchemaRegistry struct {
+	cl    *sr.Client
+	cache *cdc.AvroSchemaCache
+	log   *slog.Logger
+	m     *Metrics
+	// mu lets one Fetch ask the registry at a time: partitions that wait
+	// for the same new schema ask once.
+	mu sync.Mutex
+}
+
+// NewSchemaRegistry returns a client of the registry c describes (its URLs
+// must not be empty). m may be nil; log nil discards.
+func NewSchemaRegistry(c config.SchemaRegistry, m *Metrics, log *slog.Logger) (*SchemaRegistry, error) {
+	if len(c.URLs) == 0 {
+		return nil, errors.New("consumer: schema registry: no URLs")
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = config.DefaultSchemaRegistryTimeout
+	}
+	opts := []sr.ClientOpt{
+		sr.URLs(c.URLs...),
+		sr.HTTPClient(&http.Client{Timeout: timeout}),
+		sr.UserAgent("cachewarden"),
+	}
+	tc, err := c.TLS.Config("kafka.schema_registry.tls")
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	if tc != nil {
+		opts = append(opts, sr.DialTLSConfig(tc))
+	}
+	if c.Username != "" {
+		opts = append(opts, sr.BasicAuth(c.Username, c.Password))
+	}
+	cl, err := sr.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: schema registry: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return &SchemaRegistry{cl: cl, cache: &cdc.AvroSchemaCache{}, log: log, m: m}, nil
+}
+
+// Cache returns the cache of compiled schemas that the decoders read
+// (cdc.Decoder.Schemas).
+func (r *SchemaRegistry) Cache() *cdc.AvroSchemaCache { return r.cache }
+
+// maxSchemaReferenceDepth bounds the chain of schema references followed
+// (a cycle would otherwise never end).
+const maxSchemaReferenceDepth = 16
+
+// Fetch reads the schemas of the ids the cache lacks and adds them. An id
+// the registry answers it does not know stays out of the cache (its
+// messages are poison: "unknown to the schema registry"); one registered
+// as something else than Avro, or whose text is not a valid Avro schema,
+// is cached as unusable (its messages are poison with that reason). Any
+// other failure to get an answer (the registry unreachable, a timeout, an
+// error status) is returned after the other ids were tried: the caller
+// retries, and the partition waits.
+func (r *SchemaRegistry) Fetch(ctx context.Context, ids []uint32) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if r.cache.Lookup(id) != nil {
+			continue // fetched meanwhile by another partition
+		}
+		s, err := r.fetch(ctx, id)
+		switch {
+		case err == nil:
+			r.cache.Add(s)
+			r.m.schemaFetches.WithLabelValues("found").Inc()
+			r.log.Info("schema registry: schema cached", "schema_id", id, "schema", s.String())
+		case schemaNotFound(err):
+			r.m.schemaFetches.WithLabelValues("not_found").Inc()
+			r.log.Warn("schema registry: schema id unknown to the registry; values framed with it are poison (keys framed with it name no columns)", "schema_id", id, "error", err.Error())
+		default:
+			r.m.schemaFetches.WithLabelValues("error").Inc()
+			errs = append(errs, fmt.Errorf("schema id %d: %w", id, err))
+			if ctx.Err() != nil {
+				return errors.Join(errs...)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fetch reads and compiles one schema.
+func (r *SchemaRegistry) fetch(ctx context.Context, id uint32) (*cdc.AvroSchema, error) {
+	s, err := r.cl.SchemaByID(ctx, int(id))
+	if err != nil {
+		return nil, err
+	}
+	if s.Type != sr.TypeAvro {
+		return cdc.UnusableAvroSchema(id, "registered as a "+s.Type.String()+" schema; cachewarden decodes Avro (and JSON without a registry)"), nil
+	}
+	var refs []string
+	if err := r.references(ctx, s.References, &refs, 0); err != nil {
+		return nil, err
+	}
+	compiled, err := cdc.CompileAvroSchema(id, s.Schema, refs...)
+	if err != nil {
+		r.log.Error("schema registry: schema is not valid Avro; its messages are poison", "schema_id", id, "error", err.Error())
+		return cdc.UnusableAvroSchema(id, err.Error()), nil
+	}
+	return compiled, nil
+}
+
+// references appends to texts the schemas refs name, each after those it
+// references itself.
+func (r *SchemaRegistry) references(ctx context.Context, refs []sr.SchemaReference, texts *[]string, depth int) error {
+	if len(refs) > 0 && depth >= maxSchemaReferenceDepth {
+		return fmt.Errorf("schema references nest deeper than %d", maxSchemaReferenceDepth)
+	}
+	for _, ref := range refs {
+		ss, err := r.cl.SchemaByVersion(ctx, ref.Subject, ref.Version)
+		if err != nil {
+			return fmt.Errorf("referenced schema %s (subject %s version %d): %w", ref.Name, ref.Subject, ref.Version, err)
+		}
+		if err := r.references(ctx, ss.References, texts, depth+1); err != nil {
+			return err
+		}
+		if !slices.Contains(*texts, ss.Schema.Schema) {
+			*texts = append(*texts, ss.Schema.Schema)
+		}
+	}
+	return nil
+}
+
+// schemaNotFound reports whether err is the registry's answer that it does
+// not know a schema. It is the one failure that makes messages poison;
+// every other one holds the partition until the registry answers:
+//   - 40403 (schema not found) and 40401/40402 (a referenced subject or
+//     version not found): the registry was asked and answered; asking
+//     again gives the same answer;
+//   - a 404 without a registry error code: a wrong URL (a proxy's path, a
+//     registry context), which the operator must fix, not a missing
+//     schema: hold;
+//   - 401 and 403: credentials the operator must fix: hold, since making
+//     every message poison would lose every change meanwhile;
+//   - 5xx, 429, timeouts, refused connections: transient: hold;
+//   - the caller's context ending: not an answer: hold (the caller stops).
+func schemaNotFound(err error) bool {
+	var re *sr.ResponseError
+	if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
+		return false
+	}
+	switch re.ErrorCode {
+	case sr.ErrSchemaNotFound.Code, sr.ErrSubjectNotFound.Code, sr.ErrVersionNotFound.Code:
+		return true
+	}
+	return false
+}
+
+// missingSchemas appends to ids the registry ids of the Confluent-framed Avro
+// messages among msgs (values, and the keys of Avro values) whose schema
+// the decoder of their topic lacks, once each.
+func (p *Pipeline) missingSchemas(ids []uint32, msgs []Message) []uint32 {
+	add := func(dec *cdc.Decoder, b []byte) bool {
+		id, ok := cdc.AvroSchemaID(b)
+		if ok && dec.Schemas.Lookup(id) == nil && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+		return ok
+	}
+	for i := range msgs {
+		dec := p.decoderFor(msgs[i].Pos.Topic)
+		if dec.Schemas == nil {
+			continue
+		}
+		if add(dec, msgs[i].Value) {
+			add(dec, msgs[i].Key) // read by the ordering check of set rules
+		}
+	}
+	return ids
+}
+
+// awaitSchemas makes sure the schemas of the Avro messages among msgs are
+// cached before they are decoded: it asks the registry for the missing
+// ones and, when the registry cannot be asked, retries with backoff for
+// as long as it takes, the partition waiting meanwhile and the daemon
+// reporting not ready. It returns ctx's error when ctx ends first. ids is
+// scratch space, returned for reuse.
+func (p *Pipeline) awaitSchemas(ctx context.Context, ids []uint32, msgs []Message) ([]uint32, error) {
+	if p.cfg.Schemas == nil {
+		return ids, nil
+	}
+	ids = p.missingSchemas(ids[:0], msgs)
+	if len(ids) == 0 {
+		return ids, nil
+	}
+	for attempt := 0; ; attempt++ {
+		err := p.cfg.Schemas.Fetch(ctx, ids)
+		if err == nil {
+			if attempt > 0 {
+				p.log.Info("schema registry answered; the partition goes on", "schema_ids", ids, "attempts", attempt+1)
+			}
+			return ids, nil
+		}
+		if ctx.Err() != nil {
+			return ids, ctx.Err()
+		}
+		if attempt == 0 {
+			p.schemaWaits.Add(1)
+			p.m.schemaWaiting.Inc()
+			defer func() {
+				p.schemaWaits.Add(-1)
+				p.m.schemaWaiting.Dec()
+			}()
+		}
+		wait := p.backoff(attempt)
+		if logAttempt(attempt) {
+			p.log.Error("cannot read message schemas from the schema registry; the partition waits and the daemon is not ready",
+				"schema_ids", ids, "attempt", attempt+1, "retry_in", wait, "error", err.Error())
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return ids, err
+		}
+	}
+}
+
+// WaitingForSchemas reports whether a batch waits for the schema registry
+// (the daemon is then not ready). It is safe for concurrent use.
+func (p *Pipeline) WaitingForSchemas() bool { return p.schemaWaits.Load() > 0 }
