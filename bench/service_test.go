@@ -16,7 +16,7 @@ import (
 
 // privateMemcached starts a memcached of the test's own: the harness
 // empties the cache (flush_all), which a shared test server must not see.
-func privateMemcached(t *testing.T) *Memcached {
+func privateMemcached(t testing.TB) *Memcached {
 	t.Helper()
 	bin, err := exec.LookPath("memcached")
 	if err != nil {

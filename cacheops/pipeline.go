@@ -158,6 +158,49 @@ type PipelineWriter struct {
 	rounds, roundTrips, commands, dials, brokenConns                      atomic.Uint64
 	loads, loadErrors, recounts, recountErrors, compactions, casConflicts atomic.Uint64
 	drifts, deletes                                                       atomic.Uint64
+
+	// scratch holds *pipeScratch: the memory of one Apply, reused.
+	scratch sync.Pool
+}
+
+// pipeScratch is the memory one Apply works in, reused by the next one so
+// that applying a batch allocates next to nothing.
+type pipeScratch struct {
+	states      []pipeOp
+	occurrences map[string]int
+	waves       [][]*pipeOp
+	// A round's ops by server, its exchanges, and the commands and
+	// replies the exchanges take their shares of.
+	byServer  []serverOps
+	exchanges []pipeExchange
+	cmds      []metaCmd
+	replies   []metaReply
+}
+
+// serverOps are a round's ops for one server.
+type serverOps struct {
+	server *metaServer
+	ops    []*pipeOp
+}
+
+// release clears the references the scratch holds (ops, keys, values
+// read) before it goes back to the pool.
+func (sc *pipeScratch) release() {
+	clear(sc.states)
+	sc.states = sc.states[:0]
+	clear(sc.occurrences)
+	for i := range sc.waves {
+		clear(sc.waves[i])
+		sc.waves[i] = sc.waves[i][:0]
+	}
+	sc.waves = sc.waves[:0]
+	for i := range sc.byServer {
+		clear(sc.byServer[i].ops[:cap(sc.byServer[i].ops)])
+	}
+	clear(sc.exchanges[:cap(sc.exchanges)])
+	sc.exchanges = sc.exchanges[:0]
+	clear(sc.cmds[:cap(sc.cmds)])
+	clear(sc.replies[:cap(sc.replies)])
 }
 
 // PipelineStats are cumulative counts since the PipelineWriter was created.
@@ -314,25 +357,39 @@ func (w *PipelineWriter) Apply(ctx context.Context, ops []rules.Op, results []Re
 	if len(results) < len(ops) {
 		return fmt.Errorf("cacheops: apply: %d results for %d ops: %w", len(results), len(ops), ErrInvalidOp)
 	}
-	states := make([]pipeOp, len(ops))
+	sc, _ := w.scratch.Get().(*pipeScratch)
+	if sc == nil {
+		sc = &pipeScratch{occurrences: make(map[string]int, len(ops))}
+	}
+	defer func() {
+		sc.release()
+		w.scratch.Put(sc)
+	}()
+	if cap(sc.states) < len(ops) {
+		sc.states = make([]pipeOp, len(ops))
+	}
+	states := sc.states[:len(ops)]
+	sc.states = states
 	initial := NamespaceStart(w.cfg.Now())
-	var waves [][]*pipeOp
-	occurrences := make(map[string]int, len(ops))
 	for i := range ops {
 		p := &states[i]
 		p.op, p.idx = &ops[i], i
 		if w.start(p, initial); p.step == pipeDone {
 			continue
 		}
-		wave := occurrences[p.op.Key]
-		occurrences[p.op.Key] = wave + 1
-		if wave == len(waves) {
-			waves = append(waves, make([]*pipeOp, 0, len(ops)/(wave+1)))
+		wave := sc.occurrences[p.op.Key]
+		sc.occurrences[p.op.Key] = wave + 1
+		if wave == len(sc.waves) {
+			if wave < cap(sc.waves) {
+				sc.waves = sc.waves[:wave+1]
+			} else {
+				sc.waves = append(sc.waves, make([]*pipeOp, 0, len(ops)/(wave+1)))
+			}
 		}
-		waves[wave] = append(waves[wave], p)
+		sc.waves[wave] = append(sc.waves[wave], p)
 	}
-	for _, wave := range waves {
-		w.run(ctx, wave)
+	for _, wave := range sc.waves {
+		w.run(ctx, sc, wave)
 	}
 	var errs []error
 	for i := range states {
@@ -397,7 +454,7 @@ func (w *PipelineWriter) start(p *pipeOp, initial uint64) {
 }
 
 // run applies one wave of ops (no two share a key) round by round.
-func (w *PipelineWriter) run(ctx context.Context, pending []*pipeOp) {
+func (w *PipelineWriter) run(ctx context.Context, sc *pipeScratch, pending []*pipeOp) {
 	for len(pending) > 0 {
 		if err := ctx.Err(); err != nil {
 			for _, p := range pending {
@@ -406,7 +463,7 @@ func (w *PipelineWriter) run(ctx context.Context, pending []*pipeOp) {
 			return
 		}
 		w.runQueries(ctx, pending)
-		w.round(ctx, pending)
+		w.round(ctx, sc, pending)
 		next := pending[:0]
 		for _, p := range pending {
 			if p.step != pipeDone {
@@ -508,7 +565,8 @@ func (w *PipelineWriter) query(ctx context.Context, p *pipeOp) {
 	}
 }
 
-// pipeExchange is one connection's share of a round.
+// pipeExchange is one connection's share of a round; cmds and replies
+// have one entry per op.
 type pipeExchange struct {
 	server  *metaServer
 	ops     []*pipeOp
@@ -518,38 +576,52 @@ type pipeExchange struct {
 
 // round sends the next command of every pending op, all servers and
 // connections at once, and advances each op by its reply.
-func (w *PipelineWriter) round(ctx context.Context, pending []*pipeOp) {
-	type serverOps struct {
-		server *metaServer
-		ops    []*pipeOp
-	}
-	var byServer []serverOps
+func (w *PipelineWriter) round(ctx context.Context, sc *pipeScratch, pending []*pipeOp) {
+	byServer := sc.byServer[:0]
+	total := 0
 	for _, p := range pending {
 		if p.step == pipeDone {
 			continue
 		}
+		total++
 		i := 0
 		for i < len(byServer) && byServer[i].server != p.server {
 			i++
 		}
 		if i == len(byServer) {
-			byServer = append(byServer, serverOps{server: p.server, ops: make([]*pipeOp, 0, len(pending))})
+			if i < cap(byServer) {
+				byServer = byServer[:i+1]
+				byServer[i].server, byServer[i].ops = p.server, byServer[i].ops[:0]
+			} else {
+				byServer = append(byServer, serverOps{server: p.server, ops: make([]*pipeOp, 0, len(pending))})
+			}
 		}
 		byServer[i].ops = append(byServer[i].ops, p)
 	}
+	sc.byServer = byServer
 	if len(byServer) == 0 {
 		return
 	}
 	w.rounds.Add(1)
-	var exchanges []pipeExchange
+	if cap(sc.cmds) < total {
+		sc.cmds = make([]metaCmd, total)
+		sc.replies = make([]metaReply, total)
+	}
+	cmds, replies := sc.cmds[:total], sc.replies[:total]
+	exchanges := sc.exchanges[:0]
 	for _, so := range byServer {
 		n := len(so.ops)
 		conns := max(1, min(w.cfg.ConnsPerServer, n/w.cfg.MinCommandsPerConn))
 		per := (n + conns - 1) / conns
 		for start := 0; start < n; start += per {
-			exchanges = append(exchanges, pipeExchange{server: so.server, ops: so.ops[start:min(start+per, n)]})
+			end := min(start+per, n)
+			k := end - start
+			exchanges = append(exchanges, pipeExchange{server: so.server, ops: so.ops[start:end],
+				cmds: cmds[:k:k], replies: replies[:k:k]})
+			cmds, replies = cmds[k:], replies[k:]
 		}
 	}
+	sc.exchanges = exchanges
 	var wg sync.WaitGroup
 	for i := range exchanges {
 		if i == len(exchanges)-1 {
@@ -569,8 +641,7 @@ func (w *PipelineWriter) round(ctx context.Context, pending []*pipeOp) {
 
 // exchange runs one connection's share of a round.
 func (w *PipelineWriter) exchange(ctx context.Context, x *pipeExchange) {
-	x.cmds = make([]metaCmd, len(x.ops))
-	x.replies = make([]metaReply, len(x.ops))
+	clear(x.replies)
 	for j, p := range x.ops {
 		w.command(p, &x.cmds[j])
 		p.sends++

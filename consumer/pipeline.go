@@ -196,6 +196,18 @@ type Batch struct {
 	fallbackKeys []string
 	// rebumps are the applied bumps whose rule has rebump_after.
 	rebumps []rules.Op
+	// apply is applyOps's scratch.
+	apply applyScratch
+}
+
+// applyScratch is the memory applyOps reuses from batch to batch: the
+// indexes of the ops still to apply, and the ops and results of each
+// applier when they are split between two.
+type applyScratch struct {
+	pending               []int
+	writerIdx, counterIdx []int
+	writerOps, counterOps []rules.Op
+	writerRes, counterRes []cacheops.Result
 }
 
 type eventLabels struct{ topic, format, outcome string }
@@ -451,10 +463,17 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 	}
 	b.results = b.results[:n]
 	clear(b.results)
-	pending := make([]int, n)
-	for i := range pending {
-		pending[i] = i
+	sc := &b.apply
+	pending := sc.pending[:0]
+	for i := range n {
+		pending = append(pending, i)
 	}
+	defer func() {
+		sc.pending = pending[:0]
+		// Drop the references to rules, keys and args.
+		clear(sc.writerOps[:cap(sc.writerOps)])
+		clear(sc.counterOps[:cap(sc.counterOps)])
+	}()
 	if b.outcomes == nil {
 		b.outcomes = make(map[opLabels]int)
 	}
@@ -464,39 +483,13 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 			p.m.ops.WithLabelValues(l.kind, l.outcome).Add(float64(c))
 		}
 	}()
-	var (
-		writerIdx, counterIdx []int
-		writerOps, counterOps []rules.Op
-		writerRes, counterRes []cacheops.Result
-		permanentLogged       int
-	)
+	permanentLogged := 0
 	for attempt := 0; ; attempt++ {
-		writerIdx, counterIdx = writerIdx[:0], counterIdx[:0]
-		writerOps, counterOps = writerOps[:0], counterOps[:0]
-		for _, i := range pending {
-			if p.cfg.Counters != nil && isCounterOp(b.Ops[i].Kind) {
-				counterIdx = append(counterIdx, i)
-				counterOps = append(counterOps, b.Ops[i])
-			} else {
-				writerIdx = append(writerIdx, i)
-				writerOps = append(writerOps, b.Ops[i])
-			}
-		}
-		writerRes = resize(writerRes, len(writerOps))
-		counterRes = resize(counterRes, len(counterOps))
-		var wg sync.WaitGroup
-		if len(counterOps) > 0 {
-			wg.Go(func() { p.timedApply(ctx, "counters", p.cfg.Counters, counterOps, counterRes) })
-		}
-		if len(writerOps) > 0 {
-			p.timedApply(ctx, "cacheops", p.cfg.Writer, writerOps, writerRes)
-		}
-		wg.Wait()
-		for j, i := range writerIdx {
-			b.results[i] = writerRes[j]
-		}
-		for j, i := range counterIdx {
-			b.results[i] = counterRes[j]
+		if len(pending) == n && !p.splitsOps(b.Ops) {
+			// Every op, all for the Writer: no copies.
+			p.timedApply(ctx, "cacheops", p.cfg.Writer, b.Ops, b.results)
+		} else {
+			p.applySplit(ctx, b, pending)
 		}
 		if err := ctx.Err(); err != nil {
 			// Cancelled ops fail with ctx's error, which is not an op
@@ -569,6 +562,53 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 		p.log.Error("more cache ops failed permanently in the batch", "not_logged", permanentLogged-maxPermanentLogs)
 	}
 	return nil
+}
+
+// splitsOps reports whether some of ops go to the Counters applier.
+func (p *Pipeline) splitsOps(ops []rules.Op) bool {
+	if p.cfg.Counters == nil {
+		return false
+	}
+	for i := range ops {
+		if isCounterOp(ops[i].Kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// applySplit applies the pending ops of b, the counter ops by the
+// Counters applier (if any) beside the rest by the Writer, and stores
+// their results in b.results.
+func (p *Pipeline) applySplit(ctx context.Context, b *Batch, pending []int) {
+	sc := &b.apply
+	sc.writerIdx, sc.counterIdx = sc.writerIdx[:0], sc.counterIdx[:0]
+	sc.writerOps, sc.counterOps = sc.writerOps[:0], sc.counterOps[:0]
+	for _, i := range pending {
+		if p.cfg.Counters != nil && isCounterOp(b.Ops[i].Kind) {
+			sc.counterIdx = append(sc.counterIdx, i)
+			sc.counterOps = append(sc.counterOps, b.Ops[i])
+		} else {
+			sc.writerIdx = append(sc.writerIdx, i)
+			sc.writerOps = append(sc.writerOps, b.Ops[i])
+		}
+	}
+	sc.writerRes = resize(sc.writerRes, len(sc.writerOps))
+	sc.counterRes = resize(sc.counterRes, len(sc.counterOps))
+	var wg sync.WaitGroup
+	if len(sc.counterOps) > 0 {
+		wg.Go(func() { p.timedApply(ctx, "counters", p.cfg.Counters, sc.counterOps, sc.counterRes) })
+	}
+	if len(sc.writerOps) > 0 {
+		p.timedApply(ctx, "cacheops", p.cfg.Writer, sc.writerOps, sc.writerRes)
+	}
+	wg.Wait()
+	for j, i := range sc.writerIdx {
+		b.results[i] = sc.writerRes[j]
+	}
+	for j, i := range sc.counterIdx {
+		b.results[i] = sc.counterRes[j]
+	}
 }
 
 // maxPermanentLogs bounds the per-op failure records of one batch.
