@@ -135,8 +135,9 @@ type decodeState struct {
 	decimals []decimalCol
 	kinds    []canalKind
 	// lastFile and lastGTID are the copies of the last event's binlog
-	// file and GTID (see ownedCopy).
+	// file and GTID (see ownedCopy), made in strs.
 	lastFile, lastGTID string
+	strs               rules.StringArena
 }
 
 // Decode decodes one message value. pos gives the message's Kafka
@@ -308,8 +309,8 @@ func (d *Decoder) interpret(pos rules.Position, out *Decoded) error {
 // strings are replaced by copies that do not share the message's memory.
 func (out *Decoded) addEvent(op rules.Operation, db, table string, before, after span, src rules.Position) {
 	st := &out.st
-	src.BinlogFile = ownedCopy(&st.lastFile, src.BinlogFile)
-	src.GTID = ownedCopy(&st.lastGTID, src.GTID)
+	src.BinlogFile = st.ownedCopy(&st.lastFile, src.BinlogFile)
+	src.GTID = st.ownedCopy(&st.lastGTID, src.GTID)
 	out.Events = append(out.Events, rules.Event{Database: db, Table: table, Operation: op, Source: src})
 	out.st.evRows = append(out.st.evRows, evRows{before: before, after: after})
 }
@@ -348,15 +349,16 @@ func (d *Decoder) resolveTable(topic, db, table string) (string, string, string)
 // ownedCopy returns a copy of s that shares no memory with the message,
 // reusing *last, the previous copy, when it is equal: consecutive events
 // mostly come from the same binlog file and often from the same
-// transaction.
-func ownedCopy(last *string, s string) string {
+// transaction. Other copies are made in st.strs, a few kilobytes at a
+// time: every event's GTID differs.
+func (st *decodeState) ownedCopy(last *string, s string) string {
 	if s == *last {
 		return *last
 	}
 	if s == "" {
 		return ""
 	}
-	*last = strings.Clone(s)
+	*last = st.strs.CopyString(s)
 	return *last
 }
 

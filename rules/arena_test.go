@@ -1,0 +1,60 @@
+package rules
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestStringArena: copies equal their source, share no memory with it,
+// and stay unchanged while later copies fill and replace the blocks.
+func TestStringArena(t *testing.T) {
+	var a StringArena
+	src := []byte("ns:user:42")
+	first := a.Copy(src)
+	src[0] = 'X'
+	if first != "ns:user:42" {
+		t.Fatalf("copy changed with its source: %q", first)
+	}
+	var kept []string
+	for i := range 5000 {
+		kept = append(kept, a.CopyString("key:"+strconv.Itoa(i)))
+	}
+	big := strings.Repeat("b", arenaChunk)
+	if got := a.CopyString(big); got != big {
+		t.Fatal("large copy differs")
+	}
+	for i, s := range kept {
+		if s != "key:"+strconv.Itoa(i) {
+			t.Fatalf("copy %d became %q", i, s)
+		}
+	}
+	if first != "ns:user:42" || a.Copy(nil) != "" {
+		t.Fatal("first copy changed, or empty copy not empty")
+	}
+}
+
+// TestPlanAllocations: planning an event allocates nothing most of the
+// time: the ops' keys, members and args go to shared blocks.
+func TestPlanAllocations(t *testing.T) {
+	rs, ev := benchSetup(t)
+	dst := make([]Op, 0, 16)
+	var keys []string
+	allocs := testing.AllocsPerRun(2000, func() {
+		ops, _, err := rs.Plan(dst[:0], ev)
+		if err != nil || len(ops) != 3 {
+			t.Fatalf("ops = %d, err = %v", len(ops), err)
+		}
+		if len(keys) < 3 {
+			for _, op := range ops {
+				keys = append(keys, op.Key)
+			}
+		}
+	})
+	if allocs > 0.1 {
+		t.Errorf("%.2f allocations per Plan, want at most 0.1", allocs)
+	}
+	if keys[0] != "shop:ns:order:9223372036854775807" || keys[1] != "shop:orders:1234567:paid" || keys[2] != "shop:orders:1234567:shipped" {
+		t.Errorf("keys of the first plan changed: %q", keys)
+	}
+}
