@@ -188,7 +188,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		}
 	}
 
-	dec, topicDecoders, err := decodersFromConfig(cfg.Kafka)
+	dec, topicDecoders, err := decodersFromConfig(cfg.Kafka, cfg.RuleSet)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -398,12 +398,14 @@ func balancers(name string) []kgo.GroupBalancer {
 }
 
 // decodersFromConfig returns the default decoder and the per-topic ones.
-func decodersFromConfig(k config.Kafka) (*cdc.Decoder, map[string]*cdc.Decoder, error) {
+// They keep in row images only the columns some rule of rs reads.
+func decodersFromConfig(k config.Kafka, rs *rules.RuleSet) (*cdc.Decoder, map[string]*cdc.Decoder, error) {
 	f, err := cdc.ParseFormat(k.Format)
 	if err != nil {
 		return nil, nil, err
 	}
-	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables}
+	keep := cdc.NewColumnSet(rs.ColumnsRead())
+	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables, Keep: keep}
 	var byTopic map[string]*cdc.Decoder
 	for topic, name := range k.TopicFormats {
 		f, err := cdc.ParseFormat(name)
@@ -413,7 +415,7 @@ func decodersFromConfig(k config.Kafka) (*cdc.Decoder, map[string]*cdc.Decoder, 
 		if byTopic == nil {
 			byTopic = make(map[string]*cdc.Decoder)
 		}
-		byTopic[topic] = &cdc.Decoder{Format: f, TopicTables: k.TopicTables}
+		byTopic[topic] = &cdc.Decoder{Format: f, TopicTables: k.TopicTables, Keep: keep}
 	}
 	return dec, byTopic, nil
 }

@@ -47,6 +47,13 @@ type Decoder struct {
 	// Table is the "db.table" used when TopicTables has no entry for the
 	// message's topic (the --table flag of plan). May be empty.
 	Table string
+	// Keep, when set, names the columns kept in row images: the others
+	// are validated and skipped without building values. The daemon
+	// keeps the columns its rules read (rules.RuleSet.ColumnsRead), so
+	// that a wide row costs little more than its bytes. nil keeps every
+	// column. Flattened Debezium rows (FormatDebeziumFlat) keep every
+	// column whatever Keep says.
+	Keep *ColumnSet
 }
 
 // Decoded is the reusable output of Decoder.Decode. Decode resets and
@@ -134,6 +141,8 @@ type decodeState struct {
 	sources  []sourceInfo
 	decimals []decimalCol
 	kinds    []canalKind
+	// keep is the Decoder's Keep during Decode.
+	keep *ColumnSet
 	// lastFile and lastGTID are the copies of the last event's binlog
 	// file and GTID (see ownedCopy), made in strs.
 	lastFile, lastGTID string
@@ -174,6 +183,7 @@ func (d *Decoder) Decode(value []byte, pos rules.Position, out *Decoded) error {
 	out.Skip = ""
 	st := &out.st
 	st.evRows = st.evRows[:0]
+	st.keep = d.Keep
 
 	i := 0
 	for i < len(value) && isSpace(value[i]) {
