@@ -57,6 +57,15 @@ type PipelineConfig struct {
 	Timeout time.Duration
 	// Dial opens a connection to a server; default net.Dialer.DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// RecountElsewhere leaves every counter recount to the caller: a
+	// delta whose counter must be recounted (missing while its rule has a
+	// recount query, a decr clamped at zero, a value that is not a
+	// number) finishes with OutcomeRecountNeeded instead, and so does an
+	// OpRecount, without any request. The daemon sets
+	// it when the counters package fences recounts
+	// (docs/exact-counters.md): deltas go through the pipeline, recounts
+	// through the counters package.
+	RecountElsewhere bool
 }
 
 const (
@@ -438,6 +447,10 @@ func (w *PipelineWriter) start(p *pipeOp, initial uint64) {
 		}
 		p.step = stepDelta
 	case rules.OpRecount:
+		if w.cfg.RecountElsewhere {
+			w.finish(p, OutcomeRecountNeeded)
+			return
+		}
 		p.step = stepRecountSet
 	case rules.OpSetDelete:
 		w.toDelete(p, "ordered set change")
@@ -922,22 +935,22 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 			// cannot be told from one that would have gone below. Recount.
 			w.drifts.Add(1)
 			w.log.Debug("counter decr reached zero; recounting", "key", op.Key, "rule", op.Rule.Name, "delta", op.Delta)
-			p.step = stepRecountSet
+			w.recountDelta(p, stepRecountSet)
 		case rep.status == metaNF:
-			if p.raced || op.Rule.Query == "" || w.recounter == nil {
+			if p.raced || op.Rule.Query == "" || (w.recounter == nil && !w.cfg.RecountElsewhere) {
 				// No recount query: the counter stays missing. Raced: added
 				// by someone else after our miss, then evicted or deleted
 				// before the delta got there; missing is correct.
 				w.finish(p, OutcomeMissing)
 				return
 			}
-			p.step = stepRecountAdd
+			w.recountDelta(p, stepRecountAdd)
 		case failed && metaIsClientError(rep.err):
 			// The item is not a decimal number, so not a counter value to
 			// trust.
 			w.drifts.Add(1)
 			w.log.Warn("counter holds a non-numeric value; recounting", "key", op.Key, "rule", op.Rule.Name, "err", rep.err)
-			p.step = stepRecountSet
+			w.recountDelta(p, stepRecountSet)
 		default:
 			w.unexpected(p, rep)
 		}
@@ -989,6 +1002,17 @@ func (w *PipelineWriter) sampleCompaction(p *pipeOp) {
 		return
 	}
 	p.step = stepSampleGet
+}
+
+// recountDelta moves a delta whose counter must be recounted to step, or
+// finishes it with OutcomeRecountNeeded when the caller recounts
+// (RecountElsewhere).
+func (w *PipelineWriter) recountDelta(p *pipeOp, step pipeStep) {
+	if w.cfg.RecountElsewhere {
+		w.finish(p, OutcomeRecountNeeded)
+		return
+	}
+	p.step = step
 }
 
 // toDelete makes p delete its item next, because it cannot be kept

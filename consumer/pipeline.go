@@ -69,6 +69,13 @@ type PipelineConfig struct {
 	// means Writer applies them too (for a writer that handles every
 	// kind).
 	Counters Applier
+	// DeltasToWriter sends counter deltas (OpCount) to Writer even with
+	// Counters set, and only recounts to Counters: Writer must answer
+	// cacheops.OutcomeRecountNeeded for the deltas whose counters must be
+	// recounted (a *cacheops.PipelineWriter with RecountElsewhere), which
+	// the pipeline then recounts with Counters. Deltas then take the
+	// pipelined path and recounts stay fenced.
+	DeltasToWriter bool
 	// Poison receives poison messages (a *DLQ); nil means they are only
 	// logged and counted.
 	Poison PoisonSink
@@ -115,6 +122,9 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 	}
 	if cfg.Writer == nil {
 		return nil, errors.New("consumer: pipeline: a Writer is required")
+	}
+	if cfg.DeltasToWriter && cfg.Counters == nil {
+		return nil, errors.New("consumer: pipeline: DeltasToWriter needs Counters to recount")
 	}
 	if cfg.Decoder == nil {
 		cfg.Decoder = &cdc.Decoder{}
@@ -503,6 +513,11 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 			res := b.results[i]
 			kind := b.Ops[i].Kind.String()
 			switch {
+			case res.Err == nil && res.Outcome == cacheops.OutcomeRecountNeeded:
+				// A delta the Writer left for Counters to recount (see
+				// DeltasToWriter): recounted next, at once.
+				b.Ops[i].Kind, b.Ops[i].Delta = rules.OpRecount, 0
+				retry = append(retry, i)
 			case res.Err == nil:
 				b.outcomes[opLabels{kind, res.Outcome.String()}]++
 			case cacheops.Retryable(res.Err):
@@ -570,11 +585,19 @@ func (p *Pipeline) splitsOps(ops []rules.Op) bool {
 		return false
 	}
 	for i := range ops {
-		if isCounterOp(ops[i].Kind) {
+		if p.toCounters(ops[i].Kind) {
 			return true
 		}
 	}
 	return false
+}
+
+// toCounters reports whether ops of kind k go to the Counters applier.
+func (p *Pipeline) toCounters(k rules.OpKind) bool {
+	if p.cfg.Counters == nil {
+		return false
+	}
+	return k == rules.OpRecount || (k == rules.OpCount && !p.cfg.DeltasToWriter)
 }
 
 // applySplit applies the pending ops of b, the counter ops by the
@@ -585,7 +608,7 @@ func (p *Pipeline) applySplit(ctx context.Context, b *Batch, pending []int) {
 	sc.writerIdx, sc.counterIdx = sc.writerIdx[:0], sc.counterIdx[:0]
 	sc.writerOps, sc.counterOps = sc.writerOps[:0], sc.counterOps[:0]
 	for _, i := range pending {
-		if p.cfg.Counters != nil && isCounterOp(b.Ops[i].Kind) {
+		if p.toCounters(b.Ops[i].Kind) {
 			sc.counterIdx = append(sc.counterIdx, i)
 			sc.counterOps = append(sc.counterOps, b.Ops[i])
 		} else {
@@ -663,8 +686,6 @@ func resize(r []cacheops.Result, n int) []cacheops.Result {
 	clear(r)
 	return r
 }
-
-func isCounterOp(k rules.OpKind) bool { return k == rules.OpCount || k == rules.OpRecount }
 
 func ruleName(op *rules.Op) string {
 	if op.Rule == nil {

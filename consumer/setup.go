@@ -48,8 +48,9 @@ type Stack struct {
 	Pipelined *cacheops.PipelineWriter
 	// Writer and Counters are the classic text-protocol appliers; nil
 	// with protocol "meta", except Counters when mysql.dsn is set: then
-	// counter ops go to it in both protocols, for exact counters
-	// (docs/exact-counters.md).
+	// it does every counter recount in both protocols, for exact
+	// counters (docs/exact-counters.md), and with "text" the deltas too
+	// (with "meta" they go through Pipelined).
 	Writer   *cacheops.Writer
 	Counters *counters.Counters
 	// SetRebuilder applies replay's set rebuilds (rules.OpSetRebuild and
@@ -142,6 +143,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		ObserveRoundTrip: s.Metrics.ObserveMemcached,
 	}
 	var counterApplier Applier
+	deltasToWriter := false
 	switch cfg.Memcached.Protocol {
 	case "text":
 		s.Writer = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
@@ -159,16 +161,18 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 			WriterConfig: wc,
 			Timeout:      cfg.Memcached.Timeout,
 			Dial:         dial,
+			// Exact counters (docs/exact-counters.md): recounts go to
+			// the counters package, which fences them at their
+			// snapshot's binary log position; the pipelined writer
+			// does not. Deltas stay pipelined.
+			RecountElsewhere: recounter != nil,
 		}, logger.With("component", "cacheops"))
 		s.Applier = s.Pipelined
 		s.SetRebuilder = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
 		if recounter != nil {
-			// Exact counters (docs/exact-counters.md): counter ops go to
-			// the counters package, which fences recounts at their
-			// snapshot's binary log position; the pipelined writer
-			// does not.
 			s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
 			counterApplier = s.Counters
+			deltasToWriter = true
 		}
 	}
 	s.registerClientStats()
@@ -194,16 +198,17 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		return nil, err
 	}
 	pc := PipelineConfig{
-		Rules:         cfg.RuleSet,
-		Decoder:       dec,
-		TopicDecoders: topicDecoders,
-		Writer:        s.Applier,
-		Counters:      counterApplier,
-		Rebump:        s.Rebump,
-		Metrics:       s.Metrics,
-		Logger:        logger.With("component", "pipeline"),
-		RecountReason: opts.RecountReason,
-		UnorderedSets: cfg.Kafka.UnorderedSets,
+		Rules:          cfg.RuleSet,
+		Decoder:        dec,
+		TopicDecoders:  topicDecoders,
+		Writer:         s.Applier,
+		Counters:       counterApplier,
+		DeltasToWriter: deltasToWriter,
+		Rebump:         s.Rebump,
+		Metrics:        s.Metrics,
+		Logger:         logger.With("component", "pipeline"),
+		RecountReason:  opts.RecountReason,
+		UnorderedSets:  cfg.Kafka.UnorderedSets,
 	}
 	if s.Counters != nil {
 		pc.Fences = s.Counters

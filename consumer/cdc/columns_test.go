@@ -83,3 +83,29 @@ func TestColumnSet(t *testing.T) {
 		}
 	}
 }
+
+// TestDigitsEnd compares the word-at-a-time scan with a byte loop on
+// every byte value before, inside and after runs of digits.
+func TestDigitsEnd(t *testing.T) {
+	slow := func(s string, j int) int {
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		return j
+	}
+	for n := range 20 {
+		for b := range 256 {
+			for _, s := range []string{
+				strings.Repeat("7", n) + string(rune(0)) + string([]byte{byte(b)}) + "123456789",
+				strings.Repeat("0", n) + string([]byte{byte(b)}) + "99999999",
+				string([]byte{byte(b)}) + strings.Repeat("9", n),
+			} {
+				for j := range min(len(s), 3) {
+					if got, want := digitsEnd(s, j), slow(s, j); got != want {
+						t.Fatalf("digitsEnd(%q, %d) = %d, want %d", s, j, got, want)
+					}
+				}
+			}
+		}
+	}
+}
