@@ -492,6 +492,14 @@ func (e *env) runConsumer(ctx context.Context, consumer string, wl Distribution,
 	}
 	stopProfiling()
 	stopProfiling = func() {}
+	if e.opts.ProfileDir != "" && proc.metricsURL != "" {
+		path := filepath.Join(e.opts.ProfileDir, group+"-heap.pprof")
+		if err := fetchHeapProfile(ctx, proc.metricsURL, path); err != nil {
+			e.log.Warn("cannot read the daemon's heap profile", "error", err.Error())
+		} else {
+			fmt.Fprintf(e.out, "  heap profile: go tool pprof %s\n", path)
+		}
+	}
 	if _, res.PeakRSS, err = ProcMemory(proc.Pid()); err != nil {
 		return res, err
 	}

@@ -39,8 +39,18 @@ func collectProfiles(ctx context.Context, metricsURL, dir, group string) []strin
 	return files
 }
 
+// fetchHeapProfile writes the daemon's heap profile (live and allocated
+// memory so far) to path.
+func fetchHeapProfile(ctx context.Context, metricsURL, path string) error {
+	return fetchURL(ctx, &http.Client{Timeout: 30 * time.Second}, metricsURL+"/debug/pprof/heap", path)
+}
+
 func fetchProfile(ctx context.Context, client *http.Client, metricsURL, path string) error {
 	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", metricsURL, int(profileWindow/time.Second))
+	return fetchURL(ctx, client, url, path)
+}
+
+func fetchURL(ctx context.Context, client *http.Client, url, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

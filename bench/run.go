@@ -81,7 +81,8 @@ type Options struct {
 	// ProfileDir, when set, is where the daemon's CPU profiles of the
 	// throughput runs are written (the daemon then runs with http.pprof):
 	// one file per second of each run, DIR/GROUP-NNN.pprof, which
-	// `go tool pprof` merges when given them all.
+	// `go tool pprof` merges when given them all, and the heap profile
+	// at the end of the run, DIR/GROUP-heap.pprof.
 	ProfileDir string
 	// Out receives the progress and the results table; default stdout.
 	Out io.Writer

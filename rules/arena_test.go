@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // TestStringArena: copies equal their source, share no memory with it,
@@ -56,5 +57,31 @@ func TestPlanAllocations(t *testing.T) {
 	}
 	if keys[0] != "shop:ns:order:9223372036854775807" || keys[1] != "shop:orders:1234567:paid" || keys[2] != "shop:orders:1234567:shipped" {
 		t.Errorf("keys of the first plan changed: %q", keys)
+	}
+}
+
+// TestPlanArgsOwnMemory: an op's Args share no memory with the event's
+// rows, so that a kept op does not hold a message's memory.
+func TestPlanArgsOwnMemory(t *testing.T) {
+	rs, ev := benchSetup(t)
+	ops, _, err := rs.Plan(nil, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, op := range ops {
+		for _, a := range op.Args {
+			n++
+			for _, row := range []Row{ev.Before, ev.After} {
+				for _, c := range row {
+					if c.Value.Text != "" && unsafe.StringData(c.Value.Text) == unsafe.StringData(a.Text) {
+						t.Errorf("op %s arg %q shares the memory of column %q", op.Key, a.Text, c.Name)
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no op with args")
 	}
 }

@@ -81,10 +81,10 @@ const (
 // *EventError; dst is then returned without any op of ev. Predicates read
 // a missing column as null instead.
 //
-// ev must not be nil. Plan is safe for concurrent use; it keeps no
-// reference to ev's rows except through Op.Args values; the strings and
-// Args of the ops are copied into blocks shared with other calls (see
-// StringArena), so most calls allocate nothing.
+// ev must not be nil. Plan is safe for concurrent use. The ops share no
+// memory with ev's rows: their strings and Args (values included) are
+// copied into blocks shared with other calls (see StringArena), so most
+// calls allocate nothing.
 func (rs *RuleSet) Plan(dst []Op, ev *Event) ([]Op, PlanStats, error) {
 	cands := rs.byTable[ev.Table]
 	if len(cands) == 0 {
@@ -377,7 +377,12 @@ func (p *planner) finish() []Op {
 			sc.values = make([]Value, 0, max(valueBlock, n))
 		}
 		start := len(sc.values)
-		sc.values = append(sc.values, sc.args...)
+		for _, v := range sc.args {
+			// Copied, so that a kept op holds on to no event's memory (a
+			// message's value, or the fetch response holding it).
+			v.Text = sc.strs.CopyString(v.Text)
+			sc.values = append(sc.values, v)
+		}
 		args = sc.values[start:len(sc.values):len(sc.values)]
 	}
 	ops := p.dst[p.base:]
