@@ -196,8 +196,8 @@ type Batch struct {
 	decoded   cdc.Decoded
 	coalescer Coalescer
 	results   []cacheops.Result
-	events    map[eventLabels]int
-	outcomes  map[opLabels]int
+	events    labelCounts[eventLabels]
+	outcomes  labelCounts[opLabels]
 	// sourceTsMs are the source timestamps (Unix ms) of the batch's row
 	// changes that carry one, for cachewarden_event_age_seconds.
 	sourceTsMs []int64
@@ -221,6 +221,46 @@ type applyScratch struct {
 }
 
 type eventLabels struct{ topic, format, outcome string }
+
+// labelCounts counts occurrences of metric labels. Runs of one label
+// (most events of a batch have the same) are counted aside, without a
+// map access each.
+type labelCounts[L comparable] struct {
+	m    map[L]int
+	last L
+	n    int
+}
+
+func (c *labelCounts[L]) add(l L) {
+	if c.n > 0 && l == c.last {
+		c.n++
+		return
+	}
+	c.flush()
+	c.last, c.n = l, 1
+}
+
+func (c *labelCounts[L]) flush() {
+	if c.n == 0 {
+		return
+	}
+	if c.m == nil {
+		c.m = make(map[L]int)
+	}
+	c.m[c.last] += c.n
+	c.n = 0
+}
+
+// all returns every label counted since the last reset with its count.
+func (c *labelCounts[L]) all() map[L]int {
+	c.flush()
+	return c.m
+}
+
+func (c *labelCounts[L]) reset() {
+	clear(c.m)
+	c.n = 0
+}
 
 type opLabels struct{ kind, outcome string }
 
@@ -246,10 +286,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 	clear(b.Poison) // drop references to old messages
 	b.Poison = b.Poison[:0]
 	b.Stats = BatchStats{Messages: len(msgs)}
-	if b.events == nil {
-		b.events = make(map[eventLabels]int)
-	}
-	clear(b.events)
+	b.events.reset()
 	b.sourceTsMs = b.sourceTsMs[:0]
 	for i := range msgs {
 		msg := &msgs[i]
@@ -262,7 +299,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		format := b.decoded.Format.String()
 		if b.decoded.Skip != "" {
 			b.Stats.Skipped++
-			b.events[eventLabels{msg.Pos.Topic, format, "skipped"}]++
+			b.events.add(eventLabels{msg.Pos.Topic, format, "skipped"})
 			continue
 		}
 		for j := range b.decoded.Events {
@@ -279,9 +316,9 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 			case err != nil:
 			case added == 0:
 				b.Stats.Unmatched++
-				b.events[eventLabels{msg.Pos.Topic, format, "unmatched"}]++
+				b.events.add(eventLabels{msg.Pos.Topic, format, "unmatched"})
 			default:
-				b.events[eventLabels{msg.Pos.Topic, format, "planned"}]++
+				b.events.add(eventLabels{msg.Pos.Topic, format, "planned"})
 			}
 		})
 		b.Stats.Plan.Add(st)
@@ -306,7 +343,7 @@ func (p *Pipeline) coalesce(b *Batch, opts CoalesceOptions) {
 func (b *Batch) poison(msg *Message, err error, format cdc.Format) {
 	b.Stats.Poison++
 	b.Poison = append(b.Poison, Poison{Message: *msg, Err: err})
-	b.events[eventLabels{msg.Pos.Topic, format.String(), "poison"}]++
+	b.events.add(eventLabels{msg.Pos.Topic, format.String(), "poison"})
 }
 
 // Process plans msgs into b and applies the result (Plan, then Apply).
@@ -395,10 +432,10 @@ func (p *Pipeline) observeEventAges(b *Batch, now time.Time) {
 
 // recordPlan adds a planned batch's counts to the metrics.
 func (p *Pipeline) recordPlan(b *Batch) {
-	for l, n := range b.events {
+	for l, n := range b.events.all() {
 		p.m.events.WithLabelValues(l.topic, l.format, l.outcome).Add(float64(n))
 	}
-	clear(b.events)
+	b.events.reset()
 	p.m.batchMessages.Observe(float64(b.Stats.Messages))
 	p.m.batchOps.Observe(float64(len(b.Ops)))
 	if saved := b.Stats.Coalesce.Saved(); saved > 0 {
@@ -484,12 +521,9 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 		clear(sc.writerOps[:cap(sc.writerOps)])
 		clear(sc.counterOps[:cap(sc.counterOps)])
 	}()
-	if b.outcomes == nil {
-		b.outcomes = make(map[opLabels]int)
-	}
-	clear(b.outcomes)
+	b.outcomes.reset()
 	defer func() {
-		for l, c := range b.outcomes {
+		for l, c := range b.outcomes.all() {
 			p.m.ops.WithLabelValues(l.kind, l.outcome).Add(float64(c))
 		}
 	}()
@@ -519,7 +553,7 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 				b.Ops[i].Kind, b.Ops[i].Delta = rules.OpRecount, 0
 				retry = append(retry, i)
 			case res.Err == nil:
-				b.outcomes[opLabels{kind, res.Outcome.String()}]++
+				b.outcomes.add(opLabels{kind, res.Outcome.String()})
 			case cacheops.Retryable(res.Err):
 				retry = append(retry, i)
 				if b.Ops[i].Kind == rules.OpCount {
@@ -534,7 +568,7 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 					firstErr = res.Err
 				}
 			default:
-				b.outcomes[opLabels{kind, "failed"}]++
+				b.outcomes.add(opLabels{kind, "failed"})
 				op := &b.Ops[i]
 				fb, covered := fallbackFor(p.cfg.Rules, op)
 				if permanentLogged < maxPermanentLogs || (!covered && logAttempt(attempt)) {
