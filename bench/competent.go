@@ -215,15 +215,8 @@ func RunCompetent(ctx context.Context, cfg CompetentConfig) error {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultCompetentWorkers
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:     cfg.Brokers,
-		GroupID:     cfg.Group,
-		Topic:       cfg.Topic,
-		StartOffset: kafka.FirstOffset,
-	})
+	r, mc := baselineClients(cfg.Brokers, cfg.Topic, cfg.Group, cfg.Memcached, cfg.Workers)
 	defer r.Close()
-	mc := memcache.New(cfg.Memcached)
-	mc.MaxIdleConns = cfg.Workers
 	defer mc.Close()
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -204,17 +204,8 @@ func (s Summary) Targets() []Target {
 		t.Measured, t.Met = fmt.Sprintf("%.2f µs/event", cw.CPUPerEvent), cw.CPUPerEvent <= goalCPUPerEvent
 	}
 	out = append(out, t)
-	t = Target{Name: fmt.Sprintf("uniform >= %s events/s", thousands(goalUniformRate)), Known: okCW}
-	if okCW {
-		t.Measured, t.Met = fmt.Sprintf("%s events/s", thousands(cw.EventsPerSec)), cw.EventsPerSec >= goalUniformRate
-	}
-	out = append(out, t)
-	z, okZ := s.Row(Zipf, ConsumerCachewarden)
-	t = Target{Name: fmt.Sprintf("zipf >= %s events/s", thousands(goalZipfRate)), Known: okZ}
-	if okZ {
-		t.Measured, t.Met = fmt.Sprintf("%s events/s", thousands(z.EventsPerSec)), z.EventsPerSec >= goalZipfRate
-	}
-	out = append(out, t)
+	out = append(out, s.rateTarget("uniform", Uniform, ConsumerCachewarden, goalUniformRate),
+		s.rateTarget("zipf", Zipf, ConsumerCachewarden, goalZipfRate))
 	t = Target{Name: fmt.Sprintf("uniform >= %gx the competent baseline's events/s", goalCompetentRatio), Known: okCW && okComp}
 	if t.Known {
 		ratio := cw.EventsPerSec / comp.EventsPerSec
@@ -227,12 +218,7 @@ func (s Summary) Targets() []Target {
 		t.Measured, t.Met = fmt.Sprintf("1/%.1f (%.2f vs %.2f µs)", 1/share, cw.CPUPerEvent, comp.CPUPerEvent), share <= goalCompetentCPUShare
 	}
 	out = append(out, t)
-	fenced, okF := s.Row(Counter, ConsumerFenced)
-	t = Target{Name: fmt.Sprintf("counter workload, fenced recounts >= %s events/s", thousands(goalCounterRate)), Known: okF}
-	if okF {
-		t.Measured, t.Met = fmt.Sprintf("%s events/s", thousands(fenced.EventsPerSec)), fenced.EventsPerSec >= goalCounterRate
-	}
-	out = append(out, t)
+	out = append(out, s.rateTarget("counter workload, fenced recounts", Counter, ConsumerFenced, goalCounterRate))
 	t = Target{Name: fmt.Sprintf("p99 event-to-applied <= %s at %s events/s, pooled", ms(goalP99), thousands(goalLatencyRate)),
 		Known: s.Latency != nil && s.Latency.Rate == goalLatencyRate}
 	if l := s.Latency; l != nil {
@@ -252,6 +238,16 @@ func (s Summary) Targets() []Target {
 	}
 	out = append(out, t)
 	return out
+}
+
+// rateTarget checks the median events/s of consumer on wl against goal.
+func (s Summary) rateTarget(name string, wl Distribution, consumer string, goal float64) Target {
+	r, ok := s.Row(wl, consumer)
+	t := Target{Name: fmt.Sprintf("%s >= %s events/s", name, thousands(goal)), Known: ok}
+	if ok {
+		t.Measured, t.Met = fmt.Sprintf("%s events/s", thousands(r.EventsPerSec)), r.EventsPerSec >= goal
+	}
+	return t
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
