@@ -159,14 +159,8 @@ type BaselineConfig struct {
 func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 	// kafka-go's defaults otherwise: CommitInterval 0 makes
 	// CommitMessages synchronous.
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:     cfg.Brokers,
-		GroupID:     cfg.Group,
-		Topic:       cfg.Topic,
-		StartOffset: kafka.FirstOffset,
-	})
+	r, mc := baselineClients(cfg.Brokers, cfg.Topic, cfg.Group, cfg.Memcached, 0)
 	defer r.Close()
-	mc := memcache.New(cfg.Memcached)
 	defer mc.Close()
 	for {
 		m, err := r.FetchMessage(ctx)
@@ -199,4 +193,21 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 			return fmt.Errorf("bench: baseline commit: %w", err)
 		}
 	}
+}
+
+// baselineClients returns the baselines' clients: a kafka-go group Reader
+// of topic from its first offset, otherwise with kafka-go's defaults, and
+// a gomemcache client keeping idle connections (0: gomemcache's default).
+func baselineClients(brokers []string, topic, group, memcached string, idle int) (*kafka.Reader, *memcache.Client) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:     brokers,
+		GroupID:     group,
+		Topic:       topic,
+		StartOffset: kafka.FirstOffset,
+	})
+	mc := memcache.New(memcached)
+	if idle > 0 {
+		mc.MaxIdleConns = idle
+	}
+	return r, mc
 }

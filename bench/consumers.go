@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,9 +26,23 @@ var RulesYAML []byte
 
 // Consumer names.
 const (
-	ConsumerBaseline    = "baseline"
+	// ConsumerNaive is the consumer one writes in an afternoon (RunBaseline).
+	ConsumerNaive = "naive"
+	// ConsumerCompetent is the consumer an experienced engineer writes in
+	// a day (RunCompetent).
+	ConsumerCompetent = "competent"
+	// ConsumerCachewarden is the daemon as users run it.
 	ConsumerCachewarden = "cachewarden"
+	// ConsumerFenced and ConsumerUnfenced are the daemon on the counter
+	// workload, with a MySQL DSN and counters.fencing required or off.
+	ConsumerFenced   = "cachewarden, fences on"
+	ConsumerUnfenced = "cachewarden, fences off"
 )
+
+// isDaemon reports whether consumer is a cachewarden daemon.
+func isDaemon(consumer string) bool {
+	return consumer == ConsumerCachewarden || consumer == ConsumerFenced || consumer == ConsumerUnfenced
+}
 
 // consumerProc is a consumer process under measurement.
 type consumerProc struct {
@@ -36,11 +51,12 @@ type consumerProc struct {
 	metricsURL string // cachewarden only
 }
 
-// startBaseline starts the naive consumer as a child process: the harness
-// binary itself with the "baseline" subcommand. In its own process its CPU
-// time and peak RSS are measured exactly as cachewarden's.
-func (e *env) startBaseline(group, topic string) (*consumerProc, error) {
-	cmd := exec.Command(e.opts.SelfBin, "baseline",
+// startBaseline starts a baseline consumer (ConsumerNaive or
+// ConsumerCompetent) as a child process: the harness binary itself with
+// the subcommand of that name. In its own process its CPU time and peak
+// RSS are measured exactly as cachewarden's.
+func (e *env) startBaseline(consumer, group, topic string) (*consumerProc, error) {
+	cmd := exec.Command(e.opts.SelfBin, consumer,
 		"-brokers", strings.Join(e.broker.Addrs, ","),
 		"-topic", topic, "-group", group, "-memcached", e.mc.Addr)
 	logPath := filepath.Join(e.dir, group+".log")
@@ -49,7 +65,7 @@ func (e *env) startBaseline(group, topic string) (*consumerProc, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = log, log
-	p, err := startProcess("baseline "+group, cmd)
+	p, err := startProcess(consumer+" "+group, cmd)
 	log.Close() // the child holds its own descriptor
 	if err != nil {
 		return nil, err
@@ -57,12 +73,40 @@ func (e *env) startBaseline(group, topic string) (*consumerProc, error) {
 	return &consumerProc{Process: p, logPath: logPath}, nil
 }
 
+// daemonSetup is what a daemon run adds to the default config.
+type daemonSetup struct {
+	// counters, when set, gives the daemon a MySQL DSN and the rules
+	// with the comment counter's recount query.
+	counters *CounterDB
+	// fencing is counters.fencing (with counters only).
+	fencing string
+}
+
+// setupFor returns the daemon setup of consumer.
+func (e *env) setupFor(consumer string) daemonSetup {
+	switch consumer {
+	case ConsumerFenced:
+		return daemonSetup{counters: e.counterDB, fencing: "required"}
+	case ConsumerUnfenced:
+		return daemonSetup{counters: e.counterDB, fencing: "off"}
+	}
+	return daemonSetup{}
+}
+
 // writeDaemonConfig writes the config of a cachewarden daemon consuming
 // topic as group, with the benchmark rules and otherwise default settings
-// (batching, memcached concurrency, format detection).
-func (e *env) writeDaemonConfig(group, topic string, httpAddr string) (string, error) {
+// (batching, memcached concurrency, format detection), plus setup.
+func (e *env) writeDaemonConfig(group, topic string, httpAddr string, setup daemonSetup) (string, error) {
+	rules := RulesYAML
 	rulesPath := filepath.Join(e.dir, "rules.yaml")
-	if err := os.WriteFile(rulesPath, RulesYAML, 0o644); err != nil {
+	if setup.counters != nil {
+		var err error
+		if rules, err = CounterRulesYAML(setup.counters.RecountQuery()); err != nil {
+			return "", err
+		}
+		rulesPath = filepath.Join(e.dir, "rules-counter.yaml")
+	}
+	if err := os.WriteFile(rulesPath, rules, 0o644); err != nil {
 		return "", fmt.Errorf("bench: %w", err)
 	}
 	var b strings.Builder
@@ -70,7 +114,14 @@ func (e *env) writeDaemonConfig(group, topic string, httpAddr string) (string, e
 		strings.Join(e.broker.Addrs, ", "), group, topic)
 	fmt.Fprintf(&b, "memcached:\n  servers: [%q]\n", e.mc.Addr)
 	fmt.Fprintf(&b, "rules: [%q]\n", rulesPath)
+	if setup.counters != nil {
+		fmt.Fprintf(&b, "mysql:\n  dsn: %q\n", setup.counters.DSN)
+		fmt.Fprintf(&b, "counters:\n  fencing: %s\n", setup.fencing)
+	}
 	fmt.Fprintf(&b, "http:\n  listen: %q\n", httpAddr)
+	if e.opts.ProfileDir != "" {
+		b.WriteString("  pprof: true\n")
+	}
 	fmt.Fprintf(&b, "log:\n  level: info\n")
 	path := filepath.Join(e.dir, group+".yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -80,13 +131,13 @@ func (e *env) writeDaemonConfig(group, topic string, httpAddr string) (string, e
 }
 
 // startCachewarden runs `cachewarden run -c CONFIG` as users run it.
-func (e *env) startCachewarden(group, topic string) (*consumerProc, error) {
+func (e *env) startCachewarden(group, topic string, setup daemonSetup) (*consumerProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	httpAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cfg, err := e.writeDaemonConfig(group, topic, httpAddr)
+	cfg, err := e.writeDaemonConfig(group, topic, httpAddr, setup)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +198,21 @@ type DaemonCounts struct {
 	// cachewarden_batch_duration_seconds and
 	// cachewarden_commit_duration_seconds histograms.
 	BatchDuration, CommitDuration Histogram
+	// EventAge is cachewarden_event_age_seconds: how old each applied row
+	// change was (now minus its source time).
+	EventAge Histogram
+	// RecountsFenced and RecountsUnfenced are
+	// cachewarden_recount_fenced_total and
+	// cachewarden_recount_unfenced_total (all reasons): the counter
+	// recounts stored, with and without a fence.
+	RecountsFenced, RecountsUnfenced float64
+	// FencedSkips is cachewarden_ops_total{kind="count",outcome="fenced"}:
+	// deltas skipped because a recount included them.
+	FencedSkips float64
 }
+
+// Recounts is the number of counter recounts the daemon stored.
+func (d DaemonCounts) Recounts() float64 { return d.RecountsFenced + d.RecountsUnfenced }
 
 // Histogram is a Prometheus histogram as scraped: cumulative counts per
 // upper bound (seconds), in the order exposed (ascending, +Inf last).
@@ -170,6 +235,22 @@ func (h Histogram) Quantile(q float64) float64 {
 		}
 	}
 	return math.Inf(1)
+}
+
+// plus returns h + o, bucket by bucket; o alone when h is empty, h when
+// their buckets differ (the daemons of one benchmark share a build).
+func (h Histogram) plus(o Histogram) Histogram {
+	if len(h.Counts) == 0 {
+		return Histogram{Bounds: slices.Clone(o.Bounds), Counts: slices.Clone(o.Counts)}
+	}
+	if !slices.Equal(h.Bounds, o.Bounds) {
+		return h
+	}
+	sum := Histogram{Bounds: h.Bounds, Counts: slices.Clone(h.Counts)}
+	for i, c := range o.Counts {
+		sum.Counts[i] += c
+	}
+	return sum
 }
 
 func (h *Histogram) add(labels string, v float64) {
@@ -223,6 +304,15 @@ func ParseDaemonMetrics(r io.Reader) (DaemonCounts, error) {
 			out.Events[labelValue(labels, "outcome")] += v
 		case "cachewarden_ops_total":
 			out.Ops += v
+			if labelValue(labels, "outcome") == "fenced" {
+				out.FencedSkips += v
+			}
+		case "cachewarden_recount_fenced_total":
+			out.RecountsFenced += v
+		case "cachewarden_recount_unfenced_total":
+			out.RecountsUnfenced += v
+		case "cachewarden_event_age_seconds_bucket":
+			out.EventAge.add(labels, v)
 		case "cachewarden_coalesce_saved_ops_total":
 			out.CoalesceSaved += v
 		case "cachewarden_memcached_round_trip_duration_seconds_count":
@@ -324,7 +414,11 @@ func (r ConsumerResult) CommandsPerEvent() float64 { return float64(r.MCCommands
 // starting from a freshly seeded cache.
 func (e *env) runConsumer(ctx context.Context, consumer string, wl Distribution, run int, topic string, total int64) (ConsumerResult, error) {
 	res := ConsumerResult{Consumer: consumer, Workload: wl, Run: run, Events: total}
-	if err := SeedKeys(e.mc.Addr, e.opts.Keys); err != nil {
+	missEvery := 0
+	if wl == Counter {
+		missEvery = e.opts.CounterMissEvery
+	}
+	if err := SeedKeysMissing(e.mc.Addr, e.opts.Keys, missEvery); err != nil {
 		return res, err
 	}
 	before, err := Stats(e.mc.Addr)
@@ -332,22 +426,35 @@ func (e *env) runConsumer(ctx context.Context, consumer string, wl Distribution,
 		return res, err
 	}
 	segs0, _, segErr := e.mc.SegmentsIn()
-	group := fmt.Sprintf("%s-%s-%s-r%d", e.prefix, consumer, wl, run)
+	group := fmt.Sprintf("%s-%s-%s-r%d", e.prefix, groupName(consumer), wl, run)
 	cpu0, err := e.serviceCPU()
 	if err != nil {
 		return res, err
 	}
 	start := time.Now()
 	var proc *consumerProc
-	if consumer == ConsumerBaseline {
-		proc, err = e.startBaseline(group, topic)
+	if isDaemon(consumer) {
+		proc, err = e.startCachewarden(group, topic, e.setupFor(consumer))
 	} else {
-		proc, err = e.startCachewarden(group, topic)
+		proc, err = e.startBaseline(consumer, group, topic)
 	}
 	if err != nil {
 		return res, err
 	}
 	defer proc.Stop(15 * time.Second)
+	stopProfiling := func() {}
+	if e.opts.ProfileDir != "" && proc.metricsURL != "" {
+		pctx, cancel := context.WithCancel(ctx)
+		done := make(chan []string, 1)
+		go func() { done <- collectProfiles(pctx, proc.metricsURL, e.opts.ProfileDir, group) }()
+		stopProfiling = func() {
+			cancel()
+			if files := <-done; len(files) > 0 {
+				fmt.Fprintf(e.out, "  CPU profile: go tool pprof %s\n", filepath.Join(e.opts.ProfileDir, group+"-*.pprof"))
+			}
+		}
+	}
+	defer func() { stopProfiling() }()
 
 	client := e.broker.client()
 	deadline := start.Add(e.opts.RunTimeout)
@@ -383,10 +490,20 @@ func (e *env) runConsumer(ctx context.Context, consumer string, wl Distribution,
 	if res.CPU, err = ProcCPU(proc.Pid()); err != nil {
 		return res, err
 	}
+	stopProfiling()
+	stopProfiling = func() {}
+	if e.opts.ProfileDir != "" && proc.metricsURL != "" {
+		path := filepath.Join(e.opts.ProfileDir, group+"-heap.pprof")
+		if err := fetchHeapProfile(ctx, proc.metricsURL, path); err != nil {
+			e.log.Warn("cannot read the daemon's heap profile", "error", err.Error())
+		} else {
+			fmt.Fprintf(e.out, "  heap profile: go tool pprof %s\n", path)
+		}
+	}
 	if _, res.PeakRSS, err = ProcMemory(proc.Pid()); err != nil {
 		return res, err
 	}
-	if consumer == ConsumerCachewarden {
+	if isDaemon(consumer) {
 		counts, err := proc.scrape()
 		if err != nil {
 			return res, err
@@ -452,4 +569,9 @@ func (e *env) serviceCPU() (serviceCPU, error) {
 	}
 	s.memcached, err = ProcCPU(e.mc.Pid())
 	return s, err
+}
+
+// groupName turns a consumer name into a part of a group or file name.
+func groupName(consumer string) string {
+	return strings.NewReplacer(", ", "-", " ", "-").Replace(consumer)
 }

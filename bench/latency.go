@@ -22,8 +22,12 @@ type LatencyResult struct {
 	Rate, Achieved float64
 	// Samples is how many sample latencies were measured after the
 	// warm-up; Missing how many samples never became visible.
-	Samples, Missing int
-	P50, P99, Max    time.Duration
+	Samples, Missing    int
+	P50, P99, P999, Max time.Duration
+	// Latencies and AckLatencies are every sample's latency, from produce
+	// and from the broker's acknowledgement, sorted: Summarize pools them
+	// over the runs.
+	Latencies, AckLatencies []time.Duration
 	// AckP50 and AckP99 measure from the broker's acknowledgement of the
 	// sample instead: the producer's own queueing left out.
 	AckP50, AckP99 time.Duration
@@ -42,6 +46,11 @@ type LatencyResult struct {
 	// commit, as the upper bound of the histogram bucket holding it
 	// (buckets double from 0.5 ms). Zero when the scrape failed.
 	BatchP99, CommitP99 time.Duration
+	// EventAge is the daemon's cachewarden_event_age_seconds histogram at
+	// the end of the measurement (warm-up included): how old each applied
+	// row change was, now minus its source time, which the paced producer
+	// sets to the moment it hands the event to the producer client.
+	EventAge Histogram
 }
 
 // sampler polls memcached for the namespace keys of sample events and
@@ -173,7 +182,7 @@ func (e *env) runLatency(ctx context.Context, run int) (LatencyResult, error) {
 		return res, err
 	}
 	group := fmt.Sprintf("%s-cachewarden-latency-r%d", e.prefix, run)
-	proc, err := e.startCachewarden(group, topic)
+	proc, err := e.startCachewarden(group, topic, daemonSetup{})
 	if err != nil {
 		return res, err
 	}
@@ -246,8 +255,10 @@ func (e *env) runLatency(ctx context.Context, run int) (LatencyResult, error) {
 			continue
 		}
 		for ; produced < due; produced++ {
+			now := time.Now()
+			SetSourceTime(recs[produced].Value, now.UnixMilli())
 			if nextSample < len(sampleAt) && sampleAt[nextSample] == produced {
-				s.produce(nextSample, time.Now())
+				s.produce(nextSample, now)
 				nextSample++
 			}
 			cl.Produce(ctx, recs[produced], promise)
@@ -283,8 +294,9 @@ func (e *env) runLatency(ctx context.Context, run int) (LatencyResult, error) {
 	res.FirstP50, res.LastP50 = median(lat[:fifth]), median(lat[len(lat)-fifth:])
 	slices.Sort(lat)
 	slices.Sort(ackLat)
-	res.P50, res.P99 = Percentile(lat, 0.50), Percentile(lat, 0.99)
+	res.P50, res.P99, res.P999 = Percentile(lat, 0.50), Percentile(lat, 0.99), Percentile(lat, 0.999)
 	res.AckP50, res.AckP99 = Percentile(ackLat, 0.50), Percentile(ackLat, 0.99)
+	res.Latencies, res.AckLatencies = lat, ackLat
 	if len(lat) > 0 {
 		res.Max = lat[len(lat)-1]
 	}
@@ -293,6 +305,7 @@ func (e *env) runLatency(ctx context.Context, run int) (LatencyResult, error) {
 	} else {
 		res.BatchP99 = seconds(counts.BatchDuration.Quantile(0.99))
 		res.CommitP99 = seconds(counts.CommitDuration.Quantile(0.99))
+		res.EventAge = counts.EventAge
 	}
 	if err := proc.Stop(15 * time.Second); err != nil {
 		e.log.Warn("daemon did not stop cleanly", "error", err.Error())

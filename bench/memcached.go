@@ -246,7 +246,13 @@ func Stats(addr string) (MemcachedStats, error) {
 // for every id of the key space, a namespace version, a small interest
 // set and a comment counter, as a cache in service would hold them.
 // It first empties the cache (flush_all), so every run starts alike.
-func SeedKeys(addr string, keys int) error {
+func SeedKeys(addr string, keys int) error { return SeedKeysMissing(addr, keys, 0) }
+
+// SeedKeysMissing seeds like SeedKeys but leaves out the comment counter
+// of every post whose id is a multiple of counterMissEvery (none when it
+// is 0): deltas to those counters miss, and with a recount query each
+// first miss is a recount.
+func SeedKeysMissing(addr string, keys, counterMissEvery int) error {
 	m, err := dialMemcached(addr)
 	if err != nil {
 		return err
@@ -274,7 +280,9 @@ func SeedKeys(addr string, keys int) error {
 	for id := uint64(1); id <= uint64(keys); id++ {
 		set(UserKey(id), version)
 		set(InterestsKey(id), "+"+strconv.FormatUint(id%500+1, 10)+" +"+strconv.FormatUint((id+250)%500+1, 10)+" ")
-		set(CommentsKey(id), "1000")
+		if counterMissEvery <= 0 || id%uint64(counterMissEvery) != 0 {
+			set(CommentsKey(id), "1000")
+		}
 	}
 	m.w.WriteString("version\r\n")
 	if err := m.w.Flush(); err != nil {

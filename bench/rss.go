@@ -42,7 +42,7 @@ func (e *env) runRSS(ctx context.Context) (*RSSResult, error) {
 	res := &RSSResult{Events: int64(o.RSSEvents), Produce: d}
 	group := e.prefix + "-cachewarden-rss"
 	start := time.Now()
-	proc, err := e.startCachewarden(group, topic)
+	proc, err := e.startCachewarden(group, topic, daemonSetup{})
 	if err != nil {
 		return nil, err
 	}

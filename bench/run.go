@@ -18,6 +18,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -36,10 +38,19 @@ type Options struct {
 	ZipfS float64
 	// Seed of the generated workloads; default 1.
 	Seed uint64
-	// Workloads to measure; default uniform and zipf.
+	// Workloads to measure; default uniform and zipf, and counter when
+	// MySQLDSN is set.
 	Workloads []Distribution
-	// SkipBaseline leaves the naive consumer out.
-	SkipBaseline bool
+	// SkipBaselines leaves the naive and the competent consumer out;
+	// SkipNaive only the naive one.
+	SkipBaselines, SkipNaive bool
+	// MySQLDSN is the MySQL/MariaDB server (binary log on) of the counter
+	// workload, where the harness creates a database of its own.
+	MySQLDSN string
+	// CounterMissEvery leaves the comment counter of every n-th post out
+	// of the seeded cache in counter workload runs, so that deltas to it
+	// miss and recount; default 10 (a tenth of the counters).
+	CounterMissEvery int
 	// LatencyRate is the offered rate of the latency measurement in
 	// events/s; default 50,000. Negative skips the measurement.
 	LatencyRate int
@@ -47,7 +58,7 @@ type Options struct {
 	// LatencyWarmup; defaults 10s and 2s.
 	LatencyDuration, LatencyWarmup time.Duration
 	// LatencySamplesPerSec is how many sample events per second the paced
-	// producer sends; default 100.
+	// producer sends; default 500.
 	LatencySamplesPerSec int
 	// RSSEvents, when positive, runs only the memory-flatness measurement
 	// over that many events, sampling the daemon's RSS every RSSInterval
@@ -67,6 +78,12 @@ type Options struct {
 	// rewritten (docs/benchmarks.md); Command is the command line shown
 	// there, as Markdown.
 	Doc, Command string
+	// ProfileDir, when set, is where the daemon's CPU profiles of the
+	// throughput runs are written (the daemon then runs with http.pprof):
+	// one file per second of each run, DIR/GROUP-NNN.pprof, which
+	// `go tool pprof` merges when given them all, and the heap profile
+	// at the end of the run, DIR/GROUP-heap.pprof.
+	ProfileDir string
 	// Out receives the progress and the results table; default stdout.
 	Out io.Writer
 	// Log receives diagnostics; default discards.
@@ -84,7 +101,7 @@ func (o *Options) defaults() error {
 	def(&o.Partitions, 4)
 	def(&o.Keys, 100_000)
 	def(&o.LatencyRate, 50_000)
-	def(&o.LatencySamplesPerSec, 100)
+	def(&o.LatencySamplesPerSec, 500)
 	if o.ZipfS == 0 {
 		o.ZipfS = 1.1
 	}
@@ -93,7 +110,11 @@ func (o *Options) defaults() error {
 	}
 	if len(o.Workloads) == 0 {
 		o.Workloads = []Distribution{Uniform, Zipf}
+		if o.MySQLDSN != "" {
+			o.Workloads = append(o.Workloads, Counter)
+		}
 	}
+	def(&o.CounterMissEvery, 10)
 	if o.LatencyDuration <= 0 {
 		o.LatencyDuration = 10 * time.Second
 	}
@@ -143,6 +164,8 @@ type env struct {
 	prefix string // unique per invocation: topics and groups
 	broker *Broker
 	mc     *Memcached
+	// counterDB is the counter workload's database (nil without it).
+	counterDB *CounterDB
 }
 
 // Results are everything one Run measured.
@@ -154,6 +177,9 @@ type Results struct {
 	Latency   []LatencyResult
 	Ceiling   []CeilingResult
 	RSS       *RSSResult
+	// CounterServer is the version of the counter workload's database
+	// server ("" without the counter workload).
+	CounterServer string
 	// LoadAvgEnd is the load average when the measurements ended; with
 	// Machine.LoadAvg it shows how busy the machine was meanwhile.
 	LoadAvgEnd string
@@ -175,7 +201,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	e := &env{opts: o, log: o.Log, out: o.Out, dir: dir, prefix: fmt.Sprintf("cwbench-%d", time.Now().Unix())}
+	e := &env{opts: o, log: o.Log, out: o.Out, dir: dir, prefix: fmt.Sprintf("cwbench-%d-%d", time.Now().Unix(), os.Getpid())}
 	res := &Results{Machine: DescribeMachine(o.MemcachedBin), Options: o, Produce: map[Distribution]time.Duration{}}
 	failed := true
 	defer func() {
@@ -220,6 +246,24 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		return res, nil
 	}
 
+	if slices.Contains(o.Workloads, Counter) {
+		if o.MySQLDSN == "" {
+			return res, errors.New("bench: the counter workload needs a MySQL DSN (-mysql-dsn)")
+		}
+		name := strings.ReplaceAll(e.prefix, "-", "_")
+		if e.counterDB, err = SetupCounterDB(ctx, o.MySQLDSN, name, o.Keys); err != nil {
+			return res, err
+		}
+		defer func() {
+			if err := e.counterDB.Close(); err != nil {
+				e.log.Warn("cannot drop the counter database", "error", err.Error())
+			}
+		}()
+		res.CounterServer = e.counterDB.Version
+		fmt.Fprintf(e.out, "counter database: %s on %s (server_id %d), events name binary log %s\n",
+			name, e.counterDB.Version, e.counterDB.Source.ServerID, e.counterDB.Source.File)
+	}
+
 	topics := map[Distribution]string{}
 	for _, wl := range o.Workloads {
 		topic := fmt.Sprintf("%s-%s", e.prefix, wl)
@@ -236,10 +280,6 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			o.Events, wl, topic, d.Round(time.Millisecond), float64(o.Events)/d.Seconds())
 	}
 
-	consumers := []string{ConsumerBaseline, ConsumerCachewarden}
-	if o.SkipBaseline {
-		consumers = consumers[1:]
-	}
 	for run := 1; run <= o.Runs; run++ {
 		c, err := e.runCeiling(ctx, run, topics[o.Workloads[0]], int64(o.Events))
 		if err != nil {
@@ -249,7 +289,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		fmt.Fprintf(e.out, "run %d fetch-only kafka-go ceiling (%s): %s events/s, broker %.2f CPU µs/event\n",
 			run, o.Workloads[0], thousands(c.EventsPerSec()), float64(c.BrokerCPU.Microseconds())/float64(c.Events))
 		for _, wl := range o.Workloads {
-			for _, c := range consumers {
+			for _, c := range o.consumers(wl) {
 				r, err := e.runConsumer(ctx, c, wl, run, topics[wl], int64(o.Events))
 				if err != nil {
 					return res, fmt.Errorf("run %d, %s, %s: %w", run, wl, c, err)
@@ -281,5 +321,24 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 }
 
 func (e *env) workload(d Distribution) Workload {
-	return Workload{Dist: d, Keys: e.opts.Keys, ZipfS: e.opts.ZipfS, Seed: e.opts.Seed}
+	w := Workload{Dist: d, Keys: e.opts.Keys, ZipfS: e.opts.ZipfS, Seed: e.opts.Seed}
+	if d == Counter && e.counterDB != nil {
+		w.Source = &e.counterDB.Source
+	}
+	return w
+}
+
+// consumers returns the consumers measured on workload wl, in order.
+func (o *Options) consumers(wl Distribution) []string {
+	if wl == Counter {
+		return []string{ConsumerFenced, ConsumerUnfenced}
+	}
+	var out []string
+	if !o.SkipBaselines && !o.SkipNaive {
+		out = append(out, ConsumerNaive)
+	}
+	if !o.SkipBaselines {
+		out = append(out, ConsumerCompetent)
+	}
+	return append(out, ConsumerCachewarden)
 }

@@ -16,7 +16,7 @@ import (
 
 // privateMemcached starts a memcached of the test's own: the harness
 // empties the cache (flush_all), which a shared test server must not see.
-func privateMemcached(t *testing.T) *Memcached {
+func privateMemcached(t testing.TB) *Memcached {
 	t.Helper()
 	bin, err := exec.LookPath("memcached")
 	if err != nil {
@@ -89,10 +89,23 @@ func TestSeedKeysAndStats(t *testing.T) {
 	}
 }
 
-// TestBaselineAppliesEvents runs the naive consumer over generated events
-// on an in-process broker and checks the cache it leaves behind against
-// the events.
+// TestBaselineAppliesEvents runs each baseline consumer over generated
+// events on an in-process broker and checks the cache it leaves behind
+// against the events, and that it committed every offset.
 func TestBaselineAppliesEvents(t *testing.T) {
+	t.Run(ConsumerNaive, func(t *testing.T) {
+		testBaselineApplies(t, func(ctx context.Context, brokers []string, topic, group, mc string) error {
+			return RunBaseline(ctx, BaselineConfig{Brokers: brokers, Topic: topic, Group: group, Memcached: mc, Log: testLogger(t)})
+		})
+	})
+	t.Run(ConsumerCompetent, func(t *testing.T) {
+		testBaselineApplies(t, func(ctx context.Context, brokers []string, topic, group, mc string) error {
+			return RunCompetent(ctx, CompetentConfig{Brokers: brokers, Topic: topic, Group: group, Memcached: mc, Workers: 8, Log: testLogger(t)})
+		})
+	})
+}
+
+func testBaselineApplies(t *testing.T, run func(ctx context.Context, brokers []string, topic, group, mc string) error) {
 	m := privateMemcached(t)
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(2))
 	if err != nil {
@@ -160,7 +173,7 @@ func TestBaselineAppliesEvents(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- RunBaseline(runCtx, BaselineConfig{Brokers: b.Addrs, Topic: topic, Group: "bench-test", Memcached: m.Addr, Log: testLogger(t)})
+		done <- run(runCtx, b.Addrs, topic, "bench-test", m.Addr)
 	}()
 	client := b.client()
 	for {

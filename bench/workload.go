@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -36,6 +37,11 @@ const (
 	// Zipf draws id k+1 with probability proportional to 1/(1+k)^s, so a
 	// few hot entities receive most changes.
 	Zipf Distribution = "zipf"
+	// Counter is the counter workload: the uniform stream, with events
+	// that name the MySQL server of the counter database (Source), run
+	// by the daemon with a MySQL DSN and the comment counter's recount
+	// query. Generators treat it as Uniform.
+	Counter Distribution = "counter"
 )
 
 // Workload describes a stream of generated Debezium change events.
@@ -50,6 +56,23 @@ type Workload struct {
 	// Seed makes the stream reproducible: the same Workload yields the
 	// same events.
 	Seed uint64
+	// Source, when set, is the database the events claim to come from
+	// (the counter workload names the MariaDB its recounts run on, so
+	// that fences compare the events' positions with the recounts'). By
+	// default the events come from server 223344, binary log
+	// mysql-bin.000042 from position 4, with MySQL GTIDs.
+	Source *BinlogSource
+}
+
+// BinlogSource is a database server's binary log as the events' Debezium
+// source block names it.
+type BinlogSource struct {
+	// ServerID is the server's @@server_id.
+	ServerID uint32
+	// File is the binary log file the events are in, and Pos the position
+	// of the first event (each later one is 512 bytes further).
+	File string
+	Pos  int64
 }
 
 // EventKind is the table a generated event changes.
@@ -85,7 +108,7 @@ func NewGenerator(w Workload) (*Generator, error) {
 	}
 	g := &Generator{w: w, rng: rand.New(rand.NewPCG(w.Seed, 0x9e3779b97f4a7c15))}
 	switch w.Dist {
-	case Uniform:
+	case Uniform, Counter:
 	case Zipf:
 		if w.ZipfS <= 1 {
 			return nil, fmt.Errorf("bench: zipf exponent must be > 1, got %v", w.ZipfS)
@@ -177,12 +200,26 @@ func (g *Generator) envelope(dst []byte, table string, before, after func([]byte
 	dst = strconv.AppendUint(dst, ts*1_000_000, 10)
 	dst = append(dst, `,"snapshot":"false","db":"bench","sequence":null,"table":"`...)
 	dst = append(dst, table...)
-	dst = append(dst, `","server_id":223344,"gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:`...)
-	dst = strconv.AppendUint(dst, 1000+g.seq, 10)
-	dst = append(dst, `","file":`...)
-	dst = append(dst, binlogFile...)
-	dst = append(dst, `,"pos":`...)
-	dst = strconv.AppendUint(dst, 4+g.seq*512, 10)
+	if src := g.w.Source; src != nil {
+		// MariaDB: GTIDs are domain-server-sequence.
+		dst = append(dst, `","server_id":`...)
+		dst = strconv.AppendUint(dst, uint64(src.ServerID), 10)
+		dst = append(dst, `,"gtid":"0-`...)
+		dst = strconv.AppendUint(dst, uint64(src.ServerID), 10)
+		dst = append(dst, '-')
+		dst = strconv.AppendUint(dst, 1000+g.seq, 10)
+		dst = append(dst, `","file":`...)
+		dst = strconv.AppendQuote(dst, src.File)
+		dst = append(dst, `,"pos":`...)
+		dst = strconv.AppendUint(dst, uint64(src.Pos)+(g.seq-1)*512, 10)
+	} else {
+		dst = append(dst, `","server_id":223344,"gtid":"3e11fa47-71ca-11e1-9e33-c80aa9429562:`...)
+		dst = strconv.AppendUint(dst, 1000+g.seq, 10)
+		dst = append(dst, `","file":`...)
+		dst = append(dst, binlogFile...)
+		dst = append(dst, `,"pos":`...)
+		dst = strconv.AppendUint(dst, 4+g.seq*512, 10)
+	}
 	dst = append(dst, `,"row":0,"thread":`...)
 	dst = strconv.AppendUint(dst, 7+g.seq%16, 10)
 	dst = append(dst, `,"query":null},"transaction":null,"op":"`...)
@@ -308,4 +345,40 @@ func (g *Generator) comment(key, value []byte, postID uint64, del bool) ([]byte,
 		value = g.envelope(value, "comments", nil, row, 'c')
 	}
 	return key, value
+}
+
+// SetSourceTime overwrites the source timestamps (ts_ms, ts_us, ts_ns of
+// the source block) of a generated event in place with ms, Unix
+// milliseconds of 13 digits like the generated ones, so that the daemon's
+// event age (now minus the source time) measures from the moment the
+// event is produced. It reports false when value holds no such fields.
+func SetSourceTime(value []byte, ms int64) bool {
+	i := bytes.Index(value, []byte(`"source":{`))
+	if i < 0 {
+		return false
+	}
+	src := value[i:]
+	ok := true
+	for _, f := range []struct {
+		name  string
+		scale int64
+	}{{`"ts_ms":`, 1}, {`"ts_us":`, 1000}, {`"ts_ns":`, 1_000_000}} {
+		j := bytes.Index(src, []byte(f.name))
+		if j < 0 {
+			ok = false
+			continue
+		}
+		digits := src[j+len(f.name):]
+		n := 0
+		for n < len(digits) && digits[n] >= '0' && digits[n] <= '9' {
+			n++
+		}
+		v := strconv.AppendInt(make([]byte, 0, 20), ms*f.scale, 10)
+		if len(v) != n {
+			ok = false
+			continue
+		}
+		copy(digits, v)
+	}
+	return ok
 }

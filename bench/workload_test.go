@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
@@ -109,10 +110,10 @@ func TestNewGeneratorRejects(t *testing.T) {
 	}
 }
 
-// TestNaiveMatchesPlanner checks that the baseline issues, for every
+// TestBaselinesMatchPlanner checks that both baselines issue, for every
 // generated event, the operation cachewarden's planner derives from the
-// benchmark rules: the two consumers do the same work.
-func TestNaiveMatchesPlanner(t *testing.T) {
+// benchmark rules: the consumers do the same work.
+func TestBaselinesMatchPlanner(t *testing.T) {
 	rs, err := rulefile.LoadPaths("testdata/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +161,13 @@ func TestNaiveMatchesPlanner(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("event %d: PlanNaive: ok=%v err=%v", i+1, ok, err)
 		}
+		competent, ok, err := PlanCompetent(v)
+		if err != nil || !ok {
+			t.Fatalf("event %d: PlanCompetent: ok=%v err=%v", i+1, ok, err)
+		}
+		if competent != naive {
+			t.Fatalf("event %d: competent op %+v, naive op %+v", i+1, competent, naive)
+		}
 		want := map[string]NaiveOp{
 			"bump":       {Kind: NaiveBump, Key: p.Key},
 			"set_add":    {Kind: NaiveAppend, Key: p.Key, Token: "+" + p.Member + " "},
@@ -193,5 +201,76 @@ func TestSeedKeys(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
+	}
+}
+
+// TestCounterWorkloadSource: events of a workload with a Source name that
+// server, file and positions, and the counter rules plan a count with the
+// recount query for their comment changes.
+func TestCounterWorkloadSource(t *testing.T) {
+	src := &BinlogSource{ServerID: 7, File: "mysql-bin.999999", Pos: 4}
+	values, kinds := generate(t, Workload{Dist: Counter, Keys: 50, Seed: 2, Source: src}, 200)
+	yaml, err := CounterRulesYAML("SELECT COUNT(*) FROM `cw`.comments WHERE post_id = ? AND approved = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := rulefile.Parse("counter.yaml", yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d cdc.Decoded
+	var ops []rules.Op
+	counts := 0
+	for i, v := range values {
+		if err := (&cdc.Decoder{}).Decode(v, rules.Position{}, &d); err != nil || len(d.Events) != 1 {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		ev := &d.Events[0]
+		if ev.Source.ServerID != 7 || ev.Source.BinlogFile != "mysql-bin.999999" || ev.Source.BinlogPos != 4+int64(i)*512 {
+			t.Fatalf("event %d: source %+v", i, ev.Source)
+		}
+		if ev.Source.GTID != "0-7-"+strconv.Itoa(1001+i) {
+			t.Fatalf("event %d: gtid %q", i, ev.Source.GTID)
+		}
+		ops, _, err = rs.Plan(ops[:0], ev)
+		if err != nil || len(ops) != 1 {
+			t.Fatalf("event %d: plan %v %v", i, ops, err)
+		}
+		if kinds[i] == CommentChange {
+			counts++
+			if ops[0].Kind != rules.OpCount || ops[0].Rule.Query == "" {
+				t.Fatalf("event %d: comment change planned as %+v", i, ops[0])
+			}
+		}
+	}
+	if counts == 0 {
+		t.Fatal("no comment changes generated")
+	}
+}
+
+// TestSetSourceTime: the source timestamps are overwritten in place,
+// and the decoder reads the new time.
+func TestSetSourceTime(t *testing.T) {
+	values, _ := generate(t, Workload{Dist: Uniform, Keys: 50, Seed: 2}, 3)
+	const now = 1_800_000_000_123
+	for _, v := range values {
+		if !SetSourceTime(v, now) {
+			t.Fatalf("no source timestamps in %s", v)
+		}
+		if !json.Valid(v) {
+			t.Fatalf("invalid JSON after the change: %s", v)
+		}
+		for _, want := range []string{`"ts_ms":1800000000123,"ts_us":1800000000123000,"ts_ns":1800000000123000000,"snapshot"`} {
+			if !bytes.Contains(v, []byte(want)) {
+				t.Errorf("%s lacks %s", v, want)
+			}
+		}
+		var d cdc.Decoded
+		if err := (&cdc.Decoder{}).Decode(v, rules.Position{}, &d); err != nil || d.Events[0].Source.TsMs != now {
+			t.Errorf("decoded source time %+v, %v", d.Events, err)
+		}
+	}
+	if SetSourceTime([]byte(`{"op":"c"}`), now) {
+		t.Error("reported success on an event without a source")
 	}
 }

@@ -57,6 +57,15 @@ type PipelineConfig struct {
 	Timeout time.Duration
 	// Dial opens a connection to a server; default net.Dialer.DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// RecountElsewhere leaves every counter recount to the caller: a
+	// delta whose counter must be recounted (missing while its rule has a
+	// recount query, a decr clamped at zero, a value that is not a
+	// number) finishes with OutcomeRecountNeeded instead, and so does an
+	// OpRecount, without any request. The daemon sets
+	// it when the counters package fences recounts
+	// (docs/exact-counters.md): deltas go through the pipeline, recounts
+	// through the counters package.
+	RecountElsewhere bool
 }
 
 const (
@@ -162,6 +171,49 @@ type PipelineWriter struct {
 	rounds, roundTrips, commands, dials, brokenConns                      atomic.Uint64
 	loads, loadErrors, recounts, recountErrors, compactions, casConflicts atomic.Uint64
 	drifts, deletes                                                       atomic.Uint64
+
+	// scratch holds *pipeScratch: the memory of one Apply, reused.
+	scratch sync.Pool
+}
+
+// pipeScratch is the memory one Apply works in, reused by the next one so
+// that applying a batch allocates next to nothing.
+type pipeScratch struct {
+	states      []pipeOp
+	occurrences map[string]int
+	waves       [][]*pipeOp
+	// A round's ops by server, its exchanges, and the commands and
+	// replies the exchanges take their shares of.
+	byServer  []serverOps
+	exchanges []pipeExchange
+	cmds      []metaCmd
+	replies   []metaReply
+}
+
+// serverOps are a round's ops for one server.
+type serverOps struct {
+	server *metaServer
+	ops    []*pipeOp
+}
+
+// release clears the references the scratch holds (ops, keys, values
+// read) before it goes back to the pool.
+func (sc *pipeScratch) release() {
+	clear(sc.states)
+	sc.states = sc.states[:0]
+	clear(sc.occurrences)
+	for i := range sc.waves {
+		clear(sc.waves[i])
+		sc.waves[i] = sc.waves[i][:0]
+	}
+	sc.waves = sc.waves[:0]
+	for i := range sc.byServer {
+		clear(sc.byServer[i].ops[:cap(sc.byServer[i].ops)])
+	}
+	clear(sc.exchanges[:cap(sc.exchanges)])
+	sc.exchanges = sc.exchanges[:0]
+	clear(sc.cmds[:cap(sc.cmds)])
+	clear(sc.replies[:cap(sc.replies)])
 }
 
 // PipelineStats are cumulative counts since the PipelineWriter was created.
@@ -318,25 +370,39 @@ func (w *PipelineWriter) Apply(ctx context.Context, ops []rules.Op, results []Re
 	if len(results) < len(ops) {
 		return fmt.Errorf("cacheops: apply: %d results for %d ops: %w", len(results), len(ops), ErrInvalidOp)
 	}
-	states := make([]pipeOp, len(ops))
+	sc, _ := w.scratch.Get().(*pipeScratch)
+	if sc == nil {
+		sc = &pipeScratch{occurrences: make(map[string]int, len(ops))}
+	}
+	defer func() {
+		sc.release()
+		w.scratch.Put(sc)
+	}()
+	if cap(sc.states) < len(ops) {
+		sc.states = make([]pipeOp, len(ops))
+	}
+	states := sc.states[:len(ops)]
+	sc.states = states
 	initial := NamespaceStart(w.cfg.Now())
-	var waves [][]*pipeOp
-	occurrences := make(map[string]int, len(ops))
 	for i := range ops {
 		p := &states[i]
 		p.op, p.idx = &ops[i], i
 		if w.start(p, initial); p.step == pipeDone {
 			continue
 		}
-		wave := occurrences[p.op.Key]
-		occurrences[p.op.Key] = wave + 1
-		if wave == len(waves) {
-			waves = append(waves, make([]*pipeOp, 0, len(ops)/(wave+1)))
+		wave := sc.occurrences[p.op.Key]
+		sc.occurrences[p.op.Key] = wave + 1
+		if wave == len(sc.waves) {
+			if wave < cap(sc.waves) {
+				sc.waves = sc.waves[:wave+1]
+			} else {
+				sc.waves = append(sc.waves, make([]*pipeOp, 0, len(ops)/(wave+1)))
+			}
 		}
-		waves[wave] = append(waves[wave], p)
+		sc.waves[wave] = append(sc.waves[wave], p)
 	}
-	for _, wave := range waves {
-		w.run(ctx, wave)
+	for _, wave := range sc.waves {
+		w.run(ctx, sc, wave)
 	}
 	for i := range states {
 		results[i] = states[i].result
@@ -456,6 +522,10 @@ func (w *PipelineWriter) start(p *pipeOp, initial uint64) {
 		}
 		p.step = stepDelta
 	case rules.OpRecount:
+		if w.cfg.RecountElsewhere {
+			w.finish(p, OutcomeRecountNeeded)
+			return
+		}
 		p.step = stepRecountSet
 	case rules.OpSetDelete:
 		w.toDelete(p, "ordered set change")
@@ -472,7 +542,7 @@ func (w *PipelineWriter) start(p *pipeOp, initial uint64) {
 }
 
 // run applies one wave of ops (no two share a key) round by round.
-func (w *PipelineWriter) run(ctx context.Context, pending []*pipeOp) {
+func (w *PipelineWriter) run(ctx context.Context, sc *pipeScratch, pending []*pipeOp) {
 	for len(pending) > 0 {
 		if err := ctx.Err(); err != nil {
 			for _, p := range pending {
@@ -481,7 +551,7 @@ func (w *PipelineWriter) run(ctx context.Context, pending []*pipeOp) {
 			return
 		}
 		w.runQueries(ctx, pending)
-		w.round(ctx, pending)
+		w.round(ctx, sc, pending)
 		next := pending[:0]
 		for _, p := range pending {
 			if p.step != pipeDone {
@@ -583,7 +653,8 @@ func (w *PipelineWriter) query(ctx context.Context, p *pipeOp) {
 	}
 }
 
-// pipeExchange is one connection's share of a round.
+// pipeExchange is one connection's share of a round; cmds and replies
+// have one entry per op.
 type pipeExchange struct {
 	server  *metaServer
 	ops     []*pipeOp
@@ -593,38 +664,52 @@ type pipeExchange struct {
 
 // round sends the next command of every pending op, all servers and
 // connections at once, and advances each op by its reply.
-func (w *PipelineWriter) round(ctx context.Context, pending []*pipeOp) {
-	type serverOps struct {
-		server *metaServer
-		ops    []*pipeOp
-	}
-	var byServer []serverOps
+func (w *PipelineWriter) round(ctx context.Context, sc *pipeScratch, pending []*pipeOp) {
+	byServer := sc.byServer[:0]
+	total := 0
 	for _, p := range pending {
 		if p.step == pipeDone {
 			continue
 		}
+		total++
 		i := 0
 		for i < len(byServer) && byServer[i].server != p.server {
 			i++
 		}
 		if i == len(byServer) {
-			byServer = append(byServer, serverOps{server: p.server, ops: make([]*pipeOp, 0, len(pending))})
+			if i < cap(byServer) {
+				byServer = byServer[:i+1]
+				byServer[i].server, byServer[i].ops = p.server, byServer[i].ops[:0]
+			} else {
+				byServer = append(byServer, serverOps{server: p.server, ops: make([]*pipeOp, 0, len(pending))})
+			}
 		}
 		byServer[i].ops = append(byServer[i].ops, p)
 	}
+	sc.byServer = byServer
 	if len(byServer) == 0 {
 		return
 	}
 	w.rounds.Add(1)
-	var exchanges []pipeExchange
+	if cap(sc.cmds) < total {
+		sc.cmds = make([]metaCmd, total)
+		sc.replies = make([]metaReply, total)
+	}
+	cmds, replies := sc.cmds[:total], sc.replies[:total]
+	exchanges := sc.exchanges[:0]
 	for _, so := range byServer {
 		n := len(so.ops)
 		conns := max(1, min(w.cfg.ConnsPerServer, n/w.cfg.MinCommandsPerConn))
 		per := (n + conns - 1) / conns
 		for start := 0; start < n; start += per {
-			exchanges = append(exchanges, pipeExchange{server: so.server, ops: so.ops[start:min(start+per, n)]})
+			end := min(start+per, n)
+			k := end - start
+			exchanges = append(exchanges, pipeExchange{server: so.server, ops: so.ops[start:end],
+				cmds: cmds[:k:k], replies: replies[:k:k]})
+			cmds, replies = cmds[k:], replies[k:]
 		}
 	}
+	sc.exchanges = exchanges
 	var wg sync.WaitGroup
 	for i := range exchanges {
 		if i == len(exchanges)-1 {
@@ -644,8 +729,7 @@ func (w *PipelineWriter) round(ctx context.Context, pending []*pipeOp) {
 
 // exchange runs one connection's share of a round.
 func (w *PipelineWriter) exchange(ctx context.Context, x *pipeExchange) {
-	x.cmds = make([]metaCmd, len(x.ops))
-	x.replies = make([]metaReply, len(x.ops))
+	clear(x.replies)
 	for j, p := range x.ops {
 		w.command(p, &x.cmds[j])
 		p.sends++
@@ -926,22 +1010,22 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 			// cannot be told from one that would have gone below. Recount.
 			w.drifts.Add(1)
 			w.log.Debug("counter decr reached zero; recounting", "key", op.Key, "rule", op.Rule.Name, "delta", op.Delta)
-			p.step = stepRecountSet
+			w.recountDelta(p, stepRecountSet)
 		case rep.status == metaNF:
-			if p.raced || op.Rule.Query == "" || w.recounter == nil {
+			if p.raced || op.Rule.Query == "" || (w.recounter == nil && !w.cfg.RecountElsewhere) {
 				// No recount query: the counter stays missing. Raced: added
 				// by someone else after our miss, then evicted or deleted
 				// before the delta got there; missing is correct.
 				w.finish(p, OutcomeMissing)
 				return
 			}
-			p.step = stepRecountAdd
+			w.recountDelta(p, stepRecountAdd)
 		case failed && metaIsClientError(rep.err):
 			// The item is not a decimal number, so not a counter value to
 			// trust.
 			w.drifts.Add(1)
 			w.log.Warn("counter holds a non-numeric value; recounting", "key", op.Key, "rule", op.Rule.Name, "err", rep.err)
-			p.step = stepRecountSet
+			w.recountDelta(p, stepRecountSet)
 		default:
 			w.unexpected(p, rep)
 		}
@@ -993,6 +1077,17 @@ func (w *PipelineWriter) sampleCompaction(p *pipeOp) {
 		return
 	}
 	p.step = stepSampleGet
+}
+
+// recountDelta moves a delta whose counter must be recounted to step, or
+// finishes it with OutcomeRecountNeeded when the caller recounts
+// (RecountElsewhere).
+func (w *PipelineWriter) recountDelta(p *pipeOp, step pipeStep) {
+	if w.cfg.RecountElsewhere {
+		w.finish(p, OutcomeRecountNeeded)
+		return
+	}
+	p.step = step
 }
 
 // toDelete makes p delete its item next, because it cannot be kept

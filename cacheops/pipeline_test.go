@@ -1148,3 +1148,45 @@ func TestPipelineProbe(t *testing.T) {
 		t.Fatalf("text-only server: %v, want ErrNoMetaProtocol naming %s and memcached.protocol: text", err, ln.Addr())
 	}
 }
+
+// TestPipelineRecountElsewhere: with RecountElsewhere the writer applies
+// the deltas it can and leaves every recount to its caller, sending
+// nothing for a recount op and running no query.
+func TestPipelineRecountElsewhere(t *testing.T) {
+	e := newPLEnv(t)
+	w := e.writer(t, nil, nil, PipelineConfig{RecountElsewhere: true})
+	rule := &rules.Rule{Name: "count-q", Kind: rules.CountRule, Query: "SELECT COUNT(*) FROM comments WHERE post_id = ?"}
+	incr, toZero, missing := e.key("e:incr"), e.key("e:zero"), e.key("e:missing")
+	noQuery, junk, recount := e.key("e:noquery"), e.key("e:junk"), e.key("e:recount")
+	e.set(t, incr, "5")
+	e.set(t, toZero, "2")
+	e.set(t, junk, "abc")
+	e.set(t, recount, "77")
+	ops := []rules.Op{
+		plCount(rule, incr, 3, plInt(9)),
+		plCount(rule, toZero, -2, plInt(9)),
+		plCount(rule, missing, 1, plInt(9)),
+		plCount(plCountRule, noQuery, 1),
+		plCount(rule, junk, 1, plInt(9)),
+		plRecount(rule, recount, plInt(9)),
+	}
+	results, err := plApply(t, w, ops...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Outcome{OutcomeIncr, OutcomeRecountNeeded, OutcomeRecountNeeded, OutcomeMissing, OutcomeRecountNeeded, OutcomeRecountNeeded}
+	for i, r := range results {
+		if r.Outcome != want[i] || r.Err != nil {
+			t.Errorf("op %d (%s %s): %v (%v), want %v", i, ops[i].Kind, ops[i].Key, r.Outcome, r.Err, want[i])
+		}
+	}
+	e.wantValue(t, incr, "8")
+	e.wantValue(t, toZero, "0") // clamped: the caller recounts it
+	e.wantMissing(t, missing)
+	e.wantMissing(t, noQuery)
+	e.wantValue(t, junk, "abc")
+	e.wantValue(t, recount, "77")
+	if s := w.Stats(); s.Recounts != 0 || s.Commands != 5 {
+		t.Errorf("stats = %+v, want no recount and one command per delta", s)
+	}
+}

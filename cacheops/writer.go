@@ -171,6 +171,11 @@ const (
 	// OutcomeRecounted: a counter was recounted from MySQL and stored with
 	// set (a recount op, or a decr that may have been clamped at zero).
 	OutcomeRecounted
+	// OutcomeRecountNeeded: a counter delta found its counter missing
+	// (its rule has a recount query), clamped at zero or not a number, and
+	// the applier leaves the recount to its caller
+	// (PipelineConfig.RecountElsewhere). Err is nil; the op is not done.
+	OutcomeRecountNeeded
 )
 
 // String returns the outcome's lower-case name.
@@ -196,6 +201,8 @@ func (o Outcome) String() string {
 		return "decr"
 	case OutcomeRecounted:
 		return "recounted"
+	case OutcomeRecountNeeded:
+		return "recount_needed"
 	}
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }

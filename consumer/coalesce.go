@@ -78,8 +78,15 @@ type slot struct {
 	delta    int64
 	deltaOps int
 	tokens   []setToken
-	members  map[string]int // member -> index of its live token
+	// members maps a member to the index of its live token, once the
+	// slot has more than tokenScan tokens (fewer are searched in place).
+	members map[string]int
 }
+
+// tokenScan is how many tokens addToken searches for an earlier token of
+// the same member before it indexes them in a map: a set key mostly gets
+// one token or a few per batch.
+const tokenScan = 8
 
 // newSlot starts a slot for op, reusing the scratch memory of an earlier
 // call's slot at the same index, and returns its index.
@@ -101,6 +108,10 @@ func (c *Coalescer) newSlot(op *rules.Op) int {
 type Coalescer struct {
 	index map[slotKey]int
 	slots []slot
+	// strs holds the joined tokens of set ops; buf is where they are
+	// joined.
+	strs rules.StringArena
+	buf  []byte
 }
 
 // Coalesce appends to dst the coalesced form of ops and returns it:
@@ -197,7 +208,7 @@ func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules
 				continue
 			}
 			out.Kind = rules.OpSetAppend
-			out.Tokens = s.joinTokens()
+			out.Tokens, c.buf = s.joinTokens(c.buf, &c.strs)
 			if out.Tokens != "" {
 				dst = append(dst, out)
 			}
@@ -226,41 +237,54 @@ func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules
 
 // addToken appends a set token, superseding the member's earlier one.
 func (s *slot) addToken(add bool, member string) {
-	if s.members == nil {
-		s.members = make(map[string]int)
-	} else if len(s.tokens) == 0 {
-		clear(s.members)
+	n := len(s.tokens)
+	switch {
+	case n < tokenScan:
+		for i := range s.tokens {
+			if t := &s.tokens[i]; !t.dead && t.member == member {
+				t.dead = true
+				break
+			}
+		}
+	case n == tokenScan:
+		// Index the live tokens from now on.
+		if s.members == nil {
+			s.members = make(map[string]int)
+		} else {
+			clear(s.members)
+		}
+		for i, t := range s.tokens {
+			if !t.dead {
+				s.members[t.member] = i
+			}
+		}
+		fallthrough
+	default:
+		if prev, ok := s.members[member]; ok {
+			s.tokens[prev].dead = true
+		}
+		s.members[member] = n
 	}
-	if prev, ok := s.members[member]; ok {
-		s.tokens[prev].dead = true
-	}
-	s.members[member] = len(s.tokens)
 	s.tokens = append(s.tokens, setToken{add: add, member: member})
 }
 
-// joinTokens renders the live tokens as "+m1 -m2 ".
-func (s *slot) joinTokens() string {
-	n := 0
-	for _, t := range s.tokens {
-		if !t.dead {
-			n += len(t.member) + 2
-		}
-	}
-	var b strings.Builder
-	b.Grow(n)
+// joinTokens renders the live tokens as "+m1 -m2 " into buf and returns
+// them as a string copied into strs.
+func (s *slot) joinTokens(buf []byte, strs *rules.StringArena) (string, []byte) {
+	buf = buf[:0]
 	for _, t := range s.tokens {
 		if t.dead {
 			continue
 		}
 		if t.add {
-			b.WriteByte('+')
+			buf = append(buf, '+')
 		} else {
-			b.WriteByte('-')
+			buf = append(buf, '-')
 		}
-		b.WriteString(t.member)
-		b.WriteByte(' ')
+		buf = append(buf, t.member...)
+		buf = append(buf, ' ')
 	}
-	return b.String()
+	return strs.Copy(buf), buf
 }
 
 // Coalesce is Coalescer.Coalesce with fresh scratch memory.

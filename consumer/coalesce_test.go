@@ -3,6 +3,7 @@ package consumer
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -210,4 +211,41 @@ func BenchmarkCoalesce(b *testing.B) {
 	}
 	b.ReportMetric(float64(st.Saved())/float64(st.In)*100, "%saved")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(ops)), "ns/op-in")
+}
+
+// TestCoalesceManyTokens: however many tokens one set key gets in a
+// batch (past the point where they are indexed in a map too), the joined
+// tokens are each member's last token, in the order of those tokens.
+func TestCoalesceManyTokens(t *testing.T) {
+	rule := &rules.Rule{Name: "s"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 7, 8, 9, 30, 200} {
+		var ops []rules.Op
+		last := map[string]int{}
+		var seq []string
+		for i := range n {
+			m := strconv.Itoa(rng.IntN(12))
+			kind := rules.OpSetAdd
+			tok := "+" + m + " "
+			if rng.IntN(2) == 0 {
+				kind, tok = rules.OpSetRemove, "-"+m+" "
+			}
+			ops = append(ops, rules.Op{Kind: kind, Rule: rule, Key: "k", Member: m})
+			last[m] = i
+			seq = append(seq, tok)
+		}
+		want := ""
+		for i, tok := range seq {
+			if last[strings.TrimSpace(tok)[1:]] == i {
+				want += tok
+			}
+		}
+		var c Coalescer
+		for range 2 { // the second call reuses the first one's scratch
+			out, _ := c.Coalesce(nil, ops, CoalesceOptions{})
+			if len(out) != 1 || out[0].Kind != rules.OpSetAppend || out[0].Tokens != want {
+				t.Fatalf("%d tokens: coalesced to %+v, want one set_append of %q", n, out, want)
+			}
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,10 @@ type driftOptions struct {
 	Changes, Posts, Daemons   int
 	Lag, Batch                int
 	FlushEvery, ReassignEvery int
+	// Pipelined applies the deltas with the pipelined writer and leaves
+	// the recounts to the counters (PipelineConfig.DeltasToWriter), as the
+	// daemon does with memcached.protocol meta.
+	Pipelined bool
 }
 
 // driftResult is what a run's checkpoints found, comparing the counters
@@ -63,6 +68,23 @@ type driftResult struct {
 	// Fence sums the pipelines' fence statistics, Stats the counters'.
 	Fence counters.FenceStats
 	Stats counters.Stats
+	// CounterDeltas counts the delta ops the counters applied.
+	CounterDeltas int
+}
+
+// deltaCounter is an Applier that counts the delta ops it passes on.
+type deltaCounter struct {
+	Applier
+	deltas atomic.Int64
+}
+
+func (d *deltaCounter) Apply(ctx context.Context, ops []rules.Op, results []cacheops.Result) error {
+	for i := range ops {
+		if ops[i].Kind == rules.OpCount {
+			d.deltas.Add(1)
+		}
+	}
+	return d.Applier.Apply(ctx, ops, results)
 }
 
 // driftDaemon is one daemon instance: its own memcached client, MySQL
@@ -70,6 +92,7 @@ type driftResult struct {
 type driftDaemon struct {
 	mc      *memcache.Client
 	c       *counters.Counters
+	applier *deltaCounter
 	p       *Pipeline
 	b       Batch
 	queue   []Message
@@ -113,11 +136,22 @@ func driftRun(t *testing.T, fenced bool, o driftOptions) driftResult {
 		mc.Timeout = 2 * time.Second
 		defer mc.Close()
 		c := counters.New(mc, mysql, counters.Config{MaxConcurrency: 8, DisableFences: !fenced}, nil)
+		applier := &deltaCounter{Applier: c}
 		pc := PipelineConfig{
 			Rules:    rs,
 			Writer:   cacheops.NewWriter(mc, nil, cacheops.WriterConfig{MaxConcurrency: 8, CompactSample: -1}, nil),
-			Counters: c,
+			Counters: applier,
 			RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
+		}
+		if o.Pipelined {
+			var servers memcache.ServerList
+			if err := servers.SetServers(testsvc.Memcached(t)); err != nil {
+				t.Fatal(err)
+			}
+			pw := cacheops.NewPipelineWriter(&servers, nil, nil, cacheops.PipelineConfig{
+				WriterConfig: cacheops.WriterConfig{CompactSample: -1}, RecountElsewhere: true}, nil)
+			defer pw.Close()
+			pc.Writer, pc.DeltasToWriter = pw, true
 		}
 		if fenced {
 			pc.Fences = c
@@ -126,7 +160,7 @@ func driftRun(t *testing.T, fenced bool, o driftOptions) driftResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		daemons[i] = &driftDaemon{mc: mc, c: c, p: p}
+		daemons[i] = &driftDaemon{mc: mc, c: c, applier: applier, p: p}
 	}
 	mc := daemons[0].mc
 
@@ -239,6 +273,7 @@ func driftRun(t *testing.T, fenced bool, o driftOptions) driftResult {
 	for _, d := range daemons {
 		addFenceStats(&res.Fence, d.fence)
 		s := d.c.Stats()
+		res.CounterDeltas += int(d.applier.deltas.Load())
 		res.Stats.Recounts += s.Recounts
 		res.Stats.FencedRecounts += s.FencedRecounts
 		res.Stats.UnfencedRecounts += s.UnfencedRecounts
@@ -310,6 +345,19 @@ func TestFencedCountersHaveNoDrift(t *testing.T) {
 	}
 	if fenced.Stats.FencedRecounts == 0 || fenced.Fence.Skipped == 0 {
 		t.Errorf("with fences: %s; want fenced recounts and skipped deltas", fenced)
+	}
+	o.Pipelined = true
+	pipelined := driftRun(t, true, o)
+	t.Logf("with fences, deltas pipelined: %s", pipelined)
+	if pipelined.Drift != 0 {
+		t.Errorf("with fences and pipelined deltas the counters drifted by %d", pipelined.Drift)
+	}
+	if pipelined.Stats.FencedRecounts == 0 || pipelined.Fence.Skipped == 0 {
+		t.Errorf("with fences and pipelined deltas: %s; want fenced recounts and skipped deltas", pipelined)
+	}
+	// The pipelined writer applied every delta; the counters only recounted.
+	if pipelined.CounterDeltas != 0 || fenced.CounterDeltas == 0 {
+		t.Errorf("the counters applied %d deltas with pipelined deltas (want 0) and %d without (want some)", pipelined.CounterDeltas, fenced.CounterDeltas)
 	}
 }
 

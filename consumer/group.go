@@ -269,6 +269,8 @@ func (d *Daemon) clientOpts() []kgo.Opt {
 		kgo.OnPartitionsRevoked(d.revoked),
 		kgo.OnPartitionsLost(d.lost),
 		kgo.OnOffsetsFetched(d.offsetsFetched),
+		// pollLoop hands every record over as a Message and recycles it.
+		kgo.WithPools(newRecordPool()),
 	}
 	if d.cfg.HeartbeatInterval > 0 {
 		opts = append(opts, kgo.HeartbeatInterval(d.cfg.HeartbeatInterval))

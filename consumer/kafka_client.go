@@ -52,8 +52,15 @@ const (
 	// records when the partition has none.
 	fetchMaxWait = time.Second
 	// fetchMaxBytes bounds one fetch response, fetchMaxPartitionBytes
-	// one partition's share of it.
-	fetchMaxBytes          = 16 << 20
+	// one partition's share of it. The client reads every response into
+	// a buffer of its own: responses of up to 16 MiB were returned to
+	// the OS between fetches and faulted in again, which cost as much CPU
+	// as reading the socket; buffers of 4 MiB are reused
+	// (docs/benchmarks.md, "Where the time goes"). One partition may fill
+	// a whole response: a partition left alone (a hot one, the end of a
+	// backlog) still gets 4 MiB per fetch round trip, where 1 MiB halved
+	// the Zipf workload's rate.
+	fetchMaxBytes          = 4 << 20
 	fetchMaxPartitionBytes = 4 << 20
 )
 

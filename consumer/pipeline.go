@@ -81,6 +81,13 @@ type PipelineConfig struct {
 	// means Writer applies them too (for a writer that handles every
 	// kind).
 	Counters Applier
+	// DeltasToWriter sends counter deltas (OpCount) to Writer even with
+	// Counters set, and only recounts to Counters: Writer must answer
+	// cacheops.OutcomeRecountNeeded for the deltas whose counters must be
+	// recounted (a *cacheops.PipelineWriter with RecountElsewhere), which
+	// the pipeline then recounts with Counters. Deltas then take the
+	// pipelined path and recounts stay fenced.
+	DeltasToWriter bool
 	// Poison receives poison messages (a *DLQ); nil means they are only
 	// logged and counted.
 	Poison PoisonSink
@@ -130,6 +137,9 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 	}
 	if cfg.Writer == nil {
 		return nil, errors.New("consumer: pipeline: a Writer is required")
+	}
+	if cfg.DeltasToWriter && cfg.Counters == nil {
+		return nil, errors.New("consumer: pipeline: DeltasToWriter needs Counters to recount")
 	}
 	if cfg.Decoder == nil {
 		cfg.Decoder = &cdc.Decoder{}
@@ -201,8 +211,8 @@ type Batch struct {
 	decoded   cdc.Decoded
 	coalescer Coalescer
 	results   []cacheops.Result
-	events    map[eventLabels]int
-	outcomes  map[opLabels]int
+	events    labelCounts[eventLabels]
+	outcomes  labelCounts[opLabels]
 	// sourceTsMs are the source timestamps (Unix ms) of the batch's row
 	// changes that carry one, for cachewarden_event_age_seconds.
 	sourceTsMs []int64
@@ -213,9 +223,61 @@ type Batch struct {
 	rebumps []rules.Op
 	// schemaIDs is scratch for the schema ids the batch needs.
 	schemaIDs []uint32
+	// apply is applyOps's scratch.
+	apply applyScratch
+}
+
+// applyScratch is the memory applyOps reuses from batch to batch: the
+// indexes of the ops still to apply, and the ops and results of each
+// applier when they are split between two.
+type applyScratch struct {
+	pending               []int
+	writerIdx, counterIdx []int
+	writerOps, counterOps []rules.Op
+	writerRes, counterRes []cacheops.Result
 }
 
 type eventLabels struct{ topic, format, outcome string }
+
+// labelCounts counts occurrences of metric labels. Runs of one label
+// (most events of a batch have the same) are counted aside, without a
+// map access each.
+type labelCounts[L comparable] struct {
+	m    map[L]int
+	last L
+	n    int
+}
+
+func (c *labelCounts[L]) add(l L) {
+	if c.n > 0 && l == c.last {
+		c.n++
+		return
+	}
+	c.flush()
+	c.last, c.n = l, 1
+}
+
+func (c *labelCounts[L]) flush() {
+	if c.n == 0 {
+		return
+	}
+	if c.m == nil {
+		c.m = make(map[L]int)
+	}
+	c.m[c.last] += c.n
+	c.n = 0
+}
+
+// all returns every label counted since the last reset with its count.
+func (c *labelCounts[L]) all() map[L]int {
+	c.flush()
+	return c.m
+}
+
+func (c *labelCounts[L]) reset() {
+	clear(c.m)
+	c.n = 0
+}
 
 type opLabels struct{ kind, outcome string }
 
@@ -241,10 +303,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 	clear(b.Poison) // drop references to old messages
 	b.Poison = b.Poison[:0]
 	b.Stats = BatchStats{Messages: len(msgs)}
-	if b.events == nil {
-		b.events = make(map[eventLabels]int)
-	}
-	clear(b.events)
+	b.events.reset()
 	b.sourceTsMs = b.sourceTsMs[:0]
 	for i := range msgs {
 		msg := &msgs[i]
@@ -257,7 +316,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		format := b.decoded.Format.String()
 		if b.decoded.Skip != "" {
 			b.Stats.Skipped++
-			b.events[eventLabels{msg.Pos.Topic, format, "skipped"}]++
+			b.events.add(eventLabels{msg.Pos.Topic, format, "skipped"})
 			continue
 		}
 		for j := range b.decoded.Events {
@@ -274,9 +333,9 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 			case err != nil:
 			case added == 0:
 				b.Stats.Unmatched++
-				b.events[eventLabels{msg.Pos.Topic, format, "unmatched"}]++
+				b.events.add(eventLabels{msg.Pos.Topic, format, "unmatched"})
 			default:
-				b.events[eventLabels{msg.Pos.Topic, format, "planned"}]++
+				b.events.add(eventLabels{msg.Pos.Topic, format, "planned"})
 			}
 		})
 		b.Stats.Plan.Add(st)
@@ -301,7 +360,7 @@ func (p *Pipeline) coalesce(b *Batch, opts CoalesceOptions) {
 func (b *Batch) poison(msg *Message, err error, format cdc.Format) {
 	b.Stats.Poison++
 	b.Poison = append(b.Poison, Poison{Message: *msg, Err: err})
-	b.events[eventLabels{msg.Pos.Topic, format.String(), "poison"}]++
+	b.events.add(eventLabels{msg.Pos.Topic, format.String(), "poison"})
 }
 
 // Process plans msgs into b and applies the result (Plan, then Apply).
@@ -394,10 +453,10 @@ func (p *Pipeline) observeEventAges(b *Batch, now time.Time) {
 
 // recordPlan adds a planned batch's counts to the metrics.
 func (p *Pipeline) recordPlan(b *Batch) {
-	for l, n := range b.events {
+	for l, n := range b.events.all() {
 		p.m.events.WithLabelValues(l.topic, l.format, l.outcome).Add(float64(n))
 	}
-	clear(b.events)
+	b.events.reset()
 	p.m.batchMessages.Observe(float64(b.Stats.Messages))
 	p.m.batchOps.Observe(float64(len(b.Ops)))
 	if saved := b.Stats.Coalesce.Saved(); saved > 0 {
@@ -472,52 +531,30 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 	}
 	b.results = b.results[:n]
 	clear(b.results)
-	pending := make([]int, n)
-	for i := range pending {
-		pending[i] = i
+	sc := &b.apply
+	pending := sc.pending[:0]
+	for i := range n {
+		pending = append(pending, i)
 	}
-	if b.outcomes == nil {
-		b.outcomes = make(map[opLabels]int)
-	}
-	clear(b.outcomes)
 	defer func() {
-		for l, c := range b.outcomes {
+		sc.pending = pending[:0]
+		// Drop the references to rules, keys and args.
+		clear(sc.writerOps[:cap(sc.writerOps)])
+		clear(sc.counterOps[:cap(sc.counterOps)])
+	}()
+	b.outcomes.reset()
+	defer func() {
+		for l, c := range b.outcomes.all() {
 			p.m.ops.WithLabelValues(l.kind, l.outcome).Add(float64(c))
 		}
 	}()
-	var (
-		writerIdx, counterIdx []int
-		writerOps, counterOps []rules.Op
-		writerRes, counterRes []cacheops.Result
-		permanentLogged       int
-	)
+	permanentLogged := 0
 	for attempt := 0; ; attempt++ {
-		writerIdx, counterIdx = writerIdx[:0], counterIdx[:0]
-		writerOps, counterOps = writerOps[:0], counterOps[:0]
-		for _, i := range pending {
-			if p.cfg.Counters != nil && isCounterOp(b.Ops[i].Kind) {
-				counterIdx = append(counterIdx, i)
-				counterOps = append(counterOps, b.Ops[i])
-			} else {
-				writerIdx = append(writerIdx, i)
-				writerOps = append(writerOps, b.Ops[i])
-			}
-		}
-		writerRes = resize(writerRes, len(writerOps))
-		counterRes = resize(counterRes, len(counterOps))
-		var wg sync.WaitGroup
-		if len(counterOps) > 0 {
-			wg.Go(func() { p.timedApply(ctx, "counters", p.cfg.Counters, counterOps, counterRes) })
-		}
-		if len(writerOps) > 0 {
-			p.timedApply(ctx, "cacheops", p.cfg.Writer, writerOps, writerRes)
-		}
-		wg.Wait()
-		for j, i := range writerIdx {
-			b.results[i] = writerRes[j]
-		}
-		for j, i := range counterIdx {
-			b.results[i] = counterRes[j]
+		if len(pending) == n && !p.splitsOps(b.Ops) {
+			// Every op, all for the Writer: no copies.
+			p.timedApply(ctx, "cacheops", p.cfg.Writer, b.Ops, b.results)
+		} else {
+			p.applySplit(ctx, b, pending)
 		}
 		if err := ctx.Err(); err != nil {
 			// Cancelled ops fail with ctx's error, which is not an op
@@ -531,8 +568,13 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 			res := b.results[i]
 			kind := b.Ops[i].Kind.String()
 			switch {
+			case res.Err == nil && res.Outcome == cacheops.OutcomeRecountNeeded:
+				// A delta the Writer left for Counters to recount (see
+				// DeltasToWriter): recounted next, at once.
+				b.Ops[i].Kind, b.Ops[i].Delta = rules.OpRecount, 0
+				retry = append(retry, i)
 			case res.Err == nil:
-				b.outcomes[opLabels{kind, res.Outcome.String()}]++
+				b.outcomes.add(opLabels{kind, res.Outcome.String()})
 			case cacheops.Retryable(res.Err):
 				retry = append(retry, i)
 				if b.Ops[i].Kind == rules.OpCount {
@@ -547,7 +589,7 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 					firstErr = res.Err
 				}
 			default:
-				b.outcomes[opLabels{kind, "failed"}]++
+				b.outcomes.add(opLabels{kind, "failed"})
 				op := &b.Ops[i]
 				fb, covered := fallbackFor(p.cfg.Rules, op)
 				if permanentLogged < maxPermanentLogs || (!covered && logAttempt(attempt)) {
@@ -590,6 +632,61 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 		p.log.Error("more cache ops failed permanently in the batch", "not_logged", permanentLogged-maxPermanentLogs)
 	}
 	return nil
+}
+
+// splitsOps reports whether some of ops go to the Counters applier.
+func (p *Pipeline) splitsOps(ops []rules.Op) bool {
+	if p.cfg.Counters == nil {
+		return false
+	}
+	for i := range ops {
+		if p.toCounters(ops[i].Kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// toCounters reports whether ops of kind k go to the Counters applier.
+func (p *Pipeline) toCounters(k rules.OpKind) bool {
+	if p.cfg.Counters == nil {
+		return false
+	}
+	return k == rules.OpRecount || (k == rules.OpCount && !p.cfg.DeltasToWriter)
+}
+
+// applySplit applies the pending ops of b, the counter ops by the
+// Counters applier (if any) beside the rest by the Writer, and stores
+// their results in b.results.
+func (p *Pipeline) applySplit(ctx context.Context, b *Batch, pending []int) {
+	sc := &b.apply
+	sc.writerIdx, sc.counterIdx = sc.writerIdx[:0], sc.counterIdx[:0]
+	sc.writerOps, sc.counterOps = sc.writerOps[:0], sc.counterOps[:0]
+	for _, i := range pending {
+		if p.toCounters(b.Ops[i].Kind) {
+			sc.counterIdx = append(sc.counterIdx, i)
+			sc.counterOps = append(sc.counterOps, b.Ops[i])
+		} else {
+			sc.writerIdx = append(sc.writerIdx, i)
+			sc.writerOps = append(sc.writerOps, b.Ops[i])
+		}
+	}
+	sc.writerRes = resize(sc.writerRes, len(sc.writerOps))
+	sc.counterRes = resize(sc.counterRes, len(sc.counterOps))
+	var wg sync.WaitGroup
+	if len(sc.counterOps) > 0 {
+		wg.Go(func() { p.timedApply(ctx, "counters", p.cfg.Counters, sc.counterOps, sc.counterRes) })
+	}
+	if len(sc.writerOps) > 0 {
+		p.timedApply(ctx, "cacheops", p.cfg.Writer, sc.writerOps, sc.writerRes)
+	}
+	wg.Wait()
+	for j, i := range sc.writerIdx {
+		b.results[i] = sc.writerRes[j]
+	}
+	for j, i := range sc.counterIdx {
+		b.results[i] = sc.counterRes[j]
+	}
 }
 
 // maxPermanentLogs bounds the per-op failure records of one batch.
@@ -644,8 +741,6 @@ func resize(r []cacheops.Result, n int) []cacheops.Result {
 	clear(r)
 	return r
 }
-
-func isCounterOp(k rules.OpKind) bool { return k == rules.OpCount || k == rules.OpRecount }
 
 func ruleName(op *rules.Op) string {
 	if op.Rule == nil {

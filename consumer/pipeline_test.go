@@ -310,3 +310,24 @@ func TestEventAge(t *testing.T) {
 		t.Errorf("mean age %.3fs, want about 5s", mean)
 	}
 }
+
+// TestLabelCounts: runs of one label and labels that come back later are
+// all counted, and reset forgets them.
+func TestLabelCounts(t *testing.T) {
+	var c labelCounts[string]
+	for _, l := range []string{"a", "a", "b", "a", "c", "c", "c", "b"} {
+		c.add(l)
+	}
+	if got := c.all(); len(got) != 3 || got["a"] != 3 || got["b"] != 2 || got["c"] != 3 {
+		t.Errorf("counts %v", got)
+	}
+	c.add("a")
+	if got := c.all(); got["a"] != 4 {
+		t.Errorf("after one more a: %v", got)
+	}
+	c.reset()
+	c.add("b")
+	if got := c.all(); len(got) != 1 || got["b"] != 1 {
+		t.Errorf("after reset: %v", got)
+	}
+}

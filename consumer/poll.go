@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -12,7 +13,9 @@ import (
 // partition's records to the queue that route returns for it. A nil
 // queue means the partition is no longer consumed here (revoked while
 // the poll was under way): its records are dropped, and its next owner
-// reads them from the committed offset.
+// reads them from the committed offset. Every record is recycled once
+// handed over or dropped (see recordPool): cl must not be polled
+// elsewhere.
 //
 // A partition's fetch error goes to its queue: the client returns only
 // errors it does not retry by itself (an offset out of range with no
@@ -49,6 +52,9 @@ func pollLoop(ctx context.Context, cl *kgo.Client, route func(topic string, part
 			if q := route(p.Topic, p.Partition); q != nil {
 				q.push(p.Records, p.LastStableOffset, p.LogStartOffset)
 			}
+			for _, r := range p.Records {
+				r.Recycle()
+			}
 		})
 	}
 }
@@ -68,6 +74,7 @@ func startPartitionReader(ctx context.Context, conn KafkaConn, topic string, par
 	cl, err := conn.NewClient(log,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {int32(partition): kgo.NewOffset().At(offset)}}),
 		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		kgo.WithPools(newRecordPool()),
 	)
 	if err != nil {
 		return nil, err
@@ -93,3 +100,25 @@ func startPartitionReader(ctx context.Context, conn KafkaConn, topic string, par
 		cl.Close()
 	}}, nil
 }
+
+// recordPool lends a Kafka client the slices it decodes fetched records
+// into (kgo.PoolRecords), so that fetching allocates no record structs:
+// pollLoop converts each record to a Message, which shares the record's
+// key, value and headers, and recycles it at once. Those stay valid:
+// they are parts of the fetch response, or of a decompressed batch, and
+// neither is pooled (a kgo.PoolDecompressBytes would zero the decompressed
+// bytes on recycling, under the Messages' values). Safe for concurrent use.
+type recordPool struct{ slices *sync.Pool }
+
+func newRecordPool() recordPool { return recordPool{slices: &sync.Pool{}} }
+
+// GetRecords returns a slice with capacity n at least.
+func (p recordPool) GetRecords(n int) []kgo.Record {
+	if s, ok := p.slices.Get().(*[]kgo.Record); ok && cap(*s) >= n {
+		return (*s)[:0]
+	}
+	return make([]kgo.Record, 0, n)
+}
+
+// PutRecords takes back a slice the client no longer uses.
+func (p recordPool) PutRecords(rs []kgo.Record) { p.slices.Put(&rs) }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,5 +240,91 @@ func TestReaderStopsWhenCancelled(t *testing.T) {
 	case <-stopped:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the reader has not stopped 5s after cancellation")
+	}
+}
+
+// countingPool is a recordPool that counts the slices the client takes
+// and gives back.
+type countingPool struct {
+	recordPool
+	gets, puts *atomic.Int64
+}
+
+func (p countingPool) GetRecords(n int) []kgo.Record {
+	p.gets.Add(1)
+	return p.recordPool.GetRecords(n)
+}
+
+func (p countingPool) PutRecords(rs []kgo.Record) {
+	p.puts.Add(1)
+	p.recordPool.PutRecords(rs)
+}
+
+// TestPollRecyclesRecords: pollLoop recycles every record it hands over,
+// so the client's record slices go back to the pool and are reused, and
+// the messages keep their keys and values (compressed batches included)
+// after the slices were reused for later fetches.
+func TestPollRecyclesRecords(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "recycled"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const batches, perBatch = 30, 50
+	for b := range batches {
+		codec := kgo.NoCompression()
+		if b%2 == 1 {
+			codec = kgo.Lz4Compression()
+		}
+		prod, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("recycled"),
+			kgo.ProducerBatchCompression(codec), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs []*kgo.Record
+		for i := range perBatch {
+			n := b*perBatch + i
+			recs = append(recs, &kgo.Record{Partition: 0, Key: []byte("k" + strconv.Itoa(n)), Value: []byte("v" + strconv.Itoa(n))})
+		}
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		prod.Close()
+	}
+	pool := countingPool{recordPool: newRecordPool(), gets: new(atomic.Int64), puts: new(atomic.Int64)}
+	cl, err := KafkaConn{Brokers: cluster.ListenAddrs()}.NewClient(slog.New(slog.DiscardHandler),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"recycled": {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchMaxBytes(1000), kgo.FetchMaxPartitionBytes(1000), // one batch per fetch
+		kgo.WithPools(pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	q := newPartitionQueue("recycled", 0, nil, nil)
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pollLoop(pctx, cl, func(string, int32) *partitionQueue { return q }, slog.New(slog.DiscardHandler))
+	}()
+	src := batchSource{q: q}
+	var all []Message
+	for len(all) < batches*perBatch {
+		if _, err := src.receive(ctx, nil); err != nil {
+			t.Fatalf("after %d messages: %v", len(all), err)
+		}
+		all, _ = src.take(all, len(src.pending), false)
+	}
+	stop()
+	<-done
+	for i, m := range all {
+		if string(m.Key) != "k"+strconv.Itoa(i) || string(m.Value) != "v"+strconv.Itoa(i) || m.Pos.Offset != int64(i) {
+			t.Fatalf("message %d: key %q value %q offset %d", i, m.Key, m.Value, m.Pos.Offset)
+		}
+	}
+	if gets, puts := pool.gets.Load(), pool.puts.Load(); gets < batches || puts < gets-1 {
+		t.Errorf("the client took %d record slices from the pool and gave %d back, want at least %d and all but the last", gets, puts, batches)
 	}
 }

@@ -48,8 +48,9 @@ type Stack struct {
 	Pipelined *cacheops.PipelineWriter
 	// Writer and Counters are the classic text-protocol appliers; nil
 	// with protocol "meta", except Counters when mysql.dsn is set: then
-	// counter ops go to it in both protocols, for exact counters
-	// (docs/exact-counters.md).
+	// it does every counter recount in both protocols, for exact
+	// counters (docs/exact-counters.md), and with "text" the deltas too
+	// (with "meta" they go through Pipelined).
 	Writer   *cacheops.Writer
 	Counters *counters.Counters
 	// SetRebuilder applies replay's set rebuilds (rules.OpSetRebuild and
@@ -145,6 +146,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		ObserveRoundTrip: s.Metrics.ObserveMemcached,
 	}
 	var counterApplier Applier
+	deltasToWriter := false
 	switch cfg.Memcached.Protocol {
 	case "text":
 		s.Writer = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
@@ -162,16 +164,18 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 			WriterConfig: wc,
 			Timeout:      cfg.Memcached.Timeout,
 			Dial:         dial,
+			// Exact counters (docs/exact-counters.md): recounts go to
+			// the counters package, which fences them at their
+			// snapshot's binary log position; the pipelined writer
+			// does not. Deltas stay pipelined.
+			RecountElsewhere: recounter != nil,
 		}, logger.With("component", "cacheops"))
 		s.Applier = s.Pipelined
 		s.SetRebuilder = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
 		if recounter != nil {
-			// Exact counters (docs/exact-counters.md): counter ops go to
-			// the counters package, which fences recounts at their
-			// snapshot's binary log position; the pipelined writer
-			// does not.
 			s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
 			counterApplier = s.Counters
+			deltasToWriter = true
 		}
 	}
 	s.registerClientStats()
@@ -199,22 +203,23 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		}
 		schemas = s.SchemaRegistry.Cache()
 	}
-	dec, topicDecoders, err := decodersFromConfig(cfg.Kafka, schemas)
+	dec, topicDecoders, err := decodersFromConfig(cfg.Kafka, cfg.RuleSet, schemas)
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
 	pc := PipelineConfig{
-		Rules:         cfg.RuleSet,
-		Decoder:       dec,
-		TopicDecoders: topicDecoders,
-		Writer:        s.Applier,
-		Counters:      counterApplier,
-		Rebump:        s.Rebump,
-		Metrics:       s.Metrics,
-		Logger:        logger.With("component", "pipeline"),
-		RecountReason: opts.RecountReason,
-		UnorderedSets: cfg.Kafka.UnorderedSets,
+		Rules:          cfg.RuleSet,
+		Decoder:        dec,
+		TopicDecoders:  topicDecoders,
+		Writer:         s.Applier,
+		Counters:       counterApplier,
+		DeltasToWriter: deltasToWriter,
+		Rebump:         s.Rebump,
+		Metrics:        s.Metrics,
+		Logger:         logger.With("component", "pipeline"),
+		RecountReason:  opts.RecountReason,
+		UnorderedSets:  cfg.Kafka.UnorderedSets,
 	}
 	if s.Counters != nil {
 		pc.Fences = s.Counters
@@ -411,14 +416,16 @@ func balancers(name string) []kgo.GroupBalancer {
 	}
 }
 
-// decodersFromConfig returns the default decoder and the per-topic ones;
-// schemas (nil without a registry) holds the schemas of Avro messages.
-func decodersFromConfig(k config.Kafka, schemas *cdc.AvroSchemaCache) (*cdc.Decoder, map[string]*cdc.Decoder, error) {
+// decodersFromConfig returns the default decoder and the per-topic ones.
+// They keep in row images only the columns some rule of rs reads; schemas
+// (nil without a registry) holds the schemas of Avro messages.
+func decodersFromConfig(k config.Kafka, rs *rules.RuleSet, schemas *cdc.AvroSchemaCache) (*cdc.Decoder, map[string]*cdc.Decoder, error) {
 	f, err := cdc.ParseFormat(k.Format)
 	if err != nil {
 		return nil, nil, err
 	}
-	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables, Schemas: schemas}
+	keep := cdc.NewColumnSet(rs.ColumnsRead())
+	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables, Keep: keep, Schemas: schemas}
 	var byTopic map[string]*cdc.Decoder
 	for topic, name := range k.TopicFormats {
 		f, err := cdc.ParseFormat(name)
@@ -428,7 +435,7 @@ func decodersFromConfig(k config.Kafka, schemas *cdc.AvroSchemaCache) (*cdc.Deco
 		if byTopic == nil {
 			byTopic = make(map[string]*cdc.Decoder)
 		}
-		byTopic[topic] = &cdc.Decoder{Format: f, TopicTables: k.TopicTables, Schemas: schemas}
+		byTopic[topic] = &cdc.Decoder{Format: f, TopicTables: k.TopicTables, Keep: keep, Schemas: schemas}
 	}
 	return dec, byTopic, nil
 }

@@ -82,9 +82,10 @@ const (
 // *EventError; dst is then returned without any op of ev. Predicates read
 // a missing column as null instead.
 //
-// ev must not be nil. Plan is safe for concurrent use; it keeps no
-// reference to ev's rows except through Op.Args values, and the strings of
-// all ops of one call share one allocation.
+// ev must not be nil. Plan is safe for concurrent use. The ops share no
+// memory with ev's rows: their strings and Args (values included) are
+// copied into blocks shared with other calls (see StringArena), so most
+// calls allocate nothing.
 func (rs *RuleSet) Plan(dst []Op, ev *Event) ([]Op, PlanStats, error) {
 	cands := rs.byTable[ev.Table]
 	if len(cands) == 0 {
@@ -122,7 +123,14 @@ type planScratch struct {
 	buf   []byte // rendered keys and members of the event's ops
 	spans []opSpan
 	args  []Value
+	// strs holds the ops' keys and members, and values the copies of
+	// their Args, across the Plan calls that take this scratch.
+	strs   StringArena
+	values []Value
 }
+
+// valueBlock is how many Values planScratch.values allocates at a time.
+const valueBlock = 256
 
 type span struct{ start, end int }
 
@@ -395,11 +403,22 @@ func (p *planner) finish() []Op {
 	if len(sc.spans) == 0 {
 		return p.dst
 	}
-	s := string(sc.buf)
+	s := sc.strs.Copy(sc.buf)
 	var args []Value
-	if len(sc.args) > 0 {
-		args = make([]Value, len(sc.args))
-		copy(args, sc.args)
+	if n := len(sc.args); n > 0 {
+		// Slices of a shared block, as the strings: a block is written
+		// once and never handed out again.
+		if cap(sc.values)-len(sc.values) < n {
+			sc.values = make([]Value, 0, max(valueBlock, n))
+		}
+		start := len(sc.values)
+		for _, v := range sc.args {
+			// Copied, so that a kept op holds on to no event's memory (a
+			// message's value, or the fetch response holding it).
+			v.Text = sc.strs.CopyString(v.Text)
+			sc.values = append(sc.values, v)
+		}
+		args = sc.values[start:len(sc.values):len(sc.values)]
 	}
 	ops := p.dst[p.base:]
 	for i := range ops {

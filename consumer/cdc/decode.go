@@ -53,6 +53,13 @@ type Decoder struct {
 	// cannot be decoded (their DecodeError says that `plan` and `replay
 	// --file` take JSON lines).
 	Schemas *AvroSchemaCache
+	// Keep, when set, names the columns kept in row images: the others
+	// are validated and skipped without building values. The daemon
+	// keeps the columns its rules read (rules.RuleSet.ColumnsRead), so
+	// that a wide row costs little more than its bytes. nil keeps every
+	// column. Flattened Debezium rows (FormatDebeziumFlat) keep every
+	// column whatever Keep says.
+	Keep *ColumnSet
 }
 
 // Decoded is the reusable output of Decoder.Decode. Decode resets and
@@ -140,8 +147,10 @@ type decodeState struct {
 	sources  []sourceInfo
 	decimals []decimalCol
 	kinds    []canalKind
+	// keep is the Decoder's Keep during Decode.
+	keep *ColumnSet
 	// lastFile and lastGTID are the copies of the last event's binlog
-	// file and GTID (see ownedCopy).
+	// file and GTID (see ownedCopy), made in strs.
 	lastFile, lastGTID string
 	// avro reads Avro bodies; avroText holds the values rendered from
 	// them (see decodeState.text), jsonBuf the JSON of nested values.
@@ -152,6 +161,7 @@ type decodeState struct {
 	// before image (see avroRow).
 	avroMemo  avroRowMemo
 	avroSpans []int32
+	strs      rules.StringArena
 }
 
 // Decode decodes one message value. pos gives the message's Kafka
@@ -194,6 +204,7 @@ func (d *Decoder) Decode(value []byte, pos rules.Position, out *Decoded) error {
 	out.Skip = ""
 	st := &out.st
 	st.evRows = st.evRows[:0]
+	st.keep = d.Keep
 
 	if len(value) > 0 && value[0] == avroMagic {
 		switch d.Format {
@@ -344,8 +355,8 @@ func (d *Decoder) interpret(pos rules.Position, out *Decoded) error {
 // strings are replaced by copies that do not share the message's memory.
 func (out *Decoded) addEvent(op rules.Operation, db, table string, before, after span, src rules.Position) {
 	st := &out.st
-	src.BinlogFile = ownedCopy(&st.lastFile, src.BinlogFile)
-	src.GTID = ownedCopy(&st.lastGTID, src.GTID)
+	src.BinlogFile = st.ownedCopy(&st.lastFile, src.BinlogFile)
+	src.GTID = st.ownedCopy(&st.lastGTID, src.GTID)
 	out.Events = append(out.Events, rules.Event{Database: db, Table: table, Operation: op, Source: src})
 	out.st.evRows = append(out.st.evRows, evRows{before: before, after: after})
 }
@@ -384,15 +395,16 @@ func (d *Decoder) resolveTable(topic, db, table string) (string, string, string)
 // ownedCopy returns a copy of s that shares no memory with the message,
 // reusing *last, the previous copy, when it is equal: consecutive events
 // mostly come from the same binlog file and often from the same
-// transaction.
-func ownedCopy(last *string, s string) string {
+// transaction. Other copies are made in st.strs, a few kilobytes at a
+// time: every event's GTID differs.
+func (st *decodeState) ownedCopy(last *string, s string) string {
 	if s == *last {
 		return *last
 	}
 	if s == "" {
 		return ""
 	}
-	*last = strings.Clone(s)
+	*last = st.strs.CopyString(s)
 	return *last
 }
 

@@ -56,9 +56,9 @@ func (st *decodeState) text(n int) []byte {
 	return st.avroText[len(st.avroText):len(st.avroText)]
 }
 
-// keep returns b, written into the slice text returned, as a string, and
+// keepText returns b, written into the slice text returned, as a string, and
 // marks its bytes used.
-func (st *decodeState) keep(b []byte) string {
+func (st *decodeState) keepText(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
@@ -542,7 +542,7 @@ func (st *decodeState) avroValue(r *avroReader, t *avroType) (rules.Value, bool)
 		if n >= 0 && n < int64(len(smallInts)) {
 			return rules.Value{Kind: rules.KindInt, Text: smallInts[n]}, true
 		}
-		return rules.Value{Kind: rules.KindInt, Text: st.keep(strconv.AppendInt(st.text(20), n, 10))}, true
+		return rules.Value{Kind: rules.KindInt, Text: st.keepText(strconv.AppendInt(st.text(20), n, 10))}, true
 	case avroBoolean:
 		b, ok := r.fixed(1)
 		switch {
@@ -573,7 +573,7 @@ func (st *decodeState) avroValue(r *avroReader, t *avroType) (rules.Value, bool)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return rules.Value{Kind: rules.KindString, Text: javaNonFinite(f)}, true
 		}
-		return rules.Value{Kind: rules.KindFloat, Text: st.keep(appendJavaFloat(st.text(32), f, bits))}, true
+		return rules.Value{Kind: rules.KindFloat, Text: st.keepText(appendJavaFloat(st.text(32), f, bits))}, true
 	case avroBytes, avroFixed:
 		var b string
 		var ok bool
@@ -586,7 +586,7 @@ func (st *decodeState) avroValue(r *avroReader, t *avroType) (rules.Value, bool)
 			return rules.Value{}, false
 		}
 		enc := base64.StdEncoding.AppendEncode(st.text(base64.StdEncoding.EncodedLen(len(b))), []byte(b))
-		return rules.Value{Kind: rules.KindString, Text: st.keep(enc)}, true
+		return rules.Value{Kind: rules.KindString, Text: st.keepText(enc)}, true
 	case avroEnum:
 		start := r.i
 		n, ok := r.long()

@@ -508,11 +508,12 @@ func (st *decodeState) array(f *field) bool {
 }
 
 // row parses the object at sc.i into the column arena. Nested objects and
-// arrays become KindJSON values with their raw text.
+// arrays become KindJSON values with their raw text. Columns that st.keep
+// leaves out are validated and skipped.
 //
 // This is the hot loop of decoding: it keeps the offset in a local and
-// reads strings and numbers inline, falling back to the scanner's methods
-// for anything else.
+// reads strings and numbers inline (columnValue), falling back to the
+// scanner's methods for anything else.
 func (st *decodeState) row() (span, bool) {
 	sc := &st.sc
 	if !sc.beginObject() {
@@ -548,34 +549,26 @@ func (st *decodeState) row() (span, bool) {
 			i = wsEnd(s, i)
 		}
 		sc.pushKey(klo, khi)
-		var v rules.Value
-		switch {
-		case i >= len(s):
+		if st.keep != nil && !st.keep.Has(key) {
+			// A column no rule reads: validated, not stored.
 			sc.i = i
-			return absent, sc.failAt("expected a JSON value")
-		case s[i] == '"':
-			sc.i = i
-			if v.Text, ok = sc.str(); !ok {
-				return absent, false
+			if i < len(s) && s[i] == '"' {
+				ok = sc.skipStr()
+			} else {
+				ok = sc.skip()
 			}
-			v.Kind = rules.KindString
-			i = sc.i
-		case s[i] == '-' || s[i]-'0' <= 9:
-			end, kind, problem := numberEnd(s, i)
-			if problem != "" {
-				return absent, sc.fail(i, problem)
-			}
-			v = rules.Value{Kind: kind, Text: s[i:end]}
-			i = end
-		default:
-			sc.i = i
-			if v, ok = sc.value(); !ok {
+			if !ok {
 				return absent, false
 			}
 			i = sc.i
+		} else {
+			var v rules.Value
+			if v, i, ok = st.columnValue(i); !ok {
+				return absent, false
+			}
+			st.addColumn(key, v)
 		}
 		sc.pop()
-		st.addColumn(key, v)
 		if i < len(s) && s[i] <= ' ' {
 			i = wsEnd(s, i)
 		}
@@ -594,6 +587,37 @@ func (st *decodeState) row() (span, bool) {
 		}
 		sc.i = i
 		return absent, sc.failAt("expected ',' or '}' after object member")
+	}
+}
+
+// columnValue reads the value of a row's column at offset i and returns
+// it with the offset after it; ok is false after a syntax error.
+func (st *decodeState) columnValue(i int) (v rules.Value, end int, ok bool) {
+	sc := &st.sc
+	s := sc.s
+	switch {
+	case i >= len(s):
+		sc.i = i
+		return v, i, sc.failAt("expected a JSON value")
+	case s[i] == '"':
+		sc.i = i
+		if v.Text, ok = sc.str(); !ok {
+			return v, i, false
+		}
+		v.Kind = rules.KindString
+		return v, sc.i, true
+	case s[i] == '-' || s[i]-'0' <= 9:
+		end, kind, problem := numberEnd(s, i)
+		if problem != "" {
+			return v, i, sc.fail(i, problem)
+		}
+		return rules.Value{Kind: kind, Text: s[i:end]}, end, true
+	default:
+		sc.i = i
+		if v, ok = sc.value(); !ok {
+			return v, i, false
+		}
+		return v, sc.i, true
 	}
 }
 

@@ -37,6 +37,7 @@ func FuzzDecode(f *testing.F) {
 		{Format: FormatDebeziumFlat, Table: "d.t"},
 		{Format: FormatMaxwell, Table: "d.t"},
 		{Format: FormatCanal, Table: "d.t"},
+		{Keep: NewColumnSet([]string{"id", "a"})},
 	}
 	f.Fuzz(func(t *testing.T, value []byte) {
 		var out Decoded
