@@ -21,6 +21,13 @@ const profileWindow = time.Second
 func collectProfiles(ctx context.Context, metricsURL, dir, group string) []string {
 	var files []string
 	client := &http.Client{Timeout: profileWindow + 10*time.Second}
+	traced := make(chan string, 1)
+	go func() { traced <- collectTrace(ctx, client, metricsURL, filepath.Join(dir, group+"-trace.out")) }()
+	defer func() {
+		if f := <-traced; f != "" {
+			files = append(files, f)
+		}
+	}()
 	for n := 0; ctx.Err() == nil; n++ {
 		path := filepath.Join(dir, fmt.Sprintf("%s-%03d.pprof", group, n))
 		if err := fetchProfile(ctx, client, metricsURL, path); err != nil {
@@ -37,6 +44,29 @@ func collectProfiles(ctx context.Context, metricsURL, dir, group string) []strin
 		files = append(files, path)
 	}
 	return files
+}
+
+// traceDelay is how long after the daemon starts serving its execution
+// trace is taken: past start-up, into the steady part of a run.
+const traceDelay = 500 * time.Millisecond
+
+// collectTrace takes one execution trace of the daemon (profileWindow
+// long, traceDelay into the run) into path and returns path, or "" when
+// the run ended first.
+func collectTrace(ctx context.Context, client *http.Client, metricsURL, path string) string {
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(traceDelay):
+		}
+		url := fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", metricsURL, int(profileWindow/time.Second))
+		if err := fetchURL(ctx, client, url, path); err == nil {
+			return path
+		}
+		os.Remove(path)
+	}
+	return ""
 }
 
 // fetchHeapProfile writes the daemon's heap profile (live and allocated

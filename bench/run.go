@@ -82,7 +82,10 @@ type Options struct {
 	// throughput runs are written (the daemon then runs with http.pprof):
 	// one file per second of each run, DIR/GROUP-NNN.pprof, which
 	// `go tool pprof` merges when given them all, and the heap profile
-	// at the end of the run, DIR/GROUP-heap.pprof.
+	// at the end of the run, DIR/GROUP-heap.pprof, and an execution
+	// trace of one second early in the run, DIR/GROUP-trace.out
+	// (`go tool trace`; `go tool trace -pprof=sync` and `-pprof=net`
+	// show where the daemon waits).
 	ProfileDir string
 	// Out receives the progress and the results table; default stdout.
 	Out io.Writer

@@ -47,7 +47,9 @@ type PipelineConfig struct {
 	// ConnsPerServer is the number of persistent connections to each
 	// memcached server: the most connections one server's share of a
 	// round is spread over, and the most that exist at once (concurrent
-	// Apply calls wait for a free one). Default 2.
+	// Apply calls wait for a free one). Default 8: the daemon applies
+	// the batches of several partitions at once, and with 2 each batch
+	// of a round took both while the others waited for a connection.
 	ConnsPerServer int
 	// MinCommandsPerConn: one server's commands of a round are spread
 	// over one more connection for every this many. Default 256.
@@ -69,7 +71,7 @@ type PipelineConfig struct {
 }
 
 const (
-	pipelineDefaultConnsPerServer = 2
+	pipelineDefaultConnsPerServer = 8
 	pipelineDefaultMinCommands    = 256
 	pipelineDefaultTimeout        = time.Second
 

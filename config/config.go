@@ -138,6 +138,13 @@ type Kafka struct {
 	// "delete" (default: the set is deleted, readers load it again) or
 	// "append" (tokens appended anyway).
 	UnorderedSets string
+	// CheckCRCs verifies the CRC32C of every fetched record batch;
+	// default false, as librdkafka's check.crcs. Brokers verify batches
+	// when they are produced and when a log is recovered, and TCP (and
+	// TLS, when on) guards the wire; checking costs a pass over every
+	// fetched byte (docs/benchmarks.md, "Where the time goes"). A batch
+	// that fails the check is a fetch error of its partition.
+	CheckCRCs bool
 }
 
 // StartOffsets, OffsetResets and Balancers list the accepted values of

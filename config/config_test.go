@@ -53,6 +53,7 @@ func TestLoadGood(t *testing.T) {
 			OffsetReset:   "fail",
 			Balancer:      "cooperative-sticky",
 			UnorderedSets: "delete",
+			CheckCRCs:     true,
 		},
 		Memcached: Memcached{
 			Servers:        []string{"127.0.0.1:11211", "127.0.0.1:11212"},
@@ -94,6 +95,7 @@ func TestDefaults(t *testing.T) {
 	}{
 		{"kafka.format", cfg.Kafka.Format, "auto"},
 		{"kafka.client_id", cfg.Kafka.ClientID, "cachewarden"},
+		{"kafka.check_crcs", cfg.Kafka.CheckCRCs, false},
 		{"kafka.schema_registry", cfg.Kafka.SchemaRegistry, SchemaRegistry{Timeout: DefaultSchemaRegistryTimeout}},
 		{"memcached.max_concurrency", cfg.Memcached.MaxConcurrency, DefaultMemcachedConcurrent},
 		{"memcached.timeout", cfg.Memcached.Timeout, DefaultMemcachedTimeout},

@@ -258,6 +258,7 @@ func (d *decoder) kafka(n *yaml.Node, k *Kafka) {
 		"handoff_timeout": func(v *yaml.Node) { k.HandoffTimeout = d.duration(v, "kafka.handoff_timeout") },
 		"stall_timeout":   func(v *yaml.Node) { k.StallTimeout = d.duration(v, "kafka.stall_timeout") },
 		"unordered_sets":  func(v *yaml.Node) { k.UnorderedSets = d.str(v, "kafka.unordered_sets") },
+		"check_crcs":      func(v *yaml.Node) { k.CheckCRCs = d.boolean(v, "kafka.check_crcs") },
 		"schema_registry": func(v *yaml.Node) { d.schemaRegistry(v, &k.SchemaRegistry) },
 		"sasl": func(v *yaml.Node) {
 			d.mapping(v, "kafka.sasl", map[string]func(*yaml.Node){

@@ -30,6 +30,9 @@ type KafkaConn struct {
 	SASL sasl.Mechanism
 	// DialTimeout bounds connecting to a broker; default 10s.
 	DialTimeout time.Duration
+	// CheckCRCs makes consumers verify the CRC32C of every fetched
+	// record batch (config kafka.check_crcs); off by default.
+	CheckCRCs bool
 }
 
 func (c KafkaConn) clientID() string {
@@ -49,19 +52,25 @@ func (c KafkaConn) dialTimeout() time.Duration {
 // Kafka fetch settings shared by the daemon and replay.
 const (
 	// fetchMaxWait is how long one fetch waits on the broker for new
-	// records when the partition has none.
-	fetchMaxWait = time.Second
+	// records when its partitions have none. A partition resumed (or
+	// assigned) meanwhile is not fetched before that fetch returns: with
+	// 1s, a partition paused behind a slow batch and resumed while the
+	// fetch in flight held only drained partitions waited up to a second
+	// with records ready, which cut benchmark rates by half to two
+	// thirds (docs/benchmarks.md, "Where the time goes"). An idle daemon
+	// sends 10 fetch requests a second per broker.
+	fetchMaxWait = 100 * time.Millisecond
 	// fetchMaxBytes bounds one fetch response, fetchMaxPartitionBytes
 	// one partition's share of it. The client reads every response into
-	// a buffer of its own: responses of up to 16 MiB were returned to
-	// the OS between fetches and faulted in again, which cost as much CPU
-	// as reading the socket; buffers of 4 MiB are reused
-	// (docs/benchmarks.md, "Where the time goes"). One partition may fill
-	// a whole response: a partition left alone (a hot one, the end of a
-	// backlog) still gets 4 MiB per fetch round trip, where 1 MiB halved
-	// the Zipf workload's rate.
+	// a new buffer of its own, so larger responses cost memory (a 16 MiB
+	// response raised the daemon's peak RSS past 200 MB) and page faults.
+	// A partition's share is a quarter of the response, so that one
+	// response carries records of several partitions and their batchers
+	// work side by side: with one partition filling a whole response,
+	// each fetch fed one batcher while the others waited
+	// (docs/benchmarks.md, "Where the time goes").
 	fetchMaxBytes          = 4 << 20
-	fetchMaxPartitionBytes = 4 << 20
+	fetchMaxPartitionBytes = 1 << 20
 )
 
 // clientOpts returns the connection options of a client with log as its
@@ -78,6 +87,9 @@ func (c KafkaConn) clientOpts(log *slog.Logger) []kgo.Opt {
 		kgo.FetchMaxWait(fetchMaxWait),
 		kgo.FetchMaxBytes(fetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes),
+	}
+	if !c.CheckCRCs {
+		opts = append(opts, kgo.DisableFetchCRCValidation())
 	}
 	if c.TLS != nil {
 		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))

@@ -10,16 +10,22 @@ import (
 	"github.com/cachewarden/cachewarden/rules"
 )
 
-// queueLimit is how many fetched messages may wait for one partition's
-// batcher before fetching of that partition pauses; it resumes once the
-// batcher has taken them. With the records of one poll that arrived
-// meanwhile, at most about twice this many wait per partition.
-const queueLimit = 1000
+// queueLimitBytes is how many bytes of fetched messages (keys and
+// values) may wait for one partition's batcher before fetching of that
+// partition pauses; it resumes once the batcher has taken them. It is
+// four of the partition's shares of a fetch response: several responses
+// fit before the partition pauses, so a partition is paused only when its
+// batcher really falls behind. (Pausing drops what the client fetched of
+// the partition meanwhile, to be fetched again: a limit below a
+// response's worth paused every partition after every fetch.) With the
+// records of the response in flight, at most about this many bytes and
+// one share more wait per partition.
+const queueLimitBytes = 4 * fetchMaxPartitionBytes
 
 // partitionQueue carries one partition's fetched messages from the
 // client's poll loop to the partition's batcher. The poll loop pushes;
-// the batcher takes everything waiting at once. When more than queueLimit
-// messages wait, the partition's fetching is paused (the client stops
+// the batcher takes everything waiting at once. When more than queueLimitBytes
+// of messages wait, the partition's fetching is paused (the client stops
 // fetching it and drops what it buffered for it, to fetch it again from
 // the same offset once resumed), so that one slow partition holds back
 // neither the others nor memory.
@@ -38,6 +44,7 @@ type partitionQueue struct {
 	mu     sync.Mutex
 	msgs   []Message
 	spare  []Message
+	bytes  int   // keys and values of msgs
 	stable int64 // last stable offset of the latest fetch; -1 unknown
 	// logStart is the log start offset of the latest fetch: records
 	// before it were removed (retention); -1 unknown.
@@ -60,6 +67,7 @@ func (q *partitionQueue) push(recs []*kgo.Record, stable, logStart int64) {
 	q.mu.Lock()
 	for _, r := range recs {
 		q.msgs = append(q.msgs, messageFromRecord(r))
+		q.bytes += len(r.Key) + len(r.Value)
 	}
 	if stable >= 0 {
 		q.stable = stable
@@ -67,7 +75,7 @@ func (q *partitionQueue) push(recs []*kgo.Record, stable, logStart int64) {
 	if logStart >= 0 {
 		q.logStart = logStart
 	}
-	if len(q.msgs) > queueLimit && !q.paused && q.pause != nil {
+	if q.bytes > queueLimitBytes && !q.paused && q.pause != nil {
 		q.paused = true
 		q.pause()
 	}
@@ -102,6 +110,7 @@ func (q *partitionQueue) take(given []Message) (msgs []Message, stable, logStart
 		msgs = nil
 	} else {
 		q.msgs, q.spare = q.spare, nil
+		q.bytes = 0
 	}
 	if q.paused {
 		q.paused = false

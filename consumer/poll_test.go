@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -89,9 +90,19 @@ func (r *fetchRig) expectNothing(d time.Duration) {
 // messages).
 func produceSeq(t *testing.T, brokers []string, topic string, from, n int) {
 	t.Helper()
+	produceSeqKeyed(t, brokers, topic, from, n, 0)
+}
+
+// produceSeqKeyed is produceSeq with a key of keyBytes bytes on every
+// message.
+func produceSeqKeyed(t *testing.T, brokers []string, topic string, from, n, keyBytes int) {
+	t.Helper()
 	msgs := make([]kafka.Message, n)
 	for i := range msgs {
 		msgs[i] = kafka.Message{Partition: 0, Value: []byte(fmt.Sprintf("v%d", from+i))}
+		if keyBytes > 0 {
+			msgs[i].Key = bytes.Repeat([]byte{'k'}, keyBytes)
+		}
 	}
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: partitionZero{}, BatchSize: 1000, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
@@ -127,13 +138,14 @@ func TestReaderDeliversInOrder(t *testing.T) {
 	})
 }
 
-// TestReaderPausesWhenBehind lets more than queueLimit messages wait
-// without taking them: fetching pauses (messages produced meanwhile are
+// TestReaderPausesWhenBehind lets more than queueLimitBytes of messages
+// wait without taking them: fetching pauses (messages produced meanwhile are
 // not fetched), and every message arrives once, in order, after the
 // reader takes them.
 func TestReaderPausesWhenBehind(t *testing.T) {
 	brokers := testKafka(t, 1, "fetch-pause")
-	produceSeq(t, brokers, "fetch-pause", 0, 3000)
+	// 3,000 messages of 2 KiB: more than a partition's queue holds.
+	produceSeqKeyed(t, brokers, "fetch-pause", 0, 3000, 2<<10)
 	r := startFetcher(t, brokers, "fetch-pause", 0)
 	waiting := func() (bool, int) {
 		r.r.q.mu.Lock()

@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	cwbroker -port 9092 [-topics a,b] [-partitions 4]
+//	cwbroker -port 9092 [-topics a,b] [-partitions 4] [-pprof 127.0.0.1:6061]
 //
 // Once the broker listens it prints "listening 127.0.0.1:PORT" on stdout.
 // Records are kept in memory for the broker's lifetime.
@@ -15,6 +15,8 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -27,7 +29,15 @@ func main() {
 	port := flag.Int("port", 0, "loopback port to listen on (0: a free one)")
 	topics := flag.String("topics", "", "comma-separated topics to create at start")
 	partitions := flag.Int("partitions", 4, "partitions of the seeded topics and of auto-created ones")
+	pprofAddr := flag.String("pprof", "", "address to serve net/http/pprof on (e.g. 127.0.0.1:6061); off when empty")
 	flag.Parse()
+	if *pprofAddr != "" {
+		go func() {
+			if err := http.ListenAndServe(*pprofAddr, nil); err != nil {
+				fmt.Fprintln(os.Stderr, "cwbroker: pprof:", err)
+			}
+		}()
+	}
 	if err := run(*port, *topics, *partitions); err != nil {
 		fmt.Fprintln(os.Stderr, "cwbroker:", err)
 		os.Exit(1)
