@@ -118,6 +118,9 @@ func (e *env) writeDaemonConfig(group, topic string, httpAddr string, setup daem
 		fmt.Fprintf(&b, "mysql:\n  dsn: %q\n", setup.counters.DSN)
 		fmt.Fprintf(&b, "counters:\n  fencing: %s\n", setup.fencing)
 	}
+	if e.opts.DaemonBatch != "" {
+		fmt.Fprintf(&b, "batch: %s\n", e.opts.DaemonBatch)
+	}
 	fmt.Fprintf(&b, "http:\n  listen: %q\n", httpAddr)
 	if e.opts.ProfileDir != "" {
 		b.WriteString("  pprof: true\n")

@@ -78,6 +78,9 @@ type Options struct {
 	// rewritten (docs/benchmarks.md); Command is the command line shown
 	// there, as Markdown.
 	Doc, Command string
+	// DaemonBatch, when set, is the `batch` section of the daemon's
+	// config as a YAML flow mapping; default the daemon's defaults.
+	DaemonBatch string
 	// ProfileDir, when set, is where the daemon's CPU profiles of the
 	// throughput runs are written (the daemon then runs with http.pprof):
 	// one file per second of each run, DIR/GROUP-NNN.pprof, which

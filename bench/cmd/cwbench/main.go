@@ -74,6 +74,7 @@ func benchmark(ctx context.Context, args []string) error {
 	fs.StringVar(&o.MemcachedBin, "memcached", "/usr/bin/memcached", "memcached binary")
 	fs.DurationVar(&o.RunTimeout, "run-timeout", 15*time.Minute, "limit of one consumer run")
 	fs.StringVar(&o.Doc, "doc", "", "Markdown file whose results section is rewritten (docs/benchmarks.md)")
+	fs.StringVar(&o.DaemonBatch, "daemon-batch", "", "the daemon's batch section as YAML flow, e.g. '{max_events: 500, max_wait: 2ms}' (default: the daemon's defaults)")
 	fs.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of the daemon's throughput runs (http.pprof on)")
 	verbose := fs.Bool("v", false, "log diagnostics to stderr")
 	if err := fs.Parse(args); err != nil {

@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	cwbroker -port 9092 [-topics a,b] [-partitions 4] [-pprof 127.0.0.1:6061]
+//	cwbroker -port 9092 [-topics a,b] [-partitions 4] [-segment-bytes 8388608] [-pprof 127.0.0.1:6061]
 //
 // Once the broker listens it prints "listening 127.0.0.1:PORT" on stdout.
 // Records are kept in memory for the broker's lifetime.
@@ -19,6 +19,7 @@ import (
 	_ "net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -29,6 +30,7 @@ func main() {
 	port := flag.Int("port", 0, "loopback port to listen on (0: a free one)")
 	topics := flag.String("topics", "", "comma-separated topics to create at start")
 	partitions := flag.Int("partitions", 4, "partitions of the seeded topics and of auto-created ones")
+	segmentBytes := flag.Int64("segment-bytes", 8<<20, "log.segment.bytes: the broker keeps each segment in one growing buffer, copied whole as it doubles; small segments keep those copies (and the pauses of the broker's request loop) short")
 	pprofAddr := flag.String("pprof", "", "address to serve net/http/pprof on (e.g. 127.0.0.1:6061); off when empty")
 	flag.Parse()
 	if *pprofAddr != "" {
@@ -38,13 +40,13 @@ func main() {
 			}
 		}()
 	}
-	if err := run(*port, *topics, *partitions); err != nil {
+	if err := run(*port, *topics, *partitions, *segmentBytes); err != nil {
 		fmt.Fprintln(os.Stderr, "cwbroker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(port int, topicList string, partitions int) error {
+func run(port int, topicList string, partitions int, segmentBytes int64) error {
 	if partitions <= 0 {
 		return fmt.Errorf("-partitions must be positive, got %d", partitions)
 	}
@@ -53,6 +55,7 @@ func run(port int, topicList string, partitions int) error {
 		kfake.Ports(port),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(partitions),
+		kfake.BrokerConfigs(map[string]string{"log.segment.bytes": strconv.FormatInt(segmentBytes, 10)}),
 	}
 	var topics []string
 	for _, t := range strings.Split(topicList, ",") {
