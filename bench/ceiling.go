@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -17,6 +18,25 @@ type CeilingResult struct {
 	Events    int64
 	Elapsed   time.Duration
 	BrokerCPU time.Duration // 0 for an external broker
+	// ClientCPU is the CPU time (user and system) the reading client
+	// used, and ClientFaults the page faults it took: the harness's
+	// process does nothing else meanwhile.
+	ClientCPU    time.Duration
+	ClientFaults int64
+}
+
+// ClientCPUPerEvent is the client's CPU time per event in microseconds.
+func (c CeilingResult) ClientCPUPerEvent() float64 {
+	return float64(c.ClientCPU.Microseconds()) / float64(c.Events)
+}
+
+// selfUsage returns the CPU time and minor page faults of this process so far.
+func selfUsage() (time.Duration, int64) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Minflt
 }
 
 // EventsPerSec is Events / Elapsed.
@@ -58,6 +78,8 @@ func (e *env) runCeiling(ctx context.Context, run int, topic string, total int64
 	var (
 		start, last time.Time
 		read        int64
+		cpuAt       time.Duration
+		faultsAt    int64
 	)
 	next := make(map[int32]int64)
 	for done := 0; done < len(starts); {
@@ -74,6 +96,7 @@ func (e *env) runCeiling(ctx context.Context, run int, topic string, total int64
 			}
 			if start.IsZero() {
 				start = time.Now()
+				cpuAt, faultsAt = selfUsage()
 			}
 			read += int64(len(p.Records))
 			before := next[p.Partition]
@@ -88,6 +111,8 @@ func (e *env) runCeiling(ctx context.Context, run int, topic string, total int64
 		return res, fmt.Errorf("bench: fetch-only read of %s: %d of %d records", topic, read, want)
 	}
 	res.Elapsed = last.Sub(start)
+	cpuEnd, faultsEnd := selfUsage()
+	res.ClientCPU, res.ClientFaults = cpuEnd-cpuAt, faultsEnd-faultsAt
 	cpu1, err := e.serviceCPU()
 	if err != nil {
 		return res, err

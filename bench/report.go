@@ -77,6 +77,9 @@ type Summary struct {
 	// Ceiling is the median events/s of the fetch-only reads (0 when not
 	// measured).
 	Ceiling float64
+	// CeilingClientCPU is the median CPU µs per event of the client of
+	// the fetch-only reads.
+	CeilingClientCPU float64
 }
 
 // Row returns the summary of consumer on wl, if measured.
@@ -135,11 +138,12 @@ func Summarize(res *Results) Summary {
 			s.Rows = append(s.Rows, row)
 		}
 	}
-	var ceil []float64
+	var ceil, ceilCPU []float64
 	for _, c := range res.Ceiling {
 		ceil = append(ceil, c.EventsPerSec())
+		ceilCPU = append(ceilCPU, c.ClientCPUPerEvent())
 	}
-	s.Ceiling = Median(ceil)
+	s.Ceiling, s.CeilingClientCPU = Median(ceil), Median(ceilCPU)
 	if len(res.Latency) > 0 {
 		s.Latency = poolLatency(res.Latency)
 	}
@@ -409,7 +413,8 @@ func PrintSummary(w io.Writer, res *Results) {
 		tw.Flush()
 	}
 	if s.Ceiling > 0 {
-		fmt.Fprintf(w, "\nfetch-only ceiling, the daemon's Kafka client alone (no group, commits, decoding or memcached): %s events/s\n", thousands(s.Ceiling))
+		fmt.Fprintf(w, "\nfetch-only ceiling, the daemon's Kafka client alone (no group, commits, decoding or memcached): %s events/s at %.2f client CPU µs/event\n",
+			thousands(s.Ceiling), s.CeilingClientCPU)
 	}
 	if l := s.Latency; l != nil {
 		fmt.Fprintf(w, "\ncachewarden event-to-applied latency at %s events/s offered, pooled over %d runs (%d samples, %d never applied): p50 %s, p99 %s, p99.9 %s, max %s; "+
@@ -543,8 +548,9 @@ func RenderResults(res *Results) string {
 	}
 	if s.Ceiling > 0 {
 		fmt.Fprintf(&b, "\nFor reference, the daemon's Kafka client alone (franz-go with the daemon's fetch settings) reading the %s topic, with no group, "+
-			"no commits, no decoding and no memcached, reached %s events/s: the ceiling of broker and client on this machine.\n",
-			o.Workloads[0], thousands(s.Ceiling))
+			"no commits, no decoding and no memcached, reached %s events/s at %.2f CPU µs/event of its own: the ceiling of broker and client on this machine, "+
+			"and the least CPU per event a consumer fetching this way spends.\n",
+			o.Workloads[0], thousands(s.Ceiling), s.CeilingClientCPU)
 	}
 	if l := s.Latency; l != nil {
 		fmt.Fprintf(&b, "\nEvent-to-applied latency of cachewarden at %s events/s offered (%s achieved by the paced producer), "+
@@ -582,9 +588,10 @@ func RenderResults(res *Results) string {
 			r.BrokerCPUPerEvent(), r.MemcachedCPUPerEvent(), own, recounts)
 	}
 	if len(res.Ceiling) > 0 {
-		b.WriteString("\n| run | fetch-only events/s | broker CPU µs/event |\n|--:|--:|--:|\n")
+		b.WriteString("\n| run | fetch-only events/s | client CPU µs/event | client page faults/event | broker CPU µs/event |\n|--:|--:|--:|--:|--:|\n")
 		for _, c := range res.Ceiling {
-			fmt.Fprintf(&b, "| %d | %s | %.2f |\n", c.Run, thousands(c.EventsPerSec()), float64(c.BrokerCPU.Microseconds())/float64(c.Events))
+			fmt.Fprintf(&b, "| %d | %s | %.2f | %.3f | %.2f |\n", c.Run, thousands(c.EventsPerSec()), c.ClientCPUPerEvent(),
+				float64(c.ClientFaults)/float64(c.Events), float64(c.BrokerCPU.Microseconds())/float64(c.Events))
 		}
 	}
 	if len(res.Latency) > 0 {

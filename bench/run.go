@@ -292,8 +292,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			return res, fmt.Errorf("run %d, fetch-only: %w", run, err)
 		}
 		res.Ceiling = append(res.Ceiling, c)
-		fmt.Fprintf(e.out, "run %d fetch-only kafka-go ceiling (%s): %s events/s, broker %.2f CPU µs/event\n",
-			run, o.Workloads[0], thousands(c.EventsPerSec()), float64(c.BrokerCPU.Microseconds())/float64(c.Events))
+		fmt.Fprintf(e.out, "run %d fetch-only ceiling (%s): %s events/s, client %.2f CPU µs/event (%.3f page faults/event), broker %.2f CPU µs/event\n",
+			run, o.Workloads[0], thousands(c.EventsPerSec()), c.ClientCPUPerEvent(), float64(c.ClientFaults)/float64(c.Events),
+			float64(c.BrokerCPU.Microseconds())/float64(c.Events))
 		for _, wl := range o.Workloads {
 			for _, c := range o.consumers(wl) {
 				r, err := e.runConsumer(ctx, c, wl, run, topics[wl], int64(o.Events))
