@@ -3,12 +3,14 @@ package counters
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -110,11 +112,18 @@ type SnapshotOptions struct {
 // CountInSnapshot runs a recount query (as Count does) inside a consistent
 // snapshot, and reports the snapshot's binary log position:
 //
-//	SET TRANSACTION ISOLATION LEVEL REPEATABLE READ
 //	START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY
-//	SHOW SESSION STATUS LIKE 'binlog\_snapshot\_%'
-//	<query>
+//	SELECT @@server_id, VARIABLE_NAME, VARIABLE_VALUE
+//	  FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME LIKE 'BINLOG\_SNAPSHOT\_%'
+//	<query>, <query>, ... (the recounts asked meanwhile)
 //	COMMIT
+//
+// on a connection whose session is REPEATABLE READ and which keeps the
+// queries prepared (see snapshotConns). Recounts asked while every
+// snapshot connection is busy share the next snapshot (see snapshotAsks):
+// reading a snapshot's position costs the server more than a count. A
+// server without that status table (MySQL 8) is asked SHOW SESSION STATUS
+// and SELECT @@server_id instead.
 //
 // MariaDB (and Percona Server) report in binlog_snapshot_file and
 // binlog_snapshot_position the binary log position that matches the
@@ -137,47 +146,111 @@ func (m *MySQL) CountInSnapshot(ctx context.Context, query string, args []rules.
 	if err != nil {
 		return SnapshotCount{}, fmt.Errorf("counters: recount: %w", err)
 	}
-	ctx, cancel := m.queryContext(ctx)
+	ctx, cancel := m.queryContext(ctx) // bounds the wait for a snapshot too
 	defer cancel()
-	conn, err := m.db.Conn(ctx)
-	if err != nil {
-		return SnapshotCount{}, fmt.Errorf("counters: recount: connect: %w", err)
-	}
-	defer conn.Close()
-	// Outside a transaction, for the next one only: a session default of
-	// READ COMMITTED would give every statement its own snapshot.
-	if _, err := conn.ExecContext(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		return SnapshotCount{}, fmt.Errorf("counters: recount: set isolation level: %w", err)
-	}
-	if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
-		return SnapshotCount{}, fmt.Errorf("counters: recount: start snapshot: %w", err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			endTransaction(conn)
+	ask := &snapshotAsk{query: query, args: bound, gtid: opts.GTID, done: make(chan snapshotAnswer, 1)}
+	m.snapAsks.push(ask)
+	for {
+		c, answer, err := m.snapConns.getOr(ctx, ask.done)
+		switch {
+		case answer != nil:
+			return answer.sc, answer.err
+		case err != nil:
+			if m.snapAsks.remove(ask) {
+				return SnapshotCount{}, fmt.Errorf("counters: recount: %w", err)
+			}
+			a := <-ask.done // taken by a snapshot under way
+			return a.sc, a.err
 		}
-	}()
-	snap, err := snapshotPosition(ctx, conn, opts)
+		asks := m.snapAsks.take()
+		if len(asks) == 0 {
+			// Ours was taken by a snapshot on another connection.
+			m.snapConns.put(c, false)
+			a := <-ask.done
+			return a.sc, a.err
+		}
+		for {
+			broken, diedIdle := m.countInSnapshot(ctx, c, asks)
+			m.snapConns.put(c, broken)
+			if !diedIdle {
+				break
+			}
+			// c was closed while idle: the same asks on another
+			// connection (a new one once the idle ones are tried).
+			if c, _, err = m.snapConns.getOr(ctx, nil); err != nil {
+				err = fmt.Errorf("counters: recount: %w", err)
+				for _, a := range asks {
+					a.answer(SnapshotCount{}, err)
+				}
+				break
+			}
+		}
+	}
+}
+
+// countInSnapshot answers asks with counts in one consistent snapshot on c
+// and reports whether c's session is in doubt afterwards. When c turns out
+// to have died while idle (diedIdle) it answers none of them.
+func (m *MySQL) countInSnapshot(ctx context.Context, c *snapshotConn, asks []*snapshotAsk) (broken, diedIdle bool) {
+	// One snapshot answers several callers: none of their contexts alone
+	// may cancel it.
+	ctx, cancel := m.queryContext(context.WithoutCancel(ctx))
+	defer cancel()
+	if _, err := c.conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
+		if c.diedIdle(err) {
+			return true, true
+		}
+		err = fmt.Errorf("counters: recount: start snapshot: %w", err)
+		for _, a := range asks {
+			a.answer(SnapshotCount{}, err)
+		}
+		return true, false
+	}
+	gtid := false
+	for _, a := range asks {
+		gtid = gtid || a.gtid
+	}
+	snap, err := m.snapshotPosition(ctx, c.conn, SnapshotOptions{GTID: gtid})
 	if err != nil {
 		// The status cannot be read (a proxy refusing SHOW, say): count
 		// without a position rather than not at all.
 		snap = snapshotAt{why: "cannot read the snapshot's binary log position: " + err.Error(), reason: UnfencedStatusUnreadable}
 		m.log.Debug("cannot read binlog_snapshot_position", "err", err)
 	}
-	n, err := scanCount(conn.QueryContext(ctx, query, bound...))
-	if err != nil {
-		return SnapshotCount{}, err
-	}
-	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return SnapshotCount{}, fmt.Errorf("counters: recount: commit: %w", err)
-	}
-	committed = true
 	if !snap.at.Known() {
 		m.snapshots.remember(snap.why, snap.reason, time.Now())
-		return SnapshotCount{N: n, NoPosition: snap.why, Unfenced: snap.reason}, nil
 	}
-	return SnapshotCount{N: n, At: snap.at, ServerID: snap.serverID, GTID: snap.gtid}, nil
+	m.snapshotsTaken.Add(1)
+	for i, a := range asks {
+		var n int64
+		stmt, err := c.stmt(ctx, a.query)
+		if err != nil {
+			err = fmt.Errorf("counters: recount query: prepare: %w", err)
+		} else {
+			n, err = scanCount(stmt.QueryContext(ctx, a.args...))
+		}
+		switch {
+		case err != nil && connLost(err):
+			// Neither this count nor the rest can run on c.
+			for _, rest := range asks[i:] {
+				rest.answer(SnapshotCount{}, err)
+			}
+			return true, false
+		case err != nil:
+			a.answer(SnapshotCount{}, err)
+		case !snap.at.Known():
+			a.answer(SnapshotCount{N: n, NoPosition: snap.why, Unfenced: snap.reason}, nil)
+		default:
+			a.answer(SnapshotCount{N: n, At: snap.at, ServerID: snap.serverID, GTID: snap.gtid}, nil)
+		}
+	}
+	if _, err := c.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		// The counts stand (they were read in the snapshot); the
+		// session does not.
+		m.log.Debug("recount snapshot: commit failed", "err", err)
+		return true, false
+	}
+	return false, false
 }
 
 // snapshotAt is what snapshotPosition learned.
@@ -193,17 +266,42 @@ type snapshotAt struct {
 // transaction's consistent snapshot, the server's @@server_id, and with
 // opts.GTID the snapshot's GTID position; at is zero, and why says why,
 // when the server has none.
-func snapshotPosition(ctx context.Context, conn *sql.Conn, opts SnapshotOptions) (snapshotAt, error) {
-	rows, err := conn.QueryContext(ctx, `SHOW SESSION STATUS LIKE 'binlog\_snapshot\_%'`)
-	if err != nil {
-		return snapshotAt{}, err
+func (m *MySQL) snapshotPosition(ctx context.Context, conn *sql.Conn, opts SnapshotOptions) (snapshotAt, error) {
+	var (
+		rows     *sql.Rows
+		err      error
+		serverID sql.NullInt64
+	)
+	statusTable := !m.noStatusTable.Load()
+	if statusTable {
+		rows, err = conn.QueryContext(ctx, `SELECT @@server_id, VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME LIKE 'BINLOG\_SNAPSHOT\_%'`)
+		var refused *mysql.MySQLError
+		if errors.As(err, &refused) {
+			// MySQL 8 has no information_schema.SESSION_STATUS (its
+			// status is in performance_schema, without a snapshot's
+			// position): ask with SHOW from now on.
+			m.noStatusTable.Store(true)
+			statusTable = false
+		} else if err != nil {
+			return snapshotAt{}, err
+		}
+	}
+	if !statusTable {
+		if rows, err = conn.QueryContext(ctx, `SHOW SESSION STATUS LIKE 'binlog\_snapshot\_%'`); err != nil {
+			return snapshotAt{}, err
+		}
 	}
 	defer rows.Close()
 	var file, pos, gtidExecuted string
 	seen := 0
 	for rows.Next() {
 		var name, value string
-		if err := rows.Scan(&name, &value); err != nil {
+		if statusTable {
+			err = rows.Scan(&serverID, &name, &value)
+		} else {
+			err = rows.Scan(&name, &value)
+		}
+		if err != nil {
 			return snapshotAt{}, err
 		}
 		switch strings.ToLower(name) {
@@ -233,7 +331,9 @@ func snapshotPosition(ctx context.Context, conn *sql.Conn, opts SnapshotOptions)
 		return snapshotAt{}, fmt.Errorf("binlog_snapshot_position %q is not a position", pos)
 	}
 	snap := snapshotAt{at: BinlogPosition{File: file, Pos: p}}
-	if err := conn.QueryRowContext(ctx, "SELECT @@server_id").Scan(&snap.serverID); err != nil {
+	if serverID.Valid {
+		snap.serverID = uint32(serverID.Int64)
+	} else if err := conn.QueryRowContext(ctx, "SELECT @@server_id").Scan(&snap.serverID); err != nil {
 		return snapshotAt{}, fmt.Errorf("read @@server_id: %w", err)
 	}
 	if _, ok := parseGTIDSet(gtidExecuted); ok {
@@ -250,15 +350,4 @@ func snapshotPosition(ctx context.Context, conn *sql.Conn, opts SnapshotOptions)
 		}
 	}
 	return snap, nil
-}
-
-// endTransaction rolls back an unfinished snapshot transaction; when that
-// fails the connection is discarded rather than returned to the pool with
-// the transaction open.
-func endTransaction(conn *sql.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-		conn.Raw(func(any) error { return driver.ErrBadConn })
-	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,5 +182,84 @@ func TestCountInSnapshotErrorsKeepPoolClean(t *testing.T) {
 		if err != nil || sc.N != 1 || !sc.At.Known() {
 			t.Fatalf("after %q: CountInSnapshot = %+v, %v", q, sc, err)
 		}
+	}
+}
+
+// snapshotSessions counts the sessions of db's user on b's database,
+// less the one asking.
+func (b *binlogDB) snapshotSessions() (ids []int64) {
+	b.t.Helper()
+	rows, err := b.conn.QueryContext(context.Background(),
+		"SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID()")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			b.t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// TestCountInSnapshotKeepsConnections runs recounts from several
+// goroutines: they share the connections kept for snapshots (half the
+// pool) and leave the rest of the pool to plain queries, which go on
+// while the kept connections wait idle.
+func TestCountInSnapshotKeepsConnections(t *testing.T) {
+	b := newBinlogDB(t)
+	b.insert(4)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 25 {
+				sc, err := b.m.CountInSnapshot(context.Background(), commentsQuery, []rules.Value{intValue("4")}, SnapshotOptions{})
+				if err != nil || sc.N != 1 || !sc.At.Known() {
+					t.Errorf("CountInSnapshot = %+v, %v", sc, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := b.m.SnapshotsTaken(); n >= 100 {
+		t.Errorf("%d snapshots for 100 recounts asked 4 at a time: none shared", n)
+	}
+	// MaxOpenConns 4: two kept for snapshots.
+	if ids := b.snapshotSessions(); len(ids) > 2 {
+		t.Fatalf("%d other sessions after 100 recounts, want at most the 2 kept for snapshots", len(ids))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if n, err := b.m.Count(ctx, commentsQuery, []rules.Value{intValue("4")}); err != nil || n != 1 {
+		t.Fatalf("plain Count beside the kept connections = %d, %v", n, err)
+	}
+}
+
+// TestCountInSnapshotConnectionKilledWhileIdle kills the kept connection
+// between two recounts, as a server's wait_timeout or a proxy would: the
+// second recount goes on a new connection instead of failing.
+func TestCountInSnapshotConnectionKilledWhileIdle(t *testing.T) {
+	b := newBinlogDB(t)
+	b.insert(4)
+	m := NewMySQL(b.db, DBConfig{MaxOpenConns: 3}, slog.New(slog.DiscardHandler)) // one kept connection
+	if _, err := m.CountInSnapshot(context.Background(), commentsQuery, []rules.Value{intValue("4")}, SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.snapshotSessions()
+	if len(ids) != 1 {
+		t.Fatalf("%d other sessions, want the one kept", len(ids))
+	}
+	if _, err := b.conn.ExecContext(context.Background(), "KILL CONNECTION "+strconv.FormatInt(ids[0], 10)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	b.insert(4)
+	sc, err := m.CountInSnapshot(context.Background(), commentsQuery, []rules.Value{intValue("4")}, SnapshotOptions{})
+	if err != nil || sc.N != 2 || !sc.At.Known() {
+		t.Fatalf("after the kill: CountInSnapshot = %+v, %v", sc, err)
 	}
 }

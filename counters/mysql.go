@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -24,6 +25,8 @@ const (
 // DBConfig bounds the MySQL connection pool and each query.
 type DBConfig struct {
 	// MaxOpenConns caps open connections; 0 means DefaultMaxOpenConns (8).
+	// Half of them (at least one) are kept for recounts in consistent
+	// snapshots (MySQL.CountInSnapshot).
 	MaxOpenConns int
 	// MaxIdleConns caps idle connections kept for reuse; 0 means
 	// MaxOpenConns, negative means none are kept.
@@ -65,6 +68,14 @@ type MySQL struct {
 	// snapshots remembers that the server cannot name a snapshot's
 	// binary log position (CountInSnapshot).
 	snapshots snapshotSupport
+	// snapConns are the connections CountInSnapshot counts on, snapAsks
+	// the recounts waiting for one, snapshotsTaken how many snapshots
+	// they took.
+	snapConns      *snapshotConns
+	snapAsks       snapshotAsks
+	snapshotsTaken atomic.Int64
+	// noStatusTable: the server has no information_schema.SESSION_STATUS.
+	noStatusTable atomic.Bool
 }
 
 // OpenMySQL opens a pool for a go-sql-driver DSN. It does not connect: a
@@ -97,8 +108,13 @@ func NewMySQL(db *sql.DB, cfg DBConfig, logger *slog.Logger) *MySQL {
 	db.SetMaxOpenConns(cfg.MaxOpenConns)
 	db.SetMaxIdleConns(cfg.MaxIdleConns)
 	db.SetConnMaxLifetime(max(cfg.ConnMaxLifetime, 0))
-	return &MySQL{db: db, timeout: cfg.QueryTimeout, log: logger}
+	return &MySQL{db: db, timeout: cfg.QueryTimeout, log: logger,
+		snapConns: newSnapshotConns(db, cfg.MaxOpenConns, max(cfg.ConnMaxLifetime, 0))}
 }
+
+// SnapshotsTaken returns how many consistent snapshots CountInSnapshot
+// has counted in (several recounts may share one).
+func (m *MySQL) SnapshotsTaken() int64 { return m.snapshotsTaken.Load() }
 
 // DB returns the underlying pool.
 func (m *MySQL) DB() *sql.DB { return m.db }
@@ -217,8 +233,11 @@ func (m *MySQL) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the pool.
-func (m *MySQL) Close() error { return m.db.Close() }
+// Close closes the pool, after the recounts under way.
+func (m *MySQL) Close() error {
+	m.snapConns.close()
+	return m.db.Close()
+}
 
 // bindArgs converts event values to driver arguments for '?'
 // placeholders, as rules.Value.SQLArg describes.
