@@ -12,15 +12,17 @@ import (
 
 // queueLimitBytes is how many bytes of fetched messages (keys and
 // values) may wait for one partition's batcher before fetching of that
-// partition pauses; it resumes once the batcher has taken them. It is
-// four of the partition's shares of a fetch response: several responses
-// fit before the partition pauses, so a partition is paused only when its
-// batcher really falls behind. (Pausing drops what the client fetched of
-// the partition meanwhile, to be fetched again: a limit below a
-// response's worth paused every partition after every fetch.) With the
-// records of the response in flight, at most about this many bytes and
-// one share more wait per partition.
-const queueLimitBytes = 4 * fetchMaxPartitionBytes
+// partition pauses; it resumes once the batcher has taken them. It is two
+// of the partition's shares of a fetch response: a response fits before
+// the partition pauses, so a partition is paused only when its batcher
+// really falls behind. (Pausing drops what the client fetched of the
+// partition meanwhile, to be fetched again: a limit below a response's
+// worth paused every partition after every fetch.) Waiting messages keep
+// whole fetch responses in memory, each shared by several partitions: four
+// shares raised the daemon's peak RSS by a quarter without a faster rate
+// (docs/benchmarks.md). With the records of the response in flight, at
+// most about this many bytes and one share more wait per partition.
+const queueLimitBytes = 2 * fetchMaxPartitionBytes
 
 // partitionQueue carries one partition's fetched messages from the
 // client's poll loop to the partition's batcher. The poll loop pushes;
