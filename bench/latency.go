@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"slices"
@@ -12,11 +13,16 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cachewarden/cachewarden/consumer"
 )
 
 // LatencyResult is one event-to-applied latency measurement.
 type LatencyResult struct {
 	Run int
+	// Bare: the fetch-only latency, the harness reading the topic
+	// instead of the daemon (runLatency).
+	Bare bool
 	// Rate is the offered rate (events/s); Achieved the rate the paced
 	// producer actually reached.
 	Rate, Achieved float64
@@ -131,6 +137,23 @@ func (s *sampler) run(ctx context.Context) {
 	}
 }
 
+// read marks samples seen as the reader fetches their records, until ctx
+// ends: the fetch-only latency (runLatency with bare).
+func (s *sampler) read(ctx context.Context, reader *kgo.Client, sampleByKey map[string]int) {
+	for ctx.Err() == nil {
+		fetches := reader.PollFetches(ctx)
+		now := time.Now()
+		s.mu.Lock()
+		fetches.EachRecord(func(r *kgo.Record) {
+			if n, ok := sampleByKey[string(r.Key)]; ok && s.pending[n] {
+				delete(s.pending, n)
+				s.seen[n] = now
+			}
+		})
+		s.mu.Unlock()
+	}
+}
+
 // latencies returns, for the samples produced at or after from, in
 // produce order, the latencies from produce and from broker ack (ack
 // latencies of samples seen before their ack count as 0), and the number
@@ -171,24 +194,36 @@ func Percentile(sorted []time.Duration, q float64) time.Duration {
 // memcached for those users' namespace keys. A sample's latency runs from
 // just before its record is handed to the producer client until the poll
 // that first sees the key.
-func (e *env) runLatency(ctx context.Context, run int) (LatencyResult, error) {
+//
+// With bare set, the daemon is left out: the harness itself reads the
+// topic with the daemon's Kafka client settings (no group, decoding or
+// memcached) and a sample counts as seen when its record is fetched. That
+// is the fetch-only latency: what broker, producer and machine leave for
+// any consumer at this rate.
+func (e *env) runLatency(ctx context.Context, run int, bare bool) (LatencyResult, error) {
 	o := e.opts
-	res := LatencyResult{Run: run, Rate: float64(o.LatencyRate)}
+	res := LatencyResult{Run: run, Rate: float64(o.LatencyRate), Bare: bare}
 	topic := fmt.Sprintf("%s-latency-r%d", e.prefix, run)
+	if bare {
+		topic += "-fetch-only"
+	}
 	if err := e.broker.CreateTopic(ctx, topic, o.Partitions); err != nil {
 		return res, err
 	}
-	if err := SeedKeys(e.mc.Addr, o.Keys); err != nil {
-		return res, err
-	}
-	group := fmt.Sprintf("%s-cachewarden-latency-r%d", e.prefix, run)
-	proc, err := e.startCachewarden(group, topic, daemonSetup{})
-	if err != nil {
-		return res, err
-	}
-	defer proc.Stop(15 * time.Second)
-	if err := proc.waitReady(ctx, 60*time.Second); err != nil {
-		return res, err
+	var proc *consumerProc
+	if !bare {
+		if err := SeedKeys(e.mc.Addr, o.Keys); err != nil {
+			return res, err
+		}
+		group := fmt.Sprintf("%s-cachewarden-latency-r%d", e.prefix, run)
+		var err error
+		if proc, err = e.startCachewarden(group, topic, daemonSetup{}); err != nil {
+			return res, err
+		}
+		defer proc.Stop(15 * time.Second)
+		if err := proc.waitReady(ctx, 60*time.Second); err != nil {
+			return res, err
+		}
 	}
 
 	every := max(o.LatencyRate/o.LatencySamplesPerSec, 1)
@@ -208,10 +243,27 @@ func (e *env) runLatency(ctx context.Context, run int) (LatencyResult, error) {
 	sctx, stopSampler := context.WithCancel(ctx)
 	defer stopSampler()
 	samplerDone := make(chan struct{})
-	go func() {
-		defer close(samplerDone)
-		s.run(sctx)
-	}()
+	if bare {
+		sampleByKey := make(map[string]int, len(sampleAt))
+		for n, i := range sampleAt {
+			sampleByKey[string(recs[i].Key)] = n
+		}
+		reader, err := consumer.KafkaConn{Brokers: e.broker.Addrs}.NewClient(slog.New(slog.DiscardHandler),
+			kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			return res, err
+		}
+		defer reader.Close()
+		go func() {
+			defer close(samplerDone)
+			s.read(sctx, reader, sampleByKey)
+		}()
+	} else {
+		go func() {
+			defer close(samplerDone)
+			s.run(sctx)
+		}()
+	}
 
 	// franz-go's client, asynchronous: the producer never waits for the
 	// broker, so the offered rate holds whatever the consumer does, and it
@@ -300,6 +352,9 @@ func (e *env) runLatency(ctx context.Context, run int) (LatencyResult, error) {
 	if len(lat) > 0 {
 		res.Max = lat[len(lat)-1]
 	}
+	if proc == nil {
+		return res, nil
+	}
 	if counts, err := proc.scrape(); err != nil {
 		e.log.Warn("cannot read the daemon's histograms", "error", err.Error())
 	} else {
@@ -338,15 +393,17 @@ func (e *env) latencyCPU(daemon *consumerProc) (map[string]time.Duration, error)
 	if err != nil {
 		return nil, err
 	}
-	d, err := ProcCPU(daemon.Pid())
-	if err != nil {
-		return nil, err
-	}
 	self, err := ProcCPU(os.Getpid())
 	if err != nil {
 		return nil, err
 	}
-	return map[string]time.Duration{"cachewarden": d, "broker": svc.broker, "memcached": svc.memcached, "harness": self}, nil
+	cpu := map[string]time.Duration{"broker": svc.broker, "memcached": svc.memcached, "harness": self}
+	if daemon != nil {
+		if cpu["cachewarden"], err = ProcCPU(daemon.Pid()); err != nil {
+			return nil, err
+		}
+	}
+	return cpu, nil
 }
 
 // pregenerate builds the records of a latency run ahead of time, so that

@@ -74,6 +74,9 @@ type LatencySummary struct {
 type Summary struct {
 	Rows    []SummaryRow
 	Latency *LatencySummary
+	// LatencyFetchOnly pools the fetch-only latency runs (the harness
+	// reading at the same offered rate, no daemon); nil when not measured.
+	LatencyFetchOnly *LatencySummary
 	// Ceiling is the median events/s of the fetch-only reads (0 when not
 	// measured).
 	Ceiling float64
@@ -146,6 +149,9 @@ func Summarize(res *Results) Summary {
 	s.Ceiling, s.CeilingClientCPU = Median(ceil), Median(ceilCPU)
 	if len(res.Latency) > 0 {
 		s.Latency = poolLatency(res.Latency)
+	}
+	if len(res.LatencyFetchOnly) > 0 {
+		s.LatencyFetchOnly = poolLatency(res.LatencyFetchOnly)
 	}
 	return s
 }
@@ -304,6 +310,13 @@ func PrintConsumerRun(w io.Writer, r ConsumerResult) {
 
 // PrintLatencyRun prints one latency run.
 func PrintLatencyRun(w io.Writer, l LatencyResult) {
+	if l.Bare {
+		fmt.Fprintf(w, "run %d fetch-only latency (the harness reading, no daemon) at %s events/s offered (%s achieved): p50 %s, p99 %s, p99.9 %s, max %s over %d samples, %d never fetched; "+
+			"from broker ack p50 %s, p99 %s; p50 of first/last fifth %s/%s; CPU cores used: %s\n",
+			l.Run, thousands(l.Rate), thousands(l.Achieved), ms(l.P50), ms(l.P99), ms(l.P999), ms(l.Max), l.Samples, l.Missing,
+			ms(l.AckP50), ms(l.AckP99), ms(l.FirstP50), ms(l.LastP50), coresUsed(l))
+		return
+	}
 	fmt.Fprintf(w, "run %d latency at %s events/s offered (%s achieved): p50 %s, p99 %s, p99.9 %s, max %s over %d samples, %d never applied; "+
 		"from broker ack p50 %s, p99 %s; p50 of first/last fifth %s/%s; daemon's batch p99 <= %s, commit p99 <= %s, event age p50/p99/p99.9 <= %s; CPU cores used: %s\n",
 		l.Run, thousands(l.Rate), thousands(l.Achieved), ms(l.P50), ms(l.P99), ms(l.P999), ms(l.Max), l.Samples, l.Missing,
@@ -421,6 +434,10 @@ func PrintSummary(w io.Writer, res *Results) {
 			"per run p99 median %s, worst %s; from broker ack p50 %s, p99 %s, p99.9 %s; the daemon's event age p50/p99/p99.9 <= %s\n",
 			thousands(l.Rate), l.Runs, l.Samples, l.Missing, ms(l.P50), ms(l.P99), ms(l.P999), ms(l.Max),
 			ms(l.MedianRunP99), ms(l.WorstRunP99), ms(l.AckP50), ms(l.AckP99), ms(l.AckP999), ageText(l.EventAge))
+	}
+	if l := s.LatencyFetchOnly; l != nil {
+		fmt.Fprintf(w, "fetch-only latency (the harness reading the same paced stream, no daemon), pooled over %d runs (%d samples, %d never fetched): p50 %s, p99 %s, p99.9 %s, max %s\n",
+			l.Runs, l.Samples, l.Missing, ms(l.P50), ms(l.P99), ms(l.P999), ms(l.Max))
 	}
 	fmt.Fprintln(w, "\ntargets:")
 	for _, t := range s.Targets() {
@@ -561,6 +578,12 @@ func RenderResults(res *Results) string {
 			thousands(l.Rate), thousands(l.Achieved), l.Runs, l.Samples, l.Missing, ms(l.P50), ms(l.P99), ms(l.P999), ms(l.Max),
 			ms(l.MedianRunP99), ms(l.WorstRunP99), ms(l.AckP50), ms(l.AckP99), ms(l.AckP999), ageText(l.EventAge))
 	}
+	if l := s.LatencyFetchOnly; l != nil {
+		fmt.Fprintf(&b, "\nFor reference, the same paced stream read by the harness itself with the daemon's Kafka client settings (no group, decoding or memcached; "+
+			"a sample counts when its record is fetched), pooled over %d runs (%d samples, %d never fetched): p50 %s, p99 %s, p99.9 %s, max %s: "+
+			"the fetch-only latency, what broker, producer and machine leave for any consumer at this rate.\n",
+			l.Runs, l.Samples, l.Missing, ms(l.P50), ms(l.P99), ms(l.P999), ms(l.Max))
+	}
 	b.WriteString("\n| target | measured | |\n|---|---|---|\n")
 	for _, t := range s.Targets() {
 		verdict := "not measured"
@@ -597,10 +620,14 @@ func RenderResults(res *Results) string {
 	if len(res.Latency) > 0 {
 		b.WriteString("\n| run | offered events/s | achieved events/s | p50 | p99 | p99.9 | max | p50 / p99 from broker ack | p50 first / last fifth | samples | never applied | daemon's batch / commit p99 (at most) | daemon's event age p50 / p99 / p99.9 (at most) | CPU cores used |\n")
 		b.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
-		for _, l := range res.Latency {
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %d | %d | %s / %s | %s | %s |\n", l.Run, thousands(l.Rate), thousands(l.Achieved),
+		for _, l := range slices.Concat(res.Latency, res.LatencyFetchOnly) {
+			run, batch, commit := strconv.Itoa(l.Run), ms(l.BatchP99), ms(l.CommitP99)
+			if l.Bare {
+				run, batch, commit = run+" (fetch-only)", "n/a", "n/a"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %d | %d | %s / %s | %s | %s |\n", run, thousands(l.Rate), thousands(l.Achieved),
 				ms(l.P50), ms(l.P99), ms(l.P999), ms(l.Max), ms(l.AckP50), ms(l.AckP99), ms(l.FirstP50), ms(l.LastP50), l.Samples, l.Missing,
-				ms(l.BatchP99), ms(l.CommitP99), ageText(l.EventAge), coresUsed(l))
+				batch, commit, ageText(l.EventAge), coresUsed(l))
 		}
 	}
 	b.WriteString("\n</details>\n")

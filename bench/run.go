@@ -182,7 +182,10 @@ type Results struct {
 	Consumers []ConsumerResult
 	Latency   []LatencyResult
 	Ceiling   []CeilingResult
-	RSS       *RSSResult
+	// LatencyFetchOnly are the fetch-only latency runs (runLatency with
+	// bare), one after each of Latency.
+	LatencyFetchOnly []LatencyResult
+	RSS              *RSSResult
 	// CounterServer is the version of the counter workload's database
 	// server ("" without the counter workload).
 	CounterServer string
@@ -306,11 +309,16 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			}
 		}
 		if o.LatencyRate > 0 {
-			l, err := e.runLatency(ctx, run)
+			l, err := e.runLatency(ctx, run, false)
 			if err != nil {
 				return res, fmt.Errorf("run %d, latency: %w", run, err)
 			}
 			res.Latency = append(res.Latency, l)
+			PrintLatencyRun(e.out, l)
+			if l, err = e.runLatency(ctx, run, true); err != nil {
+				return res, fmt.Errorf("run %d, fetch-only latency: %w", run, err)
+			}
+			res.LatencyFetchOnly = append(res.LatencyFetchOnly, l)
 			PrintLatencyRun(e.out, l)
 		}
 	}
