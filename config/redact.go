@@ -36,6 +36,15 @@ func RedactDSN(dsn string) string {
 	return dsn[:colon+1] + redacted + dsn[at:]
 }
 
+// redactPassword returns redacted for a password that is set, "" for
+// none.
+func redactPassword(pw string) string {
+	if pw == "" {
+		return ""
+	}
+	return redacted
+}
+
 // String describes the section with the DSN's password redacted.
 func (m MySQL) String() string {
 	return fmt.Sprintf("{DSN:%s MaxOpenConns:%d QueryTimeout:%s}", RedactDSN(m.DSN), m.MaxOpenConns, m.QueryTimeout)
@@ -55,10 +64,7 @@ func (m MySQL) LogValue() slog.Value {
 
 // String describes the section with the password redacted.
 func (s SASL) String() string {
-	pw := ""
-	if s.Password != "" {
-		pw = redacted
-	}
+	pw := redactPassword(s.Password)
 	return fmt.Sprintf("{Mechanism:%s Username:%s Password:%s TokenFile:%s}", s.Mechanism, s.Username, pw, s.TokenFile)
 }
 
@@ -67,10 +73,7 @@ func (s SASL) GoString() string { return "config.SASL" + s.String() }
 
 // LogValue logs the section with the password redacted.
 func (s SASL) LogValue() slog.Value {
-	pw := ""
-	if s.Password != "" {
-		pw = redacted
-	}
+	pw := redactPassword(s.Password)
 	return slog.GroupValue(
 		slog.String("mechanism", s.Mechanism),
 		slog.String("username", s.Username),
@@ -80,10 +83,7 @@ func (s SASL) LogValue() slog.Value {
 
 // String describes the section with the password redacted.
 func (r SchemaRegistry) String() string {
-	pw := ""
-	if r.Password != "" {
-		pw = redacted
-	}
+	pw := redactPassword(r.Password)
 	return fmt.Sprintf("{URLs:%v Username:%s Password:%s TLS:%+v Timeout:%s}", r.URLs, r.Username, pw, r.TLS, r.Timeout)
 }
 
@@ -92,10 +92,7 @@ func (r SchemaRegistry) GoString() string { return "config.SchemaRegistry" + r.S
 
 // LogValue logs the section with the password redacted.
 func (r SchemaRegistry) LogValue() slog.Value {
-	pw := ""
-	if r.Password != "" {
-		pw = redacted
-	}
+	pw := redactPassword(r.Password)
 	return slog.GroupValue(
 		slog.Any("urls", r.URLs),
 		slog.String("username", r.Username),

@@ -162,6 +162,18 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() string) {
 	}
 }
 
+// waitCommitted waits (up to 20s) until group's committed offset of
+// partition 0 of topic is want.
+func waitCommitted(t *testing.T, brokers []string, group, topic string, want int64) {
+	t.Helper()
+	waitFor(t, 20*time.Second, func() string {
+		if off := committed(t, brokers, group, topic, 0)[0]; off != want {
+			return fmt.Sprintf("committed offset %d, want %d", off, want)
+		}
+		return ""
+	})
+}
+
 // lockedBuffer collects log output from many goroutines.
 type lockedBuffer struct {
 	mu sync.Mutex
@@ -426,12 +438,7 @@ func TestDaemonAppliesDebeziumEvents(t *testing.T) {
 	)
 	d, stop := r.daemon(brokers, group, topic)
 
-	waitFor(t, 20*time.Second, func() string {
-		if off := committed(t, brokers, group, topic, 0)[0]; off != 6 {
-			return fmt.Sprintf("committed offset %d, want 6", off)
-		}
-		return ""
-	})
+	waitCommitted(t, brokers, group, topic, 6)
 	checks := map[string]string{
 		"ns:user:1":   "11",
 		"interests:7": "+1 +2 -1 ",
@@ -456,12 +463,7 @@ func TestDaemonAppliesDebeziumEvents(t *testing.T) {
 		debezium("c", "blog", "comments", nil, row("id", 101, "post_id", 9)),
 		debezium("u", "shop", "users", row("id", 1, "name", "a"), row("id", 1, "name", "c")),
 	)
-	waitFor(t, 20*time.Second, func() string {
-		if off := committed(t, brokers, group, topic, 0)[0]; off != 8 {
-			return fmt.Sprintf("committed offset %d, want 8", off)
-		}
-		return ""
-	})
+	waitCommitted(t, brokers, group, topic, 8)
 	if got := r.get("comments:9"); got != "4" {
 		t.Errorf("comments:9 after the second batch = %q, want 4 (incr, not a recount)", got)
 	}
@@ -531,12 +533,7 @@ func TestNoCommitWithoutMemcached(t *testing.T) {
 	up := newRig(t, daemonRules, rigOptions{prefix: down.prefix})
 	up.set("ns:user:1", "5")
 	_, stop2 := up.daemon(brokers, group, topic)
-	waitFor(t, 20*time.Second, func() string {
-		if off := committed(t, brokers, group, topic, 0)[0]; off != 3 {
-			return fmt.Sprintf("committed offset %d, want 3", off)
-		}
-		return ""
-	})
+	waitCommitted(t, brokers, group, topic, 3)
 	if got := up.get("ns:user:1"); got != "6" {
 		t.Errorf("ns:user:1 = %q, want 6 (two bumps of one batch coalesce)", got)
 	}
@@ -573,12 +570,7 @@ func TestPoisonGoesToDLQ(t *testing.T) {
 		debezium("u", "shop", "users", row("id", 3), row("id", 3)),
 	)
 	_, stop := r.daemon(brokers, group, topic)
-	waitFor(t, 20*time.Second, func() string {
-		if off := committed(t, brokers, group, topic, 0)[0]; off != 4 {
-			return fmt.Sprintf("committed offset %d, want 4", off)
-		}
-		return ""
-	})
+	waitCommitted(t, brokers, group, topic, 4)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -645,12 +637,7 @@ func TestShutdownAppliesDelayedBumps(t *testing.T) {
 	r.set("ns:user:5", "40")
 	produce(t, brokers, topic, debezium("u", "shop", "users", row("id", 5), row("id", 5)))
 	_, stop := r.daemon(brokers, group, topic)
-	waitFor(t, 20*time.Second, func() string {
-		if off := committed(t, brokers, group, topic, 0)[0]; off != 1 {
-			return fmt.Sprintf("committed offset %d, want 1", off)
-		}
-		return ""
-	})
+	waitCommitted(t, brokers, group, topic, 1)
 	if got := r.get("ns:user:5"); got != "41" {
 		t.Fatalf("ns:user:5 = %q before shutdown, want 41 (first bump only)", got)
 	}

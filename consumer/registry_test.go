@@ -341,12 +341,7 @@ func TestAvroPoison(t *testing.T) {
 	protobuf := kafka.Message{Value: debeziumavro.Frame(proto.ID, []byte{0, 2, 8, 1})}
 	produce(t, brokers, topic, unknown, cut, protobuf, good)
 	_, stop := r.daemon(brokers, group, topic)
-	waitFor(t, 20*time.Second, func() string {
-		if off := committed(t, brokers, group, topic, 0)[0]; off != 4 {
-			return fmt.Sprintf("committed offset %d, want 4", off)
-		}
-		return ""
-	})
+	waitCommitted(t, brokers, group, topic, 4)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

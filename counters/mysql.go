@@ -146,8 +146,8 @@ func (m *MySQL) Count(ctx context.Context, query string, args []rules.Value) (in
 
 // maxPreparedQueries bounds the queries a MySQL keeps prepared; queries
 // past it run as database/sql runs them by itself (prepare, execute,
-// close). Recount and load queries come from rule
-// files, so a daemon has a few.
+// close). Recount and load queries come from rule files, so a daemon has
+// a few.
 const maxPreparedQueries = 64
 
 // query runs query with args as a statement prepared once (database/sql
@@ -155,12 +155,9 @@ const maxPreparedQueries = 64
 // per run instead of three.
 func (m *MySQL) query(ctx context.Context, query string, args []any) (*sql.Rows, error) {
 	m.stmtsMu.Lock()
-	stmt := m.stmts[query]
+	stmt, full := m.stmts[query], len(m.stmts) >= maxPreparedQueries
 	m.stmtsMu.Unlock()
 	if stmt == nil {
-		m.stmtsMu.Lock()
-		full := len(m.stmts) >= maxPreparedQueries
-		m.stmtsMu.Unlock()
 		if full {
 			return m.db.QueryContext(ctx, query, args...)
 		}

@@ -241,6 +241,11 @@ func (q *snapshotAsks) remove(a *snapshotAsk) bool {
 // is in use. Give a connection back with put.
 func (p *snapshotConns) getOr(ctx context.Context, done <-chan snapshotAnswer) (*snapshotConn, *snapshotAnswer, error) {
 	select {
+	case a := <-done: // first: a free slot must not win over an answer
+		return nil, &a, nil
+	default:
+	}
+	select {
 	case a := <-done:
 		return nil, &a, nil
 	case c := <-p.slots:

@@ -439,20 +439,12 @@ func (si *sourceInfo) set(k int, v rules.Value) {
 		si.file = str
 	case srcGTID:
 		si.gtid = str
-	case srcPos:
+	case srcPos, srcTsMs, srcTsSec:
 		if n, ok := parseInt64(v); ok {
-			si.pos = n
+			si.setNumber(k, n)
 		}
 	case srcServerID:
 		si.serverID = parseServerID(v)
-	case srcTsMs:
-		if n, ok := parseInt64(v); ok {
-			si.tsMs = n
-		}
-	case srcTsSec:
-		if n, ok := parseInt64(v); ok {
-			si.tsSec = n
-		}
 	case srcSnapshot:
 		si.snapshot = isSnapshotMarker(v)
 	}
