@@ -442,3 +442,58 @@ func TestGetStoresFence(t *testing.T) {
 	}
 	e.wantExact(b, k, 12)
 }
+
+// TestFenceFlagsReadAsPlainNumbers: a fenced counter's flags use only
+// bits 16-31, which php-memcached, pylibmc and pymemcache leave alone
+// (client/readers_test.go reads such counters with each of them).
+func TestFenceFlagsReadAsPlainNumbers(t *testing.T) {
+	prev := uint32(0)
+	for range 10000 {
+		id := newFenceID(prev)
+		if id == 0 || id&^cacheops.CounterFlagsMask != 0 || id == cacheops.ReaderCountFlags || id == prev {
+			t.Fatalf("newFenceID(%#x) = %#x", prev, id)
+		}
+		prev = id
+	}
+	b := newBinlogDB(t)
+	e := newEnv(t)
+	c := New(e.mc, b.m, Config{}, nil)
+	k := e.key("comments:14")
+	wantOutcomes(t, apply(t, c, positioned(k, 1, 14, b.insert(14))), cacheops.OutcomeLoaded)
+	if v := e.view(c, k); !v.Consistent() || v.Flags&^cacheops.CounterFlagsMask != 0 {
+		t.Fatalf("fenced counter %+v: flags %#x use bits below 16", v, v.Flags)
+	}
+}
+
+// TestReaderCountIsRecounted: a counter a reader recounted without a
+// fence (client.Count stores it with cacheops.ReaderCountFlags) is
+// recounted at the first delta rather than incremented, so a change the
+// reader's count already held is not counted twice. The same counter
+// stored with flags 0 takes the delta as without fences: counted twice.
+func TestReaderCountIsRecounted(t *testing.T) {
+	b := newBinlogDB(t)
+	e := newEnv(t)
+	c := New(e.mc, b.m, Config{}, nil)
+	for _, tc := range []struct {
+		name  string
+		post  int
+		flags uint32
+		over  int64 // what the counter holds beyond the count after the delta
+	}{{"reader count", 15, cacheops.ReaderCountFlags, 0}, {"flags 0", 16, 0, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := e.key("comments:" + strconv.Itoa(tc.post))
+			pos := b.insert(tc.post)
+			// The reader counts after the insert, before the daemon
+			// applies its delta.
+			n := b.count(tc.post)
+			if err := e.mc.Set(&memcache.Item{Key: k, Value: strconv.AppendInt(nil, n, 10), Flags: tc.flags, Expiration: 60}); err != nil {
+				t.Fatal(err)
+			}
+			var d DeltaFence
+			process(t, c, &d, []rules.Op{positioned(k, 1, tc.post, pos)})
+			if got := e.value(k); got != strconv.FormatInt(n+tc.over, 10) {
+				t.Fatalf("counter = %s after the delta; the row count is %d, want %d", got, n, n+tc.over)
+			}
+		})
+	}
+}
