@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -394,5 +395,40 @@ func TestOtherClientsReadFencedCounters(t *testing.T) {
 		if _, err := mc.Get(counters.FenceKey(k)); err != nil || it.Flags == 0 {
 			t.Errorf("counter %s: flags %#x, fence: %v; want a fenced counter", k, it.Flags, err)
 		}
+	}
+}
+
+// TestReadersUsage: each reader describes its flags with --help, and run
+// without arguments says what to do (and fails).
+func TestReadersUsage(t *testing.T) {
+	for _, r := range otherReaders {
+		t.Run(r.name, func(t *testing.T) {
+			requireReader(t, r.check)
+			cmd := exec.Command(r.cmd[0], append(r.cmd[1:], "--help")...)
+			cmd.Dir = ".."
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("--help: %v\n%s", err, out)
+			}
+			for _, want := range []string{"--vectors FILE", "--server HOST:PORT", "test vectors", "JSON requests", "docs/formats.md"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("--help does not say %q:\n%s", want, out)
+				}
+			}
+			cmd = exec.Command(r.cmd[0], r.cmd[1:]...)
+			cmd.Dir = ".."
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err = cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Errorf("without arguments: %v, want exit status 2", err)
+			}
+			for _, want := range []string{"nothing to do", "--vectors FILE", "--server HOST:PORT", "--help"} {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("without arguments it does not say %q:\n%s", want, stderr.String())
+				}
+			}
+		})
 	}
 }
