@@ -115,6 +115,18 @@ function cw_namespace_start(int $unix_ms): string {
     return (string)(max($unix_ms, 0) << 20);
 }
 
+// cw_at_least returns the exptime of an item that must live at least $ttl
+// seconds: memcached's clock ticks in whole seconds and ends an item of n
+// seconds after n-1 to n of them, so one more (0: no expiry). Beyond 30
+// days memcached takes an exptime as a Unix time.
+function cw_at_least(int $ttl): int {
+    if ($ttl <= 0) {
+        return 0;
+    }
+    $n = $ttl + 1;
+    return $n > 30 * 24 * 3600 ? $n + time() : $n;
+}
+
 // cw_decimal_at_most returns ASCII decimal $text without leading zeros when
 // it is at most $max (decimal text, no leading zeros), else null. Versions
 // go up to 2^64-1, beyond a PHP int, so they are compared as text.
@@ -194,7 +206,7 @@ function cw_namespace(Memcached $mc, string $key, int $ttl = 0): string {
             return $v;
         }
         $start = cw_namespace_start((int)floor(microtime(true) * 1000));
-        if ($mc->add($key, $start, $ttl)) {
+        if ($mc->add($key, $start, cw_at_least($ttl))) {
             return $start;
         }
     }
@@ -220,7 +232,7 @@ function cw_evidence_namespaces(Memcached $mc, string $prefix, string $template,
             break;
         }
         $fresh = cw_namespace_start((int)floor(microtime(true) * 1000)) . ' ' . str_repeat('0', intdiv($bits, 4));
-        $stored = $got === false ? $mc->add($master, $fresh, $ttl) : $mc->cas($got['cas'], $master, $fresh, $ttl);
+        $stored = $got === false ? $mc->add($master, $fresh, cw_at_least($ttl)) : $mc->cas($got['cas'], $master, $fresh, cw_at_least($ttl));
         if ($stored) {
             $m = cw_decode_master($fresh, $bits);
         }
@@ -323,6 +335,13 @@ function cw_check_vectors(string $path): array {
         }
         if (($got !== null) !== $c['valid'] || ($got !== null && $got !== [$c['version'], $c['set']])) {
             $bad[] = "master " . json_encode($c['value']) . ": " . json_encode($got);
+        }
+    }
+    foreach ($v['lifetimes'] ?? [] as $c) {
+        // php-memcached has no meta commands: only the lifetimes of the
+        // items this reader creates apply.
+        if (isset($c['rule_ttl']) && cw_at_least((int)$c['rule_ttl']) !== $c['reader_ttl']) {
+            $bad[] = "lifetimes {$c['name']}: " . cw_at_least((int)$c['rule_ttl']);
         }
     }
     return $bad;

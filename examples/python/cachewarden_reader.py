@@ -204,7 +204,7 @@ def namespace(mc, k, ttl=0, attempts=3):
         if value is not None:
             return parse_version(value)
         start = namespace_start(int(time.time() * 1000))
-        if mc.add(k, str(start).encode(), expire=ttl, noreply=False):
+        if mc.add(k, str(start).encode(), expire=_at_least(ttl), noreply=False):
             return start
     raise RuntimeError("namespace %r evicted %d times in a row" % (k, attempts))
 
@@ -227,8 +227,8 @@ def evidence_namespaces(mc, prefix, template, column, master_key, bits, rows, tt
         if version is not None:
             break
         fresh = b"%d %s" % (namespace_start(int(time.time() * 1000)), b"0" * (bits // 4))
-        stored = mc.add(master_key, fresh, expire=ttl, noreply=False) if value is None \
-            else mc.cas(master_key, fresh, cas, expire=ttl, noreply=False)
+        stored = mc.add(master_key, fresh, expire=_at_least(ttl), noreply=False) if value is None \
+            else mc.cas(master_key, fresh, cas, expire=_at_least(ttl), noreply=False)
         if stored:
             version, bitmap = decode_master(fresh, bits)
             break
@@ -284,11 +284,18 @@ class MetaConn:
         return words, None
 
 
+MAX_RELATIVE_EXPTIME = 30 * 24 * 3600
+
+
 def _at_least(seconds):
     """The exptime of an item that must live at least this many seconds:
     memcached's clock ticks in whole seconds and ends an item of n seconds
-    after n-1 to n of them, so one more (0: no expiry)."""
-    return math.ceil(seconds) + 1 if seconds > 0 else 0
+    after n-1 to n of them, so one more (0: no expiry). Beyond 30 days
+    memcached takes an exptime as a Unix time."""
+    if seconds <= 0:
+        return 0
+    n = math.ceil(seconds) + 1
+    return n + int(time.time()) if n > MAX_RELATIVE_EXPTIME else n
 
 
 def lease_get(k, compute_time):
