@@ -273,6 +273,17 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 			if err != nil || string(v) != "computed by Python" {
 				t.Errorf("Go reads Python's value: %q, %v", v, err)
 			}
+			// A delete while Python computes: its value is not stored.
+			deleted := e.prefix + "page:python-deleted"
+			got = p.ask(map[string]any{"op": "get_or_compute", "prefix": "", "template": deleted, "lifetime": 60,
+				"compute": "outdated", "delete_during_compute": true})
+			if got["value"] != "outdated" || got["computed"] != true {
+				t.Errorf("python's get_or_compute with a delete: %v", got)
+			}
+			v, err = e.c.GetOrCompute(ctx, deleted, time.Minute, constant("current"))
+			if err != nil || string(v) != "current" {
+				t.Errorf("after a delete during Python's computation Go reads %q, %v; want a recomputation", v, err)
+			}
 		})
 	}
 }

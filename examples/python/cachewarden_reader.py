@@ -436,6 +436,9 @@ def serve(server):
 
             def compute():
                 computed.append(True)
+                if req.get("delete_during_compute"):
+                    # What another tool's invalidation does meanwhile.
+                    mc.delete(k, noreply=False)
                 return req["compute"].encode()
 
             out["value"] = get_or_compute(meta, k, req["lifetime"], compute).decode()
