@@ -497,3 +497,34 @@ func TestReaderCountIsRecounted(t *testing.T) {
 		})
 	}
 }
+
+// TestDropLookalike: a reader's recount whose add lost finds its own
+// fence over a counter with the same id (another recount drew it too):
+// the pair only looks consistent, so the counter is deleted. Over a
+// counter that matches another fence it does nothing.
+func TestDropLookalike(t *testing.T) {
+	e := newEnv(t)
+	c := New(e.mc, nil, Config{}, nil)
+	ours := Fence{At: BinlogPosition{File: "mysql-bin.000003", Pos: 400}, ID: 7 << 16}
+	theirs := Fence{At: BinlogPosition{File: "mysql-bin.000003", Pos: 900}, ID: 7 << 16}
+	for _, tc := range []struct {
+		name    string
+		fence   Fence
+		deleted bool
+	}{{"our fence", ours, true}, {"their fence", theirs, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := e.key("comments:" + strings.ReplaceAll(tc.name, " ", "-"))
+			if err := c.storeFence(k, tc.fence); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.mc.Set(&memcache.Item{Key: k, Value: []byte("5"), Flags: 7 << 16, Expiration: 60}); err != nil {
+				t.Fatal(err)
+			}
+			c.dropLookalike(k, ours)
+			_, err := e.mc.Get(k)
+			if gone := errors.Is(err, memcache.ErrCacheMiss); gone != tc.deleted {
+				t.Fatalf("counter deleted: %v (%v), want %v", gone, err, tc.deleted)
+			}
+		})
+	}
+}
