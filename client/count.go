@@ -10,6 +10,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
+	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -25,11 +26,15 @@ import (
 // Without a recount query or a DB a missing counter is an error matching
 // ErrMissing.
 //
-// A counter stored here carries no fence (its memcached flags are 0): with
-// exact counters on (docs/exact-counters.md) the daemon applies deltas to
-// it as without fences until its next fenced recount. Applications that
-// need fenced reader recounts use counters.Counters.Get, which needs the
-// daemon's MySQL package.
+// Reads are exact: a counter the daemon keeps holds its fenced recount
+// plus the deltas after it (docs/exact-counters.md), and Count returns it
+// as it is. Count's own recount runs no snapshot and writes no fence, so
+// the counter it stores is marked as a reader's count (flags
+// cacheops.ReaderCountFlags): a daemon with exact counters on never
+// increments it but recounts it, fenced, at the next change, so a change
+// both in Count's query and still on its way to the daemon is never
+// counted twice. Without exact counters the daemon applies deltas to it
+// as to any counter.
 func (c *Client) Count(ctx context.Context, rule string, row Row) (int64, error) {
 	r, err := c.ruleOf(rule, rules.CountRule)
 	if err != nil {
@@ -77,7 +82,8 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 		return 0, fmt.Errorf("client: count %q: recount: %w", key, err)
 	}
 	if store != nil && ctx.Err() == nil {
-		err := store(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Expiration: readExpiration(r.rule.TTL, time.Now())})
+		err := store(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Flags: cacheops.ReaderCountFlags,
+			Expiration: readExpiration(r.rule.TTL, time.Now())})
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
 			c.log.Debug("counter store failed", "key", key, "err", err)
 		}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -58,7 +59,30 @@ type formatVectors struct {
 		Valid          bool
 		Set            []int
 	}
+	EvidenceMarks []struct {
+		Name, Value, Next string
+		Bits              int
+		MaxSet            int `json:"max_set"`
+		Batch             []int
+		UnixMs            int64 `json:"unix_ms"`
+		Changed           bool
+	} `json:"evidence_marks"`
+	Lifetimes []struct {
+		Name        string
+		Lifetime    float64
+		ComputeTime float64 `json:"compute_time"`
+		MG          string
+		MSTTL       int32   `json:"ms_ttl"`
+		StaleFor    float64 `json:"stale_for"`
+		MD          string
+		RuleTTL     *float64 `json:"rule_ttl"`
+		DaemonTTL   int32    `json:"daemon_ttl"`
+		ReaderTTL   int32    `json:"reader_ttl"`
+	}
 }
+
+// seconds converts a vector's seconds.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 func loadVectors(t *testing.T) *formatVectors {
 	t.Helper()
@@ -154,6 +178,37 @@ func TestFormatVectors(t *testing.T) {
 		}
 		if strconv.FormatUint(m.Version, 10) != c.Version || !slices.Equal(set, c.Set) && len(set)+len(c.Set) > 0 {
 			t.Errorf("master %q: version %d, bits %v; want %s, %v", c.Value, m.Version, set, c.Version, c.Set)
+		}
+	}
+	for _, c := range v.EvidenceMarks {
+		next, changed := cacheops.MarkEvidence([]byte(c.Value), c.Batch, c.Bits, c.MaxSet, time.UnixMilli(c.UnixMs))
+		if string(next) != c.Next || changed != c.Changed {
+			t.Errorf("evidence mark %q: %q, %v; want %q, %v", c.Name, next, changed, c.Next, c.Changed)
+		}
+	}
+	now := time.Now()
+	for _, c := range v.Lifetimes {
+		switch {
+		case c.MG != "":
+			cl := &Client{cfg: Config{Turnstile: TurnstileOptions{ComputeTime: seconds(c.ComputeTime)}}.withDefaults()}
+			g := cl.leaseGet("KEY")
+			mg := fmt.Sprintf("mg %s v c t N%d R%d", g.Key, cacheops.Expiration(g.Vivify, now), (g.Recache+time.Second-1)/time.Second)
+			ttl := cacheops.Expiration(cl.storedTTL(seconds(c.Lifetime)), now)
+			if mg != c.MG || ttl != c.MSTTL {
+				t.Errorf("lifetimes %q: %s, ms T%d; want %s, T%d", c.Name, mg, ttl, c.MG, c.MSTTL)
+			}
+		case c.MD != "":
+			cl := &Client{cfg: Config{Turnstile: TurnstileOptions{StaleFor: seconds(c.StaleFor)}}.withDefaults()}
+			if md := fmt.Sprintf("md KEY I T%d", cacheops.Expiration(atLeast(cl.cfg.Turnstile.StaleFor), now)); md != c.MD {
+				t.Errorf("lifetimes %q: %s, want %s", c.Name, md, c.MD)
+			}
+		case c.RuleTTL != nil:
+			d := seconds(*c.RuleTTL)
+			if got, rd := cacheops.Expiration(d, now), readExpiration(d, now); got != c.DaemonTTL || rd != c.ReaderTTL {
+				t.Errorf("lifetimes %q: daemon T%d, reader T%d; want %d, %d", c.Name, got, rd, c.DaemonTTL, c.ReaderTTL)
+			}
+		default:
+			t.Errorf("lifetimes %q: nothing to check", c.Name)
 		}
 	}
 }

@@ -267,11 +267,15 @@ func (c *Client) createVersion(key string, ttl time.Duration) (version uint64, c
 	return 0, false, fmt.Errorf("client: namespace %q: add: %w", key, err)
 }
 
-// parseVersion reads an ASCII decimal version. memcached pads a number
-// with trailing spaces when a decrement shortens it, so surrounding spaces
-// are ignored.
+// versionTrim are the bytes parseVersion ignores around a version.
+const versionTrim = " \t\r\n"
+
+// parseVersion reads an ASCII decimal version, an unsigned 64-bit number
+// (docs/formats.md). memcached pads a number with trailing spaces when an
+// incr or decr shortens it; ASCII spaces, tabs, CR and LF on either side
+// are ignored (versionTrim), and nothing else.
 func parseVersion(key string, value []byte) (uint64, error) {
-	v, err := strconv.ParseUint(strings.TrimSpace(string(value)), 10, 64)
+	v, err := strconv.ParseUint(strings.Trim(string(value), versionTrim), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("client: namespace %q: value %q is not a version: %w", key, value, err)
 	}

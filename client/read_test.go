@@ -404,8 +404,8 @@ func TestCount(t *testing.T) {
 	if n, err := e.c.Count(ctx, "post-comments", Row{"post_id": 9}); err != nil || n != 2 {
 		t.Fatalf("Count = %d, %v; want 2", n, err)
 	}
-	if v, _ := e.value(t, key); v != "2" {
-		t.Fatalf("stored counter %q", v)
+	if it, err := e.mc.Get(key); err != nil || string(it.Value) != "2" || it.Flags != cacheops.ReaderCountFlags {
+		t.Fatalf("stored counter %+v, %v; want 2 marked as a reader's count (flags %#x)", it, err, cacheops.ReaderCountFlags)
 	}
 	// A present counter is read as it is, padding included.
 	e.set(t, key, "5 ")

@@ -4,17 +4,22 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
+
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -268,6 +273,17 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 			if err != nil || string(v) != "computed by Python" {
 				t.Errorf("Go reads Python's value: %q, %v", v, err)
 			}
+			// A delete while Python computes: its value is not stored.
+			deleted := e.prefix + "page:python-deleted"
+			got = p.ask(map[string]any{"op": "get_or_compute", "prefix": "", "template": deleted, "lifetime": 60,
+				"compute": "outdated", "delete_during_compute": true})
+			if got["value"] != "outdated" || got["computed"] != true {
+				t.Errorf("python's get_or_compute with a delete: %v", got)
+			}
+			v, err = e.c.GetOrCompute(ctx, deleted, time.Minute, constant("current"))
+			if err != nil || string(v) != "current" {
+				t.Errorf("after a delete during Python's computation Go reads %q, %v; want a recomputation", v, err)
+			}
 		})
 	}
 }
@@ -278,4 +294,152 @@ func toAny(ss []string) []any {
 		out[i] = s
 	}
 	return out
+}
+
+// TestOtherClientsReadFencedCounters: the daemon's counters (with exact
+// counters on: recounted in a snapshot of a binlog-enabled MariaDB,
+// fenced, then incremented) and a counter client.Count stored are read by
+// php-memcached (defaults, and OPT_BINARY_PROTOCOL off and on), pylibmc
+// (text and binary) and pymemcache (HashClient with its default serde,
+// and a Client with pickle_serde, which interprets flags): each returns
+// the number the counter holds, as its text or as an integer.
+func TestOtherClientsReadFencedCounters(t *testing.T) {
+	const posts = 8
+	db, _ := testsvc.MySQLBinlog(t)
+	if _, err := db.Exec("CREATE TABLE comments (id BIGINT PRIMARY KEY AUTO_INCREMENT, post_id BIGINT, approved TINYINT(1))"); err != nil {
+		t.Fatal(err)
+	}
+	for post := 1; post <= posts+1; post++ {
+		for range post {
+			if _, err := db.Exec("INSERT INTO comments (post_id, approved) VALUES (?, 1)", post); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e := newTestEnv(t, db, nil)
+	ctx := t.Context()
+	mc := memcache.New(e.addr)
+	daemon := counters.New(mc, counters.NewMySQL(db, counters.DBConfig{}, nil), counters.Config{}, nil)
+	comment := func(post int) rules.Event {
+		return rules.Event{Table: "comments", Operation: rules.Insert, After: rules.Row{
+			{Name: "post_id", Value: rules.Value{Kind: rules.KindInt, Text: strconv.Itoa(post)}},
+			{Name: "approved", Value: rules.Value{Kind: rules.KindInt, Text: "1"}}}}
+	}
+	apply := func(ev rules.Event) {
+		t.Helper()
+		ops, _, err := e.rs.Plan(nil, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := daemon.Apply(ctx, ops, make([]cacheops.Result, len(ops))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each counter is missing: the daemon's delta recounts it, fenced. Then
+	// one more comment on the even posts is applied with incr.
+	want := map[string]string{}
+	var keys []string
+	for post := 1; post <= posts; post++ {
+		apply(comment(post))
+		n := post
+		if post%2 == 0 {
+			if _, err := db.Exec("INSERT INTO comments (post_id, approved) VALUES (?, 1)", post); err != nil {
+				t.Fatal(err)
+			}
+			apply(comment(post))
+			n++
+		}
+		key, _ := e.c.Key("post-comments", Row{"post_id": post})
+		want[key] = strconv.Itoa(n)
+		keys = append(keys, key)
+	}
+	// And one a reader counted.
+	if n, err := e.c.Count(ctx, "post-comments", Row{"post_id": posts + 1}); err != nil || n != posts+1 {
+		t.Fatalf("Count = %d, %v", n, err)
+	}
+	key, _ := e.c.Key("post-comments", Row{"post_id": posts + 1})
+	want[key] = strconv.Itoa(posts + 1)
+	keys = append(keys, key)
+
+	readers := []struct {
+		name  string
+		check []string
+		cmd   []string
+	}{
+		{"python", []string{"/usr/bin/python3", "-c", "import pylibmc, pymemcache.client.hash"},
+			[]string{"/usr/bin/python3", "client/testdata/read_counters.py"}},
+		{"php", otherReaders[1].check, []string{"php", "client/testdata/read_counters.php"}},
+	}
+	for _, r := range readers {
+		t.Run(r.name, func(t *testing.T) {
+			requireReader(t, r.check)
+			cmd := exec.Command(r.cmd[0], append(r.cmd[1:], append([]string{e.addr}, keys...)...)...)
+			cmd.Dir = ".."
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("%v: %v\n%s", r.cmd, err, out)
+			}
+			var got map[string]map[string][]string
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("%s: %v", out, err)
+			}
+			for client, values := range got {
+				for _, k := range keys {
+					v := values[k]
+					okType := len(v) == 2 && (v[0] == "bytes" || v[0] == "string" || v[0] == "int" || v[0] == "integer")
+					if !okType || v[1] != want[k] {
+						t.Errorf("%s reads %s as %q, want the number %s", client, k, v, want[k])
+					}
+				}
+			}
+			if len(got) < 2 {
+				t.Errorf("%d clients answered: %s", len(got), out)
+			}
+		})
+	}
+	// The counters were fenced (so the clients above read fenced items).
+	for _, k := range keys[:posts] {
+		it, err := mc.Get(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mc.Get(counters.FenceKey(k)); err != nil || it.Flags == 0 {
+			t.Errorf("counter %s: flags %#x, fence: %v; want a fenced counter", k, it.Flags, err)
+		}
+	}
+}
+
+// TestReadersUsage: each reader describes its flags with --help, and run
+// without arguments says what to do (and fails).
+func TestReadersUsage(t *testing.T) {
+	for _, r := range otherReaders {
+		t.Run(r.name, func(t *testing.T) {
+			requireReader(t, r.check)
+			cmd := exec.Command(r.cmd[0], append(r.cmd[1:], "--help")...)
+			cmd.Dir = ".."
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("--help: %v\n%s", err, out)
+			}
+			for _, want := range []string{"--vectors FILE", "--server HOST:PORT", "test vectors", "JSON requests", "docs/formats.md"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("--help does not say %q:\n%s", want, out)
+				}
+			}
+			cmd = exec.Command(r.cmd[0], r.cmd[1:]...)
+			cmd.Dir = ".."
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err = cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Errorf("without arguments: %v, want exit status 2", err)
+			}
+			for _, want := range []string{"nothing to do", "--vectors FILE", "--server HOST:PORT", "--help"} {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("without arguments it does not say %q:\n%s", want, stderr.String())
+				}
+			}
+		})
+	}
 }

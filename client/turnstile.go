@@ -14,9 +14,9 @@ import (
 // Thundering-herd protection in the manner of Cache::Memcached::Turnstile,
 // on memcached's own leases (the meta protocol's mg flags, memcached 1.6):
 //
-//   - a miss: mg with N creates an empty placeholder for ComputeTime and
-//     hands the first reader the win (reply flag W); the others find the
-//     placeholder with flag Z and wait for the value;
+//   - a miss: mg with N creates an empty placeholder living at least
+//     ComputeTime and hands the first reader the win (reply flag W); the
+//     others find the placeholder with flag Z and wait for the value;
 //   - expiry: values are stored for their lifetime plus ComputeTime, and mg
 //     with R hands the win to the first reader that finds less than
 //     ComputeTime left; the others (Z) keep serving the value meanwhile;
@@ -24,12 +24,28 @@ import (
 //     it with flag X, the first of them with W, and serve the stale value
 //     while that one recomputes.
 //
-// The winner stores the new value with a compare-and-swap on the cas id
-// its mg returned, so a value computed before an invalidation or a newer
-// store never overwrites it. A winner that dies leaves a placeholder that
-// expires after ComputeTime, after which the next reader wins. No clock
-// of any client is involved: memcached's item lifetimes decide, so any
-// meta-protocol client (docs/formats.md) shares these items.
+// A win is a lease on one item: the one whose cas id the winner's mg
+// returned. The winner stores its value with a compare-and-swap on that
+// cas id and never otherwise: not with add when the item is gone, not
+// with set. memcached gives every new item and every change of an item
+// (md with I included) a cas id it never gave before, so once the leased
+// item changed (invalidated again, stored by another winner) or ended
+// (its time ran out, it was evicted, Invalidate or a plain delete removed
+// it), no item will ever carry that cas id again and the value, computed
+// from data that may predate the change, is returned to its caller but
+// not stored. An Invalidate that finds nothing needs no marker: whatever
+// lease was out on the key is already void. A winner that dies leaves a
+// placeholder that expires after ComputeTime, after which the next reader
+// wins. No clock of any client is involved: memcached's item lifetimes
+// decide, so any meta-protocol client (docs/formats.md) shares these
+// items.
+//
+// memcached's clock ticks in whole seconds and drops an item once it
+// reaches the item's deadline, so an exptime of n seconds lasts between
+// n-1 and n seconds. Every lifetime here is sent as its whole seconds
+// plus one (atLeast): a placeholder lives at least ComputeTime, a stale
+// item at least StaleFor, a value at least its lifetime plus ComputeTime,
+// and each less than one second longer.
 
 // ErrStillComputing is returned when a value is missing, another client is
 // computing it, and it was still missing after the bounded wait.
@@ -54,10 +70,12 @@ type TurnstileKey struct {
 type TurnstileOptions struct {
 	// ComputeTime is a generous upper bound on one computation (one call
 	// of the compute function, which for GetOrComputeMulti covers all its
-	// keys). It is how long a placeholder lives (a winner that dies is
-	// replaced after it), how long a value outlives its lifetime, and how
-	// early before that end the first reader recomputes it. Rounded up to
-	// whole seconds. Default 2s.
+	// keys). It is how long a placeholder lives at least (a winner that
+	// dies is replaced less than a second after it), how long a value
+	// outlives its lifetime, and how early before that end the first
+	// reader recomputes it. A value whose computation outlasts its
+	// placeholder is returned but not stored. Rounded up to whole
+	// seconds. Default 2s.
 	ComputeTime time.Duration
 
 	// Wait is the pause between two looks of a reader that finds no
@@ -83,8 +101,9 @@ type TurnstileOptions struct {
 	MultiWaitHook func(ctx context.Context, keys []string, retry func(context.Context) (map[string][]byte, error)) (map[string][]byte, error)
 
 	// StaleFor is how long an item marked stale by Invalidate keeps being
-	// served while it is recomputed, at most (whole seconds). Default
-	// twice ComputeTime.
+	// served while it is recomputed: at least StaleFor and less than one
+	// second longer, unless a recomputed value replaces it sooner.
+	// Rounded up to whole seconds. Default twice ComputeTime.
 	StaleFor time.Duration
 }
 
@@ -107,7 +126,19 @@ func (o TurnstileOptions) withDefaults() TurnstileOptions {
 	if o.StaleFor <= 0 {
 		o.StaleFor = 2 * o.ComputeTime
 	}
+	o.StaleFor = (o.StaleFor + time.Second - 1).Truncate(time.Second)
 	return o
+}
+
+// atLeast returns the lifetime to give memcached (whose cacheops.Expiration
+// rounds up to whole seconds) for an item that must live at least d:
+// memcached's whole-second clock ends an item of n seconds after n-1 to n
+// seconds, so one second more. d <= 0 (no expiry) stays 0.
+func atLeast(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d + time.Second
 }
 
 // turnstileVerdict is what one look at a key decided.
@@ -140,48 +171,46 @@ func look(it *cacheops.MetaItem) turnstileVerdict {
 // leaseGet is the mg of a GetOrCompute look.
 func (c *Client) leaseGet(key string) cacheops.MetaGet {
 	ct := c.cfg.Turnstile.ComputeTime
-	return cacheops.MetaGet{Key: key, Vivify: ct, Recache: ct}
+	return cacheops.MetaGet{Key: key, Vivify: atLeast(ct), Recache: ct}
 }
 
 // storeComputed stores a value computed by the winner of the look that
-// returned it: over the item it read (compare-and-swap), or added when
-// the item vanished meanwhile. A value computed before the item changed
-// (invalidated again, stored by another winner) is not stored. Failures
-// are logged: the caller has its value.
+// returned it, with a compare-and-swap on the cas id of the item that look
+// leased, and never otherwise. A value computed before the item changed
+// (invalidated again, stored by another winner) or ended (expired,
+// evicted, deleted) is not stored: its caller still has it. Failures are
+// logged.
 func (c *Client) storeComputed(ctx context.Context, keys []TurnstileKey, items []cacheops.MetaItem, values [][]byte) {
 	sets := make([]cacheops.MetaSet, len(keys))
 	for i, k := range keys {
 		sets[i] = cacheops.MetaSet{Key: k.Key, Value: values[i], CAS: items[i].CAS, TTL: c.storedTTL(k.Expiration)}
 	}
-	errs := c.meta.Set(ctx, sets)
-	var adds []cacheops.MetaSet
-	for i, err := range errs {
+	for i, err := range c.meta.Set(ctx, sets) {
 		switch {
 		case err == nil:
 		case errors.Is(err, memcache.ErrCacheMiss):
-			sets[i].CAS, sets[i].Add = 0, true
-			adds = append(adds, sets[i])
+			// Never add instead: the item this lease was on is gone, and
+			// whatever ended it (an Invalidate or a delete after a write)
+			// may postdate the data the value was computed from.
+			c.log.Debug("computed value not stored: the item ended during the computation (expired, evicted or deleted)",
+				"key", keys[i].Key, "compute_time", c.cfg.Turnstile.ComputeTime)
 		case errors.Is(err, memcache.ErrCASConflict):
 			c.log.Debug("computed value not stored: the item changed meanwhile", "key", keys[i].Key)
 		default:
 			c.log.Warn("cannot store computed value", "key", keys[i].Key, "bytes", len(values[i]), "err", err)
 		}
 	}
-	for i, err := range c.meta.Set(ctx, adds) {
-		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
-			c.log.Warn("cannot store computed value", "key", adds[i].Key, "err", err)
-		}
-	}
 }
 
 // storedTTL is the memcached lifetime of a value whose own lifetime is
 // expiration: one compute time more, the window in which the first reader
-// recomputes it while the others serve it.
+// recomputes it while the others serve it (atLeast: memcached's clock).
+// expiration 0: the value never expires (no T flag).
 func (c *Client) storedTTL(expiration time.Duration) time.Duration {
 	if expiration <= 0 {
 		return 0
 	}
-	return expiration + c.cfg.Turnstile.ComputeTime
+	return atLeast(expiration + c.cfg.Turnstile.ComputeTime)
 }
 
 // abandon removes the placeholder of a computation that failed, so that
@@ -211,10 +240,12 @@ func (c *Client) abandon(ctx context.Context, key string, it *cacheops.MetaItem)
 //     still missing.
 //
 // expiration is the value's lifetime (0: it never expires, and only
-// Invalidate makes it recomputed); memcached keeps the item for
-// expiration plus ComputeTime. compute's error is returned wrapped. A
-// value computed but not stored (memcached refused it, or the item changed
-// meanwhile) is still returned. Safe for concurrent use.
+// Invalidate or a delete makes it recomputed); memcached keeps the item
+// for at least expiration plus ComputeTime, less than a second more.
+// compute's error is returned wrapped. A value computed but not stored
+// (memcached refused it, or the item changed or ended meanwhile) is still
+// returned: after an Invalidate or a delete of the key, no value computed
+// before it is ever stored. Safe for concurrent use.
 func (c *Client) GetOrCompute(ctx context.Context, key string, expiration time.Duration, compute ComputeFunc) ([]byte, error) {
 	if compute == nil || expiration < 0 {
 		return nil, fmt.Errorf("client: get or compute %q: need a compute function and a non-negative expiration", key)
@@ -385,11 +416,14 @@ func (c *Client) getOrComputeMultiOnce(ctx context.Context, keys []TurnstileKey,
 }
 
 // Invalidate marks the items at keys stale (md with I): they keep being
-// served for at most TurnstileOptions.StaleFor, while the first
-// GetOrCompute caller to read each recomputes it. Use it for values the
-// application caches under keys of its own; missing items are fine.
+// served for TurnstileOptions.StaleFor (less than a second more), while
+// the first GetOrCompute caller to read each recomputes it; no value
+// computed before the call is stored afterwards. Use it for values the
+// application caches under keys of its own, after the change the values
+// derive from is committed; missing items are fine. A plain delete of the
+// key is honoured the same way, without the stale period.
 func (c *Client) Invalidate(ctx context.Context, keys ...string) error {
-	return errors.Join(c.meta.Invalidate(ctx, keys, c.cfg.Turnstile.StaleFor)...)
+	return errors.Join(c.meta.Invalidate(ctx, keys, atLeast(c.cfg.Turnstile.StaleFor))...)
 }
 
 func turnstileKeyNames(keys []TurnstileKey) []string {

@@ -380,7 +380,11 @@ func (c *Counters) Get(ctx context.Context, key, query string, args ...any) (int
 	if err != nil {
 		return 0, fmt.Errorf("counters: get %q: %w", key, err)
 	}
-	n, fence, err := c.recountAt(ctx, query, values)
+	var avoid []uint32
+	if it != nil {
+		avoid = append(avoid, it.Flags)
+	}
+	n, fence, err := c.recountAt(ctx, query, values, avoid...)
 	if err != nil {
 		return 0, fmt.Errorf("counters: get %q: %w", key, err)
 	}
@@ -397,8 +401,26 @@ func (c *Counters) Get(ctx context.Context, key, query string, args ...any) (int
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
 			c.log.Debug("counter store failed", "key", key, "err", err)
 		}
+		if errors.Is(err, memcache.ErrNotStored) && fence.ID != 0 {
+			c.dropLookalike(key, fence)
+		}
 	}
 	return n, nil
+}
+
+// dropLookalike deletes the counter at key when its flags equal the id of
+// fence, which this process wrote but whose value lost its add: the
+// counter was stored by another recount that drew the same id (fence ids
+// have 16 bits), and our fence would pass for its own. Missing is correct.
+func (c *Counters) dropLookalike(key string, fence Fence) {
+	views := make(map[string]FenceView, 1)
+	if err := c.viewFences([]string{key}, views); err != nil {
+		c.log.Debug("counter fence check failed", "key", key, "err", err)
+		return
+	}
+	if v := views[key]; v.Consistent() && v.Fence == fence {
+		c.deleteItem(key, "fence id drawn twice")
+	}
 }
 
 // valuesOf converts Get's arguments to the values a Recounter binds

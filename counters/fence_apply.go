@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -178,9 +179,9 @@ func (c *Counters) noteFencing(sc SnapshotCount) {
 
 // recountAt recounts op's counter. With fencing on it counts in a
 // consistent snapshot and returns the fence to store with the result (a
-// fresh random ID); the zero Fence when the database cannot name the
-// snapshot's position, or fencing is off.
-func (c *Counters) recountAt(ctx context.Context, query string, args []rules.Value) (int64, Fence, error) {
+// fresh random ID, none of avoid); the zero Fence when the database cannot
+// name the snapshot's position, or fencing is off.
+func (c *Counters) recountAt(ctx context.Context, query string, args []rules.Value, avoid ...uint32) (int64, Fence, error) {
 	c.recounts.Add(1)
 	var (
 		n     int64
@@ -199,7 +200,7 @@ func (c *Counters) recountAt(ctx context.Context, query string, args []rules.Val
 		if err == nil {
 			c.noteFencing(sc)
 			if sc.At.Known() {
-				fence = Fence{At: sc.At, ServerID: sc.ServerID, GTID: sc.GTID, ID: newFenceID()}
+				fence = Fence{At: sc.At, ServerID: sc.ServerID, GTID: sc.GTID, ID: newFenceID(avoid...)}
 			}
 		}
 	}
@@ -223,10 +224,17 @@ func (c *Counters) notePlainRecount() {
 	c.fence.unfenced[reason].Add(1)
 }
 
-// newFenceID returns a random non-zero ID.
-func newFenceID() uint32 {
+// newFenceID returns a random fence ID: counter flags that use only the
+// bits cacheops.CounterFlagsMask allows (so that other languages' clients
+// read the counter as a plain number), never 0 (no fence),
+// cacheops.ReaderCountFlags or any of avoid (the flags of the counter the
+// recount will replace, so that the old value never matches the new
+// fence).
+func newFenceID(avoid ...uint32) uint32 {
+	const shift = 16 // cacheops.CounterFlagsMask
 	for {
-		if id := rand.Uint32(); id != 0 {
+		id := uint32(2+rand.IntN(1<<16-2)) << shift
+		if id != cacheops.ReaderCountFlags && !slices.Contains(avoid, id) {
 			return id
 		}
 	}
@@ -309,7 +317,11 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 				return failed(fmt.Errorf("counters: gets %q: %w", op.Key, err))
 			}
 		}
-		n, fence, rerr := c.recountAt(ctx, op.Rule.Query, op.Args)
+		var avoid []uint32
+		if cur != nil {
+			avoid = append(avoid, cur.Flags)
+		}
+		n, fence, rerr := c.recountAt(ctx, op.Rule.Query, op.Args, avoid...)
 		if rerr != nil {
 			return c.deleteAfterRecountError(ctx, op, rerr)
 		}
@@ -341,7 +353,10 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 			if err := c.viewFences([]string{op.Key}, views); err != nil {
 				return failed(err)
 			}
-			if v := views[op.Key]; v.Consistent() {
+			// Our own fence over a counter we did not store: whatever
+			// stored it drew the same id (fence ids have 16 bits), so
+			// the pair only looks consistent. Count again.
+			if v := views[op.Key]; v.Consistent() && v.Fence != fence {
 				if order, ok := ComparePositions(v.Fence.At, fence.At); ok && order >= 0 {
 					return cacheops.Result{Outcome: cacheops.OutcomeRecounted}
 				}

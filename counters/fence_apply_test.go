@@ -442,3 +442,89 @@ func TestGetStoresFence(t *testing.T) {
 	}
 	e.wantExact(b, k, 12)
 }
+
+// TestFenceFlagsReadAsPlainNumbers: a fenced counter's flags use only
+// bits 16-31, which php-memcached, pylibmc and pymemcache leave alone
+// (client/readers_test.go reads such counters with each of them).
+func TestFenceFlagsReadAsPlainNumbers(t *testing.T) {
+	prev := uint32(0)
+	for range 10000 {
+		id := newFenceID(prev)
+		if id == 0 || id&^cacheops.CounterFlagsMask != 0 || id == cacheops.ReaderCountFlags || id == prev {
+			t.Fatalf("newFenceID(%#x) = %#x", prev, id)
+		}
+		prev = id
+	}
+	b := newBinlogDB(t)
+	e := newEnv(t)
+	c := New(e.mc, b.m, Config{}, nil)
+	k := e.key("comments:14")
+	wantOutcomes(t, apply(t, c, positioned(k, 1, 14, b.insert(14))), cacheops.OutcomeLoaded)
+	if v := e.view(c, k); !v.Consistent() || v.Flags&^cacheops.CounterFlagsMask != 0 {
+		t.Fatalf("fenced counter %+v: flags %#x use bits below 16", v, v.Flags)
+	}
+}
+
+// TestReaderCountIsRecounted: a counter a reader recounted without a
+// fence (client.Count stores it with cacheops.ReaderCountFlags) is
+// recounted at the first delta rather than incremented, so a change the
+// reader's count already held is not counted twice. The same counter
+// stored with flags 0 takes the delta as without fences: counted twice.
+func TestReaderCountIsRecounted(t *testing.T) {
+	b := newBinlogDB(t)
+	e := newEnv(t)
+	c := New(e.mc, b.m, Config{}, nil)
+	for _, tc := range []struct {
+		name  string
+		post  int
+		flags uint32
+		over  int64 // what the counter holds beyond the count after the delta
+	}{{"reader count", 15, cacheops.ReaderCountFlags, 0}, {"flags 0", 16, 0, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := e.key("comments:" + strconv.Itoa(tc.post))
+			pos := b.insert(tc.post)
+			// The reader counts after the insert, before the daemon
+			// applies its delta.
+			n := b.count(tc.post)
+			if err := e.mc.Set(&memcache.Item{Key: k, Value: strconv.AppendInt(nil, n, 10), Flags: tc.flags, Expiration: 60}); err != nil {
+				t.Fatal(err)
+			}
+			var d DeltaFence
+			process(t, c, &d, []rules.Op{positioned(k, 1, tc.post, pos)})
+			if got := e.value(k); got != strconv.FormatInt(n+tc.over, 10) {
+				t.Fatalf("counter = %s after the delta; the row count is %d, want %d", got, n, n+tc.over)
+			}
+		})
+	}
+}
+
+// TestDropLookalike: a reader's recount whose add lost finds its own
+// fence over a counter with the same id (another recount drew it too):
+// the pair only looks consistent, so the counter is deleted. Over a
+// counter that matches another fence it does nothing.
+func TestDropLookalike(t *testing.T) {
+	e := newEnv(t)
+	c := New(e.mc, nil, Config{}, nil)
+	ours := Fence{At: BinlogPosition{File: "mysql-bin.000003", Pos: 400}, ID: 7 << 16}
+	theirs := Fence{At: BinlogPosition{File: "mysql-bin.000003", Pos: 900}, ID: 7 << 16}
+	for _, tc := range []struct {
+		name    string
+		fence   Fence
+		deleted bool
+	}{{"our fence", ours, true}, {"their fence", theirs, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := e.key("comments:" + strings.ReplaceAll(tc.name, " ", "-"))
+			if err := c.storeFence(k, tc.fence); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.mc.Set(&memcache.Item{Key: k, Value: []byte("5"), Flags: 7 << 16, Expiration: 60}); err != nil {
+				t.Fatal(err)
+			}
+			c.dropLookalike(k, ours)
+			_, err := e.mc.Get(k)
+			if gone := errors.Is(err, memcache.ErrCacheMiss); gone != tc.deleted {
+				t.Fatalf("counter deleted: %v (%v), want %v", gone, err, tc.deleted)
+			}
+		})
+	}
+}

@@ -115,16 +115,42 @@ function cw_namespace_start(int $unix_ms): string {
     return (string)(max($unix_ms, 0) << 20);
 }
 
-// cw_parse_version returns a namespace version as decimal text, or null.
-function cw_parse_version(string $value): ?string {
-    $text = trim($value, " \t\r\n");
-    return ($text !== '' && ctype_digit($text)) ? ltrim($text, '0') ?: '0' : null;
+// cw_at_least returns the exptime of an item that must live at least $ttl
+// seconds: memcached's clock ticks in whole seconds and ends an item of n
+// seconds after n-1 to n of them, so one more (0: no expiry). Beyond 30
+// days memcached takes an exptime as a Unix time.
+function cw_at_least(int $ttl): int {
+    if ($ttl <= 0) {
+        return 0;
+    }
+    $n = $ttl + 1;
+    return $n > 30 * 24 * 3600 ? $n + time() : $n;
 }
 
-// cw_parse_count returns a counter as decimal text, or null.
+// cw_decimal_at_most returns ASCII decimal $text without leading zeros when
+// it is at most $max (decimal text, no leading zeros), else null. Versions
+// go up to 2^64-1, beyond a PHP int, so they are compared as text.
+function cw_decimal_at_most(string $text, string $max): ?string {
+    if ($text === '' || !ctype_digit($text)) {
+        return null;
+    }
+    $text = ltrim($text, '0') ?: '0';
+    if (strlen($text) > strlen($max) || (strlen($text) === strlen($max) && strcmp($text, $max) > 0)) {
+        return null;
+    }
+    return $text;
+}
+
+// cw_parse_version returns a namespace version (unsigned 64-bit; ASCII
+// spaces, tabs, CR and LF around it ignored) as decimal text, or null.
+function cw_parse_version(string $value): ?string {
+    return cw_decimal_at_most(trim($value, " \t\r\n"), '18446744073709551615');
+}
+
+// cw_parse_count returns a counter (trailing spaces ignored, at most
+// 2^63-1) as decimal text, or null.
 function cw_parse_count(string $value): ?string {
-    $text = rtrim($value, ' ');
-    return ($text !== '' && ctype_digit($text)) ? ltrim($text, '0') ?: '0' : null;
+    return cw_decimal_at_most(rtrim($value, ' '), '9223372036854775807');
 }
 
 // cw_decode_set returns the members of a set item, escaped as its tokens
@@ -180,7 +206,7 @@ function cw_namespace(Memcached $mc, string $key, int $ttl = 0): string {
             return $v;
         }
         $start = cw_namespace_start((int)floor(microtime(true) * 1000));
-        if ($mc->add($key, $start, $ttl)) {
+        if ($mc->add($key, $start, cw_at_least($ttl))) {
             return $start;
         }
     }
@@ -206,7 +232,7 @@ function cw_evidence_namespaces(Memcached $mc, string $prefix, string $template,
             break;
         }
         $fresh = cw_namespace_start((int)floor(microtime(true) * 1000)) . ' ' . str_repeat('0', intdiv($bits, 4));
-        $stored = $got === false ? $mc->add($master, $fresh, $ttl) : $mc->cas($got['cas'], $master, $fresh, $ttl);
+        $stored = $got === false ? $mc->add($master, $fresh, cw_at_least($ttl)) : $mc->cas($got['cas'], $master, $fresh, cw_at_least($ttl));
         if ($stored) {
             $m = cw_decode_master($fresh, $bits);
         }
@@ -311,6 +337,13 @@ function cw_check_vectors(string $path): array {
             $bad[] = "master " . json_encode($c['value']) . ": " . json_encode($got);
         }
     }
+    foreach ($v['lifetimes'] ?? [] as $c) {
+        // php-memcached has no meta commands: only the lifetimes of the
+        // items this reader creates apply.
+        if (isset($c['rule_ttl']) && cw_at_least((int)$c['rule_ttl']) !== $c['reader_ttl']) {
+            $bad[] = "lifetimes {$c['name']}: " . cw_at_least((int)$c['rule_ttl']);
+        }
+    }
     return $bad;
 }
 
@@ -351,8 +384,41 @@ function cw_serve(string $server): void {
     }
 }
 
+const CW_USAGE = <<<'EOT'
+usage: php cachewarden_reader.php [--help] [--vectors FILE] [--server HOST:PORT]
+
+Reads what cachewarden keeps in memcached, following docs/formats.md.
+
+options:
+  --help              show this help and exit
+  --vectors FILE      check this reader against the test vectors in FILE
+                      (testdata/formats/vectors.json); exits 1 and lists
+                      the failures on stderr if any
+  --server HOST:PORT  answer JSON requests, one per line of stdin, with the
+                      items of the memcached at HOST:PORT, one JSON answer
+                      per line on stdout (how client/readers_test.go drives it)
+
+Used as a library, include it and call cw_key(), cw_namespace(),
+cw_members(), cw_count().
+
+EOT;
+
 if (PHP_SAPI === 'cli' && realpath($argv[0]) === __FILE__) {
-    $opts = getopt('', ['vectors:', 'server:']);
+    $opts = getopt('h', ['help', 'vectors:', 'server:'], $rest);
+    if (isset($opts['help']) || isset($opts['h'])) {
+        echo CW_USAGE;
+        exit(0);
+    }
+    foreach (['vectors' => 'FILE', 'server' => 'HOST:PORT'] as $flag => $what) {
+        if (!isset($opts[$flag]) && in_array('--' . $flag, $argv, true)) {
+            fwrite(STDERR, "cachewarden_reader.php: --$flag needs a value: --$flag $what\n" . CW_USAGE);
+            exit(2);
+        }
+    }
+    if ($rest < count($argv)) {
+        fwrite(STDERR, "cachewarden_reader.php: unexpected argument " . $argv[$rest] . "\n" . CW_USAGE);
+        exit(2);
+    }
     if (isset($opts['vectors'])) {
         $bad = cw_check_vectors($opts['vectors']);
         foreach ($bad as $b) {
@@ -362,5 +428,9 @@ if (PHP_SAPI === 'cli' && realpath($argv[0]) === __FILE__) {
     }
     if (isset($opts['server'])) {
         cw_serve($opts['server']);
+        exit(0);
     }
+    fwrite(STDERR, "cachewarden_reader.php: nothing to do: give --vectors FILE to check this reader against the "
+        . "shared test vectors, or --server HOST:PORT to answer JSON requests from stdin; --help says more\n");
+    exit(2);
 }

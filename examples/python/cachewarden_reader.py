@@ -22,6 +22,7 @@ the Go client.
 import argparse
 import hashlib
 import json
+import math
 import random
 import re
 import socket
@@ -141,18 +142,24 @@ def namespace_start(unix_ms):
     return max(unix_ms, 0) << 20
 
 
+MAX_VERSION = 2**64 - 1
+MAX_COUNT = 2**63 - 1
+
+
 def parse_version(value):
-    """A namespace version, or ValueError."""
+    """A namespace version (unsigned 64-bit; ASCII spaces, tabs, CR and LF
+    around it ignored), or ValueError."""
     text = value.strip(b" \t\r\n")
-    if not text.isdigit():
+    if not text.isdigit() or int(text) > MAX_VERSION:
         raise ValueError("%r is not a version" % value)
     return int(text)
 
 
 def parse_count(value):
-    """A counter, or None when the item is not a count."""
+    """A counter (trailing spaces ignored, at most 2^63-1), or None when
+    the item is not a count."""
     text = value.rstrip(b" ")
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isdigit() and int(text) <= MAX_COUNT else None
 
 
 def _tokens(value):
@@ -197,7 +204,7 @@ def namespace(mc, k, ttl=0, attempts=3):
         if value is not None:
             return parse_version(value)
         start = namespace_start(int(time.time() * 1000))
-        if mc.add(k, str(start).encode(), expire=ttl, noreply=False):
+        if mc.add(k, str(start).encode(), expire=_at_least(ttl), noreply=False):
             return start
     raise RuntimeError("namespace %r evicted %d times in a row" % (k, attempts))
 
@@ -220,8 +227,8 @@ def evidence_namespaces(mc, prefix, template, column, master_key, bits, rows, tt
         if version is not None:
             break
         fresh = b"%d %s" % (namespace_start(int(time.time() * 1000)), b"0" * (bits // 4))
-        stored = mc.add(master_key, fresh, expire=ttl, noreply=False) if value is None \
-            else mc.cas(master_key, fresh, cas, expire=ttl, noreply=False)
+        stored = mc.add(master_key, fresh, expire=_at_least(ttl), noreply=False) if value is None \
+            else mc.cas(master_key, fresh, cas, expire=_at_least(ttl), noreply=False)
         if stored:
             version, bitmap = decode_master(fresh, bits)
             break
@@ -277,19 +284,54 @@ class MetaConn:
         return words, None
 
 
+MAX_RELATIVE_EXPTIME = 30 * 24 * 3600
+
+
+def _at_least(seconds):
+    """The exptime of an item that must live at least this many seconds:
+    memcached's clock ticks in whole seconds and ends an item of n seconds
+    after n-1 to n of them, so one more (0: no expiry). Beyond 30 days
+    memcached takes an exptime as a Unix time."""
+    if seconds <= 0:
+        return 0
+    n = math.ceil(seconds) + 1
+    return n + int(time.time()) if n > MAX_RELATIVE_EXPTIME else n
+
+
+def lease_get(k, compute_time):
+    """The mg of one GetOrCompute look (docs/formats.md)."""
+    ct = math.ceil(compute_time)
+    return b"mg %s v c t N%d R%d" % (k, _at_least(ct), ct)
+
+
+def stored_ttl(lifetime, compute_time):
+    """The exptime of a computed value: at least its lifetime plus the
+    compute time; 0 (no T flag) when the lifetime is 0 (never expires)."""
+    return _at_least(lifetime + math.ceil(compute_time)) if lifetime > 0 else 0
+
+
+def invalidate(k, stale_for):
+    """The md that marks a value stale for at least stale_for seconds."""
+    return b"md %s I T%d" % (k, _at_least(stale_for))
+
+
 def get_or_compute(meta, k, lifetime, compute, compute_time=2, wait=0.05, max_wait=2.0):
     """GetOrCompute's protocol (docs/formats.md): one reader computes a
-    missing, due or stale value while the others wait or are served it."""
+    missing, due or stale value while the others wait or are served it.
+    The winner stores only over the item its lease is on (C<cas>); when
+    that item changed or ended meanwhile, the value is returned but not
+    stored."""
     deadline = time.time() + max_wait
     while True:
-        words, value = meta.command(b"mg %s v c t N%d R%d" % (k, compute_time, compute_time))
+        words, value = meta.command(lease_get(k, compute_time))
         flags = {w[:1]: w[1:] for w in words[2:]}
         if b"W" in flags:
             new = compute()
-            ttl = lifetime + compute_time if lifetime > 0 else 0
-            reply, _ = meta.command(b"ms %s %d T%d C%s" % (k, len(new), ttl, flags[b"c"]), new)
-            if reply[0] == b"NF":
-                meta.command(b"ms %s %d T%d ME" % (k, len(new), ttl), new)
+            ttl = stored_ttl(lifetime, compute_time)
+            line = b"ms %s %d C%s" % (k, len(new), flags[b"c"])
+            if ttl:
+                line += b" T%d" % ttl
+            meta.command(line, new)  # HD, or EX/NF: not stored, never added
             return new
         if value is not None and (value or b"Z" not in flags):
             return value
@@ -350,6 +392,16 @@ def check_vectors(path):
             got = None
         if (got is not None) != case["valid"] or (got is not None and got != (case["version"], case["set"])):
             bad.append("master %r: %r" % (case["value"], got))
+    for case in v.get("lifetimes", []):
+        if "mg" in case:
+            got = (lease_get(b"KEY", case["compute_time"]).decode(), stored_ttl(case["lifetime"], case["compute_time"]))
+            want = (case["mg"], case["ms_ttl"])
+        elif "md" in case:
+            got, want = invalidate(b"KEY", case["stale_for"]).decode(), case["md"]
+        else:
+            got, want = _at_least(case["rule_ttl"]), case["reader_ttl"]
+        if got != want:
+            bad.append("lifetimes %s: %r != %r" % (case["name"], got, want))
     return bad
 
 
@@ -384,6 +436,9 @@ def serve(server):
 
             def compute():
                 computed.append(True)
+                if req.get("delete_during_compute"):
+                    # What another tool's invalidation does meanwhile.
+                    mc.delete(k, noreply=False)
                 return req["compute"].encode()
 
             out["value"] = get_or_compute(meta, k, req["lifetime"], compute).decode()
@@ -391,18 +446,31 @@ def serve(server):
         print(json.dumps(out), flush=True)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--vectors")
-    p.add_argument("--server")
-    args = p.parse_args()
+USAGE_HINT = ("give --vectors FILE to check this reader against the shared test vectors, "
+              "or --server HOST:PORT to answer JSON requests from stdin; --help says more")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Used as a module, import it and call key(), namespace(), members(), count(), get_or_compute().")
+    p.add_argument("--vectors", metavar="FILE",
+                   help="check this reader against the test vectors in FILE "
+                        "(testdata/formats/vectors.json); exits 1 and lists the failures on stderr if any")
+    p.add_argument("--server", metavar="HOST:PORT",
+                   help="answer JSON requests, one per line of stdin, with the items of the memcached at "
+                        "HOST:PORT, one JSON answer per line on stdout (how client/readers_test.go drives it)")
+    args = p.parse_args(argv)
+    if not args.vectors and not args.server:
+        p.print_usage(sys.stderr)
+        print("%s: nothing to do: %s" % (p.prog, USAGE_HINT), file=sys.stderr)
+        sys.exit(2)
     if args.vectors:
         bad = check_vectors(args.vectors)
         for b in bad:
             print(b, file=sys.stderr)
         sys.exit(1 if bad else 0)
-    if args.server:
-        serve(args.server)
+    serve(args.server)
 
 
 if __name__ == "__main__":
