@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/cachewarden/cachewarden/check"
+)
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// checkCmd implements `check`: config, rules, rule tests and, with a DSN,
+// the rules against the live schema (package check).
+func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("check",
+		"check -c FILE [--dsn DSN] [--tests PATH]... [--format text|json] [--warnings-as-errors]",
+		"Loads the config and the rule files it names, runs the rule tests (by\n"+
+			"default the *.yaml files in the tests/ directory of each rule directory),\n"+
+			"and, with --dsn, checks the rules against the live schema: tables and\n"+
+			"columns exist, key and when columns have usable types, load and recount\n"+
+			"queries prepare with the right number of parameters and use an index,\n"+
+			"and key templates that can exceed 250 bytes (and will be hashed).\n"+
+			"Prints one line per problem, file:line:col: severity: message, then a\n"+
+			"summary. Exit status: 1 when there is an error (or, with\n"+
+			"--warnings-as-errors, a warning), 2 on a command-line mistake, else 0.\n"+
+			"The DSN's password may come from the environment: --dsn \"$CHECK_DSN\".",
+		stderr)
+	var path, dsn, format string
+	var tests, databases listFlag
+	fs.StringVar(&path, "c", "", "config file (required)")
+	fs.StringVar(&path, "config", "", "same as -c")
+	fs.StringVar(&dsn, "dsn", "", "go-sql-driver/mysql DSN of the database the rules query; none: no schema check")
+	fs.Var(&tests, "tests", "rule test file or directory (repeatable); default: tests/ beside each rule directory")
+	fs.Var(&databases, "database", "NAME=SCHEMA: look up tables of rules' database NAME in SCHEMA (repeatable)")
+	fs.StringVar(&format, "format", "text", "output format: text or json")
+	warnFail := fs.Bool("warnings-as-errors", false, "exit with status 1 on warnings too")
+	timeout := fs.Duration("timeout", check.DefaultTimeout, "bound on the schema check")
+	if err := fs.Parse(args); err != nil {
+		return flagError(err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		fs.Usage()
+		return usageErrorf("check: unexpected argument %q", fs.Arg(0))
+	case path == "":
+		fs.Usage()
+		return usageErrorf("check: -c FILE is required")
+	case format != "text" && format != "json":
+		return usageErrorf("check: --format %q: want text or json", format)
+	}
+	opts := check.Options{Config: path, DSN: dsn, Timeout: *timeout, Log: a.log}
+	if len(tests) > 0 {
+		opts.Tests = tests
+	}
+	for _, d := range databases {
+		name, schema, ok := strings.Cut(d, "=")
+		if !ok || name == "" || schema == "" {
+			return usageErrorf("check: --database %q: want NAME=SCHEMA", d)
+		}
+		if opts.Databases == nil {
+			opts.Databases = map[string]string{}
+		}
+		opts.Databases[name] = schema
+	}
+	rep, err := check.Run(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	if format == "json" {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteText(stdout)
+	}
+	if err != nil {
+		return fmt.Errorf("check: write report: %w", err)
+	}
+	if rep.Failed(*warnFail) {
+		return errReported
+	}
+	return nil
+}
