@@ -95,8 +95,11 @@ type Report struct {
 	TestFiles   int `json:"test_files"`
 	TestsPassed int `json:"tests_passed"`
 	TestsFailed int `json:"tests_failed"`
-	// Schemas lists the databases whose schema the rules were checked
-	// against; empty when no DSN was given.
+	// Server names the server and user of the DSN (never the password);
+	// "" when no DSN was given.
+	Server string `json:"server,omitempty"`
+	// Schemas lists the databases whose tables the rules were checked
+	// against.
 	Schemas []string `json:"schemas,omitempty"`
 	// Errors and Warnings count the findings of each severity.
 	Errors   int `json:"errors"`
@@ -133,10 +136,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.TestFiles > 0 {
 		fmt.Fprintf(&b, ", %s in %s (%d failed)", plural(r.TestsPassed+r.TestsFailed, "rule test"), plural(r.TestFiles, "test file"), r.TestsFailed)
 	}
-	if len(r.Schemas) > 0 {
-		fmt.Fprintf(&b, ", schema of %s", strings.Join(r.Schemas, ", "))
-	} else {
+	switch {
+	case r.Server == "":
 		b.WriteString(", no schema (no --dsn)")
+	case len(r.Schemas) > 0:
+		fmt.Fprintf(&b, ", schema on %s (%s)", r.Server, strings.Join(r.Schemas, ", "))
+	default:
+		fmt.Fprintf(&b, ", schema on %s", r.Server)
 	}
 	fmt.Fprintf(&b, ": %s, %s\n", plural(r.Errors, "error"), plural(r.Warnings, "warning"))
 	_, err := io.WriteString(w, b.String())

@@ -98,6 +98,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	db, where, err := openDB(o.DSN)
+	rep.Server = cmpOr(where, "an unreadable DSN")
 	if err != nil {
 		rep.add(Finding{Severity: Error, Message: err.Error()})
 		return rep, nil
@@ -112,7 +113,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if ctx.Err() != nil {
 			return rep, ctx.Err()
 		}
-		rep.add(Finding{Severity: Error, Message: fmt.Sprintf("schema check on %s: %v", where, err)})
+		rep.add(Finding{Severity: Error, Message: fmt.Sprintf("schema check on MySQL %s stopped: %v", where, err)})
 	}
 	return rep, nil
 }
@@ -124,13 +125,13 @@ func openDB(dsn string) (db *sql.DB, where string, err error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("--dsn: %v", err) // names the malformed part, not the password
 	}
-	where = fmt.Sprintf("MySQL %s@%s/%s", mcfg.User, mcfg.Addr, mcfg.DBName)
+	where = fmt.Sprintf("%s@%s/%s", mcfg.User, mcfg.Addr, mcfg.DBName)
 	// One statement at a time, and placeholders bound by the server.
 	mcfg.MultiStatements = false
 	mcfg.InterpolateParams = false
 	conn, err := mysql.NewConnector(mcfg)
 	if err != nil {
-		return nil, where, fmt.Errorf("--dsn: %s: %v", where, err)
+		return nil, where, fmt.Errorf("--dsn: MySQL %s: %v", where, err)
 	}
 	db = sql.OpenDB(conn)
 	db.SetMaxOpenConns(2)

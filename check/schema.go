@@ -266,11 +266,11 @@ func refs(r *rules.Rule) []colRef {
 		}
 	}
 	for _, n := range r.Columns {
-		add(colRef{name: n, field: "columns", what: "columns entry " + n, role: roleOther, offset: -1})
+		add(colRef{name: n, field: "columns", what: fmt.Sprintf("columns entry %q", n), role: roleOther, offset: -1})
 	}
 	if f := kindField(r, "args"); r.At[f] != (rules.Location{}) || r.At == nil {
 		for _, n := range r.Args {
-			add(colRef{name: n, field: f, what: "args entry " + n, role: roleOther, offset: -1})
+			add(colRef{name: n, field: f, what: fmt.Sprintf("args entry %q", n), role: roleOther, offset: -1})
 		}
 	} // else args are the key's placeholders, checked above
 	if r.When != "" {
@@ -278,7 +278,7 @@ func refs(r *rules.Rule) []colRef {
 		if err == nil {
 			slices.SortStableFunc(cols, func(a, b whenColumn) int { return a.offset - b.offset })
 			for _, wc := range cols {
-				add(colRef{name: wc.name, field: "when", what: "when names " + wc.name, role: roleWhen, offset: wc.offset})
+				add(colRef{name: wc.name, field: "when", what: "when identifier " + wc.name, role: roleWhen, offset: wc.offset})
 			}
 		}
 	}
@@ -288,15 +288,17 @@ func refs(r *rules.Rule) []colRef {
 // columns checks that every column r names exists in t with a usable
 // type.
 func (s *Schema) columns(c *ruleCheck, t *table) {
-	tname := t.name
-	if t.schema != s.current {
-		tname = t.schema + "." + t.name
+	tname := c.r.Table
+	if c.r.Database != "" {
+		tname = c.r.Database + "." + c.r.Table
 	}
 	typed := map[string]bool{}
 	for _, ref := range refs(c.r) {
 		line, col := c.at(ref.field)
 		if ref.role == roleWhen {
-			line, col = s.whenAt(c.r, line, col, ref.offset)
+			if _, ok := c.r.At["when"]; ok {
+				line, col = s.inScalar(c.r, line, col, c.r.When, ref.offset)
+			}
 		}
 		cl := t.column(ref.name)
 		if cl == nil {
@@ -334,12 +336,12 @@ func foldColumn(t *table, name string) string {
 	return ""
 }
 
-// whenAt locates a `when` identifier in the rule file: the value's
-// position plus the identifier's offset when the value is written on one
-// line as it reads (plain or quoted without escapes); else the value's
+// inScalar locates the rune at offset in text, the value of a rule's
+// field that starts at line:col: exact when the value is written on one
+// line as it reads (plain, or quoted without escapes); else the value's
 // position.
-func (s *Schema) whenAt(r *rules.Rule, line, col, offset int) (int, int) {
-	if _, ok := r.At["when"]; !ok || offset < 0 || strings.Contains(r.When, "\n") {
+func (s *Schema) inScalar(r *rules.Rule, line, col int, text string, offset int) (int, int) {
+	if offset < 0 || strings.Contains(text, "\n") {
 		return line, col
 	}
 	lines, ok := s.lines[r.File]
@@ -353,9 +355,9 @@ func (s *Schema) whenAt(r *rules.Rule, line, col, offset int) (int, int) {
 		return line, col
 	}
 	raw := []rune(lines[line-1])
-	want := []rune(r.When)
+	want := []rune(text)
 	for _, start := range []int{col - 1, col} { // plain, or after the opening quote
-		if start >= 0 && start+len(want) <= len(raw) && string(raw[start:start+len(want)]) == r.When {
+		if start >= 0 && start+len(want) <= len(raw) && string(raw[start:start+len(want)]) == text {
 			return line, start + offset + 1
 		}
 	}
@@ -397,7 +399,7 @@ func (s *Schema) keyLength(c *ruleCheck, t *table) {
 	c.add(kindField(r, "key"), Warning,
 		"key %q can render %d bytes (prefix %d + literal text %d + %s%s, a byte <= 0x20, 0x7f or %% escaped to three), beyond memcached's %d: "+
 			"such keys become their first 200 bytes, '#' and the first 32 hex digits of the SHA-256 of the whole key (233 bytes); "+
-			"applications must build them with the same key function",
+			"applications build them with the same key function (rules.Key, client's Client.Key)",
 		src, total, len(r.Prefix), literal, strings.Join(parts, " + "), suffix, rules.MaxKeyLen)
 }
 
@@ -465,18 +467,28 @@ func (s *Schema) prepare(ctx context.Context, c *ruleCheck, field, name, q strin
 	if !errors.As(perr, &me) {
 		return n, perr == nil, perr
 	}
-	msg := fmt.Sprintf("%s does not prepare on the server: %s (MySQL error %d)", name, me.Message, me.Number)
+	hint := ""
+	line, col := c.at(field)
 	if m := unknownColumn.FindStringSubmatch(me.Message); m != nil {
-		col := m[1][strings.LastIndexByte(m[1], '.')+1:]
+		unknown := m[1][strings.LastIndexByte(m[1], '.')+1:]
 		var names []string
 		for _, ref := range scanQuery(q).tables {
-			if t, err := s.table(ctx, cmpOr(ref.schema, s.current), ref.name); err == nil && t != nil {
+			t, err := s.table(ctx, cmpOr(ref.schema, s.current), ref.name)
+			if err != nil {
+				return n, false, err
+			}
+			if t != nil {
 				names = append(names, t.names()...)
 			}
 		}
-		msg += suggest(col, names)
+		hint = suggest(unknown, names)
+		if i := strings.Index(q, m[1]); i >= 0 {
+			if _, ok := c.r.At[field]; ok {
+				line, col = s.inScalar(c.r, line, col, q, utf8.RuneCountInString(q[:i]))
+			}
+		}
 	}
-	c.add(field, Error, "%s", msg)
+	c.addAt(line, col, Error, "%s does not prepare on the server: %s%s (MySQL error %d)", name, me.Message, hint, me.Number)
 	return n, false, nil
 }
 
