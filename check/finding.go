@@ -68,11 +68,21 @@ func oneLine(s string) string {
 	if !strings.Contains(s, "\n") {
 		return s
 	}
-	lines := strings.Split(s, "\n")
-	for i := range lines {
-		lines[i] = strings.TrimSpace(lines[i])
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			if strings.HasSuffix(b.String(), ":") {
+				b.WriteByte(' ')
+			} else {
+				b.WriteString("; ")
+			}
+		}
+		b.WriteString(l)
 	}
-	return strings.Join(slices.DeleteFunc(lines, func(l string) bool { return l == "" }), "; ")
+	return b.String()
 }
 
 // sortFindings orders findings by file, line and column, keeping the
