@@ -220,7 +220,7 @@ func (s *Schema) ruleTable(ctx context.Context, c *ruleCheck) (*table, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.add("table", Error, "table %s not found: database %s has no table %q%s%s", name, schema, r.Table, how, suggest(r.Table, others))
+	c.add("table", Error, "table %s not found: database %s has no table %q that the DSN's user can see%s%s", name, schema, r.Table, how, suggest(r.Table, others))
 	return nil, nil
 }
 

@@ -9,12 +9,6 @@ import (
 	"github.com/cachewarden/cachewarden/check"
 )
 
-// listFlag is a repeatable string flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
-
 // checkCmd implements `check`: config, rules, rule tests and, with a DSN,
 // the rules against the live schema (package check).
 func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -32,7 +26,7 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 			"The DSN's password may come from the environment: --dsn \"$CHECK_DSN\".",
 		stderr)
 	var path, dsn, format string
-	var tests, databases listFlag
+	var tests, databases stringList
 	fs.StringVar(&path, "c", "", "config file (required)")
 	fs.StringVar(&path, "config", "", "same as -c")
 	fs.StringVar(&dsn, "dsn", "", "go-sql-driver/mysql DSN of the database the rules query; none: no schema check")
