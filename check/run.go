@@ -11,6 +11,7 @@
 package check
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -96,7 +97,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	db, where, err := openDB(o.DSN)
-	rep.Server = cmpOr(where, "an unreadable DSN")
+	rep.Server = cmp.Or(where, "an unreadable DSN")
 	if err != nil {
 		rep.add(Finding{Severity: Error, Message: err.Error()})
 		return rep, nil
