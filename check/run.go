@@ -46,6 +46,9 @@ type Options struct {
 	// DSN is a go-sql-driver/mysql DSN; "" skips the schema check. Load
 	// and recount queries run in its database, as in the daemon.
 	DSN string
+	// ConfigDSN checks the schema of the config's mysql.dsn (which may
+	// take its password from the environment) instead of DSN's.
+	ConfigDSN bool
 	// Databases maps a database named in rules (`table: shop.users`) to
 	// the schema on the server that holds its tables. A database absent
 	// from it is looked up under its own name, and, when the server has
@@ -87,7 +90,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	runTests(rep, tests)
 
-	if o.DSN == "" || rs == nil {
+	dsn := o.DSN
+	if o.ConfigDSN {
+		if dsn = cfg.MySQL.DSN; dsn == "" {
+			rep.add(Finding{File: o.Config, Severity: Error, Message: "mysql.dsn is not set: no database to check the rules against"})
+			return rep, nil
+		}
+	}
+	if dsn == "" || rs == nil {
 		return rep, nil
 	}
 	timeout := o.Timeout
@@ -96,7 +106,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	db, where, err := openDB(o.DSN)
+	db, where, err := openDB(dsn)
 	rep.Server = cmp.Or(where, "an unreadable DSN")
 	if err != nil {
 		rep.add(Finding{Severity: Error, Message: err.Error()})

@@ -134,3 +134,17 @@ func TestUnreachableDatabase(t *testing.T) {
 		t.Errorf("message %q: want the address, never the password", msg)
 	}
 }
+
+// TestConfigDSN checks against the config's mysql.dsn, here taken from
+// the environment as the example config does.
+func TestConfigDSN(t *testing.T) {
+	_, dsn := exampleDB(t)
+	t.Setenv("CACHEWARDEN_MYSQL_DSN", dsn)
+	rep, err := Run(context.Background(), Options{Config: "../configs/cachewarden.yaml", ConfigDSN: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Server == "" || len(rep.Schemas) != 1 || len(rep.Findings) != 0 {
+		t.Errorf("report %+v", rep)
+	}
+}

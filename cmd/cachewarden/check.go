@@ -13,7 +13,7 @@ import (
 // the rules against the live schema (package check).
 func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("check",
-		"check -c FILE [--dsn DSN] [--tests PATH]... [--format text|json] [--warnings-as-errors]",
+		"check -c FILE [--dsn DSN | --config-dsn] [--tests PATH]... [--format text|json] [--warnings-as-errors]",
 		"Loads the config and the rule files it names, runs the rule tests (by\n"+
 			"default the *.yaml files in the tests/ directory of each rule directory),\n"+
 			"and, with --dsn, checks the rules against the live schema: tables and\n"+
@@ -23,7 +23,8 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 			"Prints one line per problem, file:line:col: severity: message, then a\n"+
 			"summary. Exit status: 1 when there is an error (or, with\n"+
 			"--warnings-as-errors, a warning), 2 on a command-line mistake, else 0.\n"+
-			"The DSN's password may come from the environment: --dsn \"$CHECK_DSN\".",
+			"--config-dsn checks against the config's mysql.dsn, whose password may\n"+
+			"come from the environment (${NAME}) rather than the command line.",
 		stderr)
 	var path, dsn, format string
 	var tests, databases stringList
@@ -33,6 +34,7 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.Var(&tests, "tests", "rule test file or directory (repeatable); default: tests/ beside each rule directory")
 	fs.Var(&databases, "database", "NAME=SCHEMA: look up tables of rules' database NAME in SCHEMA (repeatable)")
 	fs.StringVar(&format, "format", "text", "output format: text or json")
+	configDSN := fs.Bool("config-dsn", false, "check against the config's mysql.dsn")
 	warnFail := fs.Bool("warnings-as-errors", false, "exit with status 1 on warnings too")
 	timeout := fs.Duration("timeout", check.DefaultTimeout, "bound on the schema check")
 	if err := fs.Parse(args); err != nil {
@@ -45,10 +47,12 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	case path == "":
 		fs.Usage()
 		return usageErrorf("check: -c FILE is required")
+	case dsn != "" && *configDSN:
+		return usageErrorf("check: give --dsn or --config-dsn, not both")
 	case format != "text" && format != "json":
 		return usageErrorf("check: --format %q: want text or json", format)
 	}
-	opts := check.Options{Config: path, DSN: dsn, Timeout: *timeout, Log: a.log}
+	opts := check.Options{Config: path, DSN: dsn, ConfigDSN: *configDSN, Timeout: *timeout, Log: a.log}
 	if len(tests) > 0 {
 		opts.Tests = tests
 	}

@@ -21,6 +21,7 @@ func TestCheckUsage(t *testing.T) {
 		{args: []string{"check", "-c", exampleConfig, "--format", "xml"}, code: 2},
 		{args: []string{"check", "-c", exampleConfig, "--database", "shop"}, code: 2},
 		{args: []string{"check", "-c", exampleConfig, "extra"}, code: 2},
+		{args: []string{"check", "-c", exampleConfig, "--dsn", "x@tcp(h:1)/d", "--config-dsn"}, code: 2},
 		{args: []string{"help", "check"}, code: 0},
 	} {
 		_, _, err := invoke(t, "", tc.args...)
