@@ -32,8 +32,12 @@ func (s *Schema) query(ctx context.Context, c *ruleCheck, t *table) error {
 		if _, explicit := r.At[kindField(r, "args")]; !explicit {
 			from = "the key's placeholders (the default args) are"
 		}
-		c.add(field, Error, "%s takes %d parameter(s) on the server but %s %d column(s) %v; a '?' inside an executable comment /*! */ counts on the server",
-			name, n, from, len(r.Args), r.Args)
+		why := ""
+		if strings.Contains(r.Query, "/*!") {
+			why = "; a '?' inside an executable comment /*! */ counts on the server"
+		}
+		c.add(field, Error, "%s takes %d parameter(s) on the server but %s %d column(s) %v%s",
+			name, n, from, len(r.Args), r.Args, why)
 		return nil
 	}
 	return s.explain(ctx, c, t, field, name)
