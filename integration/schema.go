@@ -45,6 +45,10 @@ type Table struct {
 	Columns  []ColumnDef
 	// PK lists the primary key's columns.
 	PK []string
+	// Indexes lists the columns of each secondary index: those the
+	// example rules' load and recount queries look rows up by
+	// (`cachewarden check` reports a query that reads a whole table).
+	Indexes [][]string
 }
 
 // Qualified returns "database.table" as events and rule files name it.
@@ -79,7 +83,11 @@ func (t *Table) createSQL() string {
 		}
 		fmt.Fprintf(&b, "  `%s` %s%s,\n", c.Name, c.SQLType, null)
 	}
-	fmt.Fprintf(&b, "  PRIMARY KEY (%s)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4", quoteNames(t.PK))
+	fmt.Fprintf(&b, "  PRIMARY KEY (%s)", quoteNames(t.PK))
+	for _, ix := range t.Indexes {
+		fmt.Fprintf(&b, ",\n  KEY (%s)", quoteNames(ix))
+	}
+	b.WriteString("\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
 	return b.String()
 }
 
@@ -148,13 +156,13 @@ func NewSchema(shopDB, blogDB string) *Schema {
 		}},
 		Products: &Table{Database: shopDB, Name: "products", PK: []string{"id"}, Columns: []ColumnDef{
 			bigintCol("id"), intCol("category_id"), varcharCol("name", 200), decimalCol("price"), varcharCol("status", 20),
-		}},
+		}, Indexes: [][]string{{"category_id", "status"}}},
 		Posts: &Table{Database: blogDB, Name: "posts", PK: []string{"id"}, Columns: []ColumnDef{
 			bigintCol("id"), bigintCol("author_id"), varcharCol("title", 200), textCol("body"), boolCol("published"),
 		}},
 		Comments: &Table{Database: blogDB, Name: "comments", PK: []string{"id"}, Columns: []ColumnDef{
 			bigintCol("id"), nullable(bigintCol("post_id")), bigintCol("author_id"), textCol("body"), boolCol("approved"),
-		}},
+		}, Indexes: [][]string{{"post_id", "approved"}}},
 	}
 }
 

@@ -54,6 +54,11 @@ type Rule struct {
 	File   string
 	Line   int
 	Column int
+	// At locates the values of the rule's fields in File, by field name,
+	// a nested field under its parent's ("when", "count.recount",
+	// "set.key"); nil for rules built in Go. Tools that report on a
+	// loaded rule (cachewarden check) point at them.
+	At map[string]Location
 
 	// Fallback is the final key of the fallback namespace of the rule's
 	// file for the rule's table (the file's fallback template rendered
@@ -98,6 +103,9 @@ type Rule struct {
 	// nameLine and nameColumn locate the name, for duplicate reports.
 	nameLine, nameColumn int
 }
+
+// Location is a 1-based line and column in a file.
+type Location struct{ Line, Column int }
 
 // MaxCopies bounds Rule.Copies.
 const MaxCopies = 64

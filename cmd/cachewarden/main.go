@@ -41,6 +41,7 @@ type app struct {
 func (a *app) commands() []command {
 	return []command{
 		{name: "run", help: "run the daemon: consume CDC topics and keep memcached in step (run -c FILE)", run: a.runCmd},
+		{name: "check", help: "check config, rules and rule tests, and with --dsn the rules against the live schema (check -c FILE)", run: a.checkCmd},
 		{name: "rules", help: "check rule files or run rule unit tests (rules check|test)", run: a.rulesCmd},
 		{name: "plan", help: "print the cache operations planned for CDC messages read from stdin", run: a.planCmd},
 		{name: "replay", help: "re-apply a range of the CDC topics, or an NDJSON file (replay -c FILE --from START | --file F)", run: a.replayCmd},

@@ -568,6 +568,7 @@ func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
 	before := len(l.problems)
 	r := &rules.Rule{File: l.file, Line: n.Line, Column: n.Column, Prefix: l.prefix}
 	fs := l.fields(n, "rule", ruleFields...)
+	r.At = locations(r.At, "", fs)
 
 	label := "rule"
 	if f, ok := fs["name"]; !ok {
@@ -639,6 +640,7 @@ func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
 				queryField = "recount"
 				sub = l.fields(v, "count", "key", "recount", "args", "keys")
 			}
+			r.At = locations(r.At, first+".", sub)
 			if f, ok := sub["key"]; ok {
 				r.Key = l.template(f.value, first+" key")
 			} else {
@@ -817,6 +819,17 @@ func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
 		return nil
 	}
 	return r
+}
+
+// locations adds where each field's value is to at, under parent+name.
+func locations(at map[string]rules.Location, parent string, fs map[string]field) map[string]rules.Location {
+	if at == nil {
+		at = make(map[string]rules.Location, len(fs))
+	}
+	for name, f := range fs {
+		at[parent+name] = rules.Location{Line: f.value.Line, Column: f.value.Column}
+	}
+	return at
 }
 
 // integer reads an integer field from lo to hi.

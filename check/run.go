@@ -1,0 +1,292 @@
+// Package check checks a cachewarden deployment before it runs: the config
+// file, the rule files it names, their rule tests, and, given a database,
+// the rules against the live schema (see Schema). It backs `cachewarden
+// check`; the result is a Report of findings, each located in the file
+// that causes it.
+//
+// Nothing from a rule or a config becomes SQL text except the rules' own
+// load, recount and keys queries, which are prepared (and explained) with
+// '?' placeholders bound to typed sample values; schema and table names
+// are only ever bound as parameters of information_schema queries.
+package check
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/ruletest"
+)
+
+// DefaultTimeout bounds the schema check (connecting, every
+// information_schema query, prepare and EXPLAIN).
+const DefaultTimeout = 30 * time.Second
+
+// Options says what Run checks.
+type Options struct {
+	// Config is the daemon's config file; required.
+	Config string
+	// Tests are rule test files or directories (whose *.yaml and *.yml
+	// files are tests). nil means the tests/ subdirectory of every rule
+	// directory the config names, where there is one.
+	Tests []string
+	// DSN is a go-sql-driver/mysql DSN; "" skips the schema check. Load
+	// and recount queries run in its database, as in the daemon.
+	DSN string
+	// ConfigDSN checks the schema of the config's mysql.dsn (which may
+	// take its password from the environment) instead of DSN's.
+	ConfigDSN bool
+	// Databases maps a database named in rules (`table: shop.users`) to
+	// the schema on the server that holds its tables. A database absent
+	// from it is looked up under its own name, and, when the server has
+	// no database of that name, in the DSN's database.
+	Databases map[string]string
+	// Timeout bounds the schema check; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Log receives progress at debug level; nil discards.
+	Log *slog.Logger
+}
+
+// Run checks the config, its rules, the rule tests and, with a DSN, the
+// schema. Every problem becomes a Finding; the error is non-nil only when
+// ctx ends.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rep := &Report{}
+	cfg, err := config.Load(o.Config)
+	if err != nil {
+		rep.add(loadFindings(o.Config, err)...)
+		return rep, nil // the rules cannot be checked further
+	}
+	rs := cfg.RuleSet
+	if rs != nil {
+		files := map[string]bool{}
+		for _, r := range rs.Rules() {
+			files[r.File] = true
+		}
+		rep.Rules, rep.RuleFiles = len(rs.Rules()), len(files)
+	}
+	log.Debug("config and rules loaded", "config", o.Config, "rules", rep.Rules)
+
+	tests := o.Tests
+	if tests == nil {
+		tests = defaultTests(cfg.Rules)
+	}
+	runTests(rep, tests)
+
+	dsn := o.DSN
+	if o.ConfigDSN {
+		if dsn = cfg.MySQL.DSN; dsn == "" {
+			rep.add(Finding{File: o.Config, Severity: Error, Message: "mysql.dsn is not set: no database to check the rules against"})
+			return rep, nil
+		}
+	}
+	if dsn == "" || rs == nil {
+		return rep, nil
+	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	db, where, err := openDB(dsn)
+	rep.Server = cmp.Or(where, "an unreadable DSN")
+	if err != nil {
+		rep.add(Finding{Severity: Error, Message: err.Error()})
+		return rep, nil
+	}
+	defer db.Close()
+	sc := &Schema{DB: db, Databases: o.Databases, Log: log}
+	fs, schemas, err := sc.Check(sctx, rs)
+	sortFindings(fs)
+	rep.add(fs...)
+	rep.Schemas = schemas
+	if err != nil {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		rep.add(Finding{Severity: Error, Message: fmt.Sprintf("schema check on MySQL %s stopped: %v", where, err)})
+	}
+	return rep, nil
+}
+
+// openDB opens a pool for dsn; where names the server and user for
+// messages (never the password).
+func openDB(dsn string) (db *sql.DB, where string, err error) {
+	mcfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, "", fmt.Errorf("--dsn: %v", err) // names the malformed part, not the password
+	}
+	where = fmt.Sprintf("%s@%s/%s", mcfg.User, mcfg.Addr, mcfg.DBName)
+	// One statement at a time, and placeholders bound by the server.
+	mcfg.MultiStatements = false
+	mcfg.InterpolateParams = false
+	conn, err := mysql.NewConnector(mcfg)
+	if err != nil {
+		return nil, where, fmt.Errorf("--dsn: MySQL %s: %v", where, err)
+	}
+	db = sql.OpenDB(conn)
+	db.SetMaxOpenConns(2)
+	return db, where, nil
+}
+
+// loadFindings turns config.Load's error into findings: the config's and
+// the rule files' problems at their positions, anything else at the
+// config file.
+func loadFindings(file string, err error) []Finding {
+	var out []Finding
+	var ce *config.Error
+	if errors.As(err, &ce) {
+		out = append(out, problemFindings(ce.Problems)...)
+	}
+	var le *rules.LoadError
+	if errors.As(err, &le) {
+		out = append(out, problemFindings(le.Problems)...)
+	}
+	if out == nil {
+		out = append(out, Finding{File: file, Severity: Error, Message: strings.TrimPrefix(err.Error(), "config: ")})
+	}
+	return out
+}
+
+func problemFindings(ps []rules.Problem) []Finding {
+	out := make([]Finding, len(ps))
+	for i, p := range ps {
+		out[i] = Finding{File: p.File, Line: p.Line, Column: p.Column, Severity: Error, Message: p.Msg}
+	}
+	return out
+}
+
+// defaultTests returns the rule test files in the tests/ subdirectory of
+// each rule directory.
+func defaultTests(rulePaths []string) []string {
+	var out []string
+	for _, p := range rulePaths {
+		if st, err := os.Stat(p); err != nil || !st.IsDir() {
+			continue
+		}
+		dir := filepath.Join(p, "tests")
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			out = append(out, dir)
+		}
+	}
+	return out
+}
+
+// testFiles expands directories into their *.yaml and *.yml files, in
+// name order.
+func testFiles(paths []string) (files []string, problems []Finding) {
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			problems = append(problems, Finding{File: p, Severity: Error, Message: "rule tests: " + pathError(err)})
+			continue
+		}
+		if !st.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			problems = append(problems, Finding{File: p, Severity: Error, Message: "rule tests: " + pathError(err)})
+			continue
+		}
+		for _, e := range entries {
+			n := e.Name()
+			if !e.IsDir() && !strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+				files = append(files, filepath.Join(p, n))
+			}
+		}
+	}
+	return files, problems
+}
+
+func pathError(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// eventLine finds the event's line in a rule test failure text.
+var eventLine = regexp.MustCompile(`^event \d+ \(line (\d+)\)`)
+
+// problemLine splits "file:line:col: message", the form of rule test
+// parse problems.
+var problemLine = regexp.MustCompile(`^(.*?):(\d+):(\d+): (.*)$`)
+
+// runTests runs the rule tests of paths and adds a finding per failure.
+func runTests(rep *Report, paths []string) {
+	files, problems := testFiles(paths)
+	rep.add(problems...)
+	for _, path := range files {
+		rep.TestFiles++
+		suite, err := ruletest.Load(path)
+		if err != nil {
+			var pe *ruletest.ParseError
+			if !errors.As(err, &pe) {
+				rep.add(Finding{File: path, Severity: Error, Message: "rule test file: " + pathError(err)})
+				continue
+			}
+			for _, p := range pe.Problems {
+				f := Finding{File: path, Severity: Error, Message: p}
+				if m := problemLine.FindStringSubmatch(p); m != nil {
+					f.File, f.Message = m[1], m[4]
+					f.Line, _ = strconv.Atoi(m[2])
+					f.Column, _ = strconv.Atoi(m[3])
+				}
+				rep.add(f)
+			}
+			continue
+		}
+		rs, err := suite.LoadRules()
+		if err != nil {
+			var le *rules.LoadError
+			if errors.As(err, &le) {
+				for _, f := range problemFindings(le.Problems) {
+					f.Message = fmt.Sprintf("rule files of test file %s do not load: %s", path, f.Message)
+					rep.add(f)
+				}
+			} else {
+				rep.add(Finding{File: path, Severity: Error, Message: "rule files do not load: " + err.Error()})
+			}
+			continue
+		}
+		var found []Finding
+		for _, res := range suite.Run(rs) {
+			if res.Passed() {
+				rep.TestsPassed++
+				continue
+			}
+			rep.TestsFailed++
+			for _, failure := range res.Failures {
+				f := Finding{File: path, Line: res.Test.Line, Severity: Error,
+					Message: fmt.Sprintf("rule test %q failed: %s", res.Test.Name, failure)}
+				if m := eventLine.FindStringSubmatch(failure); m != nil {
+					f.Line, _ = strconv.Atoi(m[1])
+				}
+				found = append(found, f)
+			}
+		}
+		sortFindings(found)
+		rep.add(found...)
+	}
+}

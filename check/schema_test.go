@@ -1,0 +1,150 @@
+package check
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+
+	"github.com/cachewarden/cachewarden/integration"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
+)
+
+// exampleDB creates a fresh database holding the example schema (the
+// tables the demo creates for configs/rules) and returns it and its DSN.
+func exampleDB(t *testing.T) (*sql.DB, string) {
+	t.Helper()
+	db, dsn := testsvc.MySQL(t)
+	if err := integration.NewSchema("", "").Create(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	return db, dsn
+}
+
+// TestExampleRulesPass checks the example config and rules against the
+// schema the demo creates: no finding at all.
+func TestExampleRulesPass(t *testing.T) {
+	_, dsn := exampleDB(t)
+	rep, err := Run(context.Background(), Options{Config: "../configs/cachewarden.yaml", DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Findings {
+		t.Errorf("%s", f)
+	}
+	if rep.Rules != 7 || rep.RuleFiles != 2 || rep.TestFiles != 4 || rep.TestsPassed == 0 || rep.TestsFailed != 0 {
+		t.Errorf("counts: %+v", rep)
+	}
+	if len(rep.Schemas) != 1 {
+		t.Errorf("schemas checked: %v, want the DSN's database", rep.Schemas)
+	}
+	if rep.Failed(true) {
+		t.Error("the example rules fail the check")
+	}
+}
+
+// TestMistakesReported checks rules with one schema mistake each against
+// the example schema: each is reported at its place.
+func TestMistakesReported(t *testing.T) {
+	_, dsn := exampleDB(t)
+	rep, err := Run(context.Background(), Options{Config: "testdata/mistakes/cachewarden.yaml", DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const f = "testdata/mistakes/rules/mistakes.yaml"
+	want := []struct {
+		at    string
+		sev   Severity
+		words []string
+	}{
+		// the key's {idd}, inside the quoted template
+		{f + ":9:11", Error, []string{`rule "user"`, `key placeholder {idd}`, `no column "idd"`, `did you mean "id"`}},
+		// actve, inside the when expression
+		{f + ":14:12", Error, []string{`rule "user-interests"`, `when identifier actve`, `did you mean "active"`}},
+		// post_idd, inside the recount query
+		{f + ":26:53", Error, []string{`rule "post-comments"`, `recount does not prepare`, `post_idd`, `did you mean "post_id"`, `1054`}},
+		{f + ":30:12", Error, []string{`rule "order"`, `table shop.orders not found`, `no table "orders"`}},
+		{f + ":38:16", Warning, []string{`rule "author-comments"`, `recount reads the whole table comments`, `type ALL`, `index on comments (author_id)`}},
+		{f + ":43:11", Warning, []string{`rule "post-by-title"`, `can render 818 bytes`, `varchar(200) up to 800`, `SHA-256`}},
+		{f + ":50:16", Error, []string{`rule "approved-comments"`, `takes 2 parameter(s) on the server`, `1 column(s)`}},
+		{f + ":55:11", Warning, []string{`rule "product-price"`, `{price}`, `decimal(10,2)`}},
+	}
+	if len(rep.Findings) != len(want) {
+		for _, f := range rep.Findings {
+			t.Log(f)
+		}
+		t.Fatalf("%d findings, want %d", len(rep.Findings), len(want))
+	}
+	for i, w := range want {
+		got := rep.Findings[i]
+		line := got.String()
+		if !strings.HasPrefix(line, w.at+": "+string(w.sev)+": ") {
+			t.Errorf("finding %d = %s\nwant it at %s, %s", i+1, line, w.at, w.sev)
+		}
+		for _, word := range w.words {
+			if !strings.Contains(line, word) {
+				t.Errorf("finding %d = %s\nwant it to mention %q", i+1, line, word)
+			}
+		}
+	}
+	if rep.Errors != 5 || rep.Warnings != 3 || !rep.Failed(false) {
+		t.Errorf("%d errors, %d warnings, failed %v", rep.Errors, rep.Warnings, rep.Failed(false))
+	}
+}
+
+// TestDatabaseMap looks a rule's database up in the schema it is mapped
+// to, even when a database of its own name exists elsewhere.
+func TestDatabaseMap(t *testing.T) {
+	db, dsn := exampleDB(t)
+	var name string
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	// mysql exists on every server and has no users table with an id.
+	for _, tc := range []struct {
+		dbs  map[string]string
+		fail bool
+	}{
+		{dbs: map[string]string{"shop": "mysql", "blog": name}, fail: true},
+		{dbs: map[string]string{"shop": name, "blog": name}},
+	} {
+		rep, err := Run(context.Background(), Options{Config: "../configs/cachewarden.yaml", DSN: dsn, Databases: tc.dbs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Failed(false) != tc.fail {
+			t.Errorf("databases %v: failed %v, want %v; findings: %v", tc.dbs, rep.Failed(false), tc.fail, rep.Findings)
+		}
+	}
+}
+
+// TestUnreachableDatabase reports a database that does not answer as an
+// error, after the checks that need none.
+func TestUnreachableDatabase(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Config: "../configs/cachewarden.yaml",
+		DSN: "cachewarden:secret@tcp(127.0.0.1:1)/app?timeout=2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Errors != 1 || len(rep.Findings) != 1 || rep.TestFiles != 4 {
+		t.Fatalf("findings %v, counts %+v", rep.Findings, rep)
+	}
+	msg := rep.Findings[0].String()
+	if !strings.Contains(msg, "127.0.0.1:1") || strings.Contains(msg, "secret") {
+		t.Errorf("message %q: want the address, never the password", msg)
+	}
+}
+
+// TestConfigDSN checks against the config's mysql.dsn, here taken from
+// the environment as the example config does.
+func TestConfigDSN(t *testing.T) {
+	_, dsn := exampleDB(t)
+	t.Setenv("CACHEWARDEN_MYSQL_DSN", dsn)
+	rep, err := Run(context.Background(), Options{Config: "../configs/cachewarden.yaml", ConfigDSN: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Server == "" || len(rep.Schemas) != 1 || len(rep.Findings) != 0 {
+		t.Errorf("report %+v", rep)
+	}
+}

@@ -1,0 +1,341 @@
+package check
+
+import (
+	"strings"
+)
+
+// This file reads just enough of a rule's SQL query to name the index
+// that would serve it: the tables of its FROM and JOIN clauses with their
+// aliases, and the columns it compares with a '?' placeholder or a
+// constant. It never changes the query nor builds SQL from it.
+
+type tokKind uint8
+
+const (
+	tokIdent tokKind = iota + 1 // a bare or `quoted` name
+	tokKeyword
+	tokString
+	tokNumber
+	tokParam // ?
+	tokOp    // = <=> < > <= >= != <>
+	tokPunct // ( ) , . ;
+)
+
+type token struct {
+	kind tokKind
+	text string // names unquoted, keywords upper-cased
+}
+
+// keywords are the words that end a table reference or are never a
+// column name in the positions looked at.
+var keywords = map[string]bool{
+	"SELECT": true, "FROM": true, "WHERE": true, "JOIN": true, "INNER": true, "LEFT": true, "RIGHT": true,
+	"OUTER": true, "CROSS": true, "NATURAL": true, "STRAIGHT_JOIN": true, "ON": true, "USING": true,
+	"GROUP": true, "ORDER": true, "BY": true, "HAVING": true, "LIMIT": true, "OFFSET": true, "AND": true,
+	"OR": true, "NOT": true, "IN": true, "IS": true, "NULL": true, "BETWEEN": true, "LIKE": true, "AS": true,
+	"DISTINCT": true, "UNION": true, "ALL": true, "FORCE": true, "USE": true, "IGNORE": true, "INDEX": true,
+	"KEY": true, "FOR": true, "LOCK": true, "SHARE": true, "MODE": true, "UPDATE": true, "WINDOW": true,
+	"TRUE": true, "FALSE": true, "XOR": true, "WITH": true, "EXISTS": true, "CASE": true, "WHEN": true,
+	"THEN": true, "ELSE": true, "END": true, "DIV": true, "MOD": true, "INTO": true, "PARTITION": true,
+}
+
+// tokenize splits SQL into tokens, skipping comments but reading the text
+// of MySQL's executable comments (/*! ... */), which the server runs.
+func tokenize(sql string) []token {
+	var out []token
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
+			i++
+		case c == '#':
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+		case c == '-' && strings.HasPrefix(sql[i:], "--") && (i+2 == len(sql) || sql[i+2] <= ' '):
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+		case c == '/' && strings.HasPrefix(sql[i:], "/*!"):
+			i += 3
+			for i < len(sql) && sql[i] >= '0' && sql[i] <= '9' {
+				i++ // version number
+			}
+		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
+			end := strings.Index(sql[i+2:], "*/")
+			if end < 0 {
+				return out
+			}
+			i += end + 4
+		case c == '*' && strings.HasPrefix(sql[i:], "*/"):
+			i += 2 // end of an executable comment
+		case c == '\'' || c == '"' || c == '`':
+			j := i + 1
+			var b strings.Builder
+			for j < len(sql) {
+				if sql[j] == '\\' && c != '`' && j+1 < len(sql) {
+					b.WriteByte(sql[j+1])
+					j += 2
+					continue
+				}
+				if sql[j] == c {
+					if j+1 < len(sql) && sql[j+1] == c {
+						b.WriteByte(c)
+						j += 2
+						continue
+					}
+					break
+				}
+				b.WriteByte(sql[j])
+				j++
+			}
+			kind := tokString
+			if c == '`' {
+				kind = tokIdent
+			}
+			out = append(out, token{kind: kind, text: b.String()})
+			i = j + 1
+		case c == '?':
+			out = append(out, token{kind: tokParam, text: "?"})
+			i++
+		case c == '<' || c == '>' || c == '=' || c == '!':
+			j := i + 1
+			for j < len(sql) && j < i+3 && (sql[j] == '=' || sql[j] == '>') {
+				j++
+			}
+			out = append(out, token{kind: tokOp, text: sql[i:j]})
+			i = j
+		case c >= '0' && c <= '9':
+			j := i
+			for j < len(sql) && (isWordByte(sql[j]) || sql[j] == '.') {
+				j++
+			}
+			out = append(out, token{kind: tokNumber, text: sql[i:j]})
+			i = j
+		case isWordByte(c):
+			j := i
+			for j < len(sql) && isWordByte(sql[j]) {
+				j++
+			}
+			w := sql[i:j]
+			if up := strings.ToUpper(w); keywords[up] {
+				out = append(out, token{kind: tokKeyword, text: up})
+			} else {
+				out = append(out, token{kind: tokIdent, text: w})
+			}
+			i = j
+		default:
+			out = append(out, token{kind: tokPunct, text: sql[i : i+1]})
+			i++
+		}
+	}
+	return out
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c == '$' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
+}
+
+// tableRef is a table of a query's FROM or JOIN clauses.
+type tableRef struct {
+	schema, name, alias string
+}
+
+// condKind orders the columns of a suggested index: equality with a
+// placeholder, then with a constant, then one range.
+type condKind uint8
+
+const (
+	condEqParam condKind = iota + 1
+	condEqConst
+	condRange
+)
+
+// cond is a column the query compares with a placeholder or a constant.
+type cond struct {
+	qualifier, column string
+	kind              condKind
+}
+
+// scanned is what scanQuery finds in a query.
+type scanned struct {
+	tables []tableRef
+	conds  []cond
+}
+
+// scanQuery reads the tables and the compared columns of a query.
+func scanQuery(sql string) scanned {
+	toks := tokenize(sql)
+	var s scanned
+	isKw := func(i int, words ...string) bool {
+		if i < 0 || i >= len(toks) || toks[i].kind != tokKeyword {
+			return false
+		}
+		for _, w := range words {
+			if toks[i].text == w {
+				return true
+			}
+		}
+		return false
+	}
+	// Tables: after FROM (a comma-separated list) and after JOIN.
+	for i := 0; i < len(toks); i++ {
+		if !isKw(i, "FROM", "JOIN", "STRAIGHT_JOIN") {
+			continue
+		}
+		for j := i + 1; j < len(toks); {
+			if toks[j].kind != tokIdent {
+				break
+			}
+			ref := tableRef{name: toks[j].text}
+			j++
+			if j+1 < len(toks) && toks[j].text == "." && toks[j+1].kind == tokIdent {
+				ref.schema, ref.name = ref.name, toks[j+1].text
+				j += 2
+			}
+			if isKw(j, "AS") {
+				j++
+			}
+			if j < len(toks) && toks[j].kind == tokIdent {
+				ref.alias = toks[j].text
+				j++
+			}
+			s.tables = append(s.tables, ref)
+			if j < len(toks) && toks[j].text == "," && isKw(i, "FROM") {
+				j++
+				continue
+			}
+			break
+		}
+	}
+	// Conditions: column op ? | constant, and the mirror forms.
+	colAt := func(i int) (qual, col string, next int, ok bool) {
+		if i >= len(toks) || toks[i].kind != tokIdent {
+			return "", "", i, false
+		}
+		if i+1 < len(toks) && toks[i+1].text == "(" {
+			return "", "", i, false // a function call
+		}
+		parts := []string{toks[i].text}
+		j := i + 1
+		for j+1 < len(toks) && toks[j].text == "." && toks[j+1].kind == tokIdent {
+			parts = append(parts, toks[j+1].text)
+			j += 2
+		}
+		col = parts[len(parts)-1]
+		if len(parts) > 1 {
+			qual = parts[len(parts)-2]
+		}
+		return qual, col, j, true
+	}
+	isConst := func(t token) bool {
+		return t.kind == tokString || t.kind == tokNumber || (t.kind == tokKeyword && (t.text == "TRUE" || t.text == "FALSE"))
+	}
+	valueKind := func(i int) (param, constant bool) {
+		if i >= len(toks) {
+			return false, false
+		}
+		if toks[i].kind == tokParam {
+			return true, false
+		}
+		if toks[i].text == "-" && i+1 < len(toks) && toks[i+1].kind == tokNumber {
+			return false, true
+		}
+		return false, isConst(toks[i])
+	}
+	add := func(qual, col string, eq, param, constant bool) {
+		switch {
+		case eq && param:
+			s.conds = append(s.conds, cond{qual, col, condEqParam})
+		case eq && constant:
+			s.conds = append(s.conds, cond{qual, col, condEqConst})
+		case param || constant:
+			s.conds = append(s.conds, cond{qual, col, condRange})
+		}
+	}
+	for i := 0; i < len(toks); i++ {
+		qual, col, j, ok := colAt(i)
+		if ok && j < len(toks) {
+			t := toks[j]
+			switch {
+			case t.kind == tokOp && t.text != "!=" && t.text != "<>":
+				p, c := valueKind(j + 1)
+				add(qual, col, t.text == "=" || t.text == "<=>", p, c)
+			case t.kind == tokKeyword && t.text == "IN" && j+1 < len(toks) && toks[j+1].text == "(":
+				p, c := valueKind(j + 2)
+				add(qual, col, true, p, c)
+			case t.kind == tokKeyword && (t.text == "BETWEEN" || t.text == "LIKE"):
+				p, c := valueKind(j + 1)
+				add(qual, col, false, p, c)
+			}
+			i = j - 1
+			continue
+		}
+		// ? = column, constant = column
+		if p, c := valueKind(i); (p || c) && i+1 < len(toks) && toks[i+1].kind == tokOp && toks[i+1].text != "!=" && toks[i+1].text != "<>" {
+			if qual, col, _, ok := colAt(i + 2); ok {
+				add(qual, col, toks[i+1].text == "=" || toks[i+1].text == "<=>", p, c)
+			}
+		}
+	}
+	return s
+}
+
+// isSelect reports whether a query reads: SELECT, or WITH ... SELECT,
+// possibly in parentheses.
+func isSelect(sql string) bool {
+	for _, t := range tokenize(sql) {
+		if t.text == "(" {
+			continue
+		}
+		return t.kind == tokKeyword && (t.text == "SELECT" || t.text == "WITH")
+	}
+	return false
+}
+
+// indexColumns returns the columns of the index that would serve the
+// query's access to the table known in the query as ref (by alias, or
+// name): equalities with placeholders, then with constants, then one
+// range, each column once. has reports whether the table has a column.
+func (s *scanned) indexColumns(ref string, has func(string) bool) []string {
+	var out []string
+	seen := map[string]bool{}
+	ranged := false
+	for _, kind := range []condKind{condEqParam, condEqConst, condRange} {
+		for _, c := range s.conds {
+			if c.kind != kind || seen[strings.ToLower(c.column)] {
+				continue
+			}
+			if c.qualifier != "" && !strings.EqualFold(c.qualifier, ref) {
+				continue
+			}
+			if c.qualifier == "" && !has(c.column) {
+				continue
+			}
+			if kind == condRange {
+				if ranged {
+					continue
+				}
+				ranged = true
+			}
+			seen[strings.ToLower(c.column)] = true
+			out = append(out, c.column)
+		}
+	}
+	return out
+}
+
+// table returns the table the query names as ref (an alias or a name).
+func (s *scanned) table(ref string) (tableRef, bool) {
+	for _, t := range s.tables {
+		if t.alias == ref {
+			return t, true
+		}
+	}
+	for _, t := range s.tables {
+		if t.alias == "" && t.name == ref {
+			return t, true
+		}
+	}
+	return tableRef{}, false
+}

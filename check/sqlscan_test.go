@@ -1,0 +1,73 @@
+package check
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func TestScanQuery(t *testing.T) {
+	data, err := os.ReadFile("testdata/sqlscan.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name, Query, Ref, Table string
+		Has, Columns            []string
+	}
+	if err := yaml.Unmarshal(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			s := scanQuery(tc.Query)
+			ref, ok := s.table(tc.Ref)
+			if !ok || ref.name != tc.Table {
+				t.Errorf("table(%q) = %+v, %v; want %q (tables %+v)", tc.Ref, ref, ok, tc.Table, s.tables)
+			}
+			got := s.indexColumns(tc.Ref, func(c string) bool { return slices.Contains(tc.Has, c) })
+			if !slices.Equal(got, tc.Columns) && !(len(got) == 0 && len(tc.Columns) == 0) {
+				t.Errorf("index columns %q, want %q (conditions %+v)", got, tc.Columns, s.conds)
+			}
+		})
+	}
+}
+
+func TestIsSelect(t *testing.T) {
+	for q, want := range map[string]bool{
+		"SELECT 1":                             true,
+		"  select id from t":                   true,
+		"(SELECT 1) UNION (SELECT 2)":          true,
+		"WITH x AS (SELECT 1) SELECT * FROM x": true,
+		"/* note */ SELECT 1":                  true,
+		"DELETE FROM t WHERE id = ?":           false,
+		"UPDATE t SET a = 1":                   false,
+		"":                                     false,
+	} {
+		if got := isSelect(q); got != want {
+			t.Errorf("isSelect(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
+
+// FuzzScanQuery feeds rule queries (text from rule files) to the scanner:
+// it must never panic nor loop.
+func FuzzScanQuery(f *testing.F) {
+	for _, q := range []string{
+		"SELECT COUNT(*) FROM comments WHERE post_id = ? AND approved = 1",
+		"SELECT `a``b` FROM `t` x JOIN u ON u.a = x.b WHERE x.c IN (?, 'q?') /*! AND d = ? */",
+		"SELECT 'unterminated", "/* open", "`", "a.b.c.d = ?", "? = ?", "FROM", "FROM a,", "-- x", "/*!",
+	} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		s := scanQuery(q)
+		for _, tr := range s.tables {
+			s.indexColumns(tr.name, func(string) bool { return true })
+			s.table(tr.alias)
+		}
+		isSelect(q)
+	})
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/cachewarden/cachewarden/check"
+)
+
+// checkCmd implements `check`: config, rules, rule tests and, with a DSN,
+// the rules against the live schema (package check).
+func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("check",
+		"check -c FILE [--dsn DSN | --config-dsn] [--tests PATH]... [--format text|json] [--warnings-as-errors]",
+		"Loads the config and the rule files it names, runs the rule tests (by\n"+
+			"default the *.yaml files in the tests/ directory of each rule directory),\n"+
+			"and, with --dsn, checks the rules against the live schema: tables and\n"+
+			"columns exist, key and when columns have usable types, load and recount\n"+
+			"queries prepare with the right number of parameters and use an index;\n"+
+			"it reports key templates that can exceed 250 bytes (they are hashed).\n"+
+			"Prints one line per problem, file:line:col: severity: message, then a\n"+
+			"summary. Exit status: 1 when there is an error (or, with\n"+
+			"--warnings-as-errors, a warning), 2 on a command-line mistake, else 0.\n"+
+			"--config-dsn checks against the config's mysql.dsn, whose password may\n"+
+			"come from the environment (${NAME}) rather than the command line.",
+		stderr)
+	var path, dsn, format string
+	var tests, databases stringList
+	fs.StringVar(&path, "c", "", "config file (required)")
+	fs.StringVar(&path, "config", "", "same as -c")
+	fs.StringVar(&dsn, "dsn", "", "go-sql-driver/mysql DSN of the database the rules query; none: no schema check")
+	fs.Var(&tests, "tests", "rule test file or directory (repeatable); default: tests/ beside each rule directory")
+	fs.Var(&databases, "database", "NAME=SCHEMA: look up tables of rules' database NAME in SCHEMA (repeatable)")
+	fs.StringVar(&format, "format", "text", "output format: text or json")
+	configDSN := fs.Bool("config-dsn", false, "check against the config's mysql.dsn")
+	warnFail := fs.Bool("warnings-as-errors", false, "exit with status 1 on warnings too")
+	timeout := fs.Duration("timeout", check.DefaultTimeout, "bound on the schema check")
+	if err := fs.Parse(args); err != nil {
+		return flagError(err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		fs.Usage()
+		return usageErrorf("check: unexpected argument %q", fs.Arg(0))
+	case path == "":
+		fs.Usage()
+		return usageErrorf("check: -c FILE is required")
+	case dsn != "" && *configDSN:
+		return usageErrorf("check: give --dsn or --config-dsn, not both")
+	case format != "text" && format != "json":
+		return usageErrorf("check: --format %q: want text or json", format)
+	}
+	opts := check.Options{Config: path, DSN: dsn, ConfigDSN: *configDSN, Timeout: *timeout, Log: a.log}
+	if len(tests) > 0 {
+		opts.Tests = tests
+	}
+	for _, d := range databases {
+		name, schema, ok := strings.Cut(d, "=")
+		if !ok || name == "" || schema == "" {
+			return usageErrorf("check: --database %q: want NAME=SCHEMA", d)
+		}
+		if opts.Databases == nil {
+			opts.Databases = map[string]string{}
+		}
+		opts.Databases[name] = schema
+	}
+	rep, err := check.Run(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	if format == "json" {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteText(stdout)
+	}
+	if err != nil {
+		return fmt.Errorf("check: write report: %w", err)
+	}
+	if rep.Failed(*warnFail) {
+		return errReported
+	}
+	return nil
+}
