@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/yamlfile"
 )
 
 // validate applies defaults to settings the file left out and reports every
@@ -24,7 +25,7 @@ func (d *decoder) validate(c *Config) {
 	d.validateMySQL(&c.MySQL)
 	d.validateCounters(&c.Counters)
 	if len(c.Rules) == 0 && d.readable("rules") {
-		d.problem(d.place("rules"), "rules: list at least one rule file or directory")
+		d.required("rules", "list at least one rule file or directory")
 	}
 	d.validateBatch(&c.Batch)
 	d.validateHTTP(&c.HTTP)
@@ -38,13 +39,30 @@ func (d *decoder) set(path string) bool {
 	return ok
 }
 
+// required reports a required setting that is empty: as a missing key
+// (in yamlfile's wording) when it is not written, else with emptyMsg.
+func (d *decoder) required(path, emptyMsg string) {
+	if d.set(path) {
+		d.problem(d.place(path), "%s: %s", path, emptyMsg)
+		return
+	}
+	parent, key := "", path
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		parent, key = path[:i], path[i+1:]
+	}
+	if d.bad[parent] {
+		return // the section itself was unreadable, and reported
+	}
+	d.problem(d.place(path), "%s", yamlfile.In(parent, yamlfile.MissingKey(key)))
+}
+
 // readable reports whether a setting that was written could be decoded;
 // one that could not was reported already and is not checked again.
 func (d *decoder) readable(path string) bool { return !d.bad[path] }
 
 func (d *decoder) validateKafka(k *Kafka) {
 	if len(k.Brokers) == 0 && d.readable("kafka.brokers") {
-		d.problem(d.place("kafka.brokers"), "kafka.brokers: list at least one broker address (host:port)")
+		d.required("kafka.brokers", "list at least one broker address (host:port)")
 	}
 	for i, b := range k.Brokers {
 		path := "kafka.brokers[" + strconv.Itoa(i) + "]"
@@ -53,10 +71,10 @@ func (d *decoder) validateKafka(k *Kafka) {
 		}
 	}
 	if k.Group == "" && d.readable("kafka.group") {
-		d.problem(d.place("kafka.group"), "kafka.group: a consumer group ID is required")
+		d.required("kafka.group", "a consumer group ID is required")
 	}
 	if len(k.Topics) == 0 && d.readable("kafka.topics") {
-		d.problem(d.place("kafka.topics"), "kafka.topics: list at least one topic")
+		d.required("kafka.topics", "list at least one topic")
 	}
 	topics := make(map[string]bool, len(k.Topics))
 	for i, t := range k.Topics {
@@ -235,7 +253,7 @@ func (d *decoder) validateSASL(s *SASL) {
 
 func (d *decoder) validateMemcached(m *Memcached) {
 	if len(m.Servers) == 0 && d.readable("memcached.servers") {
-		d.problem(d.place("memcached.servers"), "memcached.servers: list at least one server address (host:port)")
+		d.required("memcached.servers", "list at least one server address (host:port)")
 	}
 	for i, s := range m.Servers {
 		path := "memcached.servers[" + strconv.Itoa(i) + "]"

@@ -44,7 +44,8 @@ func syntaxError(data []byte, err error) *Error {
 		// which is the line yaml.v3 names.
 		if m := yamlLine.FindStringSubmatch(text); m != nil {
 			line, _ := strconv.Atoi(m[1])
-			return &Error{Line: max(line, 1), Column: openingColumn(data, line), Msg: msg}
+			line = min(max(line, 1), len(lineStarts(data)))
+			return &Error{Line: line, Column: openingColumn(data, line), Msg: msg}
 		}
 	}
 	if off, ok := locate(data, text); ok {
@@ -54,7 +55,7 @@ func syntaxError(data []byte, err error) *Error {
 	line := 1
 	if m := yamlLine.FindStringSubmatch(text); m != nil {
 		line, _ = strconv.Atoi(m[1])
-		line = max(line, 1)
+		line = min(max(line, 1), len(lineStarts(data)))
 	}
 	return &Error{Line: line, Column: 1, Msg: msg}
 }
@@ -82,30 +83,52 @@ func locate(data []byte, want string) (int, bool) {
 	if len(data) > maxLocate {
 		return 0, false
 	}
-	start := 0 // start of the line being tried
-	for start < len(data) {
-		end := bytes.IndexByte(data[start:], '\n')
-		if end < 0 {
-			end = len(data)
-		} else {
-			end += start + 1
+	starts := lineStarts(data)
+	for i, start := range starts {
+		end := len(data)
+		if i+1 < len(starts) {
+			end = starts[i+1]
 		}
-		if failure(data[:end]) == want {
-			for k := start + 1; k <= end; k++ {
-				if failure(data[:k]) == want {
-					return wordStart(data, start, k-1), true
-				}
+		if failure(data[:end]) != want {
+			continue
+		}
+		for k := start + 1; k < end; k++ {
+			if failure(data[:k]) == want {
+				return wordStart(data, start, k-1), true
 			}
-			return wordStart(data, start, end-1), true
 		}
-		start = end
+		return wordStart(data, start, max(end-1, start)), true
 	}
 	return 0, false
 }
 
+// lineStarts returns the offset where each line of data starts. Lines
+// end as yaml.v3 counts them: at "\r\n", "\r", "\n", and U+0085, U+2028
+// and U+2029.
+func lineStarts(data []byte) []int {
+	starts := []int{0}
+	for i := 0; i < len(data); i++ {
+		switch {
+		case data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n':
+			i++
+			starts = append(starts, i+1)
+		case data[i] == '\r' || data[i] == '\n':
+			starts = append(starts, i+1)
+		case data[i] == 0xc2 && i+1 < len(data) && data[i+1] == 0x85:
+			i++
+			starts = append(starts, i+1)
+		case data[i] == 0xe2 && i+2 < len(data) && data[i+1] == 0x80 && (data[i+2] == 0xa8 || data[i+2] == 0xa9):
+			i += 2
+			starts = append(starts, i+1)
+		}
+	}
+	return starts
+}
+
 // wordStart returns the offset of the first byte of the run of non-blank
 // bytes holding data[at], not before lineStart; at a blank it steps back
-// to the last non-blank byte of the line first.
+// to the last non-blank byte of the line first. A closing bracket or a
+// colon is a place of its own.
 func wordStart(data []byte, lineStart, at int) int {
 	for at > lineStart && isBlank(data[at]) {
 		at--
@@ -124,20 +147,26 @@ func isBlank(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\
 // position turns a byte offset into a 1-based line and column (in
 // characters).
 func position(data []byte, off int) (line, col int) {
-	before := data[:off]
-	line = bytes.Count(before, []byte("\n")) + 1
-	col = utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
-	return line, col
+	starts := lineStarts(data)
+	line = 1
+	for line < len(starts) && starts[line] <= off {
+		line++
+	}
+	return line, utf8.RuneCount(data[starts[line-1]:off]) + 1
 }
 
 // openingColumn returns the column of the first quote or opening bracket
 // on line (1-based) of data, or 1.
 func openingColumn(data []byte, line int) int {
-	lines := bytes.Split(data, []byte("\n"))
-	if line < 1 || line > len(lines) {
+	starts := lineStarts(data)
+	if line < 1 || line > len(starts) {
 		return 1
 	}
-	l := lines[line-1]
+	end := len(data)
+	if line < len(starts) {
+		end = starts[line]
+	}
+	l := data[starts[line-1]:end]
 	if i := bytes.IndexAny(l, "'\"[{"); i >= 0 {
 		return utf8.RuneCount(l[:i]) + 1
 	}

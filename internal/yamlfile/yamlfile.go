@@ -43,7 +43,9 @@ const MultipleDocuments = "only one YAML document is allowed"
 
 // Parse parses data as one YAML document and returns its root node, or
 // nil when the file holds no document (empty, or only comments). A syntax
-// error, or a second document, is returned as an *Error.
+// error, or a second document, is returned as an *Error; when the first
+// document itself parsed, its root is returned with that error, so that
+// a reader can report the problems of the first document too.
 func Parse(data []byte) (*yaml.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -53,19 +55,19 @@ func Parse(data []byte) (*yaml.Node, error) {
 		}
 		return nil, syntaxError(data, err)
 	}
+	var root *yaml.Node
+	if doc.Kind != yaml.DocumentNode {
+		root = &doc
+	} else if len(doc.Content) > 0 {
+		root = doc.Content[0]
+	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return nil, &Error{Line: extra.Line, Column: extra.Column, Msg: MultipleDocuments}
+		return root, &Error{Line: extra.Line, Column: extra.Column, Msg: MultipleDocuments}
 	} else if !errors.Is(err, io.EOF) {
-		return nil, syntaxError(data, err)
+		return root, syntaxError(data, err)
 	}
-	if doc.Kind == yaml.DocumentNode {
-		if len(doc.Content) == 0 {
-			return nil, nil
-		}
-		return doc.Content[0], nil
-	}
-	return &doc, nil
+	return root, nil
 }
 
 // Resolve follows aliases to the node they name; it returns n itself when

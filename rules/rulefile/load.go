@@ -257,7 +257,6 @@ func (l *fileLoader) load() []*rules.Rule {
 	var ye *yamlfile.Error
 	if errors.As(err, &ye) {
 		l.errorAt(ye.Line, ye.Column, "%s", ye.Msg)
-		return nil
 	}
 	root = yamlfile.Resolve(root)
 	if root == nil || yamlfile.IsNull(root) {
