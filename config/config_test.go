@@ -130,20 +130,7 @@ func TestProblems(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			got := err.Error() + "\n"
-			golden := filepath.Join("testdata", name+".errors")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != string(want) {
-				t.Errorf("problems differ\n--- got\n%s--- want\n%s", got, want)
-			}
+			yamlfiletest.Golden(t, filepath.Join("testdata", name+".errors"), err.Error()+"\n", *update)
 		})
 	}
 }

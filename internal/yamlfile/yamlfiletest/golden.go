@@ -32,19 +32,25 @@ func Mistakes(t *testing.T, update bool, parse func(path string, data []byte) er
 			if err := parse(f, data); err != nil {
 				got = err.Error() + "\n"
 			}
-			golden := strings.TrimSuffix(f, ".yaml") + ".errors"
-			if update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != string(want) {
-				t.Errorf("problems differ\n--- got\n%s--- want\n%s", got, want)
-			}
+			Golden(t, strings.TrimSuffix(f, ".yaml")+".errors", got, update)
 		})
+	}
+}
+
+// Golden compares got with the contents of the file golden, after
+// writing got there when update is set.
+func Golden(t *testing.T, golden, got string, update bool) {
+	t.Helper()
+	if update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("problems differ\n--- got\n%s--- want\n%s", got, want)
 	}
 }
