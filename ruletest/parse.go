@@ -168,9 +168,6 @@ func (p *parser) result() error {
 	return &ParseError{Problems: out}
 }
 
-// resolve follows aliases.
-func resolve(n *yaml.Node) *yaml.Node { return yamlfile.Resolve(n) }
-
 // fields walks a mapping node, calling set for each known key, in file
 // order; yamlfile reports unknown, duplicate and merge keys. It returns
 // the keys seen, and false when n is not a mapping.
@@ -235,7 +232,7 @@ func (p *parser) suite(s *Suite, n *yaml.Node) {
 	}
 	names := make(map[string]int)
 	for _, tn := range tests.Content {
-		t := p.test(resolve(tn), format, table)
+		t := p.test(yamlfile.Resolve(tn), format, table)
 		if t == nil {
 			continue
 		}
@@ -255,7 +252,7 @@ func (p *parser) ruleFiles(n *yaml.Node) []string {
 	dir := filepath.Dir(p.file)
 	var out []string
 	for _, e := range n.Content {
-		f, ok := p.str(resolve(e), "rule_files entry")
+		f, ok := p.str(yamlfile.Resolve(e), "rule_files entry")
 		if !ok {
 			continue
 		}
@@ -345,7 +342,7 @@ func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 		p.errorf(expect, "%s: %s", what, yamlfile.WrongKind("expect", "a list", expect))
 	} else {
 		for _, e := range expect.Content {
-			if op, ok := p.expectedOp(resolve(e), what, len(t.Events)); ok {
+			if op, ok := p.expectedOp(yamlfile.Resolve(e), what, len(t.Events)); ok {
 				if len(t.Expect) > 0 && op.Event < t.Expect[len(t.Expect)-1].Event {
 					p.errorf(e, "%s: expected ops must be listed in event order (event %d after event %d)", what, op.Event, t.Expect[len(t.Expect)-1].Event)
 				}
@@ -360,7 +357,7 @@ func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 		} else {
 			byEvent := make(map[int]bool)
 			for _, e := range errs.Content {
-				ee, ok := p.expectedError(resolve(e), what, len(t.Events))
+				ee, ok := p.expectedError(yamlfile.Resolve(e), what, len(t.Events))
 				if !ok {
 					continue
 				}
@@ -378,7 +375,7 @@ func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 
 func (p *parser) event(n *yaml.Node, what string) Event {
 	ev := Event{Line: n.Line}
-	r := resolve(n)
+	r := yamlfile.Resolve(n)
 	switch {
 	case r.Kind == yaml.ScalarNode && r.Tag == "!!null":
 		// A tombstone.
@@ -492,7 +489,7 @@ func (p *parser) args(n *yaml.Node, what string) ([]*string, bool) {
 	}
 	out := make([]*string, 0, len(n.Content))
 	for _, e := range n.Content {
-		e = resolve(e)
+		e = yamlfile.Resolve(e)
 		if e.Kind == yaml.ScalarNode && e.Tag == "!!null" {
 			out = append(out, nil)
 			continue
@@ -555,7 +552,7 @@ func appendJSON(buf *bytes.Buffer, n *yaml.Node) *jsonError {
 }
 
 func appendJSONNode(buf *bytes.Buffer, n *yaml.Node, depth int, budget *int) *jsonError {
-	n = resolve(n)
+	n = yamlfile.Resolve(n)
 	if depth > maxEventDepth {
 		return &jsonError{n, "nested too deeply"}
 	}
@@ -567,7 +564,7 @@ func appendJSONNode(buf *bytes.Buffer, n *yaml.Node, depth int, budget *int) *js
 		buf.WriteByte('{')
 		first := make(map[string]int, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := resolve(n.Content[i])
+			k := yamlfile.Resolve(n.Content[i])
 			if k.Kind != yaml.ScalarNode || k.Tag == "!!null" {
 				return &jsonError{k, "object keys must be strings"}
 			}

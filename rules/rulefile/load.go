@@ -307,7 +307,7 @@ func (l *fileLoader) load() []*rules.Rule {
 	}
 	var loaded []*rules.Rule
 	for _, item := range seq.Content {
-		if r := l.rule(resolve(item)); r != nil {
+		if r := l.rule(yamlfile.Resolve(item)); r != nil {
 			loaded = append(loaded, r)
 		}
 	}
@@ -340,9 +340,6 @@ func (l *fileLoader) setFallback(r *rules.Rule) {
 	r.Fallback = rules.FinishKey(buf)
 }
 
-// resolve follows an alias to its anchored node.
-func resolve(n *yaml.Node) *yaml.Node { return yamlfile.Resolve(n) }
-
 // str returns a scalar's text; what names the field in messages.
 func (l *fileLoader) str(n *yaml.Node, what string) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
@@ -366,7 +363,7 @@ func (l *fileLoader) names(n *yaml.Node, what string) ([]string, bool) {
 	var out []string
 	seen := make(map[string]bool)
 	for _, item := range n.Content {
-		item = resolve(item)
+		item = yamlfile.Resolve(item)
 		s, good := l.str(item, what+" entry")
 		if !good {
 			ok = false
@@ -652,7 +649,7 @@ func (l *fileLoader) ruleOn(r *rules.Rule, fs yamlfile.Fields) {
 	}
 	var listed uint8
 	for _, item := range v.Content {
-		item = resolve(item)
+		item = yamlfile.Resolve(item)
 		op, ok := rules.Operation(0), false
 		if item.Kind == yaml.ScalarNode {
 			op, ok = rules.ParseOperation(item.Value)
