@@ -37,19 +37,25 @@ type MetaClientConfig struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
+// Defaults of the connections to memcached: the meta client's, the
+// pipelined writer's and the read side's (config's memcached.timeout
+// refers to DefaultTimeout).
 const (
-	metaClientDefaultConns   = 8
-	metaClientDefaultTimeout = 500 * time.Millisecond
+	// DefaultConnsPerServer is the number of connections kept to each
+	// server.
+	DefaultConnsPerServer = 8
+	// DefaultTimeout bounds dialing and each exchange with a server.
+	DefaultTimeout = 500 * time.Millisecond
 )
 
 // NewMetaClient returns a MetaClient that sends each key to the server sel
 // picks for it. Close it to close its connections.
 func NewMetaClient(sel memcache.ServerSelector, cfg MetaClientConfig) *MetaClient {
 	if cfg.ConnsPerServer <= 0 {
-		cfg.ConnsPerServer = metaClientDefaultConns
+		cfg.ConnsPerServer = DefaultConnsPerServer
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = metaClientDefaultTimeout
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Dial == nil {
 		var d net.Dialer

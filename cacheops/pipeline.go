@@ -71,7 +71,7 @@ type PipelineConfig struct {
 }
 
 const (
-	pipelineDefaultConnsPerServer = 8
+	pipelineDefaultConnsPerServer = DefaultConnsPerServer
 	pipelineDefaultMinCommands    = 256
 	pipelineDefaultTimeout        = time.Second
 

@@ -71,7 +71,7 @@ func BenchmarkApplyPipeline(b *testing.B) {
 
 	b.Run("writer=gomemcache", func(b *testing.B) {
 		mc := memcache.New(addr)
-		mc.MaxIdleConns = writerDefaultConcurrency
+		mc.MaxIdleConns = DefaultMaxConcurrency
 		mc.Timeout = 2 * time.Second
 		defer mc.Close()
 		w := NewWriter(mc, nil, WriterConfig{}, nil)

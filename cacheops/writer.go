@@ -65,11 +65,22 @@ func (o RoundTripObserver) Since(start time.Time) {
 	}
 }
 
+// Defaults of the memcached settings the writers and counters share
+// (config's memcached section refers to them).
 const (
-	writerDefaultConcurrency   = 32
-	writerDefaultCompactRatio  = 0.5
-	writerDefaultCompactSample = 0.01
-	writerDefaultLoadTimeout   = 5 * time.Second
+	// DefaultMaxConcurrency bounds the memcached calls one Apply has in
+	// flight (memcached.max_concurrency).
+	DefaultMaxConcurrency = 32
+	// DefaultCompactRatio is the share of a set's tokens that are garbage
+	// above which the set is compacted (memcached.compact_ratio).
+	DefaultCompactRatio = 0.5
+	// DefaultCompactSample is the share of appends followed by a
+	// dirtiness check (memcached.compact_sample).
+	DefaultCompactSample = 0.01
+)
+
+const (
+	writerDefaultLoadTimeout = 5 * time.Second
 
 	// writerBumpAttempts bounds the incr/add rounds of one bump; more than one
 	// is needed only when the namespace is evicted or expires between an
@@ -360,13 +371,13 @@ func applyError(ops []rules.Op, results []Result) error {
 // withDefaults returns cfg with the documented defaults filled in.
 func (cfg WriterConfig) withDefaults() WriterConfig {
 	if cfg.MaxConcurrency <= 0 {
-		cfg.MaxConcurrency = writerDefaultConcurrency
+		cfg.MaxConcurrency = DefaultMaxConcurrency
 	}
 	if cfg.CompactRatio <= 0 {
-		cfg.CompactRatio = writerDefaultCompactRatio
+		cfg.CompactRatio = DefaultCompactRatio
 	}
 	if cfg.CompactSample == 0 {
-		cfg.CompactSample = writerDefaultCompactSample
+		cfg.CompactSample = DefaultCompactSample
 	}
 	if cfg.LoadTimeout <= 0 {
 		cfg.LoadTimeout = writerDefaultLoadTimeout

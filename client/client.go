@@ -135,10 +135,7 @@ type Client struct {
 }
 
 const (
-	defaultTimeout      = 500 * time.Millisecond
-	defaultMaxIdleConns = 8
-	defaultCompactRatio = 0.5
-	defaultLockPoll     = 20 * time.Millisecond
+	defaultLockPoll = 20 * time.Millisecond
 )
 
 // New returns a Client for cfg. A nil logger discards log output. It
@@ -182,13 +179,13 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 
 func (cfg Config) withDefaults() Config {
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = defaultTimeout
+		cfg.Timeout = cacheops.DefaultTimeout
 	}
 	if cfg.MaxIdleConns <= 0 {
-		cfg.MaxIdleConns = defaultMaxIdleConns
+		cfg.MaxIdleConns = cacheops.DefaultConnsPerServer
 	}
 	if cfg.CompactRatio <= 0 {
-		cfg.CompactRatio = defaultCompactRatio
+		cfg.CompactRatio = cacheops.DefaultCompactRatio
 	}
 	if cfg.LockPoll <= 0 {
 		cfg.LockPoll = defaultLockPoll

@@ -24,22 +24,24 @@ import (
 	"github.com/cachewarden/cachewarden/rules"
 )
 
-// Defaults applied by Parse to settings the file leaves out.
+// Defaults applied by Parse to settings the file leaves out, for the
+// settings no package below config uses on its own. The defaults of the
+// memcached, mysql and counters settings are the packages' that use them
+// (cacheops.DefaultMaxConcurrency, cacheops.DefaultTimeout,
+// cacheops.DefaultCompactRatio, cacheops.DefaultCompactSample,
+// cacheops.DefaultDistribution, counters.DefaultMaxOpenConns,
+// counters.DefaultQueryTimeout, counters.DefaultFenceTTL). The batch,
+// client ID and schema registry defaults are declared here because
+// consumer, which uses them, imports config; consumer refers to them.
 const (
-	DefaultFormat              = "auto"
-	DefaultClientID            = "cachewarden"
-	DefaultMemcachedConcurrent = 32
-	DefaultMemcachedTimeout    = 500 * time.Millisecond
-	DefaultMemcachedProtocol   = "meta"
-	DefaultCompactRatio        = 0.5
-	DefaultCompactSample       = 0.01
-	DefaultMySQLMaxOpenConns   = 8
-	DefaultMySQLQueryTimeout   = 5 * time.Second
-	DefaultBatchMaxEvents      = 2000
-	DefaultBatchMaxWait        = 10 * time.Millisecond
-	DefaultHTTPListen          = "127.0.0.1:9464"
-	DefaultLogFormat           = "text"
-	DefaultLogLevel            = "info"
+	DefaultFormat            = "auto"
+	DefaultClientID          = "cachewarden"
+	DefaultMemcachedProtocol = "meta"
+	DefaultBatchMaxEvents    = 2000
+	DefaultBatchMaxWait      = 10 * time.Millisecond
+	DefaultHTTPListen        = "127.0.0.1:9464"
+	DefaultLogFormat         = "text"
+	DefaultLogLevel          = "info"
 	// DefaultSchemaRegistryTimeout bounds one request to the schema
 	// registry.
 	DefaultSchemaRegistryTimeout = 5 * time.Second

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/yamlfile/yamlfiletest"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -69,7 +72,7 @@ func TestLoadGood(t *testing.T) {
 			MaxOpenConns: 8,
 			QueryTimeout: 3 * time.Second,
 		},
-		Counters: Counters{Fencing: DefaultCountersFencing, FenceTTL: DefaultCountersFenceTTL},
+		Counters: Counters{Fencing: DefaultCountersFencing, FenceTTL: counters.DefaultFenceTTL},
 		Rules:    []string{"testdata/rules/shop.yaml", "testdata/rules/counts.yaml"},
 		RuleSet:  cfg.RuleSet,
 		Batch:    Batch{MaxEvents: 500, MaxWait: 50 * time.Millisecond},
@@ -97,12 +100,12 @@ func TestDefaults(t *testing.T) {
 		{"kafka.client_id", cfg.Kafka.ClientID, "cachewarden"},
 		{"kafka.check_crcs", cfg.Kafka.CheckCRCs, false},
 		{"kafka.schema_registry", cfg.Kafka.SchemaRegistry, SchemaRegistry{Timeout: DefaultSchemaRegistryTimeout}},
-		{"memcached.max_concurrency", cfg.Memcached.MaxConcurrency, DefaultMemcachedConcurrent},
-		{"memcached.timeout", cfg.Memcached.Timeout, DefaultMemcachedTimeout},
-		{"memcached.compact_ratio", cfg.Memcached.CompactRatio, DefaultCompactRatio},
-		{"memcached.compact_sample", cfg.Memcached.CompactSample, DefaultCompactSample},
-		{"mysql.max_open_conns", cfg.MySQL.MaxOpenConns, DefaultMySQLMaxOpenConns},
-		{"mysql.query_timeout", cfg.MySQL.QueryTimeout, DefaultMySQLQueryTimeout},
+		{"memcached.max_concurrency", cfg.Memcached.MaxConcurrency, cacheops.DefaultMaxConcurrency},
+		{"memcached.timeout", cfg.Memcached.Timeout, cacheops.DefaultTimeout},
+		{"memcached.compact_ratio", cfg.Memcached.CompactRatio, cacheops.DefaultCompactRatio},
+		{"memcached.compact_sample", cfg.Memcached.CompactSample, cacheops.DefaultCompactSample},
+		{"mysql.max_open_conns", cfg.MySQL.MaxOpenConns, counters.DefaultMaxOpenConns},
+		{"mysql.query_timeout", cfg.MySQL.QueryTimeout, counters.DefaultQueryTimeout},
 		{"batch.max_events", cfg.Batch.MaxEvents, 2000},
 		{"batch.max_wait", cfg.Batch.MaxWait, 10 * time.Millisecond},
 		{"http.listen", cfg.HTTP.Listen, "127.0.0.1:9464"},
@@ -127,20 +130,7 @@ func TestProblems(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			got := err.Error() + "\n"
-			golden := filepath.Join("testdata", name+".errors")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != string(want) {
-				t.Errorf("problems differ\n--- got\n%s--- want\n%s", got, want)
-			}
+			yamlfiletest.Golden(t, filepath.Join("testdata", name+".errors"), err.Error()+"\n", *update)
 		})
 	}
 }
@@ -344,5 +334,80 @@ func TestMemcachedProtocol(t *testing.T) {
 	want := `p.yaml:5:13: memcached.protocol: "binary" is not meta or text`
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %s", err, want)
+	}
+}
+
+// TestYAMLMistakes parses testdata/yaml-mistakes/NAME.yaml, each a good
+// config with one YAML mistake, and compares the problems with
+// NAME.errors.
+func TestYAMLMistakes(t *testing.T) {
+	yamlfiletest.Mistakes(t, *update, func(path string, data []byte) error {
+		_, err := Parse(path, data, nil)
+		return err
+	})
+}
+
+// TestREADMEQuotesDefaults loads the full config shown in README.md's
+// Configuration section and checks that every setting it shows with its
+// default value has the value Parse fills in when the setting is left
+// out, so the docs quote each default as the code declares it.
+func TestREADMEQuotesDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Configuration\n")
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("README.md: no yaml block in the Configuration section")
+	}
+	lookup := env(map[string]string{"MYSQL_DSN": "u:p@tcp(localhost:3306)/shop"})
+	shown, err := Parse("README.md", []byte(block), lookup)
+	if err != nil {
+		t.Fatalf("README.md's config does not load: %v", err)
+	}
+	// The registry's timeout is shown commented out: it may be set only
+	// with urls.
+	registry := strings.NewReplacer("urls: []", "urls: [http://registry:8081]", "# timeout:", "timeout:").Replace(block)
+	withRegistry, err := Parse("README.md", []byte(registry), lookup)
+	if err != nil {
+		t.Fatalf("README.md's config with a registry does not load: %v", err)
+	}
+	shown.Kafka.SchemaRegistry.Timeout = withRegistry.Kafka.SchemaRegistry.Timeout
+	defaults, err := Parse("minimal.yaml", []byte("kafka: {brokers: [b:9092], group: g, topics: [t]}\nmemcached: {servers: [m:11211]}\nrules: [r]\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		setting     string
+		shown, dflt any
+	}{
+		{"kafka.format", shown.Kafka.Format, defaults.Kafka.Format},
+		{"kafka.client_id", shown.Kafka.ClientID, defaults.Kafka.ClientID},
+		{"kafka.schema_registry.timeout", shown.Kafka.SchemaRegistry.Timeout, defaults.Kafka.SchemaRegistry.Timeout},
+		{"kafka.start_offset", shown.Kafka.StartOffset, defaults.Kafka.StartOffset},
+		{"kafka.offset_reset", shown.Kafka.OffsetReset, defaults.Kafka.OffsetReset},
+		{"kafka.balancer", shown.Kafka.Balancer, defaults.Kafka.Balancer},
+		{"kafka.unordered_sets", shown.Kafka.UnorderedSets, defaults.Kafka.UnorderedSets},
+		{"memcached.distribution", shown.Memcached.Distribution, defaults.Memcached.Distribution},
+		{"memcached.protocol", shown.Memcached.Protocol, defaults.Memcached.Protocol},
+		{"memcached.max_concurrency", shown.Memcached.MaxConcurrency, defaults.Memcached.MaxConcurrency},
+		{"memcached.timeout", shown.Memcached.Timeout, defaults.Memcached.Timeout},
+		{"memcached.compact_ratio", shown.Memcached.CompactRatio, defaults.Memcached.CompactRatio},
+		{"memcached.compact_sample", shown.Memcached.CompactSample, defaults.Memcached.CompactSample},
+		{"mysql.max_open_conns", shown.MySQL.MaxOpenConns, defaults.MySQL.MaxOpenConns},
+		{"mysql.query_timeout", shown.MySQL.QueryTimeout, defaults.MySQL.QueryTimeout},
+		{"counters.fencing", shown.Counters.Fencing, defaults.Counters.Fencing},
+		{"counters.fence_ttl", shown.Counters.FenceTTL, defaults.Counters.FenceTTL},
+		{"batch.max_events", shown.Batch.MaxEvents, defaults.Batch.MaxEvents},
+		{"batch.max_wait", shown.Batch.MaxWait, defaults.Batch.MaxWait},
+		{"http.listen", shown.HTTP.Listen, defaults.HTTP.Listen},
+		{"log.format", shown.Log.Format, defaults.Log.Format},
+		{"log.level", shown.Log.Level, defaults.Log.Level},
+	} {
+		if c.shown != c.dflt {
+			t.Errorf("README.md shows %s: %v; its default is %v", c.setting, c.shown, c.dflt)
+		}
 	}
 }

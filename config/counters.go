@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cachewarden/cachewarden/counters"
 )
 
 // Counters is the `counters` section: how counter recounts are fenced
@@ -20,11 +22,11 @@ type Counters struct {
 	FenceTTL time.Duration
 }
 
-// Defaults of the counters section.
+// Default and limit of the counters section (the fence TTL's default is
+// counters.DefaultFenceTTL).
 const (
-	DefaultCountersFencing  = "auto"
-	DefaultCountersFenceTTL = time.Hour
-	MaxCountersFenceTTL     = 30 * 24 * time.Hour
+	DefaultCountersFencing = "auto"
+	MaxCountersFenceTTL    = 30 * 24 * time.Hour
 )
 
 func (d *decoder) counters(n *yaml.Node, c *Counters) {
@@ -35,14 +37,12 @@ func (d *decoder) counters(n *yaml.Node, c *Counters) {
 }
 
 func (d *decoder) validateCounters(c *Counters) {
-	if !d.set("counters.fencing") {
-		c.Fencing = DefaultCountersFencing
-	} else if d.readable("counters.fencing") {
+	if d.orDefault("counters.fencing", func() { c.Fencing = DefaultCountersFencing }) {
 		switch c.Fencing {
 		case "auto", "off", "required":
 		default:
 			d.problem(d.place("counters.fencing"), "counters.fencing: %q is not auto, off or required", c.Fencing)
 		}
 	}
-	d.positiveDuration(&c.FenceTTL, "counters.fence_ttl", DefaultCountersFenceTTL, MaxCountersFenceTTL)
+	d.positiveDuration(&c.FenceTTL, "counters.fence_ttl", counters.DefaultFenceTTL, MaxCountersFenceTTL)
 }

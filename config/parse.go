@@ -1,10 +1,8 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cachewarden/cachewarden/internal/yamlfile"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 	"go.yaml.in/yaml/v3"
 )
@@ -155,7 +154,7 @@ func (d *decoder) remember(path string, key, val *yaml.Node) {
 	if key != nil {
 		d.keys[path] = at(key)
 	}
-	d.values[path] = at(resolveAlias(val))
+	d.values[path] = at(yamlfile.Resolve(val))
 }
 
 // place returns where a setting's value was written or, for a setting left
@@ -183,26 +182,17 @@ func (d *decoder) place(path string) pos {
 }
 
 func (d *decoder) decodeFile(data []byte, cfg *Config) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			d.parsed = true // an empty file: report what is missing
-			return
-		}
-		d.yamlError(err)
+	root, err := yamlfile.Parse(data)
+	var ye *yamlfile.Error
+	if errors.As(err, &ye) {
+		d.problem(pos{ye.Line, ye.Column}, "%s", ye.Msg)
+	}
+	if err != nil && root == nil {
 		return
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		d.problem(at(&extra), "only one YAML document is allowed")
-	} else if !errors.Is(err, io.EOF) {
-		d.yamlError(err)
-	}
 	d.parsed = true
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
+	if root == nil {
+		return // an empty file: report what is missing
 	}
 	d.mapping(root, "", map[string]func(*yaml.Node){
 		"kafka":     func(n *yaml.Node) { d.kafka(n, &cfg.Kafka) },
@@ -214,22 +204,6 @@ func (d *decoder) decodeFile(data []byte, cfg *Config) {
 		"http":      func(n *yaml.Node) { d.http(n, &cfg.HTTP) },
 		"log":       func(n *yaml.Node) { d.log(n, &cfg.Log) },
 	})
-}
-
-// yamlError turns a YAML syntax error ("yaml: line N: msg") into a problem.
-func (d *decoder) yamlError(err error) {
-	msg := err.Error()
-	line := 1
-	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
-		if num, after, ok := strings.Cut(rest, ": "); ok {
-			if n, err := strconv.Atoi(num); err == nil {
-				line, msg = n, after
-			}
-		}
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
-	}
-	d.problem(pos{line, 1}, "YAML: %s", msg)
 }
 
 func (d *decoder) kafka(n *yaml.Node, k *Kafka) {
@@ -337,88 +311,50 @@ func (d *decoder) log(n *yaml.Node, l *Log) {
 	})
 }
 
-func resolveAlias(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
+// errorf records a problem at n; it is the yamlfile.Errorf of the
+// config.
+func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
+	d.problem(at(n), format, args...)
 }
 
-func isNull(n *yaml.Node) bool {
-	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return "a scalar"
-	}
-	return "an unsupported node"
-}
-
-// mapping walks a mapping's keys, calling fields[key] with each value and
-// reporting unknown and duplicate keys. A null value is an empty mapping.
+// mapping walks a mapping's keys in file order, calling fields[key] with
+// each value; yamlfile reports unknown, duplicate and merge keys. A null
+// value is an empty mapping.
 func (d *decoder) mapping(n *yaml.Node, path string, fields map[string]func(*yaml.Node)) {
-	n = resolveAlias(n)
-	if isNull(n) {
+	if yamlfile.IsNull(n) {
 		return
 	}
-	where := path
-	if where == "" {
-		where = "the top level"
+	known := make([]string, 0, len(fields))
+	for name := range fields {
+		known = append(known, name)
 	}
-	if n.Kind != yaml.MappingNode {
-		d.problem(at(n), "%s must be a mapping, not %s", where, kindName(n))
-		return
+	slices.Sort(known)
+	fs, ok := yamlfile.Mapping(n, path, known, d.errorf)
+	if !ok {
+		if d.bad == nil {
+			d.bad = make(map[string]bool)
+		}
+		d.bad[path] = true // its settings are not reported missing
 	}
-	seen := make(map[string]bool, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, val := n.Content[i], n.Content[i+1]
-		full := key.Value
+	for _, f := range fs {
+		full := f.Key.Value
 		if path != "" {
-			full = path + "." + key.Value
+			full = path + "." + f.Key.Value
 		}
-		if key.Kind != yaml.ScalarNode {
-			d.problem(at(key), "%s: keys must be plain names", where)
-			continue
-		}
-		if seen[key.Value] {
-			d.problem(at(key), "%s: duplicate key", full)
-			continue
-		}
-		seen[key.Value] = true
-		set, ok := fields[key.Value]
-		if !ok {
-			known := make([]string, 0, len(fields))
-			for name := range fields {
-				known = append(known, name)
-			}
-			slices.Sort(known)
-			if path == "" {
-				d.problem(at(key), "unknown key %q (known: %s)", key.Value, strings.Join(known, ", "))
-			} else {
-				d.problem(at(key), "%s: unknown key %q (known: %s)", path, key.Value, strings.Join(known, ", "))
-			}
-			continue
-		}
-		d.remember(full, key, val)
-		set(val)
+		d.remember(full, f.Key, f.Value)
+		fields[f.Key.Value](f.Value)
 	}
 }
 
 // scalar returns a scalar's expanded text, or false after reporting a
 // problem.
 func (d *decoder) scalar(n *yaml.Node, path string) (string, bool) {
-	n = resolveAlias(n)
+	n = yamlfile.Resolve(n)
 	if n.Kind != yaml.ScalarNode {
-		d.unreadable(n, path, "%s must be a single value, not %s", path, kindName(n))
+		d.unreadable(n, path, "%s", yamlfile.WrongKind(path, "a single value", n))
 		return "", false
 	}
-	if isNull(n) {
+	if yamlfile.IsNull(n) {
 		return "", true
 	}
 	s, err := expandEnv(n.Value, d.lookup)
@@ -438,7 +374,7 @@ func (d *decoder) str(n *yaml.Node, path string) string {
 // (after expansion) so that a list can come from one variable. Empty
 // elements are dropped.
 func (d *decoder) strings(n *yaml.Node, path string) []string {
-	n = resolveAlias(n)
+	n = yamlfile.Resolve(n)
 	var out []string
 	switch n.Kind {
 	case yaml.SequenceNode:
@@ -463,7 +399,7 @@ func (d *decoder) strings(n *yaml.Node, path string) []string {
 			}
 		}
 	default:
-		d.unreadable(n, path, "%s must be a list, not %s", path, kindName(n))
+		d.unreadable(n, path, "%s", yamlfile.WrongKind(path, "a list", n))
 	}
 	return out
 }
@@ -489,26 +425,32 @@ func (d *decoder) intMap(n *yaml.Node, path string) map[string]int {
 
 // stringMap decodes a mapping of names to strings.
 func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
-	n = resolveAlias(n)
-	if isNull(n) {
+	n = yamlfile.Resolve(n)
+	if yamlfile.IsNull(n) {
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		d.unreadable(n, path, "%s must be a mapping, not %s", path, kindName(n))
+		d.unreadable(n, path, "%s", yamlfile.WrongKind(path, "a mapping", n))
 		return nil
 	}
 	out := make(map[string]string, len(n.Content)/2)
+	first := make(map[string]int, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, val := n.Content[i], n.Content[i+1]
-		if key.Kind != yaml.ScalarNode {
-			d.problem(at(key), "%s: keys must be plain names", path)
+		key, val := yamlfile.Resolve(n.Content[i]), n.Content[i+1]
+		switch {
+		case key.Kind != yaml.ScalarNode:
+			d.problem(at(key), "%s", yamlfile.In(path, yamlfile.NonScalarKey))
+			continue
+		case key.Tag == "!!merge":
+			d.problem(at(key), "%s", yamlfile.In(path, yamlfile.MergeKey))
 			continue
 		}
 		full := path + "[" + strconv.Quote(key.Value) + "]"
-		if _, dup := out[key.Value]; dup {
-			d.problem(at(key), "%s: duplicate key", full)
+		if line, dup := first[key.Value]; dup {
+			d.problem(at(key), "%s", yamlfile.In(path, yamlfile.DuplicateKey(key.Value, line)))
 			continue
 		}
+		first[key.Value] = key.Line
 		s, ok := d.scalar(val, full)
 		if !ok {
 			continue

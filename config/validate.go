@@ -14,6 +14,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/yamlfile"
 )
 
 // validate applies defaults to settings the file left out and reports every
@@ -24,7 +26,7 @@ func (d *decoder) validate(c *Config) {
 	d.validateMySQL(&c.MySQL)
 	d.validateCounters(&c.Counters)
 	if len(c.Rules) == 0 && d.readable("rules") {
-		d.problem(d.place("rules"), "rules: list at least one rule file or directory")
+		d.required("rules", "list at least one rule file or directory")
 	}
 	d.validateBatch(&c.Batch)
 	d.validateHTTP(&c.HTTP)
@@ -38,13 +40,30 @@ func (d *decoder) set(path string) bool {
 	return ok
 }
 
+// required reports a required setting that is empty: as a missing key
+// (in yamlfile's wording) when it is not written, else with emptyMsg.
+func (d *decoder) required(path, emptyMsg string) {
+	if d.set(path) {
+		d.problem(d.place(path), "%s: %s", path, emptyMsg)
+		return
+	}
+	parent, key := "", path
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		parent, key = path[:i], path[i+1:]
+	}
+	if d.bad[parent] {
+		return // the section itself was unreadable, and reported
+	}
+	d.problem(d.place(path), "%s", yamlfile.In(parent, yamlfile.MissingKey(key)))
+}
+
 // readable reports whether a setting that was written could be decoded;
 // one that could not was reported already and is not checked again.
 func (d *decoder) readable(path string) bool { return !d.bad[path] }
 
 func (d *decoder) validateKafka(k *Kafka) {
 	if len(k.Brokers) == 0 && d.readable("kafka.brokers") {
-		d.problem(d.place("kafka.brokers"), "kafka.brokers: list at least one broker address (host:port)")
+		d.required("kafka.brokers", "list at least one broker address (host:port)")
 	}
 	for i, b := range k.Brokers {
 		path := "kafka.brokers[" + strconv.Itoa(i) + "]"
@@ -53,10 +72,10 @@ func (d *decoder) validateKafka(k *Kafka) {
 		}
 	}
 	if k.Group == "" && d.readable("kafka.group") {
-		d.problem(d.place("kafka.group"), "kafka.group: a consumer group ID is required")
+		d.required("kafka.group", "a consumer group ID is required")
 	}
 	if len(k.Topics) == 0 && d.readable("kafka.topics") {
-		d.problem(d.place("kafka.topics"), "kafka.topics: list at least one topic")
+		d.required("kafka.topics", "list at least one topic")
 	}
 	topics := make(map[string]bool, len(k.Topics))
 	for i, t := range k.Topics {
@@ -69,9 +88,7 @@ func (d *decoder) validateKafka(k *Kafka) {
 		}
 		topics[t] = true
 	}
-	if !d.set("kafka.format") {
-		k.Format = DefaultFormat
-	} else if d.readable("kafka.format") && !slices.Contains(Formats, k.Format) {
+	if d.orDefault("kafka.format", func() { k.Format = DefaultFormat }) && !slices.Contains(Formats, k.Format) {
 		d.problem(d.place("kafka.format"), "kafka.format: %q is not one of %s", k.Format, strings.Join(Formats, ", "))
 	}
 	for _, t := range sortedKeys(k.TopicFormats) {
@@ -99,9 +116,7 @@ func (d *decoder) validateKafka(k *Kafka) {
 			d.problem(d.place("kafka.dlq_topic"), "kafka.dlq_topic: %q is also a consumed topic; poison messages would come back", k.DLQTopic)
 		}
 	}
-	if !d.set("kafka.client_id") {
-		k.ClientID = DefaultClientID
-	} else if d.readable("kafka.client_id") && k.ClientID == "" {
+	if d.orDefault("kafka.client_id", func() { k.ClientID = DefaultClientID }) && k.ClientID == "" {
 		d.problem(d.place("kafka.client_id"), "kafka.client_id: must not be empty")
 	}
 	d.validateTLS("kafka.tls", &k.TLS)
@@ -190,11 +205,7 @@ func (d *decoder) validateTLS(path string, t *TLS) {
 // oneOf checks that the setting at path, when written, is one of values,
 // and sets it to the first value when it was not written.
 func (d *decoder) oneOf(path string, v *string, values []string) {
-	if !d.set(path) {
-		*v = values[0]
-		return
-	}
-	if d.readable(path) && !slices.Contains(values, *v) {
+	if d.orDefault(path, func() { *v = values[0] }) && !slices.Contains(values, *v) {
 		d.problem(d.place(path), "%s: %q is not one of %s", path, *v, strings.Join(values, ", "))
 	}
 }
@@ -235,7 +246,7 @@ func (d *decoder) validateSASL(s *SASL) {
 
 func (d *decoder) validateMemcached(m *Memcached) {
 	if len(m.Servers) == 0 && d.readable("memcached.servers") {
-		d.problem(d.place("memcached.servers"), "memcached.servers: list at least one server address (host:port)")
+		d.required("memcached.servers", "list at least one server address (host:port)")
 	}
 	for i, s := range m.Servers {
 		path := "memcached.servers[" + strconv.Itoa(i) + "]"
@@ -244,10 +255,7 @@ func (d *decoder) validateMemcached(m *Memcached) {
 		}
 	}
 	d.validateTLS("memcached.tls", &m.TLS)
-	switch {
-	case m.Distribution == "":
-		m.Distribution = cacheops.DefaultDistribution
-	case !slices.Contains(cacheops.Distributions, m.Distribution):
+	if d.orDefault("memcached.distribution", func() { m.Distribution = cacheops.DefaultDistribution }) && !slices.Contains(cacheops.Distributions, m.Distribution) {
 		d.problem(d.place("memcached.distribution"), "memcached.distribution: %q is not one of %s", m.Distribution, strings.Join(cacheops.Distributions, ", "))
 	}
 	for _, addr := range slices.Sorted(maps.Keys(m.Weights)) {
@@ -262,27 +270,17 @@ func (d *decoder) validateMemcached(m *Memcached) {
 			d.problem(d.place(path), "%s: weights apply to memcached.distribution ketama only, not %s", path, m.Distribution)
 		}
 	}
-	if !d.set("memcached.max_concurrency") {
-		m.MaxConcurrency = DefaultMemcachedConcurrent
-	} else if d.readable("memcached.max_concurrency") && (m.MaxConcurrency < 1 || m.MaxConcurrency > MaxMemcachedConcurrent) {
+	if d.orDefault("memcached.max_concurrency", func() { m.MaxConcurrency = cacheops.DefaultMaxConcurrency }) && (m.MaxConcurrency < 1 || m.MaxConcurrency > MaxMemcachedConcurrent) {
 		d.problem(d.place("memcached.max_concurrency"), "memcached.max_concurrency: %d is outside 1..%d", m.MaxConcurrency, MaxMemcachedConcurrent)
 	}
-	d.positiveDuration(&m.Timeout, "memcached.timeout", DefaultMemcachedTimeout, time.Minute)
-	switch m.Protocol {
-	case "":
-		m.Protocol = DefaultMemcachedProtocol
-	case "meta", "text":
-	default:
+	d.positiveDuration(&m.Timeout, "memcached.timeout", cacheops.DefaultTimeout, time.Minute)
+	if d.orDefault("memcached.protocol", func() { m.Protocol = DefaultMemcachedProtocol }) && m.Protocol != "meta" && m.Protocol != "text" {
 		d.problem(d.place("memcached.protocol"), "memcached.protocol: %q is not meta or text", m.Protocol)
 	}
-	if !d.set("memcached.compact_ratio") {
-		m.CompactRatio = DefaultCompactRatio
-	} else if d.readable("memcached.compact_ratio") && !(m.CompactRatio > 0 && m.CompactRatio <= 1) {
+	if d.orDefault("memcached.compact_ratio", func() { m.CompactRatio = cacheops.DefaultCompactRatio }) && !(m.CompactRatio > 0 && m.CompactRatio <= 1) {
 		d.problem(d.place("memcached.compact_ratio"), "memcached.compact_ratio: %g is outside (0, 1]", m.CompactRatio)
 	}
-	if !d.set("memcached.compact_sample") {
-		m.CompactSample = DefaultCompactSample
-	} else if d.readable("memcached.compact_sample") && !(m.CompactSample >= 0 && m.CompactSample <= 1) {
+	if d.orDefault("memcached.compact_sample", func() { m.CompactSample = cacheops.DefaultCompactSample }) && !(m.CompactSample >= 0 && m.CompactSample <= 1) {
 		d.problem(d.place("memcached.compact_sample"), "memcached.compact_sample: %g is outside [0, 1]", m.CompactSample)
 	}
 }
@@ -294,54 +292,53 @@ func (d *decoder) validateMySQL(m *MySQL) {
 			d.problem(d.place("mysql.dsn"), "mysql.dsn: %v", err)
 		}
 	}
-	if !d.set("mysql.max_open_conns") {
-		m.MaxOpenConns = DefaultMySQLMaxOpenConns
-	} else if d.readable("mysql.max_open_conns") && m.MaxOpenConns < 1 {
+	if d.orDefault("mysql.max_open_conns", func() { m.MaxOpenConns = counters.DefaultMaxOpenConns }) && m.MaxOpenConns < 1 {
 		d.problem(d.place("mysql.max_open_conns"), "mysql.max_open_conns: %d must be at least 1", m.MaxOpenConns)
 	}
-	d.positiveDuration(&m.QueryTimeout, "mysql.query_timeout", DefaultMySQLQueryTimeout, 10*time.Minute)
+	d.positiveDuration(&m.QueryTimeout, "mysql.query_timeout", counters.DefaultQueryTimeout, 10*time.Minute)
 }
 
 func (d *decoder) validateBatch(b *Batch) {
-	if !d.set("batch.max_events") {
-		b.MaxEvents = DefaultBatchMaxEvents
-	} else if d.readable("batch.max_events") && (b.MaxEvents < 1 || b.MaxEvents > MaxBatchEvents) {
+	if d.orDefault("batch.max_events", func() { b.MaxEvents = DefaultBatchMaxEvents }) && (b.MaxEvents < 1 || b.MaxEvents > MaxBatchEvents) {
 		d.problem(d.place("batch.max_events"), "batch.max_events: %d is outside 1..%d", b.MaxEvents, MaxBatchEvents)
 	}
 	d.positiveDuration(&b.MaxWait, "batch.max_wait", DefaultBatchMaxWait, MaxBatchWait)
 }
 
+// orDefault is how every default is filled: when the file left the
+// setting at path out, it calls fill (which sets the default) and returns
+// false; else it returns whether the written value could be read, and so
+// is to be checked. An explicit zero is checked, never replaced.
+func (d *decoder) orDefault(path string, fill func()) bool {
+	if !d.set(path) {
+		fill()
+		return false
+	}
+	return d.readable(path)
+}
+
 // positiveDuration defaults an unset duration and checks a set one against
 // (0, max].
 func (d *decoder) positiveDuration(v *time.Duration, path string, def, max time.Duration) {
-	if !d.set(path) {
-		*v = def
-		return
-	}
-	if d.readable(path) && (*v <= 0 || *v > max) {
+	if d.orDefault(path, func() { *v = def }) && (*v <= 0 || *v > max) {
 		d.problem(d.place(path), "%s: %s is outside (0, %s]", path, *v, max)
 	}
 }
 
 func (d *decoder) validateHTTP(h *HTTP) {
-	if !d.set("http.listen") {
-		h.Listen = DefaultHTTPListen
+	if !d.orDefault("http.listen", func() { h.Listen = DefaultHTTPListen }) {
 		return
 	}
-	if msg := checkHostPort(h.Listen, true); d.readable("http.listen") && msg != "" {
+	if msg := checkHostPort(h.Listen, true); msg != "" {
 		d.problem(d.place("http.listen"), "http.listen: %q %s", h.Listen, msg)
 	}
 }
 
 func (d *decoder) validateLog(l *Log) {
-	if !d.set("log.format") {
-		l.Format = DefaultLogFormat
-	} else if d.readable("log.format") && l.Format != "text" && l.Format != "json" {
+	if d.orDefault("log.format", func() { l.Format = DefaultLogFormat }) && l.Format != "text" && l.Format != "json" {
 		d.problem(d.place("log.format"), "log.format: %q is not text or json", l.Format)
 	}
-	if !d.set("log.level") {
-		l.Level = DefaultLogLevel
-	} else if _, ok := parseLevel(l.Level); d.readable("log.level") && !ok {
+	if _, ok := parseLevel(l.Level); d.orDefault("log.level", func() { l.Level = DefaultLogLevel }) && !ok {
 		d.problem(d.place("log.level"), "log.level: %q is not debug, info, warn or error", l.Level)
 	}
 }

@@ -34,7 +34,7 @@ func checkFencing(c *counters.Counters, cfg *config.Config) error {
 	}
 	timeout := cfg.MySQL.QueryTimeout
 	if timeout <= 0 {
-		timeout = config.DefaultMySQLQueryTimeout
+		timeout = counters.DefaultQueryTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Second)
 	defer cancel()

@@ -21,12 +21,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cachewarden/cachewarden/config"
 )
 
 // Daemon defaults.
 const (
-	DefaultMaxEvents       = 2000
-	DefaultMaxWait         = 10 * time.Millisecond
+	DefaultMaxEvents       = config.DefaultBatchMaxEvents
+	DefaultMaxWait         = config.DefaultBatchMaxWait
 	DefaultReadyInterval   = 2 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultHandoffTimeout  = 10 * time.Second

@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
+
+	"github.com/cachewarden/cachewarden/config"
 )
 
 // KafkaConn says how to reach the Kafka brokers. The zero TLS and SASL
@@ -21,7 +23,8 @@ import (
 type KafkaConn struct {
 	// Brokers are bootstrap addresses (host:port); required.
 	Brokers []string
-	// ClientID names the daemon to the brokers; default "cachewarden".
+	// ClientID names the daemon to the brokers; default
+	// config.DefaultClientID ("cachewarden").
 	ClientID string
 	// TLS, when non-nil, encrypts connections.
 	TLS *tls.Config
@@ -37,7 +40,7 @@ type KafkaConn struct {
 
 func (c KafkaConn) clientID() string {
 	if c.ClientID == "" {
-		return "cachewarden"
+		return config.DefaultClientID
 	}
 	return c.ClientID
 }

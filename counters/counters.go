@@ -32,13 +32,10 @@ type Recounter interface {
 	Count(ctx context.Context, query string, args []rules.Value) (int64, error)
 }
 
-// DefaultMaxConcurrency is Config.MaxConcurrency's default.
-const DefaultMaxConcurrency = 32
-
 // Config tunes Counters. The zero value gives the documented defaults.
 type Config struct {
 	// MaxConcurrency bounds the keys one Apply works on at a time. Default
-	// 32. The memcache.Client's MaxIdleConns should be at least this, or
+	// cacheops.DefaultMaxConcurrency (32). The memcache.Client's MaxIdleConns should be at least this, or
 	// connections are opened and closed all the time.
 	MaxConcurrency int
 	// ReadTTL is the item TTL of the counters Get stores after a miss; 0
@@ -110,7 +107,7 @@ type Stats struct {
 // discards logs.
 func New(mc *memcache.Client, rc Recounter, cfg Config, logger *slog.Logger) *Counters {
 	if cfg.MaxConcurrency <= 0 {
-		cfg.MaxConcurrency = DefaultMaxConcurrency
+		cfg.MaxConcurrency = cacheops.DefaultMaxConcurrency
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

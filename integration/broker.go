@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // BrokerOptions says which broker to use and which topics it must have.
@@ -25,14 +28,16 @@ type BrokerOptions struct {
 }
 
 // Broker is a running Kafka-protocol broker. Its methods are safe for
-// concurrent use.
+// concurrent use. It speaks to the broker with franz-go, the daemon's own
+// Kafka client.
 type Broker struct {
 	addrs   []string
 	cluster *kfake.Cluster // nil when the broker is external
 	log     *slog.Logger
-	// transport is the admin clients' own: kafka-go's default one caches
-	// metadata for seconds, which hides topics created meanwhile.
-	transport *kafka.Transport
+	// admin sends every request directly (no cached metadata), so topics
+	// created meanwhile are seen at once.
+	cl    *kgo.Client
+	admin *kadm.Client
 }
 
 // StartBroker connects to the broker named in opts, or starts an in-process
@@ -50,7 +55,7 @@ func StartBroker(ctx context.Context, log *slog.Logger, opts BrokerOptions) (*Br
 	if partitions <= 0 {
 		partitions = 1
 	}
-	b := &Broker{addrs: opts.Addrs, log: log, transport: &kafka.Transport{MetadataTTL: 50 * time.Millisecond}}
+	b := &Broker{addrs: opts.Addrs, log: log}
 	if len(b.addrs) == 0 {
 		kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1)}
 		if len(opts.Topics) > 0 {
@@ -63,8 +68,16 @@ func StartBroker(ctx context.Context, log *slog.Logger, opts BrokerOptions) (*Br
 		b.cluster = cluster
 		b.addrs = cluster.ListenAddrs()
 		log.Debug("in-process Kafka-protocol broker started", "addrs", b.addrs)
-	} else if len(opts.Topics) > 0 {
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addrs...))
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("integration: admin client for %v: %w", b.addrs, err)
+	}
+	b.cl, b.admin = cl, kadm.NewClient(cl)
+	if b.cluster == nil && len(opts.Topics) > 0 {
 		if err := b.CreateTopics(ctx, partitions, opts.Topics...); err != nil {
+			b.Close()
 			return nil, err
 		}
 	}
@@ -83,30 +96,24 @@ func (b *Broker) InProcess() bool { return b.cluster != nil }
 
 // Close closes the admin connections and stops an in-process broker.
 func (b *Broker) Close() {
-	b.transport.CloseIdleConnections()
+	if b.cl != nil {
+		b.cl.Close()
+	}
 	if b.cluster != nil {
 		b.cluster.Close()
 	}
 }
 
-func (b *Broker) client() *kafka.Client {
-	return &kafka.Client{Addr: kafka.TCP(b.addrs...), Timeout: 10 * time.Second, Transport: b.transport}
-}
-
 // CreateTopics creates topics with the given partition count; a topic that
 // exists already is not an error.
 func (b *Broker) CreateTopics(ctx context.Context, partitions int, topics ...string) error {
-	req := &kafka.CreateTopicsRequest{}
-	for _, t := range topics {
-		req.Topics = append(req.Topics, kafka.TopicConfig{Topic: t, NumPartitions: partitions, ReplicationFactor: 1})
-	}
-	resp, err := b.client().CreateTopics(ctx, req)
+	resp, err := b.admin.CreateTopics(ctx, int32(partitions), 1, nil, topics...)
 	if err != nil {
 		return fmt.Errorf("integration: create topics %v: %w", topics, err)
 	}
-	for topic, err := range resp.Errors {
-		if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
-			return fmt.Errorf("integration: create topic %q: %w", topic, err)
+	for topic, r := range resp {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("integration: create topic %q: %w", topic, r.Err)
 		}
 	}
 	return nil
@@ -121,11 +128,11 @@ func (b *Broker) waitTopics(ctx context.Context, topics []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		resp, err := b.client().Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+		md, err := b.admin.Metadata(ctx, topics...)
 		if err == nil {
 			ready := 0
-			for _, t := range resp.Topics {
-				if t.Error == nil && len(t.Partitions) > 0 && allLed(t.Partitions) {
+			for _, t := range topics {
+				if td, ok := md.Topics[t]; ok && td.Err == nil && len(td.Partitions) > 0 && allLed(td.Partitions) {
 					ready++
 				}
 			}
@@ -143,9 +150,9 @@ func (b *Broker) waitTopics(ctx context.Context, topics []string) error {
 
 // allLed reports whether every partition has a leader. A Kafka broker may
 // report a topic it has just created before its partitions have one.
-func allLed(partitions []kafka.Partition) bool {
+func allLed(partitions kadm.PartitionDetails) bool {
 	for _, p := range partitions {
-		if p.Error != nil || p.Leader.Host == "" {
+		if p.Err != nil || p.Leader < 0 {
 			return false
 		}
 	}
@@ -153,8 +160,8 @@ func allLed(partitions []kafka.Partition) bool {
 }
 
 // Partitions returns how many partitions topic has. A topic created a
-// moment ago may be unknown to cached metadata; it is asked for again for
-// up to a second before it counts as missing.
+// moment ago may be unknown to the broker's metadata; it is asked for
+// again for up to a second before it counts as missing.
 func (b *Broker) Partitions(ctx context.Context, topic string) (int, error) {
 	var lastErr error
 	for attempt := 0; attempt < 20; attempt++ {
@@ -165,23 +172,20 @@ func (b *Broker) Partitions(ctx context.Context, topic string) (int, error) {
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		resp, err := b.client().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		md, err := b.admin.Metadata(ctx, topic)
 		if err != nil {
 			return 0, fmt.Errorf("integration: metadata for %q: %w", topic, err)
 		}
 		lastErr = fmt.Errorf("topic %q not in metadata", topic)
-		for _, t := range resp.Topics {
-			if t.Name != topic {
-				continue
-			}
-			switch {
-			case errors.Is(t.Error, kafka.UnknownTopicOrPartition):
-				lastErr = t.Error
-			case t.Error != nil:
-				return 0, fmt.Errorf("integration: metadata for %q: %w", topic, t.Error)
-			default:
-				return len(t.Partitions), nil
-			}
+		td, ok := md.Topics[topic]
+		switch {
+		case !ok:
+		case errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+			lastErr = td.Err
+		case td.Err != nil:
+			return 0, fmt.Errorf("integration: metadata for %q: %w", topic, td.Err)
+		default:
+			return len(td.Partitions), nil
 		}
 	}
 	return 0, fmt.Errorf("integration: metadata for %q: %w", topic, lastErr)
@@ -190,29 +194,23 @@ func (b *Broker) Partitions(ctx context.Context, topic string) (int, error) {
 // EndOffsets returns the next offset to be written of every partition of
 // the topics (the high watermarks), by topic and partition.
 func (b *Broker) EndOffsets(ctx context.Context, topics ...string) (map[string]map[int]int64, error) {
-	c := b.client()
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
 	for _, t := range topics {
-		n, err := b.Partitions(ctx, t)
-		if err != nil {
+		if _, err := b.Partitions(ctx, t); err != nil {
 			return nil, err
 		}
-		for p := 0; p < n; p++ {
-			req.Topics[t] = append(req.Topics[t], kafka.LastOffsetOf(p))
-		}
 	}
-	resp, err := c.ListOffsets(ctx, req)
+	listed, err := b.admin.ListEndOffsets(ctx, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("integration: list offsets: %w", err)
 	}
 	out := make(map[string]map[int]int64, len(topics))
-	for t, parts := range resp.Topics {
+	for t, parts := range listed {
 		out[t] = make(map[int]int64, len(parts))
-		for _, p := range parts {
-			if p.Error != nil {
-				return nil, fmt.Errorf("integration: list offsets %s/%d: %w", t, p.Partition, p.Error)
+		for p, o := range parts {
+			if o.Err != nil {
+				return nil, fmt.Errorf("integration: list offsets %s/%d: %w", t, p, o.Err)
 			}
-			out[t][p.Partition] = p.LastOffset
+			out[t][int(p)] = o.Offset
 		}
 	}
 	return out, nil
@@ -221,43 +219,34 @@ func (b *Broker) EndOffsets(ctx context.Context, topics ...string) (map[string]m
 // CommittedOffsets returns the offsets group has committed for the topics'
 // partitions (-1 where it has committed nothing).
 func (b *Broker) CommittedOffsets(ctx context.Context, group string, topics ...string) (map[string]map[int]int64, error) {
-	c := b.client()
-	req := &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{}}
+	out := make(map[string]map[int]int64, len(topics))
 	for _, t := range topics {
 		n, err := b.Partitions(ctx, t)
 		if err != nil {
 			return nil, err
 		}
+		out[t] = make(map[int]int64, n)
 		for p := 0; p < n; p++ {
-			req.Topics[t] = append(req.Topics[t], p)
+			out[t][p] = -1
 		}
 	}
-	resp, err := c.OffsetFetch(ctx, req)
+	resp, err := b.admin.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return out, nil // the group has not committed anything yet
+	}
 	if err != nil {
 		return nil, fmt.Errorf("integration: fetch offsets of group %q: %w", group, err)
 	}
-	if errors.Is(resp.Error, kafka.GroupIdNotFound) {
-		// The group has not committed anything yet.
-		out := make(map[string]map[int]int64, len(topics))
-		for t, parts := range req.Topics {
-			out[t] = make(map[int]int64, len(parts))
-			for _, p := range parts {
-				out[t][p] = -1
+	for t, parts := range out {
+		for p := range parts {
+			r, ok := resp.Lookup(t, int32(p))
+			if !ok {
+				continue
 			}
-		}
-		return out, nil
-	}
-	if resp.Error != nil {
-		return nil, fmt.Errorf("integration: fetch offsets of group %q: %w", group, resp.Error)
-	}
-	out := make(map[string]map[int]int64, len(topics))
-	for t, parts := range resp.Topics {
-		out[t] = make(map[int]int64, len(parts))
-		for _, p := range parts {
-			if p.Error != nil {
-				return nil, fmt.Errorf("integration: fetch offsets of group %q for %s/%d: %w", group, t, p.Partition, p.Error)
+			if r.Err != nil {
+				return nil, fmt.Errorf("integration: fetch offsets of group %q for %s/%d: %w", group, t, p, r.Err)
 			}
-			out[t][p.Partition] = p.CommittedOffset
+			parts[p] = r.At
 		}
 	}
 	return out, nil
@@ -332,39 +321,62 @@ type Message struct {
 }
 
 // ReadAll reads every message currently in topic (all partitions, from
-// offset 0 to the end offset seen when called).
+// offset 0 to the end offset seen when called), in partition and offset
+// order.
 func (b *Broker) ReadAll(ctx context.Context, topic string) ([]Message, error) {
 	ends, err := b.EndOffsets(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	var out []Message
+	from := make(map[int32]kgo.Offset)
 	for p, end := range ends[topic] {
-		if end == 0 {
-			continue
+		if end > 0 {
+			from[int32(p)] = kgo.NewOffset().AtStart()
 		}
-		r := kafka.NewReader(kafka.ReaderConfig{
-			Brokers:   b.addrs,
-			Topic:     topic,
-			Partition: p,
-			MaxWait:   100 * time.Millisecond,
+	}
+	if len(from) == 0 {
+		return nil, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addrs...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("integration: read %s: %w", topic, err)
+	}
+	defer cl.Close()
+	var out []Message
+	for len(from) > 0 {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("integration: read %s: %w", topic, err)
+		}
+		var fetchErr error
+		fetches.EachError(func(t string, p int32, err error) {
+			fetchErr = fmt.Errorf("integration: read %s/%d: %w", t, p, err)
 		})
-		for {
-			m, err := r.ReadMessage(ctx)
-			if err != nil {
-				r.Close()
-				return nil, fmt.Errorf("integration: read %s/%d: %w", topic, p, err)
+		if fetchErr != nil {
+			return nil, fetchErr
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			p := int(r.Partition)
+			if _, reading := from[r.Partition]; !reading || r.Offset >= ends[topic][p] {
+				return
 			}
-			msg := Message{Partition: p, Offset: m.Offset, Key: m.Key, Value: m.Value, Headers: map[string]string{}}
-			for _, h := range m.Headers {
+			msg := Message{Partition: p, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: map[string]string{}}
+			for _, h := range r.Headers {
 				msg.Headers[h.Key] = string(h.Value)
 			}
 			out = append(out, msg)
-			if m.Offset+1 >= end {
-				break
+			if r.Offset+1 >= ends[topic][p] {
+				delete(from, r.Partition)
 			}
-		}
-		r.Close()
+		})
 	}
+	slices.SortFunc(out, func(a, b Message) int {
+		if a.Partition != b.Partition {
+			return a.Partition - b.Partition
+		}
+		return int(a.Offset - b.Offset)
+	})
 	return out, nil
 }

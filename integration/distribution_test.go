@@ -235,7 +235,10 @@ func runDistributionCase(t *testing.T, ctx context.Context, b *Broker, servers [
 		}
 		msgs = append(msgs, debeziumChange(topic, "c", key, nil, map[string]any{"name": k, "m": "b"}))
 	}
-	pub := NewPublisher(b.Addrs(), Debezium, nil, testLog(t))
+	pub, err := NewPublisher(b.Addrs(), Debezium, nil, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer pub.Close()
 	if err := pub.PublishRaw(ctx, msgs...); err != nil {
 		t.Fatal(err)

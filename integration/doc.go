@@ -17,6 +17,9 @@
 //   - Encode and Publisher turn those into Debezium (with and without the
 //     schema envelope), flattened Debezium, Maxwell or Canal messages and
 //     publish them in commit order, keyed like the connectors key them;
+//     the broker's admin requests, reads and the Publisher all use
+//     franz-go, the daemon's Kafka client, so the cachewarden binary,
+//     which embeds the demo, links no second Kafka client;
 //   - StartDaemon runs a daemon in this process; Warm reads the cache as an
 //     application would; Scenario.Check runs package verify over every set
 //     and counter and checks that every namespace a change concerned moved

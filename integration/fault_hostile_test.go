@@ -12,6 +12,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/rules"
@@ -434,20 +435,14 @@ func readTopic(t *testing.T, ctx context.Context, b *Broker, topic string) []Mes
 
 // allowLargeMessages raises max.message.bytes of the topics to 64 MB.
 func allowLargeMessages(ctx context.Context, b *Broker, topics ...string) error {
-	req := &kafka.IncrementalAlterConfigsRequest{}
-	for _, topic := range topics {
-		req.Resources = append(req.Resources, kafka.IncrementalAlterConfigsRequestResource{
-			ResourceType: kafka.ResourceTypeTopic, ResourceName: topic,
-			Configs: []kafka.IncrementalAlterConfigsRequestConfig{{Name: "max.message.bytes", Value: strconv.Itoa(64 << 20), ConfigOperation: kafka.ConfigOperationSet}},
-		})
-	}
-	resp, err := b.client().IncrementalAlterConfigs(ctx, req)
+	size := strconv.Itoa(64 << 20)
+	resp, err := b.admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &size}}, topics...)
 	if err != nil {
 		return fmt.Errorf("raise max.message.bytes: %w", err)
 	}
-	for _, r := range resp.Resources {
-		if r.Error != nil {
-			return fmt.Errorf("raise max.message.bytes of %s: %w", r.ResourceName, r.Error)
+	for _, r := range resp {
+		if r.Err != nil {
+			return fmt.Errorf("raise max.message.bytes of %s: %w", r.Name, r.Err)
 		}
 	}
 	return nil

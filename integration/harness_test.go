@@ -207,7 +207,10 @@ func TestBrokerRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	pub := NewPublisher(b.Addrs(), Debezium, nil, log)
+	pub, err := NewPublisher(b.Addrs(), Debezium, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer pub.Close()
 	before, err := b.EndOffsets(ctx, topics...)
 	if err != nil {

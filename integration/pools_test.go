@@ -75,7 +75,10 @@ func publishUpdates(t *testing.T, ctx context.Context, b *Broker, topic string, 
 		row := map[string]any{"name": n}
 		msgs = append(msgs, debeziumChange(topic, "u", []byte(n), row, row))
 	}
-	pub := NewPublisher(b.Addrs(), Debezium, nil, testLog(t))
+	pub, err := NewPublisher(b.Addrs(), Debezium, nil, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer pub.Close()
 	if err := pub.PublishRaw(ctx, msgs...); err != nil {
 		t.Fatal(err)

@@ -3,21 +3,24 @@ package integration
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Publisher writes change events to Kafka in commit order: each call
 // returns once the broker has acknowledged every message of it, and the
 // messages of one call keep their order within a partition. Messages are
-// partitioned by key hash, like the connectors' default partitioner.
+// partitioned by key hash (FNV-1a, as Sarama and kafka-go hash keys), so
+// the messages of one row keep their order. It publishes with franz-go,
+// the daemon's own Kafka client.
 //
 // A Publisher is safe for concurrent use, but calls made concurrently
 // have no order between them.
 type Publisher struct {
-	w      *kafka.Writer
+	cl     *kgo.Client
 	format Format
 	topic  TopicFunc
 	log    *slog.Logger
@@ -26,25 +29,31 @@ type Publisher struct {
 }
 
 // NewPublisher returns a Publisher for format f; a nil topic uses
-// DefaultTopic.
-func NewPublisher(brokers []string, f Format, topic TopicFunc, log *slog.Logger) *Publisher {
+// DefaultTopic. Messages are acknowledged by every in-sync replica and
+// written by an idempotent producer, so retries neither reorder nor
+// repeat them.
+func NewPublisher(brokers []string, f Format, topic TopicFunc, log *slog.Logger) (*Publisher, error) {
 	if topic == nil {
 		topic = DefaultTopic
 	}
-	return &Publisher{
-		w: &kafka.Writer{
-			Addr:                   kafka.TCP(brokers...),
-			Balancer:               &kafka.Hash{},
-			RequiredAcks:           kafka.RequireAll,
-			BatchTimeout:           time.Millisecond,
-			BatchSize:              1000,
-			MaxAttempts:            5,
-			AllowAutoTopicCreation: true,
-		},
-		format: f,
-		topic:  topic,
-		log:    log,
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(brokers...),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv32a))),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(time.Millisecond),
+		kgo.RecordRetries(5),
+		kgo.AllowAutoTopicCreation(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("integration: publisher for %v: %w", brokers, err)
 	}
+	return &Publisher{cl: cl, format: f, topic: topic, log: log}, nil
+}
+
+func fnv32a(key []byte) uint32 {
+	h := fnv.New32a()
+	h.Write(key)
+	return h.Sum32()
 }
 
 // WithRegistry makes the publisher encode DebeziumAvro with reg's
@@ -79,18 +88,22 @@ func (p *Publisher) PublishRaw(ctx context.Context, msgs ...OutMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	km := make([]kafka.Message, len(msgs))
+	recs := make([]*kgo.Record, len(msgs))
 	for i, m := range msgs {
-		km[i] = kafka.Message{Topic: m.Topic, Key: m.Key, Value: m.Value}
+		recs[i] = &kgo.Record{Topic: m.Topic, Key: m.Key, Value: m.Value}
 		for k, v := range m.Headers {
-			km[i].Headers = append(km[i].Headers, kafka.Header{Key: k, Value: []byte(v)})
+			recs[i].Headers = append(recs[i].Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 		}
 	}
-	if err := p.w.WriteMessages(ctx, km...); err != nil {
-		return fmt.Errorf("integration: publish %d messages: %w", len(km), err)
+	if err := p.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("integration: publish %d messages: %w", len(recs), err)
 	}
 	return nil
 }
 
-// Close flushes and closes the writer.
-func (p *Publisher) Close() error { return p.w.Close() }
+// Close flushes what is buffered and closes the client.
+func (p *Publisher) Close() error {
+	err := p.cl.Flush(context.Background())
+	p.cl.Close()
+	return err
+}

@@ -132,7 +132,9 @@ func NewScenario(ctx context.Context, svc Services, opts ScenarioOptions) (s *Sc
 	if s.Broker, err = StartBroker(ctx, opts.Log, BrokerOptions{Addrs: svc.Brokers, Topics: s.Topics, Partitions: opts.Partitions}); err != nil {
 		return nil, err
 	}
-	s.Publisher = NewPublisher(s.Broker.Addrs(), opts.Format, s.topic, opts.Log)
+	if s.Publisher, err = NewPublisher(s.Broker.Addrs(), opts.Format, s.topic, opts.Log); err != nil {
+		return nil, err
+	}
 	if opts.Format.Avro() {
 		if s.Registry, err = StartAvroRegistry(); err != nil {
 			return nil, err

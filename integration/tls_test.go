@@ -112,7 +112,10 @@ func TestMemcachedTLS(t *testing.T) {
 			for i := range 20 {
 				msgs = append(msgs, debeziumChange(topic, "c", nil, nil, map[string]any{"name": fmt.Sprintf("%s-%d", protocol, i)}))
 			}
-			pub := NewPublisher(b.Addrs(), Debezium, nil, testLog(t))
+			pub, err := NewPublisher(b.Addrs(), Debezium, nil, testLog(t))
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer pub.Close()
 			if err := pub.PublishRaw(ctx, msgs...); err != nil {
 				t.Fatal(err)

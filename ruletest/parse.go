@@ -23,17 +23,18 @@ package ruletest
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"math/big"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cachewarden/cachewarden/internal/yamlfile"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -121,29 +122,23 @@ func Load(path string) (*Suite, error) {
 // all of them are returned together as a *ParseError.
 func Parse(path string, data []byte) (*Suite, error) {
 	p := &parser{file: path}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &ParseError{Problems: []string{yamlProblem(path, err)}}
+	root, err := yamlfile.Parse(data)
+	var ye *yamlfile.Error
+	if errors.As(err, &ye) {
+		p.errorf(&yaml.Node{Line: ye.Line, Column: ye.Column}, "%s", ye.Msg)
+		if root == nil {
+			return nil, p.result()
+		}
 	}
 	s := &Suite{Path: path}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
+	if root == nil {
 		return nil, &ParseError{Problems: []string{path + ":1:1: empty test file"}}
 	}
-	p.suite(s, doc.Content[0])
+	p.suite(s, root)
 	if len(p.problems) > 0 {
 		return nil, p.result()
 	}
 	return s, nil
-}
-
-// yamlLine matches the "yaml: line N: msg" form of the YAML parser's errors.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-func yamlProblem(path string, err error) string {
-	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-		return fmt.Sprintf("%s:%s:1: %s", path, m[1], m[2])
-	}
-	return fmt.Sprintf("%s:1:1: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
 }
 
 type parser struct {
@@ -173,54 +168,23 @@ func (p *parser) result() error {
 	return &ParseError{Problems: out}
 }
 
-// resolve follows aliases.
-func resolve(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
+// fields walks a mapping node, calling set for each known key, in file
+// order; yamlfile reports unknown, duplicate and merge keys. It returns
+// the keys seen, and false when n is not a mapping.
+func (p *parser) fields(n *yaml.Node, what string, known []string, set func(key string, k, v *yaml.Node)) (map[string]bool, bool) {
+	fs, ok := yamlfile.Mapping(n, what, known, p.errorf)
+	seen := make(map[string]bool, len(fs))
+	for _, f := range fs {
+		seen[f.Key.Value] = true
+		set(f.Key.Value, f.Key, f.Value)
 	}
-	return n
-}
-
-// fields walks a mapping node, calling set for each known key and
-// reporting unknown or repeated keys. It returns the keys seen.
-func (p *parser) fields(n *yaml.Node, what string, known []string, set func(key string, k, v *yaml.Node)) map[string]bool {
-	n = resolve(n)
-	seen := make(map[string]bool)
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "%s must be a mapping", what)
-		return seen
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			p.errorf(k, "%s: keys must be plain names", what)
-			continue
-		}
-		if seen[k.Value] {
-			p.errorf(k, "%s: field %q given twice", what, k.Value)
-			continue
-		}
-		seen[k.Value] = true
-		found := false
-		for _, name := range known {
-			if name == k.Value {
-				found = true
-				break
-			}
-		}
-		if !found {
-			p.errorf(k, "%s: unknown field %q (want %s)", what, k.Value, strings.Join(known, ", "))
-			continue
-		}
-		set(k.Value, k, resolve(v))
-	}
-	return seen
+	return seen, ok
 }
 
 // str decodes a scalar as text; numbers and booleans give their literal.
 func (p *parser) str(n *yaml.Node, what string) (string, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		p.errorf(n, "%s must be a string", what)
+		p.errorf(n, "%s", yamlfile.WrongKind(what, "a string", n))
 		return "", false
 	}
 	return n.Value, true
@@ -230,7 +194,7 @@ func (p *parser) str(n *yaml.Node, what string) (string, bool) {
 func (p *parser) integer(n *yaml.Node, what string) (int64, bool) {
 	var v int64
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
-		p.errorf(n, "%s must be an integer", what)
+		p.errorf(n, "%s", yamlfile.WrongKind(what, "an integer", n))
 		return 0, false
 	}
 	return v, true
@@ -240,7 +204,7 @@ func (p *parser) suite(s *Suite, n *yaml.Node) {
 	var format cdc.Format
 	var table string
 	var tests *yaml.Node
-	seen := p.fields(n, "test file", []string{"rule_files", "format", "table", "tests"}, func(key string, k, v *yaml.Node) {
+	seen, isMapping := p.fields(n, "test file", []string{"rule_files", "format", "table", "tests"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "rule_files":
 			s.RuleFiles = p.ruleFiles(v)
@@ -252,14 +216,14 @@ func (p *parser) suite(s *Suite, n *yaml.Node) {
 			tests = v
 		}
 	})
-	if resolve(n).Kind != yaml.MappingNode {
+	if !isMapping {
 		return
 	}
 	if !seen["rule_files"] {
-		p.errorf(n, "test file: rule_files is required")
+		p.errorf(n, "test file: %s", yamlfile.MissingKey("rule_files"))
 	}
 	if tests == nil {
-		p.errorf(n, "test file: tests is required")
+		p.errorf(n, "test file: %s", yamlfile.MissingKey("tests"))
 		return
 	}
 	if tests.Kind != yaml.SequenceNode || len(tests.Content) == 0 {
@@ -268,7 +232,7 @@ func (p *parser) suite(s *Suite, n *yaml.Node) {
 	}
 	names := make(map[string]int)
 	for _, tn := range tests.Content {
-		t := p.test(resolve(tn), format, table)
+		t := p.test(yamlfile.Resolve(tn), format, table)
 		if t == nil {
 			continue
 		}
@@ -288,7 +252,7 @@ func (p *parser) ruleFiles(n *yaml.Node) []string {
 	dir := filepath.Dir(p.file)
 	var out []string
 	for _, e := range n.Content {
-		f, ok := p.str(resolve(e), "rule_files entry")
+		f, ok := p.str(yamlfile.Resolve(e), "rule_files entry")
 		if !ok {
 			continue
 		}
@@ -334,10 +298,11 @@ func (p *parser) format(n *yaml.Node) (cdc.Format, bool) {
 func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 	t := &Test{Line: n.Line, Format: format, Table: table}
 	var events, expect, errs *yaml.Node
-	seen := p.fields(n, "test", []string{"name", "format", "table", "events", "expect", "errors"}, func(key string, k, v *yaml.Node) {
+	var nameOK bool
+	seen, isMapping := p.fields(n, "test", []string{"name", "format", "table", "events", "expect", "errors"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "name":
-			t.Name, _ = p.str(v, "name")
+			t.Name, nameOK = p.str(v, "name")
 		case "format":
 			t.Format, _ = p.format(v)
 		case "table":
@@ -350,34 +315,34 @@ func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 			errs = v
 		}
 	})
-	if n.Kind != yaml.MappingNode {
+	if !isMapping {
 		return nil
 	}
-	if !seen["name"] || t.Name == "" {
-		p.errorf(n, "test: name is required")
+	if !seen["name"] {
+		p.errorf(n, "test: %s", yamlfile.MissingKey("name"))
+	} else if nameOK && t.Name == "" {
+		p.errorf(n, "test: name must not be empty")
 	}
 	what := fmt.Sprintf("test %q", t.Name)
 	if t.Name == "" {
 		what = fmt.Sprintf("test at line %d", t.Line)
 	}
-	if events == nil || events.Kind != yaml.SequenceNode || len(events.Content) == 0 {
-		at := n
-		if events != nil {
-			at = events
-		}
-		p.errorf(at, "%s: events must be a non-empty list", what)
+	if events == nil {
+		p.errorf(n, "%s: %s", what, yamlfile.MissingKey("events"))
+	} else if events.Kind != yaml.SequenceNode || len(events.Content) == 0 {
+		p.errorf(events, "%s: events must be a non-empty list", what)
 	} else {
 		for _, e := range events.Content {
 			t.Events = append(t.Events, p.event(e, what))
 		}
 	}
 	if expect == nil {
-		p.errorf(n, "%s: expect is required (write expect: [] when no op is expected)", what)
+		p.errorf(n, "%s: %s (write expect: [] when no op is expected)", what, yamlfile.MissingKey("expect"))
 	} else if expect.Kind != yaml.SequenceNode {
-		p.errorf(expect, "%s: expect must be a list", what)
+		p.errorf(expect, "%s: %s", what, yamlfile.WrongKind("expect", "a list", expect))
 	} else {
 		for _, e := range expect.Content {
-			if op, ok := p.expectedOp(resolve(e), what, len(t.Events)); ok {
+			if op, ok := p.expectedOp(yamlfile.Resolve(e), what, len(t.Events)); ok {
 				if len(t.Expect) > 0 && op.Event < t.Expect[len(t.Expect)-1].Event {
 					p.errorf(e, "%s: expected ops must be listed in event order (event %d after event %d)", what, op.Event, t.Expect[len(t.Expect)-1].Event)
 				}
@@ -388,11 +353,11 @@ func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 	}
 	if errs != nil {
 		if errs.Kind != yaml.SequenceNode {
-			p.errorf(errs, "%s: errors must be a list", what)
+			p.errorf(errs, "%s: %s", what, yamlfile.WrongKind("errors", "a list", errs))
 		} else {
 			byEvent := make(map[int]bool)
 			for _, e := range errs.Content {
-				ee, ok := p.expectedError(resolve(e), what, len(t.Events))
+				ee, ok := p.expectedError(yamlfile.Resolve(e), what, len(t.Events))
 				if !ok {
 					continue
 				}
@@ -410,7 +375,7 @@ func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 
 func (p *parser) event(n *yaml.Node, what string) Event {
 	ev := Event{Line: n.Line}
-	r := resolve(n)
+	r := yamlfile.Resolve(n)
 	switch {
 	case r.Kind == yaml.ScalarNode && r.Tag == "!!null":
 		// A tombstone.
@@ -453,7 +418,7 @@ func (p *parser) expectedOp(n *yaml.Node, what string, nEvents int) (ExpectedOp,
 	op := ExpectedOp{Line: n.Line}
 	ok := true
 	var memberNode, deltaNode *yaml.Node
-	seen := p.fields(n, what+": expected op", []string{"event", "rule", "op", "key", "member", "delta", "args"}, func(key string, k, v *yaml.Node) {
+	seen, isMapping := p.fields(n, what+": expected op", []string{"event", "rule", "op", "key", "member", "delta", "args"}, func(key string, k, v *yaml.Node) {
 		var good bool
 		switch key {
 		case "event":
@@ -485,12 +450,12 @@ func (p *parser) expectedOp(n *yaml.Node, what string, nEvents int) (ExpectedOp,
 		}
 		ok = ok && good
 	})
-	if n.Kind != yaml.MappingNode {
+	if !isMapping {
 		return op, false
 	}
 	for _, req := range []string{"event", "rule", "op", "key"} {
 		if !seen[req] {
-			p.errorf(n, "%s: expected op needs %s", what, req)
+			p.errorf(n, "%s: expected op: %s", what, yamlfile.MissingKey(req))
 			ok = false
 		}
 	}
@@ -519,12 +484,12 @@ func (p *parser) expectedOp(n *yaml.Node, what string, nEvents int) (ExpectedOp,
 
 func (p *parser) args(n *yaml.Node, what string) ([]*string, bool) {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "%s: args must be a list", what)
+		p.errorf(n, "%s: %s", what, yamlfile.WrongKind("args", "a list", n))
 		return nil, false
 	}
 	out := make([]*string, 0, len(n.Content))
 	for _, e := range n.Content {
-		e = resolve(e)
+		e = yamlfile.Resolve(e)
 		if e.Kind == yaml.ScalarNode && e.Tag == "!!null" {
 			out = append(out, nil)
 			continue
@@ -541,7 +506,7 @@ func (p *parser) args(n *yaml.Node, what string) ([]*string, bool) {
 func (p *parser) expectedError(n *yaml.Node, what string, nEvents int) (ExpectedError, bool) {
 	ee := ExpectedError{Line: n.Line}
 	ok := true
-	seen := p.fields(n, what+": expected error", []string{"event", "contains"}, func(key string, k, v *yaml.Node) {
+	seen, isMapping := p.fields(n, what+": expected error", []string{"event", "contains"}, func(key string, k, v *yaml.Node) {
 		var good bool
 		switch key {
 		case "event":
@@ -551,12 +516,12 @@ func (p *parser) expectedError(n *yaml.Node, what string, nEvents int) (Expected
 		}
 		ok = ok && good
 	})
-	if n.Kind != yaml.MappingNode {
+	if !isMapping {
 		return ee, false
 	}
 	for _, req := range []string{"event", "contains"} {
 		if !seen[req] {
-			p.errorf(n, "%s: expected error needs %s", what, req)
+			p.errorf(n, "%s: expected error: %s", what, yamlfile.MissingKey(req))
 			ok = false
 		}
 	}
@@ -587,7 +552,7 @@ func appendJSON(buf *bytes.Buffer, n *yaml.Node) *jsonError {
 }
 
 func appendJSONNode(buf *bytes.Buffer, n *yaml.Node, depth int, budget *int) *jsonError {
-	n = resolve(n)
+	n = yamlfile.Resolve(n)
 	if depth > maxEventDepth {
 		return &jsonError{n, "nested too deeply"}
 	}
@@ -597,16 +562,16 @@ func appendJSONNode(buf *bytes.Buffer, n *yaml.Node, depth int, budget *int) *js
 	switch n.Kind {
 	case yaml.MappingNode:
 		buf.WriteByte('{')
-		seen := make(map[string]bool, len(n.Content)/2)
+		first := make(map[string]int, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := resolve(n.Content[i])
+			k := yamlfile.Resolve(n.Content[i])
 			if k.Kind != yaml.ScalarNode || k.Tag == "!!null" {
 				return &jsonError{k, "object keys must be strings"}
 			}
-			if seen[k.Value] {
-				return &jsonError{k, fmt.Sprintf("key %q given twice", k.Value)}
+			if line, dup := first[k.Value]; dup {
+				return &jsonError{k, yamlfile.DuplicateKey(k.Value, line)}
 			}
-			seen[k.Value] = true
+			first[k.Value] = k.Line
 			if i > 0 {
 				buf.WriteByte(',')
 			}

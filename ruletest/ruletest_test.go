@@ -31,14 +31,14 @@ func TestParseReportsEveryProblem(t *testing.T) {
 		f + `:13:47: test "one": member is only for set_add and set_remove`,
 		f + `:13:58: test "one": delta is only for count`,
 		f + `:14:57: test "one": delta 0 is never planned`,
-		f + `:15:9: test "one": expected op needs rule`,
-		f + `:15:38: test "one": expected op: unknown field "colour" (want event, rule, op, key, member, delta, args)`,
-		f + `:17:9: test "one": expected error needs contains`,
-		f + `:18:5: test "one": expect is required (write expect: [] when no op is expected)`,
+		f + `:15:9: test "one": expected op: missing required key "rule"`,
+		f + `:15:38: test "one": expected op: unknown key "colour" (known: event, rule, op, key, member, delta, args)`,
+		f + `:17:9: test "one": expected error: missing required key "contains"`,
+		f + `:18:5: test "one": missing required key "expect" (write expect: [] when no op is expected)`,
 		f + `:18:5: test "one": name already used by the test at line 4`,
 		f + `:19:13: test "one": events must be a non-empty list`,
-		f + `:20:5: test: name is required`,
-		f + `:22:13: test at line 20: expect must be a list`,
+		f + `:20:5: test: missing required key "name"`,
+		f + `:22:13: test at line 20: expect must be a list, not a mapping`,
 	}
 	if got := strings.Join(pe.Problems, "\n"); got != strings.Join(want, "\n") {
 		t.Fatalf("problems:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
@@ -48,12 +48,12 @@ func TestParseReportsEveryProblem(t *testing.T) {
 func TestParseSmallMistakes(t *testing.T) {
 	tests := []struct{ name, src, want string }{
 		{"empty", "", "t.yaml:1:1: empty test file"},
-		{"not YAML", "tests: [\n", "t.yaml:1:1: did not find expected node content"},
-		{"not a mapping", "- a\n", "t.yaml:1:1: test file must be a mapping"},
+		{"not YAML", "tests: [\n", "t.yaml:1:8: YAML: did not find expected node content"},
+		{"not a mapping", "- a\n", "t.yaml:1:1: test file must be a mapping, not a list"},
 		{"unknown top-level field", "rule_files: [r.yaml]\ntests: []\nruels: x\n",
-			"t.yaml:2:8: tests must be a non-empty list\nt.yaml:3:1: test file: unknown field \"ruels\" (want rule_files, format, table, tests)"},
+			"t.yaml:2:8: tests must be a non-empty list\nt.yaml:3:1: test file: unknown key \"ruels\" (known: rule_files, format, table, tests)"},
 		{"field twice", "rule_files: [r.yaml]\nrule_files: [s.yaml]\ntests: [{name: a, events: [null], expect: []}]\n",
-			`t.yaml:2:1: test file: field "rule_files" given twice`},
+			`t.yaml:2:1: test file: duplicate key "rule_files" (first at line 1)`},
 		{"out of order", "rule_files: [r.yaml]\ntests:\n- name: a\n  events: [null, null]\n  expect:\n  - {event: 2, rule: r, op: bump, key: k}\n  - {event: 1, rule: r, op: bump, key: k}\n",
 			`t.yaml:7:5: test "a": expected ops must be listed in event order (event 1 after event 2)`},
 		{"format avro", "rule_files: [r.yaml]\nformat: avro\ntests: [{name: a, events: [null], expect: []}]\n",
@@ -61,7 +61,7 @@ func TestParseSmallMistakes(t *testing.T) {
 		{"two errors for one event", "rule_files: [r.yaml]\ntests:\n- name: a\n  events: [null]\n  expect: []\n  errors: [{event: 1, contains: x}, {event: 1, contains: y}]\n",
 			`t.yaml:6:37: test "a": event 1 already has an expected error`},
 		{"duplicate key in an event", "rule_files: [r.yaml]\ntests:\n- name: a\n  events: [{op: c, op: u}]\n  expect: []\n",
-			`t.yaml:4:20: test "a": event: key "op" given twice`},
+			`t.yaml:4:20: test "a": event: duplicate key "op" (first at line 4)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

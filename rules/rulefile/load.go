@@ -7,10 +7,8 @@
 package rulefile
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -23,6 +21,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cachewarden/cachewarden/internal/yamlfile"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -254,75 +253,61 @@ func (l *fileLoader) errorf(n *yaml.Node, format string, args ...any) {
 }
 
 func (l *fileLoader) load() []*rules.Rule {
-	dec := yaml.NewDecoder(bytes.NewReader(l.data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil // an empty file holds no rules
-		}
-		l.yamlError(err)
+	root, err := yamlfile.Parse(l.data)
+	var ye *yamlfile.Error
+	if errors.As(err, &ye) {
+		l.errorAt(ye.Line, ye.Column, "%s", ye.Msg)
+	}
+	root = yamlfile.Resolve(root)
+	if root == nil || yamlfile.IsNull(root) {
+		return nil // an empty file holds no rules
+	}
+	fields, ok := yamlfile.Mapping(root, "", []string{"version", "prefix", "fallback", "rules"}, l.errorf)
+	if !ok {
 		return nil
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		l.errorf(&extra, "a rule file holds one YAML document; found another")
-	} else if !errors.Is(err, io.EOF) {
-		l.yamlError(err)
-	}
-	if len(doc.Content) == 0 {
-		return nil
-	}
-	root := resolve(doc.Content[0])
-	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-		return nil
-	}
-	if root.Kind != yaml.MappingNode {
-		l.errorf(root, "expected a mapping with version, prefix and rules")
-		return nil
-	}
-	fields := l.fields(root, "the file's top level", "version", "prefix", "fallback", "rules")
-	if f, ok := fields["version"]; !ok {
-		l.errorf(root, "missing version (want version: 1)")
-	} else if v := f.value; v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Value != "1" {
+	if f, ok := fields.Get("version"); !ok {
+		l.errorf(root, "%s (want version: 1)", yamlfile.MissingKey("version"))
+	} else if v := f.Value; v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Value != "1" {
 		l.errorf(v, "unsupported version %q (want 1)", v.Value)
 	}
-	if f, ok := fields["prefix"]; ok {
-		if p, ok := l.str(f.value, "prefix"); ok {
+	if f, ok := fields.Get("prefix"); ok {
+		if p, ok := l.str(f.Value, "prefix"); ok {
 			if i := strings.IndexFunc(p, func(r rune) bool { return r <= 0x20 || r == 0x7f }); i >= 0 {
-				l.errorf(f.value, "prefix has byte 0x%02x at %d, which a memcached key cannot hold", p[i], i)
+				l.errorf(f.Value, "prefix has byte 0x%02x at %d, which a memcached key cannot hold", p[i], i)
 			} else {
 				l.prefix = p
 			}
 		}
 	}
-	if f, ok := fields["fallback"]; ok {
-		if t := l.template(f.value, "fallback"); t != nil {
+	if f, ok := fields.Get("fallback"); ok {
+		if t := l.template(f.Value, "fallback"); t != nil {
 			for _, c := range t.Columns() {
 				if c != "db" && c != "table" {
-					l.errorf(f.value, "fallback: placeholder {%s}: only {db} and {table} are known (the rule's table)", c)
+					l.errorf(f.Value, "fallback: placeholder {%s}: only {db} and {table} are known (the rule's table)", c)
 					t = nil
 					break
 				}
 			}
-			l.fallback, l.fallbackNode = t, f.value
+			l.fallback, l.fallbackNode = t, f.Value
 		}
 	}
-	f, ok := fields["rules"]
+	f, ok := fields.Get("rules")
 	if !ok {
-		l.errorf(root, "missing rules")
+		l.errorf(root, "%s", yamlfile.MissingKey("rules"))
 		return nil
 	}
-	seq := f.value
-	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
+	seq := f.Value
+	if yamlfile.IsNull(seq) {
 		return nil
 	}
 	if seq.Kind != yaml.SequenceNode {
-		l.errorf(seq, "rules must be a list")
+		l.errorf(seq, "%s", yamlfile.WrongKind("rules", "a list", seq))
 		return nil
 	}
 	var loaded []*rules.Rule
 	for _, item := range seq.Content {
-		if r := l.rule(resolve(item)); r != nil {
+		if r := l.rule(yamlfile.Resolve(item)); r != nil {
 			loaded = append(loaded, r)
 		}
 	}
@@ -355,95 +340,10 @@ func (l *fileLoader) setFallback(r *rules.Rule) {
 	r.Fallback = rules.FinishKey(buf)
 }
 
-// yamlError turns a YAML syntax error ("yaml: line N: msg") into a problem.
-func (l *fileLoader) yamlError(err error) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if i := strings.Index(rest, ": "); i > 0 {
-			if n, err := strconv.Atoi(rest[:i]); err == nil {
-				line, msg = n, rest[i+2:]
-			}
-		}
-	}
-	col := 1
-	switch {
-	case isYAMLParserProblem(msg):
-		// The YAML parser reports these at the 0-based line of the
-		// collection it was parsing (scanner problems are 1-based).
-		line++
-	case strings.HasPrefix(msg, "unknown anchor '"):
-		name := strings.TrimSuffix(strings.TrimPrefix(msg, "unknown anchor '"), "' referenced")
-		if i := bytes.Index(l.data, []byte("*"+name)); i >= 0 {
-			before := l.data[:i]
-			line = bytes.Count(before, []byte("\n")) + 1
-			col = utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
-		}
-	}
-	if line == 0 {
-		line = 1
-	}
-	l.errorAt(line, col, "YAML: %s", msg)
-}
-
-// isYAMLParserProblem reports whether msg is one of the YAML parser's (not
-// scanner's) problems.
-func isYAMLParserProblem(msg string) bool {
-	switch msg {
-	case "did not find expected <document start>", "did not find expected node content",
-		"did not find expected key", "did not find expected '-' indicator",
-		"did not find expected ',' or ']'", "did not find expected ',' or '}'":
-		return true
-	}
-	return false
-}
-
-// resolve follows an alias to its anchored node.
-func resolve(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
-type field struct {
-	key, value *yaml.Node
-}
-
-// fields returns a mapping's fields by name, reporting unknown and repeated
-// ones.
-func (l *fileLoader) fields(m *yaml.Node, where string, allowed ...string) map[string]field {
-	out := make(map[string]field, len(m.Content)/2)
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := resolve(m.Content[i]), resolve(m.Content[i+1])
-		if k.Kind != yaml.ScalarNode {
-			l.errorf(k, "field names must be plain strings")
-			continue
-		}
-		known := false
-		for _, a := range allowed {
-			if a == k.Value {
-				known = true
-				break
-			}
-		}
-		if !known {
-			l.errorf(k, "unknown field %q in %s (known: %s)", k.Value, where, strings.Join(allowed, ", "))
-			continue
-		}
-		if prev, dup := out[k.Value]; dup {
-			l.errorf(k, "field %q repeated (first at line %d)", k.Value, prev.key.Line)
-			continue
-		}
-		out[k.Value] = field{key: k, value: v}
-	}
-	return out
-}
-
 // str returns a scalar's text; what names the field in messages.
 func (l *fileLoader) str(n *yaml.Node, what string) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
-		l.errorf(n, "%s must be a string", what)
+		l.errorf(n, "%s", yamlfile.WrongKind(what, "a string", n))
 		return "", false
 	}
 	if n.Tag == "!!null" || n.Value == "" {
@@ -456,14 +356,14 @@ func (l *fileLoader) str(n *yaml.Node, what string) (string, bool) {
 // names returns a list of column names.
 func (l *fileLoader) names(n *yaml.Node, what string) ([]string, bool) {
 	if n.Kind != yaml.SequenceNode {
-		l.errorf(n, "%s must be a list of column names", what)
+		l.errorf(n, "%s", yamlfile.WrongKind(what, "a list of column names", n))
 		return nil, false
 	}
 	ok := true
 	var out []string
 	seen := make(map[string]bool)
 	for _, item := range n.Content {
-		item = resolve(item)
+		item = yamlfile.Resolve(item)
 		s, good := l.str(item, what+" entry")
 		if !good {
 			ok = false
@@ -550,7 +450,7 @@ func (l *fileLoader) duration(n *yaml.Node, what string) (time.Duration, bool) {
 			return d, true
 		}
 	}
-	l.errorf(n, "%s must be seconds (an integer) or a duration such as 30s, 5m, 1h", what)
+	l.errorf(n, "%s", yamlfile.WrongKind(what, "seconds (an integer) or a duration such as 30s, 5m, 1h", n))
 	return 0, false
 }
 
@@ -561,256 +461,19 @@ var ruleFields = []string{"name", "table", "on", "when", "columns", "bump", "set
 // recorded) except that a rule with a name is returned for duplicate-name
 // checks whenever its name is usable.
 func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
-	if n.Kind != yaml.MappingNode {
-		l.errorf(n, "a rule must be a mapping")
+	fs, ok := yamlfile.Mapping(n, "rule", ruleFields, l.errorf)
+	if !ok {
 		return nil
 	}
 	before := len(l.problems)
 	r := &rules.Rule{File: l.file, Line: n.Line, Column: n.Column, Prefix: l.prefix}
-	fs := l.fields(n, "rule", ruleFields...)
 	r.At = locations(r.At, "", fs)
-
-	label := "rule"
-	if f, ok := fs["name"]; !ok {
-		l.errorf(n, "rule has no name")
-	} else if s, ok := l.str(f.value, "name"); ok {
-		if !validRuleName(s) {
-			l.errorf(f.value, "rule name %q must not contain spaces or control characters", s)
-		} else {
-			r.Name = s
-			l.namePos[r] = position{line: f.value.Line, column: f.value.Column}
-			label = fmt.Sprintf("rule %q", s)
-		}
-	}
-
-	if f, ok := fs["table"]; !ok {
-		l.errorf(n, "%s has no table", label)
-	} else if s, ok := l.str(f.value, "table"); ok {
-		db, table, dotted := strings.Cut(s, ".")
-		if !dotted {
-			db, table = "", s
-		}
-		if (dotted && db == "") || table == "" || strings.ContainsFunc(s, func(r rune) bool { return r <= 0x20 || r == 0x7f }) {
-			l.errorf(f.value, "table %q: want db.table or table", s)
-		} else {
-			r.Database, r.Table = db, table
-		}
-	}
-
-	// Kind and its template(s).
-	var kindKeys []*yaml.Node
-	for _, k := range []string{"bump", "set", "count"} {
-		if f, ok := fs[k]; ok {
-			kindKeys = append(kindKeys, f.key)
-		}
-	}
-	switch {
-	case len(kindKeys) == 0:
-		l.errorf(n, "%s needs one of bump, set or count", label)
-	case len(kindKeys) > 1:
-		for _, k := range kindKeys[1:] {
-			l.errorf(k, "%s has both %s and %s; a rule has exactly one", label, kindKeys[0].Value, k.Value)
-		}
-	}
-	var queryNode, argsNode, keysNode *yaml.Node
-	argsBad := false
-	queryField := ""
-	if len(kindKeys) > 0 {
-		first := kindKeys[0].Value
-		v := fs[first].value
-		switch first {
-		case "bump":
-			r.Kind = rules.BumpRule
-			r.Key = l.template(v, "bump")
-		case "set", "count":
-			if first == "set" {
-				r.Kind = rules.SetRule
-			} else {
-				r.Kind = rules.CountRule
-			}
-			if v.Kind != yaml.MappingNode {
-				l.errorf(v, "%s must be a mapping with key, …", first)
-				break
-			}
-			var sub map[string]field
-			if first == "set" {
-				queryField = "load"
-				sub = l.fields(v, "set", "key", "member", "load", "args", "keys")
-			} else {
-				queryField = "recount"
-				sub = l.fields(v, "count", "key", "recount", "args", "keys")
-			}
-			r.At = locations(r.At, first+".", sub)
-			if f, ok := sub["key"]; ok {
-				r.Key = l.template(f.value, first+" key")
-			} else {
-				l.errorf(v, "%s has no key", first)
-			}
-			if first == "set" {
-				if f, ok := sub["member"]; ok {
-					r.Member = l.template(f.value, "set member")
-				} else {
-					l.errorf(v, "set has no member")
-				}
-			}
-			if f, ok := sub[queryField]; ok {
-				if s, ok := l.str(f.value, queryField); ok {
-					r.Query = s
-					queryNode = f.value
-				}
-			}
-			if f, ok := sub["keys"]; ok {
-				if s, ok := l.str(f.value, "keys"); ok {
-					r.Keys = s
-					keysNode = f.value
-				}
-			}
-			if f, ok := sub["args"]; ok {
-				argsNode = f.key
-				if names, ok := l.names(f.value, "args"); ok {
-					if len(names) == 0 {
-						l.errorf(f.value, "args must list at least one column")
-					}
-					r.Args = names
-				} else {
-					argsBad = true
-				}
-			}
-		}
-	}
-
-	// Args and query placeholders.
-	if argsNode != nil && queryNode == nil {
-		l.errorf(argsNode, "args given without %s", queryField)
-		r.Args = nil
-	}
-	if queryNode != nil {
-		argsFrom := "args"
-		if argsNode == nil && r.Key != nil {
-			r.Args = r.Key.Columns()
-			argsFrom = "the key's placeholders (default args)"
-		}
-		if (argsNode != nil && !argsBad) || (argsNode == nil && r.Key != nil) {
-			if got := rules.CountPlaceholders(r.Query); got != len(r.Args) {
-				l.errorf(queryNode, "%s has %d '?' placeholder(s) but %s name %d column(s)", queryField, got, argsFrom, len(r.Args))
-			}
-		}
-	}
-
-	if keysNode != nil {
-		l.checkKeysQuery(r, keysNode, queryNode != nil, queryField)
-	}
-
-	// on
-	if f, ok := fs["on"]; ok {
-		v := f.value
-		if v.Kind != yaml.SequenceNode {
-			l.errorf(v, "on must be a list such as [insert, update, delete]")
-		} else {
-			if len(v.Content) == 0 {
-				l.errorf(v, "on must list at least one operation")
-			}
-			var listed uint8
-			for _, item := range v.Content {
-				item = resolve(item)
-				op, ok := rules.Operation(0), false
-				if item.Kind == yaml.ScalarNode {
-					op, ok = rules.ParseOperation(item.Value)
-				}
-				if !ok {
-					l.errorf(item, "unknown operation %q in on (want insert, update, delete, read or truncate)", item.Value)
-					continue
-				}
-				if listed&(1<<op) != 0 {
-					l.errorf(item, "operation %q listed twice in on", item.Value)
-					continue
-				}
-				if op == rules.Truncate {
-					switch {
-					case r.Kind != rules.BumpRule && r.Kind != 0:
-						l.errorf(item, "truncate is allowed only in bump rules")
-						continue
-					case r.Key != nil && r.Key.HasPlaceholders():
-						l.errorf(item, "truncate needs a bump key without placeholders; %q has some", r.Key.String())
-						continue
-					}
-				}
-				listed |= 1 << op
-				r.On = append(r.On, op)
-			}
-		}
-	} else {
-		r.On = []rules.Operation{rules.Insert, rules.Update, rules.Delete}
-	}
-
-	if f, ok := fs["when"]; ok {
-		if s, ok := l.str(f.value, "when"); ok {
-			if err := rules.CheckPredicate(s); err != nil {
-				var ee *rules.PredicateError
-				if errors.As(err, &ee) {
-					line, col, exact := l.locateInScalar(f.value, ee.Line, ee.Column)
-					if exact {
-						l.errorAt(line, col, "when: %s", ee.Msg)
-					} else {
-						l.errorAt(line, col, "when: %s (line %d, column %d of the expression)", ee.Msg, ee.Line, ee.Column+1)
-					}
-				} else {
-					l.errorf(f.value, "when: %v", err)
-				}
-			} else {
-				r.When = s
-			}
-		}
-	}
-
-	if f, ok := fs["columns"]; ok {
-		if r.Kind != rules.BumpRule && r.Kind != 0 {
-			l.errorf(f.key, "columns is allowed only in bump rules")
-		} else if names, ok := l.names(f.value, "columns"); ok {
-			if len(names) == 0 {
-				l.errorf(f.value, "columns must list at least one column")
-			}
-			r.Columns = names
-		}
-	}
-
-	if f, ok := fs["ttl"]; ok {
-		if d, ok := l.duration(f.value, "ttl"); ok {
-			switch {
-			case d%time.Second != 0:
-				l.errorf(f.value, "ttl must be whole seconds")
-			case d > rules.MaxTTL:
-				l.errorf(f.value, "ttl %s exceeds 30 days, which memcached would read as a Unix time", d)
-			default:
-				r.TTL = d
-			}
-		}
-	}
-	if f, ok := fs["rebump_after"]; ok {
-		if r.Kind != rules.BumpRule && r.Kind != 0 {
-			l.errorf(f.key, "rebump_after is allowed only in bump rules")
-		} else if d, ok := l.duration(f.value, "rebump_after"); ok {
-			r.RebumpAfter = d
-		}
-	}
-	if f, ok := fs["copies"]; ok {
-		if r.Kind != rules.BumpRule && r.Kind != 0 {
-			l.errorf(f.key, "copies is allowed only in bump rules")
-		} else if n, ok := l.integer(f.value, "copies", 2, rules.MaxCopies); ok {
-			r.Copies = n
-		}
-	}
-	if f, ok := fs["evidence"]; ok {
-		switch {
-		case r.Kind != rules.BumpRule && r.Kind != 0:
-			l.errorf(f.key, "evidence is allowed only in bump rules")
-		case r.Copies != 0:
-			l.errorf(f.key, "a rule has copies or evidence, not both")
-		default:
-			r.Evidence = l.evidence(r, f.value)
-		}
-	}
-
+	label := l.ruleName(r, n, fs)
+	l.ruleTable(r, n, fs, label)
+	l.ruleKind(r, n, fs, label)
+	l.ruleOn(r, fs)
+	l.ruleWhen(r, fs)
+	l.ruleBumpOptions(r, fs)
 	if len(l.problems) > before {
 		if r.Name != "" {
 			// Keep the name for duplicate checks; the load fails anyway.
@@ -821,13 +484,289 @@ func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
 	return r
 }
 
+// ruleName reads the rule's name and returns how messages call the rule.
+func (l *fileLoader) ruleName(r *rules.Rule, n *yaml.Node, fs yamlfile.Fields) (label string) {
+	f, ok := fs.Get("name")
+	if !ok {
+		l.errorf(n, "rule: %s", yamlfile.MissingKey("name"))
+		return "rule"
+	}
+	s, ok := l.str(f.Value, "name")
+	if !ok {
+		return "rule"
+	}
+	if !validRuleName(s) {
+		l.errorf(f.Value, "rule name %q must not contain spaces or control characters", s)
+		return "rule"
+	}
+	r.Name = s
+	l.namePos[r] = position{line: f.Value.Line, column: f.Value.Column}
+	return fmt.Sprintf("rule %q", s)
+}
+
+// ruleTable reads the rule's table: "db.table", or "table" for any
+// database.
+func (l *fileLoader) ruleTable(r *rules.Rule, n *yaml.Node, fs yamlfile.Fields, label string) {
+	f, ok := fs.Get("table")
+	if !ok {
+		l.errorf(n, "%s: %s", label, yamlfile.MissingKey("table"))
+		return
+	}
+	s, ok := l.str(f.Value, "table")
+	if !ok {
+		return
+	}
+	db, table, dotted := strings.Cut(s, ".")
+	if !dotted {
+		db, table = "", s
+	}
+	if (dotted && db == "") || table == "" || strings.ContainsFunc(s, func(r rune) bool { return r <= 0x20 || r == 0x7f }) {
+		l.errorf(f.Value, "table %q: want db.table or table", s)
+		return
+	}
+	r.Database, r.Table = db, table
+}
+
+// ruleKind reads the one of bump, set and count the rule has: its kind,
+// key and member templates, query, args and keys query.
+func (l *fileLoader) ruleKind(r *rules.Rule, n *yaml.Node, fs yamlfile.Fields, label string) {
+	var kinds []yamlfile.Field
+	for _, k := range []string{"bump", "set", "count"} {
+		if f, ok := fs.Get(k); ok {
+			kinds = append(kinds, f)
+		}
+	}
+	switch {
+	case len(kinds) == 0:
+		l.errorf(n, "%s needs one of bump, set or count", label)
+		return
+	case len(kinds) > 1:
+		for _, f := range kinds[1:] {
+			l.errorf(f.Key, "%s has both %s and %s; a rule has exactly one", label, kinds[0].Key.Value, f.Key.Value)
+		}
+	}
+	kind, v := kinds[0].Key.Value, kinds[0].Value
+	switch kind {
+	case "bump":
+		r.Kind = rules.BumpRule
+		r.Key = l.template(v, "bump")
+	case "set":
+		r.Kind = rules.SetRule
+		l.queried(r, v, kind, "load", "key", "member", "load", "args", "keys")
+	case "count":
+		r.Kind = rules.CountRule
+		l.queried(r, v, kind, "recount", "key", "recount", "args", "keys")
+	}
+}
+
+// queried reads the mapping of a set or count rule, whose fields are
+// known; queryField names its query (load or recount).
+func (l *fileLoader) queried(r *rules.Rule, v *yaml.Node, kind, queryField string, known ...string) {
+	sub, ok := yamlfile.Mapping(v, kind, known, l.errorf)
+	if !ok {
+		return
+	}
+	r.At = locations(r.At, kind+".", sub)
+	if f, ok := sub.Get("key"); ok {
+		r.Key = l.template(f.Value, kind+" key")
+	} else {
+		l.errorf(v, "%s: %s", kind, yamlfile.MissingKey("key"))
+	}
+	if kind == "set" {
+		if f, ok := sub.Get("member"); ok {
+			r.Member = l.template(f.Value, "set member")
+		} else {
+			l.errorf(v, "set: %s", yamlfile.MissingKey("member"))
+		}
+	}
+	var queryNode, argsNode, keysNode *yaml.Node
+	if f, ok := sub.Get(queryField); ok {
+		if s, ok := l.str(f.Value, queryField); ok {
+			r.Query = s
+			queryNode = f.Value
+		}
+	}
+	if f, ok := sub.Get("keys"); ok {
+		if s, ok := l.str(f.Value, "keys"); ok {
+			r.Keys = s
+			keysNode = f.Value
+		}
+	}
+	argsBad := false
+	if f, ok := sub.Get("args"); ok {
+		argsNode = f.Key
+		if names, ok := l.names(f.Value, "args"); ok {
+			if len(names) == 0 {
+				l.errorf(f.Value, "args must list at least one column")
+			}
+			r.Args = names
+		} else {
+			argsBad = true
+		}
+	}
+	l.checkArgs(r, queryField, queryNode, argsNode, argsBad)
+	if keysNode != nil {
+		l.checkKeysQuery(r, keysNode, queryNode != nil, queryField)
+	}
+}
+
+// checkArgs checks args against the query: args need a query, and the
+// query's '?' placeholders must match args, or by default the key's
+// placeholder columns.
+func (l *fileLoader) checkArgs(r *rules.Rule, queryField string, queryNode, argsNode *yaml.Node, argsBad bool) {
+	if argsNode != nil && queryNode == nil {
+		l.errorf(argsNode, "args given without %s", queryField)
+		r.Args = nil
+	}
+	if queryNode == nil {
+		return
+	}
+	argsFrom := "args"
+	if argsNode == nil && r.Key != nil {
+		r.Args = r.Key.Columns()
+		argsFrom = "the key's placeholders (default args)"
+	}
+	if (argsNode != nil && !argsBad) || (argsNode == nil && r.Key != nil) {
+		if got := rules.CountPlaceholders(r.Query); got != len(r.Args) {
+			l.errorf(queryNode, "%s has %d '?' placeholder(s) but %s name %d column(s)", queryField, got, argsFrom, len(r.Args))
+		}
+	}
+}
+
+// ruleOn reads the operations the rule acts on; insert, update and delete
+// when left out.
+func (l *fileLoader) ruleOn(r *rules.Rule, fs yamlfile.Fields) {
+	f, ok := fs.Get("on")
+	if !ok {
+		r.On = []rules.Operation{rules.Insert, rules.Update, rules.Delete}
+		return
+	}
+	v := f.Value
+	if v.Kind != yaml.SequenceNode {
+		l.errorf(v, "%s", yamlfile.WrongKind("on", "a list such as [insert, update, delete]", v))
+		return
+	}
+	if len(v.Content) == 0 {
+		l.errorf(v, "on must list at least one operation")
+	}
+	var listed uint8
+	for _, item := range v.Content {
+		item = yamlfile.Resolve(item)
+		op, ok := rules.Operation(0), false
+		if item.Kind == yaml.ScalarNode {
+			op, ok = rules.ParseOperation(item.Value)
+		}
+		if !ok {
+			l.errorf(item, "unknown operation %q in on (want insert, update, delete, read or truncate)", item.Value)
+			continue
+		}
+		if listed&(1<<op) != 0 {
+			l.errorf(item, "operation %q listed twice in on", item.Value)
+			continue
+		}
+		if op == rules.Truncate {
+			switch {
+			case r.Kind != rules.BumpRule && r.Kind != 0:
+				l.errorf(item, "truncate is allowed only in bump rules")
+				continue
+			case r.Key != nil && r.Key.HasPlaceholders():
+				l.errorf(item, "truncate needs a bump key without placeholders; %q has some", r.Key.String())
+				continue
+			}
+		}
+		listed |= 1 << op
+		r.On = append(r.On, op)
+	}
+}
+
+// ruleWhen reads and compiles the rule's predicate, locating its syntax
+// errors in the file.
+func (l *fileLoader) ruleWhen(r *rules.Rule, fs yamlfile.Fields) {
+	f, ok := fs.Get("when")
+	if !ok {
+		return
+	}
+	s, ok := l.str(f.Value, "when")
+	if !ok {
+		return
+	}
+	err := rules.CheckPredicate(s)
+	if err == nil {
+		r.When = s
+		return
+	}
+	var ee *rules.PredicateError
+	if !errors.As(err, &ee) {
+		l.errorf(f.Value, "when: %v", err)
+		return
+	}
+	line, col, exact := l.locateInScalar(f.Value, ee.Line, ee.Column)
+	if exact {
+		l.errorAt(line, col, "when: %s", ee.Msg)
+	} else {
+		l.errorAt(line, col, "when: %s (line %d, column %d of the expression)", ee.Msg, ee.Line, ee.Column+1)
+	}
+}
+
+// ruleBumpOptions reads columns, ttl, rebump_after, copies and evidence;
+// all but ttl are for bump rules only.
+func (l *fileLoader) ruleBumpOptions(r *rules.Rule, fs yamlfile.Fields) {
+	notBump := r.Kind != rules.BumpRule && r.Kind != 0
+	if f, ok := fs.Get("columns"); ok {
+		if notBump {
+			l.errorf(f.Key, "columns is allowed only in bump rules")
+		} else if names, ok := l.names(f.Value, "columns"); ok {
+			if len(names) == 0 {
+				l.errorf(f.Value, "columns must list at least one column")
+			}
+			r.Columns = names
+		}
+	}
+	if f, ok := fs.Get("ttl"); ok {
+		if d, ok := l.duration(f.Value, "ttl"); ok {
+			switch {
+			case d%time.Second != 0:
+				l.errorf(f.Value, "ttl must be whole seconds")
+			case d > rules.MaxTTL:
+				l.errorf(f.Value, "ttl %s exceeds 30 days, which memcached would read as a Unix time", d)
+			default:
+				r.TTL = d
+			}
+		}
+	}
+	if f, ok := fs.Get("rebump_after"); ok {
+		if notBump {
+			l.errorf(f.Key, "rebump_after is allowed only in bump rules")
+		} else if d, ok := l.duration(f.Value, "rebump_after"); ok {
+			r.RebumpAfter = d
+		}
+	}
+	if f, ok := fs.Get("copies"); ok {
+		if notBump {
+			l.errorf(f.Key, "copies is allowed only in bump rules")
+		} else if n, ok := l.integer(f.Value, "copies", 2, rules.MaxCopies); ok {
+			r.Copies = n
+		}
+	}
+	if f, ok := fs.Get("evidence"); ok {
+		switch {
+		case notBump:
+			l.errorf(f.Key, "evidence is allowed only in bump rules")
+		case r.Copies != 0:
+			l.errorf(f.Key, "a rule has copies or evidence, not both")
+		default:
+			r.Evidence = l.evidence(r, f.Value)
+		}
+	}
+}
+
 // locations adds where each field's value is to at, under parent+name.
-func locations(at map[string]rules.Location, parent string, fs map[string]field) map[string]rules.Location {
+func locations(at map[string]rules.Location, parent string, fs yamlfile.Fields) map[string]rules.Location {
 	if at == nil {
 		at = make(map[string]rules.Location, len(fs))
 	}
-	for name, f := range fs {
-		at[parent+name] = rules.Location{Line: f.value.Line, Column: f.value.Column}
+	for _, f := range fs {
+		at[parent+f.Key.Value] = rules.Location{Line: f.Value.Line, Column: f.Value.Column}
 	}
 	return at
 }
@@ -835,7 +774,7 @@ func locations(at map[string]rules.Location, parent string, fs map[string]field)
 // integer reads an integer field from lo to hi.
 func (l *fileLoader) integer(n *yaml.Node, what string, lo, hi int) (int, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		l.errorf(n, "%s must be an integer", what)
+		l.errorf(n, "%s", yamlfile.WrongKind(what, "an integer", n))
 		return 0, false
 	}
 	v, err := strconv.ParseInt(n.Value, 0, 64)
@@ -848,35 +787,34 @@ func (l *fileLoader) integer(n *yaml.Node, what string, lo, hi int) (int, bool) 
 
 // evidence reads a bump rule's evidence mapping: master, bits, max_set.
 func (l *fileLoader) evidence(r *rules.Rule, n *yaml.Node) *rules.Evidence {
-	if n.Kind != yaml.MappingNode {
-		l.errorf(n, "evidence must be a mapping with master, bits and max_set")
+	fs, ok := yamlfile.Mapping(n, "evidence", []string{"master", "bits", "max_set"}, l.errorf)
+	if !ok {
 		return nil
 	}
-	fs := l.fields(n, "evidence", "master", "bits", "max_set")
 	ev := &rules.Evidence{}
 	bad := false
-	if f, ok := fs["master"]; !ok {
-		l.errorf(n, "evidence has no master key")
+	if f, ok := fs.Get("master"); !ok {
+		l.errorf(n, "evidence: %s", yamlfile.MissingKey("master"))
 		bad = true
-	} else if ev.Master = l.template(f.value, "evidence master"); ev.Master == nil {
+	} else if ev.Master = l.template(f.Value, "evidence master"); ev.Master == nil {
 		bad = true
 	} else if ev.Master.HasPlaceholders() {
-		l.errorf(f.value, "evidence master %q must not have placeholders: one master serves every entity", ev.Master.String())
+		l.errorf(f.Value, "evidence master %q must not have placeholders: one master serves every entity", ev.Master.String())
 		bad = true
 	}
 	ev.Bits = rules.DefaultEvidenceBits
-	if f, ok := fs["bits"]; ok {
-		if b, ok := l.integer(f.value, "evidence bits", 8, rules.MaxEvidenceBits); !ok {
+	if f, ok := fs.Get("bits"); ok {
+		if b, ok := l.integer(f.Value, "evidence bits", 8, rules.MaxEvidenceBits); !ok {
 			bad = true
 		} else if b%8 != 0 {
-			l.errorf(f.value, "evidence bits %d must be a multiple of 8", b)
+			l.errorf(f.Value, "evidence bits %d must be a multiple of 8", b)
 			bad = true
 		} else {
 			ev.Bits = b
 		}
 	}
-	if f, ok := fs["max_set"]; ok {
-		if m, ok := l.integer(f.value, "evidence max_set", 1, ev.Bits); ok {
+	if f, ok := fs.Get("max_set"); ok {
+		if m, ok := l.integer(f.Value, "evidence max_set", 1, ev.Bits); ok {
 			ev.MaxSet = m
 		} else {
 			bad = true
