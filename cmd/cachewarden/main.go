@@ -34,6 +34,9 @@ type command struct {
 type app struct {
 	log   *slog.Logger
 	stdin io.Reader
+	// logFlags are the global --log-format and --log-level as given;
+	// commands that read a config file apply them over its log section.
+	logFlags logFlags
 }
 
 // commands is the subcommand table, in the order `cachewarden help` lists
@@ -81,6 +84,7 @@ func runWithInput(ctx context.Context, stdin io.Reader, args []string, stdout, s
 		return usageErrorf("%v", err)
 	}
 	a.log = log
+	a.logFlags = givenLogFlags(fs)
 
 	rest := fs.Args()
 	if len(rest) == 0 {
