@@ -49,6 +49,7 @@ func (a *app) commands() []command {
 		{name: "replay", help: "re-apply a range of the CDC topics, or an NDJSON file (replay -c FILE --from START | --file F)", run: a.replayCmd},
 		{name: "verify", help: "compare the sets and counters in memcached with MySQL", run: a.verifyCmd},
 		{name: "demo", help: "run the whole pipeline on local services and show what happens", run: a.demoCmd},
+		{name: "version", help: "print the version and the versions of the modules linked in", run: a.versionCmd},
 	}
 }
 
