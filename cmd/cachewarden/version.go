@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strings"
 )
 
 // versionCmd implements `version`: the build's version and module
@@ -65,8 +66,8 @@ func writeVersion(w io.Writer, bi *debug.BuildInfo, modules bool) error {
 	fmt.Fprintf(w, "modules:\n")
 	for _, m := range bi.Deps {
 		line := fmt.Sprintf("  %s %s", m.Path, m.Version)
-		if m.Replace != nil {
-			line += fmt.Sprintf(" => %s %s", m.Replace.Path, m.Replace.Version)
+		if r := m.Replace; r != nil {
+			line += strings.TrimSuffix(" => "+r.Path+" "+r.Version, " ")
 		}
 		if m.Sum != "" {
 			line += " " + m.Sum
