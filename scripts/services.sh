@@ -71,11 +71,23 @@ wait_port() {
   return 1
 }
 
-# memcached writes its pid file after it has dropped root for nobody, by
-# renaming a temporary file: the file lives in a directory nobody may
-# write to.
-mc_pid_dir="$state/memcached"
-mc_pid_file="$mc_pid_dir/memcached-$mc_port.pid"
+# memcached's own pid file (-P) is written after it has dropped root for
+# nobody, who may not be able to reach this directory: the script finds
+# the pid by memcached's command line instead and writes the file itself.
+mc_pid_file="$state/memcached-$mc_port.pid"
+
+# memcached_pid prints the pid of the memcached this script starts on
+# $mc_port (by its command line), if it runs.
+memcached_pid() {
+  local p cmd
+  for p in /proc/[0-9]*; do
+    cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+    case "$cmd" in
+      "memcached -d "*" -l 127.0.0.1 -p $mc_port "*) echo "${p#/proc/}"; return 0 ;;
+    esac
+  done
+  return 1
+}
 
 start_memcached() {
   if port_open "$mc_port"; then
@@ -83,20 +95,15 @@ start_memcached() {
   fi
   command -v memcached >/dev/null || apt_install memcached
   local user=()
-  mkdir -p "$mc_pid_dir"
-  if [ "$(id -u)" = 0 ]; then
-    user=(-u nobody)
-    chown nobody "$mc_pid_dir"
-  fi
-  rm -f "$mc_pid_file"
-  memcached -d "${user[@]}" -l 127.0.0.1 -p "$mc_port" -U 0 -m 512 -c 4096 -t 2 \
-    -P "$mc_pid_file"
+  [ "$(id -u)" = 0 ] && user=(-u nobody)
+  memcached -d "${user[@]}" -l 127.0.0.1 -p "$mc_port" -U 0 -m 512 -c 4096 -t 2
   wait_port "$mc_port" || { log "memcached did not start on port $mc_port"; exit 1; }
-  for _ in $(seq 1 50); do
-    [ -s "$mc_pid_file" ] && break
-    sleep 0.1
-  done
-  [ -s "$mc_pid_file" ] || log "memcached wrote no pid file ($mc_pid_file); stop it by hand"
+  if memcached_pid >"$mc_pid_file.tmp"; then
+    mv "$mc_pid_file.tmp" "$mc_pid_file"
+  else
+    rm -f "$mc_pid_file.tmp"
+    log "cannot find memcached's pid; stop it by hand"
+  fi
   log "memcached listening on 127.0.0.1:$mc_port"
 }
 
@@ -245,7 +252,7 @@ ENV
   if [ -n "${binlog_mysql_port:-}" ]; then
     echo "CACHEWARDEN_TEST_MYSQL_BINLOG_DSN='root@tcp(127.0.0.1:$binlog_mysql_port)/'" >>"$state/env"
   fi
-  if mysql_binlog_on "$second_mysql_port"; then
+  if [ -n "${with_second_mysql:-}" ] && mysql_binlog_on "$second_mysql_port"; then
     echo "CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN='root@tcp(127.0.0.1:$second_mysql_port)/'" >>"$state/env"
   fi
   cat "$state/env"
@@ -323,6 +330,7 @@ case "${1:-start}" in
     start_mysql
     start_binlog_mysql
     start_second_mysql
+    with_second_mysql=1
     install_clients
     install_promtool
     write_env
