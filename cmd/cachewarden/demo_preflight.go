@@ -40,10 +40,20 @@ func demoPreflight(ctx context.Context, mcAddr, dsn string, brokers []string) er
 	return fmt.Errorf("demo: services missing:\n  %s", strings.Join(missing, "\n  "))
 }
 
-// dialCheck opens and closes a TCP connection to addr.
-func dialCheck(ctx context.Context, addr string) error {
+// dial connects to addr, with deadlines demoPreflightTimeout away.
+func dial(ctx context.Context, addr string) (net.Conn, error) {
 	d := net.Dialer{Timeout: demoPreflightTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(demoPreflightTimeout))
+	return c, nil
+}
+
+// dialCheck opens and closes a TCP connection to addr.
+func dialCheck(ctx context.Context, addr string) error {
+	c, err := dial(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -53,13 +63,11 @@ func dialCheck(ctx context.Context, addr string) error {
 // pingMemcached sends memcached's version command to addr and checks the
 // answer.
 func pingMemcached(ctx context.Context, addr string) error {
-	d := net.Dialer{Timeout: demoPreflightTimeout}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := dial(ctx, addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(demoPreflightTimeout))
 	if _, err := c.Write([]byte("version\r\n")); err != nil {
 		return err
 	}

@@ -173,12 +173,13 @@ func TestGlobalLogFlagsDemo(t *testing.T) {
 func TestDemoMissingServices(t *testing.T) {
 	dsn := testsvc.MySQLDSN(t)
 	mc, my := closedAddr(t), closedAddr(t)
+	kafkaAddr := closedAddr(t)
 	for _, tt := range []struct {
-		name, dsn string
-		want      []string
+		name, dsn, kafka string
+		want             []string
 	}{
-		{"memcached", dsn, []string{"memcached at " + mc, "make services", "--memcached"}},
-		{"memcached and MySQL", "root@tcp(" + my + ")/", []string{"memcached at " + mc, "MySQL: at " + my, "--mysql"}},
+		{"memcached", dsn, "", []string{"memcached at " + mc, "make services", "--memcached"}},
+		{"memcached, MySQL and Kafka", "root@tcp(" + my + ")/", kafkaAddr, []string{"memcached at " + mc, "MySQL: at " + my, "--mysql", "Kafka broker " + kafkaAddr}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			// A hang is what this guards against: the bound only turns
@@ -186,7 +187,7 @@ func TestDemoMissingServices(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			var stdout, stderr syncBuffer
-			err := runWithInput(ctx, strings.NewReader(""), []string{"demo", "-c", "../../configs/cachewarden.yaml", "--kafka", "", "--memcached", mc, "--mysql", tt.dsn,
+			err := runWithInput(ctx, strings.NewReader(""), []string{"demo", "-c", "../../configs/cachewarden.yaml", "--kafka", tt.kafka, "--memcached", mc, "--mysql", tt.dsn,
 				"--database", "cwtest_demo_" + testsvc.Unique(), "--rounds", "1", "--size", "1"}, &stdout, &stderr)
 			if ctx.Err() != nil {
 				t.Fatalf("demo hung without %s (stopped after a minute): %v", tt.name, err)
