@@ -290,3 +290,37 @@ func dropDatabase(dsn, name string) {
 		db.Close()
 	}
 }
+
+// TestGlobalLogFlagsOtherCommands checks the global flags with the
+// commands that read no config: their debug records come as JSON.
+func TestGlobalLogFlagsOtherCommands(t *testing.T) {
+	event := `{"op":"c","before":null,"after":{"id":1,"name":"x"},"source":{"db":"shop","table":"users"},"ts_ms":1}` + "\n"
+	for _, tt := range []struct {
+		args    []string
+		stdin   string
+		wantMsg string
+	}{
+		{[]string{"plan", "--rules", "../../configs/rules"}, event, "plan finished"},
+		{[]string{"rules", "test", "../../configs/rules/tests/users.yaml"}, "", "rule tests finished"},
+	} {
+		t.Run(tt.args[0], func(t *testing.T) {
+			_, errOut, err := invoke(t, tt.stdin, append([]string{"--log-format", "json", "--log-level", "debug"}, tt.args...)...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, errOut)
+			}
+			recs, _ := jsonRecords(errOut)
+			found := false
+			for _, r := range recs {
+				found = found || (r["msg"] == tt.wantMsg && r["level"] == "DEBUG")
+			}
+			if !found {
+				t.Errorf("no JSON debug record %q:\n%s", tt.wantMsg, errOut)
+			}
+			// At the default level the debug record is not written.
+			_, errOut, _ = invoke(t, tt.stdin, tt.args...)
+			if strings.Contains(errOut, tt.wantMsg) {
+				t.Errorf("a debug record at level info:\n%s", errOut)
+			}
+		})
+	}
+}
