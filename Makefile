@@ -3,30 +3,48 @@ GO ?= go
 BIN := bin/cachewarden
 SERVICES_ENV := .services/env
 
-.PHONY: all build test unit services services-stop demo bench soak fuzz vet clean
+.PHONY: all build test unit services services-demo services-bench services-stop services-status demo bench soak fuzz vet static image clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cachewarden
 
-# services starts memcached and makes sure a MariaDB answers (installing the
-# Debian packages when they are missing), then writes .services/env.
+# services starts what `make test` needs (scripts/services.sh start:
+# memcached, a MariaDB, two private MariaDBs with the binary log on, the
+# other languages' memcached clients, promtool), installing Debian packages
+# only when something is missing, then writes .services/env.
+# services-demo starts only what `make demo` needs (memcached and a
+# MariaDB), services-bench what `make bench` needs (and a MariaDB with the
+# binary log on). services-stop stops what the script started;
+# services-status says what is running.
 services:
 	scripts/services.sh start
 
+services-demo:
+	scripts/services.sh demo
+
+services-bench:
+	scripts/services.sh bench
+
 services-stop:
 	scripts/services.sh stop
+
+services-status:
+	scripts/services.sh status
 
 vet:
 	$(GO) vet ./...
 
 # test starts the services, then runs every Go test (unit, fuzz seed
-# corpora, real-service and end-to-end tests) and the example rule tests.
+# corpora, real-service and end-to-end tests, the alert rules' promtool
+# tests, the dashboard's metrics) and the example rule tests, then says
+# which services stay running.
 test: services build vet
-	set -a && . ./$(SERVICES_ENV) && set +a && $(GO) test -count=1 -timeout 30m ./...
-	./$(BIN) rules check configs/rules
-	./$(BIN) rules test configs/rules/tests/*.yaml
+	set -a && . ./$(SERVICES_ENV) && set +a && $(GO) test -count=1 -timeout 30m ./... && \
+		./$(BIN) rules check configs/rules && \
+		./$(BIN) rules test configs/rules/tests/*.yaml; \
+		status=$$?; scripts/services.sh status; exit $$status
 
 # unit runs only the tests that need no service.
 unit:
@@ -35,18 +53,19 @@ unit:
 # demo runs the whole pipeline once; DEMO_FLAGS are extra flags of
 # `cachewarden demo`, e.g. make demo DEMO_FLAGS="--format debezium-avro"
 # (Avro topics read through an in-process schema registry).
-demo: services build
-	set -a && . ./$(SERVICES_ENV) && set +a && ./$(BIN) demo $(DEMO_FLAGS)
+demo: services-demo build
+	set -a && . ./$(SERVICES_ENV) && set +a && ./$(BIN) demo $(DEMO_FLAGS); \
+		status=$$?; scripts/services.sh status; exit $$status
 
 # bench runs the end-to-end throughput benchmark (docs/benchmarks.md):
 # a naive consumer, a competent one and `cachewarden run` over the same
 # generated events, 300,000 per workload (the harness's own default is
 # 1,000,000), 3 runs; the daemon on the counter workload against the
-# binlog-enabled MariaDB that `make services` starts, fences on and off;
+# binlog-enabled MariaDB that `make services-bench` starts, fences on and off;
 # the event-to-applied latency; then it rewrites the results section of
 # docs/benchmarks.md. Extra cwbench flags go in BENCH_FLAGS, e.g.
 # make bench BENCH_FLAGS="-events 1000000".
-bench: services build
+bench: services-bench build
 	$(GO) build -o bin/cwbench ./bench/cmd/cwbench
 	$(GO) build -o bin/cwbroker ./bench/cmd/cwbroker
 	set -a && . ./$(SERVICES_ENV) && set +a && ./bin/cwbench -events 300000 -doc docs/benchmarks.md $(BENCH_FLAGS)
@@ -60,6 +79,24 @@ soak: services build
 	set -a && . ./$(SERVICES_ENV) && set +a && CACHEWARDEN_SOAK=1 \
 		CACHEWARDEN_RELIABILITY_REPORT=docs/reliability.md CACHEWARDEN_RELIABILITY_COMMAND="make soak" \
 		$(GO) test -count=1 -timeout 3h -run '^TestFault' -v ./integration/
+
+# static builds the binary as the container image does: no cgo, so it
+# needs no C library and runs on a distroless or scratch base.
+static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/cachewarden-static ./cmd/cachewarden
+
+# image builds the container image (deploy/container/Dockerfile) where a
+# Docker engine answers; elsewhere it says how else to build it.
+IMAGE ?= cachewarden:latest
+image:
+	@if docker info >/dev/null 2>&1; then \
+		docker build -f deploy/container/Dockerfile -t $(IMAGE) . ; \
+	else \
+		echo "make image: no Docker engine answers here. Build deploy/container/Dockerfile elsewhere" >&2; \
+		echo "  (docker build -f deploy/container/Dockerfile -t $(IMAGE) . ; or podman/buildah the same way)," >&2; \
+		echo "  or run the static binary of 'make static' directly (deploy/systemd)." >&2; \
+		exit 1; \
+	fi
 
 clean:
 	rm -rf bin

@@ -160,8 +160,24 @@ func (d *decoder) validateSchemaRegistry(k *Kafka) {
 	if (r.Username == "") != (r.Password == "") {
 		d.problem(d.place(path), "%s: username and password go together", path)
 	}
-	if len(r.URLs) == 0 && (r.Username != "" || r.TLS.Enabled || d.set(path+".timeout")) {
-		d.problem(d.place(path), "%s.urls: list the registry's URLs (its other settings are set)", path)
+	if len(r.URLs) == 0 {
+		var set []string
+		for _, s := range []struct {
+			name string
+			on   bool
+		}{
+			{"username", r.Username != ""},
+			{"password", r.Password != ""},
+			{"tls.enabled", r.TLS.Enabled},
+			{"timeout", d.set(path + ".timeout")},
+		} {
+			if s.on {
+				set = append(set, path+"."+s.name)
+			}
+		}
+		if len(set) > 0 {
+			d.problem(d.place(set[0]), "%s.urls: list the registry's URLs, or remove %s (set, but used only with a registry)", path, strings.Join(set, " and "))
+		}
 	}
 	d.positiveDuration(&r.Timeout, path+".timeout", DefaultSchemaRegistryTimeout, 10*time.Minute)
 	if len(r.URLs) > 0 || !d.readable(path+".urls") {

@@ -133,6 +133,9 @@ type Deps struct {
 	Memcached Pinger
 	// Logger receives the daemon's records; nil discards.
 	Logger *slog.Logger
+	// MySQL, when not nil, is checked for readiness like memcached: set
+	// it when some rule queries MySQL.
+	MySQL *MySQLHealth
 }
 
 // Daemon consumes CDC topics as a member of a Kafka consumer group and
@@ -150,6 +153,10 @@ type Daemon struct {
 	running     atomic.Bool
 	stopped     atomic.Bool
 	memcachedUp atomic.Bool
+	// mysql is checked for readiness when set; mysqlState holds the
+	// result.
+	mysql      *MySQLHealth
+	mysqlState mysqlState
 
 	// cl and committer exist once Run has started.
 	cl        atomic.Pointer[kgo.Client]
@@ -180,6 +187,9 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 	if deps.Pipeline == nil || deps.Memcached == nil {
 		return nil, errors.New("consumer: a Pipeline and a memcached Pinger are required")
 	}
+	if deps.MySQL != nil && deps.MySQL.DB == nil {
+		return nil, errors.New("consumer: Deps.MySQL without a DB to ping")
+	}
 	if cfg.MaxEvents <= 0 {
 		cfg.MaxEvents = DefaultMaxEvents
 	}
@@ -206,13 +216,14 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Daemon{
-		cfg: cfg, p: deps.Pipeline, health: deps.Memcached, m: deps.Pipeline.Metrics(), log: log,
+		cfg: cfg, p: deps.Pipeline, health: deps.Memcached, mysql: deps.MySQL, m: deps.Pipeline.Metrics(), log: log,
 		parts: make(map[topicPartition]*partitionWorker), committed: make(map[topicPartition]committedOffset),
 	}, nil
 }
 
-// Ready reports whether the daemon is doing its job: memcached answered
-// the last health check, the daemon is a member of the group, no
+// Ready reports whether the daemon is doing its job: memcached (and
+// MySQL, when Deps.MySQL is set) answered the last health check, the
+// daemon is a member of the group, no
 // assigned partition is stalled, and no batch waits for the schema
 // registry. It is safe to call from any goroutine (the /readyz handler
 // does).
@@ -224,6 +235,9 @@ func (d *Daemon) NotReady() []string {
 	var reasons []string
 	if !d.memcachedUp.Load() {
 		reasons = append(reasons, "memcached: unreachable, or a server does not answer the meta commands (see the log)")
+	}
+	if r := d.mysqlNotReady(); r != "" {
+		reasons = append(reasons, r)
 	}
 	if !d.joined() {
 		reasons = append(reasons, "kafka: not a member of consumer group "+d.cfg.Group)
@@ -314,6 +328,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer stopBackground()
 	var background sync.WaitGroup
 	background.Go(func() { d.healthLoop(bg) })
+	if d.mysql != nil {
+		background.Go(func() { d.mysqlHealthLoop(bg) })
+	}
 	background.Go(func() { d.committer.run(bg) })
 	if rebump := d.p.cfg.Rebump; rebump != nil {
 		background.Go(func() { rebump.Run(bg) })

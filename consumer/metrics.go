@@ -41,6 +41,7 @@ type Metrics struct {
 	rebumps         *prometheus.CounterVec
 	ready           prometheus.Gauge
 	memcachedUp     prometheus.Gauge
+	mysqlUp         *prometheus.GaugeVec
 	groupJoined     prometheus.Gauge
 	assigned        prometheus.Gauge
 	generations     prometheus.Counter
@@ -163,12 +164,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"op"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cachewarden_ready",
-			Help: "1 when memcached answers, the consumer group is joined, no partition is stalled and no batch waits for the schema registry (/readyz).",
+			Help: "1 when memcached (and MySQL, when a rule queries it) answers, the consumer group is joined, no partition is stalled and no batch waits for the schema registry (/readyz).",
 		}),
 		memcachedUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cachewarden_memcached_up",
 			Help: "1 when every memcached server answered the last health check.",
 		}),
+		mysqlUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cachewarden_mysql_up",
+			Help: "1 when MySQL (addr: host:port of mysql.dsn) answered the last health check, 0 when not; exported only when some rule runs load or recount queries, which make the daemon not ready while it is 0.",
+		}, []string{"addr"}),
 		groupJoined: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cachewarden_group_joined",
 			Help: "1 while the daemon is a member of a consumer group generation.",
@@ -218,7 +223,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.schemaFetches, m.schemaWaiting)
 		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.eventAge, m.coalesceSaved,
 			m.applyDuration, m.applyRetries, m.mysqlDuration, m.memcachedRTT, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
-			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.rebumpsRecovered, m.rebumpJournalErrors, m.ready, m.memcachedUp,
+			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.rebumpsRecovered, m.rebumpJournalErrors, m.ready, m.memcachedUp, m.mysqlUp,
 			m.groupJoined, m.assigned, m.generations, m.partitionErrors, m.stalled, m.handoffs, m.commitRetries, m.lost, m.unorderedSets)
 	}
 	return m

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -272,7 +273,29 @@ func (s *Stack) NewDaemon(cfg Config) (*Daemon, error) {
 	if s.Pipelined != nil {
 		health = &metaPinger{Client: s.Memcache, probe: s.Pipelined.Probe}
 	}
-	return New(cfg, Deps{Pipeline: s.Pipeline, Memcached: health, Logger: s.Logger.With("component", "consumer")})
+	return New(cfg, Deps{Pipeline: s.Pipeline, Memcached: health, MySQL: s.mysqlHealth(), Logger: s.Logger.With("component", "consumer")})
+}
+
+// mysqlHealth returns the daemon's MySQL readiness check: nil unless
+// some rule runs a load or recount query.
+func (s *Stack) mysqlHealth() *MySQLHealth {
+	if s.MySQL == nil {
+		return nil
+	}
+	var needing []string
+	for _, r := range s.Config.RuleSet.Rules() {
+		if r.Query != "" {
+			needing = append(needing, r.Name)
+		}
+	}
+	if len(needing) == 0 {
+		return nil
+	}
+	addr := "mysql"
+	if c, err := mysql.ParseDSN(s.Config.MySQL.DSN); err == nil {
+		addr = c.Addr
+	}
+	return &MySQLHealth{DB: s.MySQL, Addr: addr, Rules: needing}
 }
 
 // metaPinger is the daemon's readiness check with memcached.protocol meta:

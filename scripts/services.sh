@@ -1,28 +1,47 @@
 #!/usr/bin/env bash
-# Starts the services cachewarden's tests and demo need, on loopback only:
-#   - memcached on 127.0.0.1:${CACHEWARDEN_MEMCACHED_PORT:-11311}
-#     (installs Debian's memcached package when the binary is missing);
-#   - a MariaDB/MySQL server: 127.0.0.1:3306 when it answers, else the
-#     machine's mariadbd is started, else Debian's mariadb-server is
-#     installed and a private instance is started on port 3307;
-#   - a MariaDB/MySQL server with the binary log on, for the tests of exact
-#     (fenced) counters: the server above when its log_bin is ON, else the
-#     private instance on port 3307 (started with --log-bin), in addition;
-#   - a second private MariaDB with the binary log on, on port 3308, with
-#     the same binary log base name (mysql-bin) and another server_id (2):
-#     the failover target of the fault suite's counter scenario;
-#   - the memcached clients of other languages that the distribution tests
-#     read through (Debian's python3-pylibmc, python3-pymemcache, php-cli,
-#     php-memcached), installed when missing.
-# It then writes the addresses to .services/env, which `make` and the tests
-# read (CACHEWARDEN_TEST_MEMCACHED, CACHEWARDEN_TEST_MYSQL_DSN,
-# CACHEWARDEN_TEST_MYSQL_BINLOG_DSN, CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN).
+# Starts the services cachewarden's demo, tests and benchmarks need, on
+# loopback only, and says what it leaves running.
 #
-# Usage: scripts/services.sh [start|stop|env]
+# Usage: scripts/services.sh [demo|bench|start|stop|status|env]
+#
+#   demo   what `make demo` needs:
+#            - memcached on 127.0.0.1:${CACHEWARDEN_MEMCACHED_PORT:-11311};
+#            - a MariaDB/MySQL server: 127.0.0.1:3306 when it answers, else
+#              the machine's mariadbd is started, else a private instance
+#              is started on port 3307 (data in .services/mysql).
+#   bench  demo's services, and a MariaDB with the binary log on (the
+#          server above when its log_bin is ON, else the private instance
+#          on port 3307 with --log-bin), for exact (fenced) counters.
+#   start  what `make test` needs: bench's services, and
+#            - a second private MariaDB with the binary log on, on port
+#              3308 (same binary log base name, server_id 2): the failover
+#              target of the fault suite's counter scenario;
+#            - the memcached clients of other languages the distribution
+#              tests read through (python3-pylibmc, python3-pymemcache,
+#              php-cli, php-memcached);
+#            - promtool (Debian's prometheus package), which the alert
+#              rules' unit tests run.
+#   stop   stops what this script started (memcached, the private MariaDBs
+#          and the machine's MariaDB if this script started it); a server
+#          that was already running is left alone.
+#   status says what is running and whether this script started it.
+#   env    prints .services/env.
+#
+# Debian packages are installed with apt-get only when something is
+# missing (memcached, mariadb-server, the clients, prometheus for
+# promtool): a start where everything is installed runs no apt-get. That
+# needs root; without apt-get the script says what to install.
+#
+# demo, bench and start write the addresses to .services/env, which
+# `make` and the tests read (CACHEWARDEN_TEST_MEMCACHED,
+# CACHEWARDEN_TEST_MYSQL_DSN, and with bench/start
+# CACHEWARDEN_TEST_MYSQL_BINLOG_DSN, CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-state="$root/.services"
+# CACHEWARDEN_SERVICES_DIR moves the state (env file, pid files, private
+# data directories) elsewhere; the tests of this script use it.
+state=${CACHEWARDEN_SERVICES_DIR:-$root/.services}
 mkdir -p "$state"
 mc_port=${CACHEWARDEN_MEMCACHED_PORT:-11311}
 private_mysql_port=3307
@@ -52,6 +71,24 @@ wait_port() {
   return 1
 }
 
+# memcached's own pid file (-P) is written after it has dropped root for
+# nobody, who may not be able to reach this directory: the script finds
+# the pid by memcached's command line instead and writes the file itself.
+mc_pid_file="$state/memcached-$mc_port.pid"
+
+# memcached_pid prints the pid of the memcached this script starts on
+# $mc_port (by its command line), if it runs.
+memcached_pid() {
+  local p cmd
+  for p in /proc/[0-9]*; do
+    cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+    case "$cmd" in
+      "memcached -d "*" -l 127.0.0.1 -p $mc_port "*) echo "${p#/proc/}"; return 0 ;;
+    esac
+  done
+  return 1
+}
+
 start_memcached() {
   if port_open "$mc_port"; then
     return 0
@@ -59,9 +96,14 @@ start_memcached() {
   command -v memcached >/dev/null || apt_install memcached
   local user=()
   [ "$(id -u)" = 0 ] && user=(-u nobody)
-  memcached -d "${user[@]}" -l 127.0.0.1 -p "$mc_port" -U 0 -m 512 -c 4096 -t 2 \
-    -P "$state/memcached.pid"
+  memcached -d "${user[@]}" -l 127.0.0.1 -p "$mc_port" -U 0 -m 512 -c 4096 -t 2
   wait_port "$mc_port" || { log "memcached did not start on port $mc_port"; exit 1; }
+  if memcached_pid >"$mc_pid_file.tmp"; then
+    mv "$mc_pid_file.tmp" "$mc_pid_file"
+  else
+    rm -f "$mc_pid_file.tmp"
+    log "cannot find memcached's pid; stop it by hand"
+  fi
   log "memcached listening on 127.0.0.1:$mc_port"
 }
 
@@ -95,7 +137,8 @@ start_mysql() {
   if [ -x /usr/sbin/mariadbd ] && [ -d /var/lib/mysql/mysql ]; then
     log "starting the machine's MariaDB"
     if command -v start-stop-daemon >/dev/null; then
-      start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || true
+      start-stop-daemon --start --oknodo --background --make-pidfile \
+        --pidfile "$state/machine-mariadb.pid" --exec /usr/sbin/mariadbd || true
     fi
     if wait_mysql 3306; then
       mysql_port=3306
@@ -173,6 +216,21 @@ start_binlog_mysql() {
   log "MariaDB with the binary log on listening on 127.0.0.1:$binlog_mysql_port"
 }
 
+# install_promtool installs Debian's prometheus package, which ships
+# promtool, when promtool is missing: the unit tests of the alert rules
+# (deploy/prometheus) run it.
+install_promtool() {
+  command -v promtool >/dev/null && return 0
+  # The package's own server is not wanted: keep it from starting.
+  local policy=/usr/sbin/policy-rc.d created=
+  if [ "$(id -u)" = 0 ] && [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && created=1
+  fi
+  apt_install prometheus || true
+  [ -n "$created" ] && rm -f "$policy"
+  command -v promtool >/dev/null || log "promtool is still missing; the alert rule tests will fail under CI"
+}
+
 # install_clients installs the other languages' memcached clients that the
 # distribution tests (integration/distribution_test.go) read through.
 install_clients() {
@@ -194,35 +252,91 @@ ENV
   if [ -n "${binlog_mysql_port:-}" ]; then
     echo "CACHEWARDEN_TEST_MYSQL_BINLOG_DSN='root@tcp(127.0.0.1:$binlog_mysql_port)/'" >>"$state/env"
   fi
-  if mysql_binlog_on "$second_mysql_port"; then
+  if [ -n "${with_second_mysql:-}" ] && mysql_binlog_on "$second_mysql_port"; then
     echo "CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN='root@tcp(127.0.0.1:$second_mysql_port)/'" >>"$state/env"
   fi
   cat "$state/env"
 }
 
-stop() {
-  if [ -f "$state/memcached.pid" ]; then
-    kill "$(cat "$state/memcached.pid")" 2>/dev/null || true
-    rm -f "$state/memcached.pid"
+# pid_alive FILE reports whether FILE names a running process.
+pid_alive() {
+  [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+# stop_pid FILE NAME stops the process FILE names and removes FILE.
+stop_pid() {
+  local file=$1 name=$2
+  [ -f "$file" ] || return 0
+  if pid_alive "$file"; then
+    local pid
+    pid=$(cat "$file")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    log "stopped $name (pid $pid)"
   fi
-  for name in mysql mysql2; do
-    if [ -f "$state/$name.pid" ]; then
-      kill "$(cat "$state/$name.pid")" 2>/dev/null || true
-      rm -f "$state/$name.pid"
+  rm -f "$file"
+}
+
+stop() {
+  stop_pid "$mc_pid_file" "memcached on 127.0.0.1:$mc_port"
+  # The pid file of earlier versions of this script, if memcached could
+  # write it.
+  stop_pid "$state/memcached.pid" "memcached"
+  stop_pid "$state/mysql.pid" "the private MariaDB on 127.0.0.1:$private_mysql_port"
+  stop_pid "$state/mysql2.pid" "the private MariaDB on 127.0.0.1:$second_mysql_port"
+  stop_pid "$state/machine-mariadb.pid" "the machine's MariaDB on 127.0.0.1:3306"
+}
+
+# status says what answers on the services' ports and who started it.
+status() {
+  local line
+  describe() { # PORT NAME PIDFILE
+    if ! port_open "$1"; then
+      return 0
     fi
-  done
+    if pid_alive "$3"; then
+      line="$2 on 127.0.0.1:$1 (started by scripts/services.sh, pid $(cat "$3"))"
+    else
+      line="$2 on 127.0.0.1:$1 (not started by this checkout's scripts/services.sh: services-stop leaves it)"
+    fi
+    echo "  $line"
+  }
+  echo "Services left running (stop them with \`make services-stop\`; it stops only those scripts/services.sh started):"
+  {
+    describe "$mc_port" memcached "$mc_pid_file"
+    describe 3306 MariaDB "$state/machine-mariadb.pid"
+    describe "$private_mysql_port" "MariaDB (private, binary log on)" "$state/mysql.pid"
+    describe "$second_mysql_port" "MariaDB (private, binary log on, failover target)" "$state/mysql2.pid"
+  } | grep . || echo "  none"
 }
 
 case "${1:-start}" in
+  demo)
+    start_memcached
+    start_mysql
+    write_env
+    ;;
+  bench)
+    start_memcached
+    start_mysql
+    start_binlog_mysql
+    write_env
+    ;;
   start)
     start_memcached
     start_mysql
     start_binlog_mysql
     start_second_mysql
+    with_second_mysql=1
     install_clients
+    install_promtool
     write_env
     ;;
   stop) stop ;;
+  status) status ;;
   env) cat "$state/env" ;;
-  *) echo "usage: $0 [start|stop|env]" >&2; exit 2 ;;
+  *) echo "usage: $0 [demo|bench|start|stop|status|env]" >&2; exit 2 ;;
 esac

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
 	"os"
 	"slices"
 	"strings"
 
+	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/integration"
 )
 
@@ -33,10 +33,13 @@ func (a *app) demoCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 			"checks that every set and counter in memcached equals the database and\n"+
 			"that the namespace of every changed entity moved; exit status 1 if not.\n"+
 			"Services default to $"+envMemcached+", $"+envMySQLDSN+" and\n"+
-			"$"+envKafka+" (what `make services` writes), else the local defaults.",
+			"$"+envKafka+" (what `make services` writes), else the local defaults.\n"+
+			"Before it starts, it checks that memcached, MySQL and --kafka answer, and\n"+
+			"fails within seconds naming each one that does not.\n"+
+			"The daemon logs errors only (-v: from info; a global --log-level sets it).",
 		stderr)
 	configPath := fs.String("c", "configs/cachewarden.yaml", "daemon config whose rules, topics and group the demo uses")
-	mcAddr := fs.String("memcached", envOr(envMemcached, "127.0.0.1:11211"), "memcached host:port")
+	mcAddr := fs.String("memcached", envOr(envMemcached, "127.0.0.1:11311"), "memcached host:port")
 	dsn := fs.String("mysql", envOr(envMySQLDSN, "root@tcp(127.0.0.1:3306)/"), "MySQL DSN of a user that may create databases (its database name is ignored)")
 	dbName := fs.String("database", "cachewarden_demo", "database the demo drops and creates")
 	kafkaAddrs := fs.String("kafka", os.Getenv(envKafka), "comma-separated Kafka brokers (default: an in-process broker)")
@@ -61,12 +64,15 @@ func (a *app) demoCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		return usageErrorf("demo: --rounds and --size must be at least 1")
 	}
 	// The daemon's warnings (a poison message, say) would interleave with
-	// the report; -v shows them.
-	level := slog.LevelError
+	// the report; -v shows them, and a global --log-level sets the level.
+	logCfg := config.Log{Level: "error"}
 	if *verbose {
-		level = slog.LevelInfo
+		logCfg.Level = "info"
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := a.configLogger(logCfg, stderr)
+	if err := demoPreflight(ctx, *mcAddr, *dsn, splitList(*kafkaAddrs)); err != nil {
+		return err
+	}
 	return integration.RunDemo(ctx, integration.DemoParams{
 		ConfigPath: *configPath, Memcached: *mcAddr, MySQLDSN: *dsn, Database: *dbName,
 		Kafka: splitList(*kafkaAddrs), Format: format, Rounds: *rounds, Size: *size, Seed: *seed,

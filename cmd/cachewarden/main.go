@@ -34,6 +34,9 @@ type command struct {
 type app struct {
 	log   *slog.Logger
 	stdin io.Reader
+	// logFlags are the global --log-format and --log-level as given;
+	// commands that read a config file apply them over its log section.
+	logFlags logFlags
 }
 
 // commands is the subcommand table, in the order `cachewarden help` lists
@@ -47,6 +50,7 @@ func (a *app) commands() []command {
 		{name: "replay", help: "re-apply a range of the CDC topics, or an NDJSON file (replay -c FILE --from START | --file F)", run: a.replayCmd},
 		{name: "verify", help: "compare the sets and counters in memcached with MySQL", run: a.verifyCmd},
 		{name: "demo", help: "run the whole pipeline on local services and show what happens", run: a.demoCmd},
+		{name: "version", help: "print the version and the versions of the modules linked in", run: a.versionCmd},
 	}
 }
 
@@ -82,6 +86,7 @@ func runWithInput(ctx context.Context, stdin io.Reader, args []string, stdout, s
 		return usageErrorf("%v", err)
 	}
 	a.log = log
+	a.logFlags = givenLogFlags(fs)
 
 	rest := fs.Args()
 	if len(rest) == 0 {

@@ -47,7 +47,9 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 			"decoded or planned are reported on stderr (\"line N: reason\" for a file,\n"+
 			"\"topic:partition:offset: reason\" for Kafka), counted, and not sent to the\n"+
 			"DLQ. Progress goes to stderr. Exit status 0, or 1 when the replay could\n"+
-			"not finish, or with --strict when any message or op failed.",
+			"not finish, or with --strict when any message or op failed. Logs follow\n"+
+			"the config's log section; the global --log-format and --log-level, when\n"+
+			"given, override it.",
 		stderr)
 	var path string
 	fs.StringVar(&path, "c", "", "config file (required)")
@@ -98,15 +100,18 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	setAppend := *setsMode == "append"
 	if *fromFlag != "" {
 		if from, err = consumer.ParseReplayBound(*fromFlag); err != nil {
-			return usageErrorf("replay: --from: %v", err)
+			return usageErrorf("replay: --from: %v; %s", err, replayStartForms)
 		}
 	}
 	if *toFlag != "" {
 		if to, err = consumer.ParseReplayBound(*toFlag); err != nil {
-			return usageErrorf("replay: --to: %v", err)
+			return usageErrorf("replay: --to: %v; %s", err, replayEndForms)
 		}
 		if to.Earliest {
-			return usageErrorf("replay: --to: earliest is not an end")
+			return usageErrorf("replay: --to: earliest is not an end; %s", replayEndForms)
+		}
+		if err := checkReplayOrder(from, to); err != nil {
+			return usageErrorf("replay: %v", err)
 		}
 	}
 	if setAppend && !*dryRun {
@@ -147,7 +152,7 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	progress := consumer.NewReplayProgress(stderr, isTerminal(stderr), interval)
 	out := progress.Writer()
-	log := cfg.Log.NewLogger(out)
+	log := a.configLogger(cfg.Log, out)
 
 	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true})
 	if err != nil {

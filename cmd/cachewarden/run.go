@@ -24,7 +24,8 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			"consumer group, applies the rules' cache operations to memcached, and\n"+
 			"serves /metrics, /healthz and /readyz on http.listen. SIGINT or SIGTERM\n"+
 			"stops it gracefully (exit status 0). The config's log section sets the\n"+
-			"log format and level.",
+			"log format and level; the global --log-format and --log-level, when\n"+
+			"given, override it.",
 		stderr)
 	var path string
 	fs.StringVar(&path, "c", "", "config file (required)")
@@ -46,7 +47,7 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintln(stderr, err)
 		return errReported
 	}
-	log := cfg.Log.NewLogger(stderr)
+	log := a.configLogger(cfg.Log, stderr)
 	log.Info("config loaded", "config", cfg, "rule_count", len(cfg.RuleSet.Rules()))
 
 	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{})

@@ -159,6 +159,12 @@ func (p *PlanWriter) Line(dec *Decoder, value []byte, where string) error {
 	if p.decoded.Skip != "" {
 		p.sum.Skipped++
 		p.log.Debug("skipped line", "line", n, "reason", p.decoded.Skip)
+		if p.decoded.Skip == SkipUnsupportedType {
+			// A row change of a kind the decoder does not know may be one
+			// the rules should have seen: say so, the other skips are
+			// messages without row changes.
+			return p.report(n, where, unsupportedTypeError(p.decoded.Format))
+		}
 		return nil
 	}
 	events := p.decoded.Events
@@ -190,6 +196,16 @@ func (p *PlanWriter) Line(dec *Decoder, value []byte, where string) error {
 	}
 	p.sum.Ops += len(p.ops)
 	return nil
+}
+
+// unsupportedTypeError is the report of a message skipped as
+// SkipUnsupportedType, naming the field the format keeps its type in.
+func unsupportedTypeError(f Format) error {
+	field := "op"
+	if f == FormatMaxwell || f == FormatCanal {
+		field = "type"
+	}
+	return fmt.Errorf("skipped: the %s message's %q is not an operation type cachewarden knows (no row change planned)", f, field)
 }
 
 // fail reports a bad line on the error stream.

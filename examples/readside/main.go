@@ -1,8 +1,12 @@
 // Command readside reads what the daemon maintains for the example rules
 // (configs/rules) the way an application does, through package client:
 //
-//	go run ./examples/readside -rules configs/rules -memcached 127.0.0.1:11211 \
-//	    -dsn 'cachewarden@tcp(127.0.0.1:3306)/app' -user 42 -post 9
+//	go run ./examples/readside -rules configs/rules -memcached 127.0.0.1:11311 \
+//	    -dsn 'root@tcp(127.0.0.1:3306)/cachewarden_demo' -user 42 -post 9
+//
+// The defaults are what the quick start leaves running: memcached on
+// 127.0.0.1:11311 (`make services`) and the demo's database
+// cachewarden_demo on the MariaDB at 127.0.0.1:3306 (`make demo`).
 //
 // It prints user 42's namespace version and interests, post 9's comment
 // count, and a page cached with GetOrCompute under the user's namespace.
@@ -27,7 +31,7 @@ import (
 
 func main() {
 	rulesPath := flag.String("rules", "configs/rules", "the daemon's rule files (file or directory)")
-	servers := flag.String("memcached", "127.0.0.1:11211", "the daemon's memcached.servers, comma-separated, in its order")
+	servers := flag.String("memcached", "127.0.0.1:11311", "the daemon's memcached.servers, comma-separated, in its order")
 	distribution := flag.String("distribution", "", "the daemon's memcached.distribution (default modula-crc32)")
 	dsn := flag.String("dsn", "", "MySQL DSN for loading missing sets and counters (empty: none)")
 	user := flag.Int64("user", 42, "user id")

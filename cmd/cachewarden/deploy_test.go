@@ -1,0 +1,587 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
+)
+
+// needTool returns the path of a command-line tool a test runs: missing,
+// the test fails under CI=true (make test installs it) and skips
+// otherwise.
+func needTool(t *testing.T, name, install string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not installed; CI requires it: %s", name, install)
+	}
+	t.Skipf("%s is not installed: %s", name, install)
+	return ""
+}
+
+// TestAlertRules runs promtool's checks and the unit tests of
+// deploy/prometheus/alerts.yaml.
+func TestAlertRules(t *testing.T) {
+	promtool := needTool(t, "promtool", "`make test` installs it (scripts/services.sh start: Debian's prometheus package)")
+	for _, args := range [][]string{
+		{"check", "rules", "../../deploy/prometheus/alerts.yaml"},
+		{"test", "rules", "../../deploy/prometheus/alerts_test.yaml"},
+	} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// metricNames returns the cachewarden metric names in text, sorted and
+// without duplicates.
+func metricNames(text string) []string {
+	names := regexp.MustCompile(`\bcachewarden_[a-z0-9_]+`).FindAllString(text, -1)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// dashboardQueries returns every query of the Grafana dashboard.
+func dashboardQueries(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("../../deploy/grafana/cachewarden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			ID      int    `json:"id"`
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Definition string `json:"definition"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("deploy/grafana/cachewarden.json: %v", err)
+	}
+	var queries []string
+	ids := map[int]bool{}
+	for _, p := range dash.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d is used twice", p.ID)
+		}
+		ids[p.ID] = true
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			if len(metricNames(q.Expr)) == 0 {
+				t.Errorf("panel %q: query %q names no cachewarden metric", p.Title, q.Expr)
+			}
+			queries = append(queries, q.Expr)
+		}
+	}
+	for _, v := range dash.Templating.List {
+		if v.Definition != "" {
+			queries = append(queries, v.Definition)
+		}
+	}
+	return queries
+}
+
+// TestDashboardAndAlertsNameExportedMetrics runs the daemon through
+// planned, recounted and poison messages, then checks that every metric
+// the Grafana dashboard's queries and the alert rules name is in its
+// /metrics.
+func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
+	queries := dashboardQueries(t)
+	alerts, err := os.ReadFile("../../deploy/prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wanted := map[string][]string{} // metric -> where it is named
+	for _, q := range queries {
+		for _, n := range metricNames(q) {
+			wanted[n] = append(wanted[n], "dashboard")
+		}
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(alerts, &rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			for _, n := range metricNames(r.Expr) {
+				wanted[n] = append(wanted[n], "alert "+r.Alert)
+			}
+		}
+	}
+	// The descriptions may name a histogram by its base name.
+	for _, n := range metricNames(string(alerts)) {
+		if _, ok := wanted[n]; !ok {
+			wanted[n] = append(wanted[n], "alerts.yaml text")
+		}
+	}
+
+	mc := testsvc.Memcached(t)
+	dsn := testsvc.MySQLDSN(t)
+	database := "cwtest_dash_" + testsvc.Unique()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	t.Cleanup(func() { dropDatabase(dsn, database) })
+	for _, stmt := range []string{
+		"CREATE DATABASE " + database,
+		"CREATE TABLE " + database + ".comments (id INT PRIMARY KEY, post_id INT NOT NULL, approved TINYINT NOT NULL, KEY (post_id))",
+		"INSERT INTO " + database + ".comments VALUES (1, 9, 1), (2, 9, 1)",
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	topic := "cdc-" + testsvc.Unique()
+	brokers := testBrokers(t, topic, topic+".dlq")
+	d := startDaemon(t, writeCountConfig(t, brokers, topic, mc, strings.TrimSuffix(dsn, "/")+"/"+database))
+
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchTimeout: time.Millisecond, AllowAutoTopicCreation: true}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := time.Now().UnixMilli()
+	for _, v := range []string{
+		fmt.Sprintf(`{"op":"c","before":null,"after":{"id":77,"name":"x"},"source":{"db":"shop","table":"users","ts_ms":%d},"ts_ms":%d}`, now, now),
+		fmt.Sprintf(`{"op":"u","before":{"id":77,"name":"x"},"after":{"id":77,"name":"y"},"source":{"db":"shop","table":"users","ts_ms":%d},"ts_ms":%d}`, now, now),
+		// An update without its before image: a recount from MySQL.
+		fmt.Sprintf(`{"op":"u","before":null,"after":{"id":1,"post_id":9,"approved":1},"source":{"db":"blog","table":"comments","ts_ms":%d},"ts_ms":%d}`, now, now),
+		// A poison message: to the DLQ, an invalidation lost.
+		`{"op":"c","after":`,
+	} {
+		if err := w.WriteMessages(ctx, kafka.Message{Value: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var missing []string
+	waitUntil(t, 30*time.Second, func() string {
+		text := d.metricsText()
+		missing = missing[:0]
+		for _, n := range slices.Sorted(mapsKeys(wanted)) {
+			if !regexp.MustCompile(`(?m)^` + n + `(_bucket)?[{ ]`).MatchString(text) {
+				missing = append(missing, fmt.Sprintf("%s (%s)", n, strings.Join(slices.Compact(wanted[n]), ", ")))
+			}
+		}
+		if len(missing) > 0 {
+			return "metrics named but not exported:\n  " + strings.Join(missing, "\n  ")
+		}
+		return ""
+	})
+	if len(wanted) < 25 {
+		t.Errorf("only %d metrics named by the dashboard and alerts", len(wanted))
+	}
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// TestKubernetesExample loads each pool's config in
+// deploy/kubernetes/cachewarden.yaml with the rules of its ConfigMap, as
+// the daemon would in the pod, and checks the Deployments: one per pool,
+// each with its own consumer group, probes on /healthz and /readyz, the
+// metrics port scraped, the config's variables set.
+func TestKubernetesExample(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/kubernetes/cachewarden.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type container struct {
+		Args []string `yaml:"args"`
+		Env  []struct {
+			Name string `yaml:"name"`
+		} `yaml:"env"`
+		Ports []struct {
+			Name          string `yaml:"name"`
+			ContainerPort int    `yaml:"containerPort"`
+		} `yaml:"ports"`
+		VolumeMounts []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+		} `yaml:"volumeMounts"`
+	}
+	type object struct {
+		Kind     string `yaml:"kind"`
+		Metadata struct {
+			Name string `yaml:"name"`
+		} `yaml:"metadata"`
+		Data map[string]string `yaml:"data"`
+		Spec struct {
+			Template struct {
+				Metadata struct {
+					Annotations map[string]string `yaml:"annotations"`
+				} `yaml:"metadata"`
+				Spec struct {
+					Containers []yaml.Node `yaml:"containers"`
+					Volumes    []struct {
+						Name      string `yaml:"name"`
+						ConfigMap struct {
+							Name string `yaml:"name"`
+						} `yaml:"configMap"`
+					} `yaml:"volumes"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	configMaps := map[string]map[string]string{}
+	var deployments []object
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var o object
+		if err := dec.Decode(&o); err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			t.Fatal(err)
+		}
+		switch o.Kind {
+		case "ConfigMap":
+			configMaps[o.Metadata.Name] = o.Data
+		case "Deployment":
+			deployments = append(deployments, o)
+		}
+	}
+	if len(deployments) < 2 {
+		t.Fatalf("%d Deployments, want one per memcached pool (at least 2)", len(deployments))
+	}
+	groups := map[string]string{}
+	for _, dep := range deployments {
+		t.Run(dep.Metadata.Name, func(t *testing.T) {
+			pod := dep.Spec.Template
+			if pod.Metadata.Annotations["prometheus.io/scrape"] != "true" || pod.Metadata.Annotations["prometheus.io/path"] != "/metrics" {
+				t.Errorf("pod annotations do not ask for /metrics to be scraped: %v", pod.Metadata.Annotations)
+			}
+			if len(pod.Spec.Containers) != 1 {
+				t.Fatalf("%d containers", len(pod.Spec.Containers))
+			}
+			var c container
+			if err := pod.Spec.Containers[0].Decode(&c); err != nil {
+				t.Fatal(err)
+			}
+			// yaml tags cannot name two keys: decode the probes apart.
+			var probes struct {
+				Liveness struct {
+					HTTPGet struct{ Path string } `yaml:"httpGet"`
+				} `yaml:"livenessProbe"`
+				Readiness struct {
+					HTTPGet struct{ Path string } `yaml:"httpGet"`
+				} `yaml:"readinessProbe"`
+			}
+			pod.Spec.Containers[0].Decode(&probes)
+			if probes.Liveness.HTTPGet.Path != "/healthz" || probes.Readiness.HTTPGet.Path != "/readyz" {
+				t.Errorf("probes: liveness %q, readiness %q; want /healthz and /readyz", probes.Liveness.HTTPGet.Path, probes.Readiness.HTTPGet.Path)
+			}
+			// Mount the ConfigMaps as the pod does.
+			dir := t.TempDir()
+			mounts := map[string]string{}
+			for _, m := range c.VolumeMounts {
+				mounts[m.Name] = m.MountPath
+			}
+			var cfgPath string
+			for _, v := range pod.Spec.Volumes {
+				files, ok := configMaps[v.ConfigMap.Name]
+				if !ok {
+					t.Fatalf("volume %s: no ConfigMap %s", v.Name, v.ConfigMap.Name)
+				}
+				target := filepath.Join(dir, mounts[v.Name])
+				os.MkdirAll(target, 0o755)
+				for name, content := range files {
+					os.WriteFile(filepath.Join(target, name), []byte(content), 0o644)
+				}
+			}
+			i := slices.Index(c.Args, "-c")
+			if i < 0 || i+1 >= len(c.Args) {
+				t.Fatalf("args %q: no -c FILE", c.Args)
+			}
+			cfgPath = filepath.Join(dir, c.Args[i+1])
+			env := map[string]bool{}
+			for _, e := range c.Env {
+				env[e.Name] = true
+			}
+			lookup := func(name string) (string, bool) {
+				if !env[name] {
+					return "", false // the config uses a variable the pod does not set
+				}
+				switch name {
+				case "MYSQL_DSN":
+					return "cachewarden:pw@tcp(mysql:3306)/app", true
+				}
+				return "kafka-0.kafka:9092", true
+			}
+			cfg, err := config.LoadEnv(cfgPath, lookup)
+			if err != nil {
+				t.Fatalf("the pod's config fails validation:\n%v", err)
+			}
+			if len(cfg.RuleSet.Rules()) == 0 {
+				t.Error("no rules loaded")
+			}
+			if other, ok := groups[cfg.Kafka.Group]; ok {
+				t.Errorf("consumer group %s is also %s's: every pool needs a group of its own", cfg.Kafka.Group, other)
+			}
+			groups[cfg.Kafka.Group] = dep.Metadata.Name
+			port := strings.TrimPrefix(cfg.HTTP.Listen, ":")
+			if !strings.HasPrefix(cfg.HTTP.Listen, ":") || pod.Metadata.Annotations["prometheus.io/port"] != port {
+				t.Errorf("http.listen %q: want all interfaces, on the scraped port %q", cfg.HTTP.Listen, pod.Metadata.Annotations["prometheus.io/port"])
+			}
+			if len(c.Ports) == 0 || fmt.Sprint(c.Ports[0].ContainerPort) != port {
+				t.Errorf("container ports %v do not expose %s", c.Ports, port)
+			}
+		})
+	}
+}
+
+// buildStatic builds the binary as deploy/container/Dockerfile does.
+func buildStatic(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "cachewarden")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("static build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestContainerBuild checks what can be checked of the container build
+// without a Docker engine: the Dockerfile's sources exist, its Go version
+// is go.mod's, the final stage runs a static binary as a non-root user
+// with no shell; and the static build works, links no C library and runs.
+func TestContainerBuild(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/container/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stages [][]string // instructions per stage
+	for _, line := range strings.Split(strings.ReplaceAll(string(data), "\\\n", " "), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.HasPrefix(line, "FROM ") {
+			stages = append(stages, nil)
+		}
+		if len(stages) > 0 {
+			stages[len(stages)-1] = append(stages[len(stages)-1], line)
+		}
+	}
+	if len(stages) != 2 {
+		t.Fatalf("%d stages, want a build stage and a runtime stage", len(stages))
+	}
+	gomod, _ := os.ReadFile("../../go.mod")
+	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
+	if goVersion == nil || !strings.Contains(string(data), "ARG GO_VERSION="+string(goVersion[1])) {
+		t.Errorf("the build stage's Go is not go.mod's %s", goVersion[1])
+	}
+	for _, stage := range stages {
+		for _, ins := range stage {
+			if !strings.HasPrefix(ins, "COPY ") || strings.Contains(ins, "--from=") {
+				continue
+			}
+			fields := strings.Fields(ins)
+			for _, src := range fields[1 : len(fields)-1] {
+				if _, err := os.Stat(filepath.Join("../..", src)); err != nil {
+					t.Errorf("%s: %v", ins, err)
+				}
+			}
+		}
+	}
+	build := strings.Join(stages[0], "\n")
+	if !strings.Contains(build, "CGO_ENABLED=0") || !strings.Contains(build, "./cmd/cachewarden") {
+		t.Errorf("the build stage does not build ./cmd/cachewarden with CGO_ENABLED=0")
+	}
+	final := stages[1]
+	if !strings.Contains(final[0], "distroless/static") && !strings.Contains(final[0], "scratch") {
+		t.Errorf("runtime base %q: want distroless static or scratch", final[0])
+	}
+	var user, entrypoint string
+	for _, ins := range final {
+		switch {
+		case strings.HasPrefix(ins, "RUN "):
+			t.Errorf("the runtime stage runs %q: it has no shell", ins)
+		case strings.HasPrefix(ins, "USER "):
+			user = strings.TrimPrefix(ins, "USER ")
+		case strings.HasPrefix(ins, "ENTRYPOINT "):
+			entrypoint = strings.TrimPrefix(ins, "ENTRYPOINT ")
+		}
+	}
+	if user == "" || strings.HasPrefix(user, "0") || strings.HasPrefix(user, "root") {
+		t.Errorf("USER %q: want a non-root user", user)
+	}
+	var argv []string
+	if err := json.Unmarshal([]byte(entrypoint), &argv); err != nil || len(argv) == 0 {
+		t.Errorf("ENTRYPOINT %s: want the exec form (no shell)", entrypoint)
+	}
+
+	bin := buildStatic(t)
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("the static build has a program interpreter: it needs a C library")
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("the static build links %v", libs)
+	}
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s version: %v\n%s", bin, err, out)
+	}
+	if !strings.Contains(string(out), "CGO_ENABLED 0") {
+		t.Errorf("version of the static build:\n%s", out)
+	}
+}
+
+// TestSystemdUnit checks the hardening of deploy/systemd/cachewarden.service
+// and, where systemd-analyze is installed, that systemd accepts it.
+func TestSystemdUnit(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/systemd/cachewarden.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string][]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			settings[k] = append(settings[k], v)
+		}
+	}
+	for k, want := range map[string]string{
+		"DynamicUser":           "yes",
+		"ProtectSystem":         "strict",
+		"NoNewPrivileges":       "yes",
+		"ProtectHome":           "yes",
+		"PrivateTmp":            "yes",
+		"CapabilityBoundingSet": "",
+		"KillSignal":            "SIGTERM",
+	} {
+		if got := settings[k]; len(got) != 1 || got[0] != want {
+			t.Errorf("%s=%q, want %q", k, got, want)
+		}
+	}
+	exec0 := strings.Fields(strings.Join(settings["ExecStart"], ""))
+	if len(exec0) < 4 || !slices.Equal(exec0[1:3], []string{"run", "-c"}) {
+		t.Errorf("ExecStart %q: want BINARY run -c CONFIG", exec0)
+	}
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Log("systemd-analyze not installed: the unit's syntax is not checked by systemd")
+		return
+	}
+	dir := t.TempDir()
+	bin := buildStatic(t)
+	unit := filepath.Join(dir, "cachewarden.service")
+	os.WriteFile(unit, bytes.ReplaceAll(data, []byte(exec0[0]), []byte(bin)), 0o644)
+	if out, err := exec.Command(analyze, "verify", unit).CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	out, err := exec.Command(analyze, "security", "--offline=true", unit).CombinedOutput()
+	if err == nil {
+		if m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindSubmatch(out); m != nil {
+			t.Logf("systemd-analyze security: exposure %s", m[1])
+			if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || v > 2 {
+				t.Errorf("exposure %s: want 2 or less", m[1])
+			}
+		}
+	}
+}
+
+// TestVersion checks `cachewarden version` on a built binary (module
+// versions come from go.mod) and writeVersion on a fixed build.
+func TestVersion(t *testing.T) {
+	bin := buildStatic(t)
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("version: %v\n%s", err, out)
+	}
+	gomod, _ := os.ReadFile("../../go.mod")
+	for _, mod := range []string{"github.com/twmb/franz-go", "github.com/go-sql-driver/mysql", "github.com/prometheus/client_golang"} {
+		m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(mod) + ` (v\S+)`).FindSubmatch(gomod)
+		if m == nil {
+			t.Fatalf("go.mod does not require %s", mod)
+		}
+		if want := "  " + mod + " " + string(m[1]) + " h1:"; !strings.Contains(string(out), want) {
+			t.Errorf("version lacks %q:\n%s", want, out)
+		}
+	}
+	for _, want := range []string{"module      github.com/cachewarden/cachewarden\n", "go          go1."} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("version lacks %q:\n%s", want, out)
+		}
+	}
+	short, _ := exec.Command(bin, "version", "--short").CombinedOutput()
+	if strings.Contains(string(short), "modules:") {
+		t.Errorf("--short lists modules:\n%s", short)
+	}
+
+	var buf bytes.Buffer
+	writeVersion(&buf, &debug.BuildInfo{
+		GoVersion: "go1.26.0",
+		Main:      debug.Module{Path: "github.com/cachewarden/cachewarden", Version: "v1.2.3"},
+		Deps: []*debug.Module{
+			{Path: "a.example/x", Version: "v0.1.0", Sum: "h1:x="},
+			{Path: "b.example/y", Version: "v1.0.0", Replace: &debug.Module{Path: "../y", Version: ""}},
+		},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "true"}, {Key: "CGO_ENABLED", Value: "0"}},
+	}, true)
+	want := `cachewarden v1.2.3
+module      github.com/cachewarden/cachewarden
+go          go1.26.0
+revision    abc123 (modified)
+CGO_ENABLED 0
+modules:
+  a.example/x v0.1.0 h1:x=
+  b.example/y v1.0.0 => ../y
+`
+	if buf.String() != want {
+		t.Errorf("writeVersion:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}

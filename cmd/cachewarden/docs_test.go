@@ -1,0 +1,159 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/cachewarden/cachewarden/config"
+)
+
+// fencedBlock returns the first ```lang block of the markdown file path
+// that follows the line heading.
+func fencedBlock(t *testing.T, path, heading, lang string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	start := -1
+	for i, l := range lines {
+		if l == heading {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		t.Fatalf("%s has no line %q", path, heading)
+	}
+	var block []string
+	in := false
+	for _, l := range lines[start+1:] {
+		switch {
+		case !in && l == "```"+lang:
+			in = true
+		case in && l == "```":
+			return strings.Join(block, "\n") + "\n"
+		case in:
+			block = append(block, l)
+		}
+	}
+	t.Fatalf("%s: no ```%s block after %q", path, lang, heading)
+	return ""
+}
+
+// TestREADMEConfigExample loads README.md's full configuration example as
+// the daemon would, rule paths relative to configs/.
+func TestREADMEConfigExample(t *testing.T) {
+	example := fencedBlock(t, "../../README.md", "## Configuration", "yaml")
+	if !strings.Contains(example, "schema_registry:") || !strings.Contains(example, "log:") {
+		t.Fatalf("the first yaml block of README's Configuration is not the full example:\n%s", example)
+	}
+	env := map[string]string{"MYSQL_DSN": "cachewarden:pw@tcp(127.0.0.1:3306)/app"}
+	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+	// rules: [rules] resolves next to the name: configs/rules.
+	cfg, err := config.LoadBytes(filepath.Join("..", "..", "configs", "README-example.yaml"), []byte(example), lookup)
+	if err != nil {
+		t.Fatalf("README's configuration example fails validation:\n%v", err)
+	}
+	if len(cfg.RuleSet.Rules()) == 0 {
+		t.Error("README's example loads no rule")
+	}
+}
+
+// TestRulesDocExampleTest runs the rule unit test docs/rules.md shows, as
+// written, against the example rules it names.
+func TestRulesDocExampleTest(t *testing.T) {
+	example := fencedBlock(t, "../../docs/rules.md", "## Rule unit tests", "yaml")
+	dir := t.TempDir()
+	blog, err := os.ReadFile("../../configs/rules/blog.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The example names ../blog.yaml, as a file in configs/rules/tests would.
+	os.WriteFile(filepath.Join(dir, "blog.yaml"), blog, 0o644)
+	os.Mkdir(filepath.Join(dir, "tests"), 0o755)
+	testFile := filepath.Join(dir, "tests", "doc.yaml")
+	os.WriteFile(testFile, []byte(example), 0o644)
+	out, errOut, err := invoke(t, "", "rules", "test", testFile)
+	if err != nil {
+		t.Fatalf("docs/rules.md's example rule test fails: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+	}
+	if !strings.Contains(out, "1 passed, 0 failed") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestExampleConfigNamesQuickStartServices checks that the example config
+// and the Go reader example default to what the quick start leaves
+// running: the memcached port of scripts/services.sh, the MariaDB it
+// reuses or starts, and the database `make demo` creates.
+func TestExampleConfigNamesQuickStartServices(t *testing.T) {
+	script, err := os.ReadFile("../../scripts/services.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`mc_port=\$\{CACHEWARDEN_MEMCACHED_PORT:-(\d+)\}`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/services.sh: no default memcached port found")
+	}
+	mcAddr := "127.0.0.1:" + string(m[1])
+	demoDB := "cachewarden_demo"
+	t.Setenv(envMemcached, "") // the flag defaults, not the test's services
+	demoHelp, _, _ := invoke(t, "", "help", "demo")
+	for _, want := range []string{`(default "` + demoDB + `")`, `(default "` + mcAddr + `")`} {
+		if !strings.Contains(demoHelp, want) {
+			t.Errorf("demo -h lacks %s:\n%s", want, demoHelp)
+		}
+	}
+
+	cfg, err := config.LoadEnv("../../configs/cachewarden.yaml", func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Memcached.Servers, ","); got != mcAddr {
+		t.Errorf("configs/cachewarden.yaml: memcached.servers = %s, want %s (scripts/services.sh)", got, mcAddr)
+	}
+	if want := "@tcp(127.0.0.1:3306)/" + demoDB; !strings.Contains(cfg.MySQL.DSN, want) {
+		t.Errorf("configs/cachewarden.yaml: mysql.dsn = %s, want one with %s", cfg.MySQL.DSN, want)
+	}
+	readside, err := os.ReadFile("../../examples/readside/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`flag.String("memcached", "` + mcAddr + `"`, "127.0.0.1:3306)/" + demoDB} {
+		if !strings.Contains(string(readside), want) {
+			t.Errorf("examples/readside/main.go lacks %s", want)
+		}
+	}
+}
+
+// TestREADMESendsApplicationsToClient checks that README.md names the
+// read-side package by its import path, in the opening and the layout.
+func TestREADMESendsApplicationsToClient(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	const importPath = "github.com/cachewarden/cachewarden/client"
+	if _, err := os.Stat("../../client"); err != nil {
+		t.Fatal(err)
+	}
+	opening, _, _ := strings.Cut(readme, "## Quick start")
+	if !strings.Contains(strings.ReplaceAll(opening, "\n", " "), importPath) {
+		t.Errorf("README's opening does not give %s", importPath)
+	}
+	for _, stale := range []string{"`cacheops` (and `counters` for counter", "writes and the read-side package"} {
+		if strings.Contains(strings.ReplaceAll(readme, "\n", " "), stale) {
+			t.Errorf("README still says %q", stale)
+		}
+	}
+	_, layout, ok := strings.Cut(readme, "Layout: ")
+	if !ok || !strings.Contains(layout, "`client` (what applications import") {
+		t.Errorf("README's layout does not list package client")
+	}
+}

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/cachewarden/cachewarden/consumer"
+)
+
+// The forms --from and --to accept, for their error messages.
+const (
+	replayStartForms = `--from takes "earliest", an RFC 3339 time such as 2026-05-01T12:00:00Z (or 2026-05-01T12:00:00+02:00), or topic:partition:offset[,topic:partition:offset...]`
+	replayEndForms   = `--to takes an RFC 3339 time such as 2026-05-01T12:00:00Z (or 2026-05-01T12:00:00+02:00), or topic:partition:offset[,topic:partition:offset...]`
+)
+
+// checkReplayOrder reports a range that selects nothing because its end
+// is not after its start: two times, or the two offsets of one partition.
+// Ranges whose order only the broker knows (a time and offsets) pass.
+func checkReplayOrder(from, to consumer.ReplayBound) error {
+	if !from.Time.IsZero() && !to.Time.IsZero() && !to.Time.After(from.Time) {
+		return fmt.Errorf("--to %s is not after --from %s: the range [from, to) is empty", to, from)
+	}
+	for _, s := range from.Offsets {
+		for _, e := range to.Offsets {
+			if s.Topic == e.Topic && s.Partition == e.Partition && e.Offset <= s.Offset {
+				return fmt.Errorf("--to %s is not after --from %s: the range [from, to) of %s:%d is empty", e, s, s.Topic, s.Partition)
+			}
+		}
+	}
+	return nil
+}
