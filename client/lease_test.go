@@ -377,3 +377,19 @@ func writeRound(t *testing.T, ctx context.Context, rows int, d time.Duration, wr
 	}
 	return writes.Load()
 }
+
+// TestLeaseWithoutCASStoresNothing: a memcached started with -C (no cas
+// ids) answers a winning mg with c0, and refuses every C store. A lease
+// with cas 0 must not become a store without C (a plain set): that would
+// overwrite whatever the key holds now, a value computed after an
+// invalidation included.
+func TestLeaseWithoutCASStoresNothing(t *testing.T) {
+	e := newTestEnv(t, nil, nil)
+	key := e.prefix + "page"
+	e.set(t, key, "current")
+	won := []cacheops.MetaItem{{Found: true, Won: true, CAS: 0}}
+	e.c.storeComputed(t.Context(), []TurnstileKey{{Key: key, Expiration: time.Minute}}, won, [][]byte{[]byte("outdated")})
+	if v, ok := e.value(t, key); !ok || v != "current" {
+		t.Fatalf("after a store on a lease with cas 0 the key holds %q (present %v), want %q", v, ok, "current")
+	}
+}
