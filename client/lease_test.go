@@ -219,16 +219,21 @@ func TestLeaseLifetimesHold(t *testing.T) {
 
 // pollUntil calls ended every 25ms from start on: it must report false
 // until at least min has passed, and true before min+slack. It returns
-// how long after start it first reported true.
+// how long after start it first reported true. A look takes effect at
+// some moment during the call, which a loaded machine can stretch: an
+// end is early only if it was seen before min had passed by the time the
+// call returned, late only if it was not seen though min+slack had passed
+// when the call began.
 func pollUntil(start time.Time, min, slack time.Duration, ended func() (bool, error)) (time.Duration, error) {
 	for {
 		probe := time.Now()
 		done, err := ended()
+		returned := time.Now().Sub(start)
 		switch age := probe.Sub(start); {
 		case err != nil:
 			return age, err
-		case done && age < min:
-			return age, fmt.Errorf("ended %v after it began, before the %v it must last", age, min)
+		case done && returned < min:
+			return returned, fmt.Errorf("ended %v after it began, before the %v it must last", returned, min)
 		case done:
 			return age, nil
 		case age > min+slack:
@@ -391,5 +396,20 @@ func TestLeaseWithoutCASStoresNothing(t *testing.T) {
 	e.c.storeComputed(t.Context(), []TurnstileKey{{Key: key, Expiration: time.Minute}}, won, [][]byte{[]byte("outdated")})
 	if v, ok := e.value(t, key); !ok || v != "current" {
 		t.Fatalf("after a store on a lease with cas 0 the key holds %q (present %v), want %q", v, ok, "current")
+	}
+}
+
+// TestPollUntilSlowLooks: pollUntil's verdicts hold when a look is slow
+// (a loaded machine): an end seen by a look that returned after min is
+// not early, whenever the look began; an end seen before min is.
+func TestPollUntilSlowLooks(t *testing.T) {
+	slowEnd := func(d time.Duration) func() (bool, error) {
+		return func() (bool, error) { time.Sleep(d); return true, nil }
+	}
+	if _, err := pollUntil(time.Now(), 100*time.Millisecond, time.Second, slowEnd(300*time.Millisecond)); err != nil {
+		t.Errorf("an end seen by a look that returned after min: %v", err)
+	}
+	if _, err := pollUntil(time.Now(), time.Second, time.Second, slowEnd(0)); err == nil {
+		t.Errorf("an end seen at once passed for one after a second")
 	}
 }
