@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -60,7 +59,7 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 	store := c.mc.Add
 	switch {
 	case err == nil:
-		if n, ok := parseCount(it.Value); ok {
+		if n, ok := cacheops.ParseCount(it.Value); ok {
 			return n, nil
 		}
 		c.log.Warn("counter holds a non-numeric value; recounting", "key", key, "value_bytes", len(it.Value))
@@ -89,10 +88,4 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 		}
 	}
 	return n, nil
-}
-
-// parseCount reads a counter item.
-func parseCount(value []byte) (int64, bool) {
-	n, err := strconv.ParseInt(strings.TrimRight(string(value), " "), 10, 64)
-	return n, err == nil && n >= 0
 }
