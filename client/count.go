@@ -32,8 +32,8 @@ import (
 // cacheops.ReaderCountFlags): a daemon with exact counters on never
 // increments it but recounts it, fenced, at the next change, so a change
 // both in Count's query and still on its way to the daemon is never
-// counted twice. Without exact counters the daemon applies deltas to it
-// as to any counter.
+// counted twice. With fencing off the daemon applies deltas to it as to
+// any counter (docs/exact-counters.md, "What readers get").
 func (c *Client) Count(ctx context.Context, rule string, row Row) (int64, error) {
 	r, err := c.ruleOf(rule, rules.CountRule)
 	if err != nil {
