@@ -64,10 +64,19 @@ func TestLeaseStaleItemEndsDuringCompute(t *testing.T) {
 	if err := e.c.Invalidate(t.Context(), key); err != nil {
 		t.Fatal(err)
 	}
+	// The row is read, then the stale item ends, then the row changes and
+	// is invalidated: all before the store.
+	computeThroughInvalidation(t, e, key, 7*time.Second)
+	assertRecomputed(t, e, key)
+}
+
+// computeThroughInvalidation runs GetOrCompute at key (which its caller
+// made due) with a computation that, once the leased item has ended
+// (within the given time), invalidates key and returns "outdated".
+func computeThroughInvalidation(t *testing.T, e *testEnv, key string, within time.Duration) {
+	t.Helper()
 	v, err := e.c.GetOrCompute(t.Context(), key, time.Minute, func(ctx context.Context) ([]byte, error) {
-		// The row is read, then the stale item ends, then the row
-		// changes and is invalidated: all before the store.
-		if err := waitGone(ctx, t, e.mc, key, 7*time.Second); err != nil {
+		if err := waitGone(ctx, t, e.mc, key, within); err != nil {
 			return nil, err
 		}
 		if err := e.c.Invalidate(ctx, key); err != nil {
@@ -78,7 +87,6 @@ func TestLeaseStaleItemEndsDuringCompute(t *testing.T) {
 	if err != nil || string(v) != "outdated" {
 		t.Fatalf("GetOrCompute = %q, %v", v, err)
 	}
-	assertRecomputed(t, e, key)
 }
 
 // TestLeasePlaceholderEndsDuringCompute: the placeholder of a miss ends
@@ -86,18 +94,7 @@ func TestLeaseStaleItemEndsDuringCompute(t *testing.T) {
 func TestLeasePlaceholderEndsDuringCompute(t *testing.T) {
 	e := newTestEnv(t, nil, func(c *Config) { c.Turnstile.ComputeTime = time.Second })
 	key := e.prefix + "page"
-	v, err := e.c.GetOrCompute(t.Context(), key, time.Minute, func(ctx context.Context) ([]byte, error) {
-		if err := waitGone(ctx, t, e.mc, key, 4*time.Second); err != nil {
-			return nil, err
-		}
-		if err := e.c.Invalidate(ctx, key); err != nil {
-			return nil, err
-		}
-		return []byte("outdated"), nil
-	})
-	if err != nil || string(v) != "outdated" {
-		t.Fatalf("GetOrCompute = %q, %v", v, err)
-	}
+	computeThroughInvalidation(t, e, key, 4*time.Second)
 	assertRecomputed(t, e, key)
 }
 
