@@ -130,17 +130,6 @@ func (o TurnstileOptions) withDefaults() TurnstileOptions {
 	return o
 }
 
-// atLeast returns the lifetime to give memcached (whose cacheops.Expiration
-// rounds up to whole seconds) for an item that must live at least d:
-// memcached's whole-second clock ends an item of n seconds after n-1 to n
-// seconds, so one second more. d <= 0 (no expiry) stays 0.
-func atLeast(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return d + time.Second
-}
-
 // turnstileVerdict is what one look at a key decided.
 type turnstileVerdict uint8
 
