@@ -160,19 +160,20 @@ func TestLeaseLifetimesHold(t *testing.T) {
 		wg.Go(func() {
 			time.Sleep(offset)
 			key := e.prefix + "placeholder:" + strconv.Itoa(phase)
-			computing, release := make(chan time.Time, 1), make(chan struct{})
+			computing, release := make(chan [2]time.Time, 1), make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
 				before := time.Now()
 				_, err := e.c.GetOrCompute(t.Context(), key, time.Minute, func(context.Context) ([]byte, error) {
-					computing <- before
+					// The placeholder was made between before and now.
+					computing <- [2]time.Time{before, time.Now()}
 					<-release
 					return []byte("slow"), nil
 				})
 				done <- err
 			}()
 			made := <-computing
-			won, err := pollUntil(made, ct, 1500*time.Millisecond, func() (bool, error) {
+			won, err := pollUntil(made[0], made[1], ct, 1500*time.Millisecond, func() (bool, error) {
 				_, err := e.c.GetOrCompute(t.Context(), key, time.Minute, constant("second"))
 				if errors.Is(err, ErrStillComputing) {
 					return false, nil
@@ -197,7 +198,7 @@ func TestLeaseLifetimesHold(t *testing.T) {
 				errs <- err
 				return
 			}
-			gone, err := pollUntil(before, staleFor, 1500*time.Millisecond, func() (bool, error) {
+			gone, err := pollUntil(before, time.Now(), staleFor, 1500*time.Millisecond, func() (bool, error) {
 				items, err := e.c.meta.Get(t.Context(), []cacheops.MetaGet{{Key: key}})
 				return err == nil && !items[0].Found, err
 			})
@@ -214,14 +215,16 @@ func TestLeaseLifetimesHold(t *testing.T) {
 	}
 }
 
-// pollUntil calls ended every 25ms from start on: it must report false
+// pollUntil calls ended every 25ms: what it watches began between
+// start and began (the call that made it), and ended must report false
 // until at least min has passed, and true before min+slack. It returns
 // how long after start it first reported true. A look takes effect at
-// some moment during the call, which a loaded machine can stretch: an
-// end is early only if it was seen before min had passed by the time the
-// call returned, late only if it was not seen though min+slack had passed
-// when the call began.
-func pollUntil(start time.Time, min, slack time.Duration, ended func() (bool, error)) (time.Duration, error) {
+// some moment during the call, which a loaded machine can stretch, as it
+// can the call that made the item: an end is early only if it was seen
+// before min had passed since start by the time the look returned, late
+// only if it was not seen though min+slack had passed since began when
+// the look began.
+func pollUntil(start, began time.Time, min, slack time.Duration, ended func() (bool, error)) (time.Duration, error) {
 	for {
 		probe := time.Now()
 		done, err := ended()
@@ -233,8 +236,8 @@ func pollUntil(start time.Time, min, slack time.Duration, ended func() (bool, er
 			return returned, fmt.Errorf("ended %v after it began, before the %v it must last", returned, min)
 		case done:
 			return age, nil
-		case age > min+slack:
-			return age, fmt.Errorf("still there %v after it began, want it gone by %v", age, min+slack)
+		case probe.Sub(began) > min+slack:
+			return age, fmt.Errorf("still there %v after it began, want it gone by %v", probe.Sub(began), min+slack)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
@@ -403,10 +406,17 @@ func TestPollUntilSlowLooks(t *testing.T) {
 	slowEnd := func(d time.Duration) func() (bool, error) {
 		return func() (bool, error) { time.Sleep(d); return true, nil }
 	}
-	if _, err := pollUntil(time.Now(), 100*time.Millisecond, time.Second, slowEnd(300*time.Millisecond)); err != nil {
+	if _, err := pollUntil(time.Now(), time.Now(), 100*time.Millisecond, time.Second, slowEnd(300*time.Millisecond)); err != nil {
 		t.Errorf("an end seen by a look that returned after min: %v", err)
 	}
-	if _, err := pollUntil(time.Now(), time.Second, time.Second, slowEnd(0)); err == nil {
+	if _, err := pollUntil(time.Now(), time.Now(), time.Second, time.Second, slowEnd(0)); err == nil {
 		t.Errorf("an end seen at once passed for one after a second")
+	}
+	// Made by a call that took 2s: still there 2s after the call began,
+	// but not min+slack after it returned.
+	looks := 0
+	secondLook := func() (bool, error) { looks++; return looks > 1, nil }
+	if _, err := pollUntil(time.Now().Add(-2*time.Second), time.Now(), time.Second, 500*time.Millisecond, secondLook); err != nil {
+		t.Errorf("an item made by a slow call: %v", err)
 	}
 }
