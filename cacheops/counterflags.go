@@ -1,5 +1,7 @@
 package cacheops
 
+import "strconv"
+
 // Client flags of counter items (docs/formats.md, "Counters"). A counter's
 // value is plain ASCII decimal; its flags say how it was counted, and use
 // only bits 16 to 31, so that every common client reads it as the plain
@@ -16,3 +18,25 @@ const (
 	// ever this value.
 	ReaderCountFlags uint32 = 1 << 16
 )
+
+// ParseCount reads a counter item's value (docs/formats.md, "Counters"):
+// one or more ASCII digits worth at most 2^63-1, followed by any number of
+// spaces (memcached pads a number that an incr or decr shortened), and
+// nothing else: no sign, no other white space. ok is false for anything
+// else.
+func ParseCount(value []byte) (n int64, ok bool) {
+	end := len(value)
+	for end > 0 && value[end-1] == ' ' {
+		end--
+	}
+	if end == 0 {
+		return 0, false
+	}
+	for _, b := range value[:end] {
+		if b < '0' || b > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(string(value[:end]), 10, 64)
+	return n, err == nil
+}

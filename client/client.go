@@ -320,17 +320,25 @@ func checkContext(ctx context.Context, what string) error {
 	return nil
 }
 
-// readExpiration converts a lifetime into memcached's expiration field.
+// atLeast returns the lifetime to give memcached (whose cacheops.Expiration
+// rounds up to whole seconds) for an item that must live at least d:
 // memcached counts whole seconds on its own clock and drops an item once
-// that clock reaches the deadline, so a relative expiration of n seconds
-// lasts between n-1 and n seconds; one second is therefore added to
-// cacheops.Expiration's rounding up, so the item lives at least d and less
-// than d+2s. d <= 0 means no expiry (0).
-func readExpiration(d time.Duration, now time.Time) int32 {
+// that clock reaches the deadline, so an expiration of n seconds lasts
+// between n-1 and n seconds; one second more, and the item lives at least
+// d and less than d+2s (less than d+1s when d is whole seconds). d <= 0
+// (no expiry) stays 0.
+func atLeast(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	return cacheops.Expiration(d+time.Second, now)
+	return d + time.Second
+}
+
+// readExpiration converts a lifetime into memcached's expiration field,
+// for an item that must live at least d (atLeast). d <= 0 means no
+// expiry (0).
+func readExpiration(d time.Duration, now time.Time) int32 {
+	return cacheops.Expiration(atLeast(d), now)
 }
 
 // sleepContext waits for d or until ctx ends, returning ctx's error then.

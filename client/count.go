@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -33,8 +32,8 @@ import (
 // cacheops.ReaderCountFlags): a daemon with exact counters on never
 // increments it but recounts it, fenced, at the next change, so a change
 // both in Count's query and still on its way to the daemon is never
-// counted twice. Without exact counters the daemon applies deltas to it
-// as to any counter.
+// counted twice. With fencing off the daemon applies deltas to it as to
+// any counter (docs/exact-counters.md, "What readers get").
 func (c *Client) Count(ctx context.Context, rule string, row Row) (int64, error) {
 	r, err := c.ruleOf(rule, rules.CountRule)
 	if err != nil {
@@ -60,7 +59,7 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 	store := c.mc.Add
 	switch {
 	case err == nil:
-		if n, ok := parseCount(it.Value); ok {
+		if n, ok := cacheops.ParseCount(it.Value); ok {
 			return n, nil
 		}
 		c.log.Warn("counter holds a non-numeric value; recounting", "key", key, "value_bytes", len(it.Value))
@@ -89,10 +88,4 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 		}
 	}
 	return n, nil
-}
-
-// parseCount reads a counter item.
-func parseCount(value []byte) (int64, bool) {
-	n, err := strconv.ParseInt(strings.TrimRight(string(value), " "), 10, 64)
-	return n, err == nil && n >= 0
 }

@@ -136,7 +136,7 @@ func TestFormatVectors(t *testing.T) {
 		}
 	}
 	for _, c := range v.Counters {
-		n, ok := parseCount([]byte(c.Value))
+		n, ok := cacheops.ParseCount([]byte(c.Value))
 		if ok != c.Valid || (ok && strconv.FormatInt(n, 10) != c.Count) {
 			t.Errorf("counter %q: %d, %v; want %s valid=%v", c.Value, n, ok, c.Count, c.Valid)
 		}

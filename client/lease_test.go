@@ -64,10 +64,19 @@ func TestLeaseStaleItemEndsDuringCompute(t *testing.T) {
 	if err := e.c.Invalidate(t.Context(), key); err != nil {
 		t.Fatal(err)
 	}
+	// The row is read, then the stale item ends, then the row changes and
+	// is invalidated: all before the store.
+	computeThroughInvalidation(t, e, key, 7*time.Second)
+	assertRecomputed(t, e, key)
+}
+
+// computeThroughInvalidation runs GetOrCompute at key (which its caller
+// made due) with a computation that, once the leased item has ended
+// (within the given time), invalidates key and returns "outdated".
+func computeThroughInvalidation(t *testing.T, e *testEnv, key string, within time.Duration) {
+	t.Helper()
 	v, err := e.c.GetOrCompute(t.Context(), key, time.Minute, func(ctx context.Context) ([]byte, error) {
-		// The row is read, then the stale item ends, then the row
-		// changes and is invalidated: all before the store.
-		if err := waitGone(ctx, t, e.mc, key, 7*time.Second); err != nil {
+		if err := waitGone(ctx, t, e.mc, key, within); err != nil {
 			return nil, err
 		}
 		if err := e.c.Invalidate(ctx, key); err != nil {
@@ -78,7 +87,6 @@ func TestLeaseStaleItemEndsDuringCompute(t *testing.T) {
 	if err != nil || string(v) != "outdated" {
 		t.Fatalf("GetOrCompute = %q, %v", v, err)
 	}
-	assertRecomputed(t, e, key)
 }
 
 // TestLeasePlaceholderEndsDuringCompute: the placeholder of a miss ends
@@ -86,18 +94,7 @@ func TestLeaseStaleItemEndsDuringCompute(t *testing.T) {
 func TestLeasePlaceholderEndsDuringCompute(t *testing.T) {
 	e := newTestEnv(t, nil, func(c *Config) { c.Turnstile.ComputeTime = time.Second })
 	key := e.prefix + "page"
-	v, err := e.c.GetOrCompute(t.Context(), key, time.Minute, func(ctx context.Context) ([]byte, error) {
-		if err := waitGone(ctx, t, e.mc, key, 4*time.Second); err != nil {
-			return nil, err
-		}
-		if err := e.c.Invalidate(ctx, key); err != nil {
-			return nil, err
-		}
-		return []byte("outdated"), nil
-	})
-	if err != nil || string(v) != "outdated" {
-		t.Fatalf("GetOrCompute = %q, %v", v, err)
-	}
+	computeThroughInvalidation(t, e, key, 4*time.Second)
 	assertRecomputed(t, e, key)
 }
 
@@ -163,19 +160,20 @@ func TestLeaseLifetimesHold(t *testing.T) {
 		wg.Go(func() {
 			time.Sleep(offset)
 			key := e.prefix + "placeholder:" + strconv.Itoa(phase)
-			computing, release := make(chan time.Time, 1), make(chan struct{})
+			computing, release := make(chan [2]time.Time, 1), make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
 				before := time.Now()
 				_, err := e.c.GetOrCompute(t.Context(), key, time.Minute, func(context.Context) ([]byte, error) {
-					computing <- before
+					// The placeholder was made between before and now.
+					computing <- [2]time.Time{before, time.Now()}
 					<-release
 					return []byte("slow"), nil
 				})
 				done <- err
 			}()
 			made := <-computing
-			won, err := pollUntil(made, ct, 1500*time.Millisecond, func() (bool, error) {
+			won, err := pollUntil(made[0], made[1], ct, 1500*time.Millisecond, func() (bool, error) {
 				_, err := e.c.GetOrCompute(t.Context(), key, time.Minute, constant("second"))
 				if errors.Is(err, ErrStillComputing) {
 					return false, nil
@@ -200,7 +198,7 @@ func TestLeaseLifetimesHold(t *testing.T) {
 				errs <- err
 				return
 			}
-			gone, err := pollUntil(before, staleFor, 1500*time.Millisecond, func() (bool, error) {
+			gone, err := pollUntil(before, time.Now(), staleFor, 1500*time.Millisecond, func() (bool, error) {
 				items, err := e.c.meta.Get(t.Context(), []cacheops.MetaGet{{Key: key}})
 				return err == nil && !items[0].Found, err
 			})
@@ -217,22 +215,29 @@ func TestLeaseLifetimesHold(t *testing.T) {
 	}
 }
 
-// pollUntil calls ended every 25ms from start on: it must report false
+// pollUntil calls ended every 25ms: what it watches began between
+// start and began (the call that made it), and ended must report false
 // until at least min has passed, and true before min+slack. It returns
-// how long after start it first reported true.
-func pollUntil(start time.Time, min, slack time.Duration, ended func() (bool, error)) (time.Duration, error) {
+// how long after start it first reported true. A look takes effect at
+// some moment during the call, which a loaded machine can stretch, as it
+// can the call that made the item: an end is early only if it was seen
+// before min had passed since start by the time the look returned, late
+// only if it was not seen though min+slack had passed since began when
+// the look began.
+func pollUntil(start, began time.Time, min, slack time.Duration, ended func() (bool, error)) (time.Duration, error) {
 	for {
 		probe := time.Now()
 		done, err := ended()
+		returned := time.Now().Sub(start)
 		switch age := probe.Sub(start); {
 		case err != nil:
 			return age, err
-		case done && age < min:
-			return age, fmt.Errorf("ended %v after it began, before the %v it must last", age, min)
+		case done && returned < min:
+			return returned, fmt.Errorf("ended %v after it began, before the %v it must last", returned, min)
 		case done:
 			return age, nil
-		case age > min+slack:
-			return age, fmt.Errorf("still there %v after it began, want it gone by %v", age, min+slack)
+		case probe.Sub(began) > min+slack:
+			return age, fmt.Errorf("still there %v after it began, want it gone by %v", probe.Sub(began), min+slack)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
@@ -376,4 +381,42 @@ func writeRound(t *testing.T, ctx context.Context, rows int, d time.Duration, wr
 		t.Fatal(err)
 	}
 	return writes.Load()
+}
+
+// TestLeaseWithoutCASStoresNothing: a memcached started with -C (no cas
+// ids) answers a winning mg with c0, and refuses every C store. A lease
+// with cas 0 must not become a store without C (a plain set): that would
+// overwrite whatever the key holds now, a value computed after an
+// invalidation included.
+func TestLeaseWithoutCASStoresNothing(t *testing.T) {
+	e := newTestEnv(t, nil, nil)
+	key := e.prefix + "page"
+	e.set(t, key, "current")
+	won := []cacheops.MetaItem{{Found: true, Won: true, CAS: 0}}
+	e.c.storeComputed(t.Context(), []TurnstileKey{{Key: key, Expiration: time.Minute}}, won, [][]byte{[]byte("outdated")})
+	if v, ok := e.value(t, key); !ok || v != "current" {
+		t.Fatalf("after a store on a lease with cas 0 the key holds %q (present %v), want %q", v, ok, "current")
+	}
+}
+
+// TestPollUntilSlowLooks: pollUntil's verdicts hold when a look is slow
+// (a loaded machine): an end seen by a look that returned after min is
+// not early, whenever the look began; an end seen before min is.
+func TestPollUntilSlowLooks(t *testing.T) {
+	slowEnd := func(d time.Duration) func() (bool, error) {
+		return func() (bool, error) { time.Sleep(d); return true, nil }
+	}
+	if _, err := pollUntil(time.Now(), time.Now(), 100*time.Millisecond, time.Second, slowEnd(300*time.Millisecond)); err != nil {
+		t.Errorf("an end seen by a look that returned after min: %v", err)
+	}
+	if _, err := pollUntil(time.Now(), time.Now(), time.Second, time.Second, slowEnd(0)); err == nil {
+		t.Errorf("an end seen at once passed for one after a second")
+	}
+	// Made by a call that took 2s: still there 2s after the call began,
+	// but not min+slack after it returned.
+	looks := 0
+	secondLook := func() (bool, error) { looks++; return looks > 1, nil }
+	if _, err := pollUntil(time.Now().Add(-2*time.Second), time.Now(), time.Second, 500*time.Millisecond, secondLook); err != nil {
+		t.Errorf("an item made by a slow call: %v", err)
+	}
 }

@@ -130,17 +130,6 @@ func (o TurnstileOptions) withDefaults() TurnstileOptions {
 	return o
 }
 
-// atLeast returns the lifetime to give memcached (whose cacheops.Expiration
-// rounds up to whole seconds) for an item that must live at least d:
-// memcached's whole-second clock ends an item of n seconds after n-1 to n
-// seconds, so one second more. d <= 0 (no expiry) stays 0.
-func atLeast(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return d + time.Second
-}
-
 // turnstileVerdict is what one look at a key decided.
 type turnstileVerdict uint8
 
@@ -181,11 +170,20 @@ func (c *Client) leaseGet(key string) cacheops.MetaGet {
 // evicted, deleted) is not stored: its caller still has it. Failures are
 // logged.
 func (c *Client) storeComputed(ctx context.Context, keys []TurnstileKey, items []cacheops.MetaItem, values [][]byte) {
-	sets := make([]cacheops.MetaSet, len(keys))
+	sets := make([]cacheops.MetaSet, 0, len(keys))
+	stored := make([]int, 0, len(keys)) // sets[j] stores keys[stored[j]]
 	for i, k := range keys {
-		sets[i] = cacheops.MetaSet{Key: k.Key, Value: values[i], CAS: items[i].CAS, TTL: c.storedTTL(k.Expiration)}
+		if items[i].CAS == 0 {
+			// memcached without cas ids (-C): a MetaSet with CAS 0
+			// would be a plain set, over whatever the key holds now.
+			c.log.Warn("computed value not stored: memcached returned no cas id (started with -C?); GetOrCompute needs cas ids", "key", k.Key)
+			continue
+		}
+		sets = append(sets, cacheops.MetaSet{Key: k.Key, Value: values[i], CAS: items[i].CAS, TTL: c.storedTTL(k.Expiration)})
+		stored = append(stored, i)
 	}
-	for i, err := range c.meta.Set(ctx, sets) {
+	for j, err := range c.meta.Set(ctx, sets) {
+		i := stored[j]
 		switch {
 		case err == nil:
 		case errors.Is(err, memcache.ErrCacheMiss):

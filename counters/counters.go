@@ -357,9 +357,7 @@ func (c *Counters) Get(ctx context.Context, key, query string, args ...any) (int
 	store := c.add
 	switch {
 	case err == nil:
-		// decr may leave trailing spaces where digits were.
-		n, perr := strconv.ParseInt(strings.TrimRight(string(it.Value), " "), 10, 64)
-		if perr == nil && n >= 0 {
+		if n, ok := cacheops.ParseCount(it.Value); ok {
 			return n, nil
 		}
 		c.drifts.Add(1)

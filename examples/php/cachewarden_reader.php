@@ -97,11 +97,11 @@ function cw_evidence_bit($id, int $bits): int {
 // or null when it is not a master item of $bits bits.
 function cw_decode_master(string $value, int $bits): ?array {
     $parts = explode(' ', rtrim($value, ' '));
-    if (count($parts) !== 2 || !ctype_digit($parts[0]) || strlen($parts[1]) !== intdiv($bits, 4)
-        || !preg_match('/^[0-9a-f]*$/', $parts[1])) {
+    $version = count($parts) === 2 ? cw_decimal_at_most($parts[0], '18446744073709551615') : null;
+    if ($version === null || strlen($parts[1]) !== intdiv($bits, 4) || !preg_match('/^[0-9a-f]*$/', $parts[1])) {
         return null;
     }
-    return [ltrim($parts[0], '0') ?: '0', hex2bin($parts[1])];
+    return [$version, hex2bin($parts[1])];
 }
 
 function cw_has_bit(string $bitmap, int $b): bool {

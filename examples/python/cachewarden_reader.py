@@ -127,7 +127,7 @@ def evidence_bit(entity_id, bits):
 def decode_master(value, bits):
     """A master item: (version, bitmap bytes), or ValueError."""
     parts = value.rstrip(b" ").split(b" ")
-    if len(parts) != 2 or not parts[0].isdigit() or len(parts[1]) != bits // 4 \
+    if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) > MAX_VERSION or len(parts[1]) != bits // 4 \
             or parts[1] != parts[1].lower() or not all(chr(c) in "0123456789abcdef" for c in parts[1]):
         raise ValueError("%r is not a master item of %d bits" % (value, bits))
     return int(parts[0]), bytes.fromhex(parts[1].decode())
