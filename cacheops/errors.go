@@ -11,13 +11,14 @@ import (
 	"syscall"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cachewarden/cachewarden/itemformat"
 )
 
 var (
 	// ErrInvalidKey means a key is empty, longer than 250 bytes or holds a
 	// byte memcached does not allow (<= 0x20 or 0x7f). Such a key is never
-	// sent.
-	ErrInvalidKey = errors.New("invalid memcached key")
+	// sent. It is itemformat.ErrInvalidKey (itemformat.CheckKey).
+	ErrInvalidKey = itemformat.ErrInvalidKey
 	// ErrInvalidOp means an op cannot be applied by the Writer: a kind it
 	// does not handle, a missing rule, or malformed set tokens.
 	ErrInvalidOp = errors.New("invalid cache op")
@@ -69,7 +70,7 @@ func classifyRetry(err error) (decided, retry bool) {
 	case context.DeadlineExceeded:
 		// A timeout: the service was slow or unreachable this time.
 		return true, true
-	case ErrInvalidKey, ErrInvalidOp, memcache.ErrMalformedKey:
+	case ErrInvalidKey, ErrInvalidOp, itemformat.ErrInvalidTokens, memcache.ErrMalformedKey:
 		// The op itself is wrong; it would be refused again.
 		return true, false
 	case ErrTooLarge:

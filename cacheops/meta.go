@@ -37,8 +37,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-
-	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/itemformat"
 )
 
 // metaAnchorEvery is how many commands an exchange sends between two mn
@@ -102,7 +101,7 @@ const (
 )
 
 // metaCmd is one meta command of an exchange. Its key is checked
-// (metaCheckKey) before anything is written; data always travels as a data
+// (itemformat.CheckKey) before anything is written; data always travels as a data
 // block with its length, never inside the command line.
 type metaCmd struct {
 	verb metaVerb
@@ -235,20 +234,6 @@ func metaIsClientError(err error) bool {
 // the connection is closed.
 var errMetaProtocol = errors.New("cacheops: memcached meta protocol: unexpected reply")
 
-// metaCheckKey rejects a key memcached cannot take as one token: empty,
-// longer than 250 bytes, or with a byte <= 0x20 or 0x7f.
-func metaCheckKey(key string) error {
-	if key == "" || len(key) > rules.MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes", ErrInvalidKey, len(key))
-	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c <= ' ' || c == 0x7f {
-			return fmt.Errorf("%w: byte 0x%02x at offset %d", ErrInvalidKey, c, i)
-		}
-	}
-	return nil
-}
-
 // metaAppendCommand appends cmd, tagged with opaque, to buf.
 func metaAppendCommand(buf []byte, cmd *metaCmd, opaque int) []byte {
 	switch cmd.verb {
@@ -337,7 +322,7 @@ func metaAppendCommand(buf []byte, cmd *metaCmd, opaque int) []byte {
 func metaAppendPipeline(buf []byte, cmds []metaCmd, replies []metaReply) (out []byte, sent int) {
 	for i := range cmds {
 		cmd := &cmds[i]
-		err := metaCheckKey(cmd.key)
+		err := itemformat.CheckKey(cmd.key)
 		if err == nil && (cmd.verb < metaGet || cmd.verb > metaDelete) {
 			err = fmt.Errorf("%w: meta command %d", ErrInvalidOp, cmd.verb)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 )
 
 // metaFixture is a case of testdata/meta/replies.json: commands written as
@@ -227,8 +228,8 @@ func TestMetaCheckKey(t *testing.T) {
 		{"a\x7f", false},
 		{"a\r\n", false},
 	} {
-		if err := metaCheckKey(tc.key); (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidKey)) {
-			t.Errorf("metaCheckKey(%q) = %v", tc.key, err)
+		if err := itemformat.CheckKey(tc.key); (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidKey)) {
+			t.Errorf("itemformat.CheckKey(%q) = %v", tc.key, err)
 		}
 	}
 }

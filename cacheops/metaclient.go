@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cachewarden/cachewarden/itemformat"
 )
 
 // MetaClient sends memcached meta commands for the read side (package
@@ -104,7 +105,7 @@ func (c *MetaClient) Get(ctx context.Context, gets []MetaGet) ([]MetaItem, error
 	for i, g := range gets {
 		cmds[i] = metaCmd{verb: metaGet, key: g.Key, returnTTL: true}
 		if g.Vivify > 0 {
-			cmds[i].vivify, cmds[i].ttl = true, int64(Expiration(g.Vivify, time.Now()))
+			cmds[i].vivify, cmds[i].ttl = true, int64(itemformat.Expiration(g.Vivify, time.Now()))
 		}
 		if g.Recache > 0 {
 			cmds[i].recache = int64((g.Recache + time.Second - 1) / time.Second)
@@ -165,7 +166,7 @@ func (c *MetaClient) Set(ctx context.Context, sets []MetaSet) []error {
 	now := time.Now()
 	for i, st := range sets {
 		cmds[i] = metaCmd{verb: metaSet, key: st.Key, data: string(st.Value), cas: st.CAS}
-		if e := Expiration(st.TTL, now); e > 0 {
+		if e := itemformat.Expiration(st.TTL, now); e > 0 {
 			cmds[i].ttl, cmds[i].hasTTL = int64(e), true
 		}
 		if st.Add {
@@ -189,7 +190,7 @@ func (c *MetaClient) Invalidate(ctx context.Context, keys []string, ttl time.Dur
 	now := time.Now()
 	for i, k := range keys {
 		cmds[i] = metaCmd{verb: metaDelete, key: k, invalidate: true}
-		if e := Expiration(ttl, now); e > 0 {
+		if e := itemformat.Expiration(ttl, now); e > 0 {
 			cmds[i].ttl, cmds[i].hasTTL = int64(e), true
 		}
 	}

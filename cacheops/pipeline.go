@@ -17,6 +17,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -112,14 +113,14 @@ const (
 //
 // So PipelineWriter speaks the protocol itself (meta.go), a few hundred
 // lines: server selection is delegated to a memcache.ServerSelector — pass
-// the Selector (or memcache.ServerList) the gomemcache clients use and routing is
+// the itemformat.Selector (or memcache.ServerList) the gomemcache clients use and routing is
 // identical by construction — and each server has a small pool of
 // persistent connections. It needs memcached 1.6 with ma autovivify and
 // opaque tokens on every reply, EN included (tested with 1.6.18).
 //
 // # Commands
 //
-//   - bump: ma <key> q N<ttl> J<start> D1 (start: NamespaceStart of the
+//   - bump: ma <key> q N<ttl> J<start> D1 (start: itemformat.NamespaceStart of the
 //     clock). memcached creates a missing
 //     namespace holding J (the delta is not applied to it) under the item
 //     lock, so incr and add-on-miss are one atomic step and there is no add
@@ -138,7 +139,7 @@ const (
 //   - evidence (bump rules with Rule.Evidence): once the round's bumps
 //     are done, one pipelined mg c v of each master they mark, one ms
 //     C<cas> of each that changes (bits set, or the master rolled), again
-//     for those another daemon changed meanwhile (MarkEvidence).
+//     for those another daemon changed meanwhile (itemformat.MarkEvidence).
 //
 // Only bumps and set appends are sent quiet: they are the bulk of a batch,
 // and sending one again is harmless (an extra bump, tokens that leave the
@@ -385,7 +386,7 @@ func (w *PipelineWriter) Apply(ctx context.Context, ops []rules.Op, results []Re
 	}
 	states := sc.states[:len(ops)]
 	sc.states = states
-	initial := NamespaceStart(w.cfg.Now())
+	initial := itemformat.NamespaceStart(w.cfg.Now())
 	for i := range ops {
 		p := &states[i]
 		p.op, p.idx = &ops[i], i
@@ -439,7 +440,7 @@ func (w *PipelineWriter) markEvidence(ctx context.Context, targets []*evidenceTa
 			case metaEN:
 			case metaVA:
 				ev := t.rule.Evidence
-				next, changed := MarkEvidence(rep.value, t.bits, ev.Bits, ev.MaxSet, w.cfg.Now())
+				next, changed := itemformat.MarkEvidence(rep.value, t.bits, ev.Bits, ev.MaxSet, w.cfg.Now())
 				if changed {
 					cmd := metaCmd{verb: metaSet, key: t.key, data: string(next), cas: rep.cas}
 					w.setTTL(&cmd, t.rule.TTL)
@@ -497,7 +498,7 @@ func (w *PipelineWriter) start(p *pipeOp, initial uint64) {
 		w.fail(p, "", fmt.Errorf("no rule: %w", ErrInvalidOp))
 		return
 	}
-	if err := checkWriteKey(op.Key); err != nil {
+	if err := itemformat.CheckKey(op.Key); err != nil {
 		w.fail(p, "", err)
 		return
 	}
@@ -505,17 +506,17 @@ func (w *PipelineWriter) start(p *pipeOp, initial uint64) {
 	case rules.OpBump:
 		p.step, p.quiet, p.initial = stepBump, true, initial
 	case rules.OpSetAppend:
-		if err := checkSetTokens(op.Tokens); err != nil {
-			w.fail(p, "", err)
+		if err := itemformat.CheckSetTokens(op.Tokens); err != nil {
+			w.fail(p, "", fmt.Errorf("%w: %w", ErrInvalidOp, err))
 			return
 		}
 		p.step, p.quiet, p.tokens, p.outcome = stepAppend, true, op.Tokens, OutcomeAppended
 	case rules.OpSetAdd, rules.OpSetRemove:
-		if err := checkEscapedMember(op.Member); err != nil {
-			w.fail(p, "", err)
+		if err := itemformat.CheckEscapedMember(op.Member); err != nil {
+			w.fail(p, "", fmt.Errorf("%w: %w", ErrInvalidOp, err))
 			return
 		}
-		p.tokens = string(AppendEscapedToken(make([]byte, 0, len(op.Member)+2), op.Kind == rules.OpSetAdd, op.Member))
+		p.tokens = string(itemformat.AppendEscapedToken(make([]byte, 0, len(op.Member)+2), op.Kind == rules.OpSetAdd, op.Member))
 		p.step, p.quiet, p.outcome = stepAppend, true, OutcomeAppended
 	case rules.OpCount:
 		if op.Delta == 0 {
@@ -620,7 +621,7 @@ func (w *PipelineWriter) query(ctx context.Context, p *pipeOp) {
 			w.toDelete(p, "load")
 			return
 		}
-		p.data, p.step = string(encodeLoadedMembers(members)), stepLoadAdd
+		p.data, p.step = string(itemformat.EncodeLoadedSet(members)), stepLoadAdd
 	case stepRecountAdd, stepRecountSet:
 		if op.Rule.Query == "" || w.recounter == nil {
 			// Only a counter that may be wrong gets here without a query
@@ -807,9 +808,9 @@ func (w *PipelineWriter) setTTL(cmd *metaCmd, ttl time.Duration) {
 	}
 }
 
-// exptime converts a rule TTL with Expiration.
+// exptime converts a rule TTL with itemformat.Expiration.
 func (w *PipelineWriter) exptime(ttl time.Duration) int64 {
-	return int64(Expiration(ttl, w.cfg.Now()))
+	return int64(itemformat.Expiration(ttl, w.cfg.Now()))
 }
 
 // pipeVerb names p's step as the Writer names its requests, for errors.
@@ -928,7 +929,7 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 			// The set exists: compact it (whenever that shrinks it) and
 			// append again. If the refusal was a miss and the set has
 			// been created since, the second append simply succeeds.
-			compacted := EncodeSet(DecodeSet(rep.value).Members)
+			compacted := itemformat.EncodeSet(itemformat.DecodeSet(rep.value).Members)
 			if len(compacted) < len(rep.value) {
 				p.step, p.data, p.cas = stepCompactCAS, string(compacted), rep.cas
 			} else {
@@ -972,12 +973,12 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 			w.finish(p, OutcomeAppended)
 			return
 		}
-		st := DecodeSet(rep.value)
+		st := itemformat.DecodeSet(rep.value)
 		if !st.Dirty(w.cfg.CompactRatio) {
 			w.finish(p, OutcomeAppended)
 			return
 		}
-		compacted := EncodeSet(st.Members)
+		compacted := itemformat.EncodeSet(st.Members)
 		if len(compacted) >= len(rep.value) {
 			w.finish(p, OutcomeAppended)
 			return

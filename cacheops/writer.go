@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -264,7 +264,7 @@ func (w *Writer) Apply(ctx context.Context, ops []rules.Op, results []Result) er
 	}
 	// One start for every namespace this Apply creates: the copies of a
 	// hot namespace (Rule.Copies) start alike.
-	initial := NamespaceStart(w.cfg.Now())
+	initial := itemformat.NamespaceStart(w.cfg.Now())
 	ApplyByKey(ops, results, w.cfg.MaxConcurrency, func(op *rules.Op) Result { return w.apply(ctx, op, initial) })
 	for _, t := range evidenceTargets(ops, results) {
 		if err := w.markEvidence(ctx, t); err != nil {
@@ -292,7 +292,7 @@ func (w *Writer) markEvidence(ctx context.Context, t *evidenceTarget) error {
 		case err != nil:
 			return err
 		}
-		next, changed := MarkEvidence(it.Value, t.bits, ev.Bits, ev.MaxSet, w.cfg.Now())
+		next, changed := itemformat.MarkEvidence(it.Value, t.bits, ev.Bits, ev.MaxSet, w.cfg.Now())
 		if !changed {
 			return nil
 		}
@@ -401,22 +401,22 @@ func (w *Writer) apply(ctx context.Context, op *rules.Op, initial uint64) Result
 	if op.Rule == nil {
 		return failedResult(fmt.Errorf("cacheops: %s %q: no rule: %w", op.Kind, op.Key, ErrInvalidOp))
 	}
-	if err := checkWriteKey(op.Key); err != nil {
+	if err := itemformat.CheckKey(op.Key); err != nil {
 		return failedResult(fmt.Errorf("cacheops: %s %q: %w", op.Kind, op.Key, err))
 	}
 	switch op.Kind {
 	case rules.OpBump:
 		return w.bump(op, initial)
 	case rules.OpSetAppend:
-		if err := checkSetTokens(op.Tokens); err != nil {
-			return failedResult(fmt.Errorf("cacheops: %s %q: %w", op.Kind, op.Key, err))
+		if err := itemformat.CheckSetTokens(op.Tokens); err != nil {
+			return failedResult(fmt.Errorf("cacheops: %s %q: %w: %w", op.Kind, op.Key, ErrInvalidOp, err))
 		}
 		return w.appendSet(ctx, op, []byte(op.Tokens))
 	case rules.OpSetAdd, rules.OpSetRemove:
-		if err := checkEscapedMember(op.Member); err != nil {
-			return failedResult(fmt.Errorf("cacheops: %s %q: %w", op.Kind, op.Key, err))
+		if err := itemformat.CheckEscapedMember(op.Member); err != nil {
+			return failedResult(fmt.Errorf("cacheops: %s %q: %w: %w", op.Kind, op.Key, ErrInvalidOp, err))
 		}
-		tokens := AppendEscapedToken(make([]byte, 0, len(op.Member)+2), op.Kind == rules.OpSetAdd, op.Member)
+		tokens := itemformat.AppendEscapedToken(make([]byte, 0, len(op.Member)+2), op.Kind == rules.OpSetAdd, op.Member)
 		return w.appendSet(ctx, op, tokens)
 	case rules.OpSetRebuild:
 		return w.rebuildSet(ctx, op)
@@ -556,7 +556,7 @@ func (w *Writer) loadAndAdd(ctx context.Context, op *rules.Op) (res Result, lost
 			"key", key, "rule", op.Rule.Name, "retryable", Retryable(err), "err", err)
 		return w.deleteItem(key, "load"), false
 	}
-	value := encodeLoadedMembers(members)
+	value := itemformat.EncodeLoadedSet(members)
 	err = w.add(&memcache.Item{Key: key, Value: value, Expiration: w.expiration(op.Rule.TTL)})
 	switch {
 	case err == nil:
@@ -596,22 +596,6 @@ func (w *Writer) rebuildSet(ctx context.Context, op *rules.Op) Result {
 	return res
 }
 
-// encodeLoadedMembers encodes raw members as a compact set, escaping them and
-// dropping duplicates.
-func encodeLoadedMembers(members []string) []byte {
-	seen := make(map[string]struct{}, len(members))
-	escaped := make([]string, 0, len(members))
-	for _, m := range members {
-		e := rules.Escape(m)
-		if _, dup := seen[e]; dup {
-			continue
-		}
-		seen[e] = struct{}{}
-		escaped = append(escaped, e)
-	}
-	return EncodeSet(escaped)
-}
-
 // sampleCompaction follows a successful append: on a CompactSample share of
 // appends it compacts the set when dirty. Its failures do not fail the op,
 // whose append is done.
@@ -644,11 +628,11 @@ func (w *Writer) sampleCompaction(op *rules.Op) Result {
 // the rule's TTL, because memcached cannot keep an item's remaining TTL
 // through cas: compaction restarts the TTL.
 func (w *Writer) compactItem(op *rules.Op, it *memcache.Item, ratio float64) (compacted bool, err error) {
-	st := DecodeSet(it.Value)
+	st := itemformat.DecodeSet(it.Value)
 	if ratio > 0 && !st.Dirty(ratio) {
 		return false, nil
 	}
-	value := EncodeSet(st.Members)
+	value := itemformat.EncodeSet(st.Members)
 	if len(value) >= len(it.Value) {
 		return false, nil
 	}
@@ -677,79 +661,7 @@ func (w *Writer) deleteItem(key, op string) Result {
 	return Result{Outcome: OutcomeDeleted}
 }
 
-// maxRelativeExpiry is the longest exptime memcached reads as seconds
-// from now; larger values are absolute Unix times.
-const maxRelativeExpiry = 30 * 24 * 60 * 60
-
-// Expiration converts an item TTL into memcached's exptime field: 0 (or a
-// negative ttl) means no expiry; a TTL is rounded up to whole seconds;
-// TTLs beyond 30 days become absolute Unix times from now. The writers,
-// the counters and the read side all use it.
-func Expiration(ttl time.Duration, now time.Time) int32 {
-	if ttl <= 0 {
-		return 0
-	}
-	secs := int64((ttl + time.Second - 1) / time.Second)
-	if secs > maxRelativeExpiry {
-		secs += now.Unix()
-	}
-	return int32(min(secs, math.MaxInt32))
-}
-
-func (w *Writer) expiration(ttl time.Duration) int32 { return Expiration(ttl, w.cfg.Now()) }
-
-// checkWriteKey rejects keys memcached cannot take, so that no key can alter
-// the request it is sent in.
-func checkWriteKey(key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: empty", ErrInvalidKey)
-	}
-	if len(key) > rules.MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidKey, len(key), rules.MaxKeyLen)
-	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; isSetTokenSeparator(c) {
-			return fmt.Errorf("%w: byte 0x%02x at offset %d", ErrInvalidKey, c, i)
-		}
-	}
-	return nil
-}
-
-// checkEscapedMember rejects an escaped member that would not form one token.
-func checkEscapedMember(member string) error {
-	for i := 0; i < len(member); i++ {
-		if c := member[i]; isSetTokenSeparator(c) {
-			return fmt.Errorf("%w: member has byte 0x%02x at offset %d (not escaped)", ErrInvalidOp, c, i)
-		}
-	}
-	return nil
-}
-
-// checkSetTokens checks a joined token string: one or more tokens, each '+'
-// or '-', an escaped member, and one space.
-func checkSetTokens(tokens string) error {
-	if tokens == "" {
-		return fmt.Errorf("%w: no set tokens", ErrInvalidOp)
-	}
-	if tokens[len(tokens)-1] != ' ' {
-		return fmt.Errorf("%w: set tokens do not end with a space", ErrInvalidOp)
-	}
-	start := 0
-	for i := 0; i < len(tokens); i++ {
-		c := tokens[i]
-		switch {
-		case i == start:
-			if c != '+' && c != '-' {
-				return fmt.Errorf("%w: set token at offset %d starts with %q, not '+' or '-'", ErrInvalidOp, i, c)
-			}
-		case c == ' ':
-			start = i + 1
-		case isSetTokenSeparator(c):
-			return fmt.Errorf("%w: set tokens have byte 0x%02x at offset %d", ErrInvalidOp, c, i)
-		}
-	}
-	return nil
-}
+func (w *Writer) expiration(ttl time.Duration) int32 { return itemformat.Expiration(ttl, w.cfg.Now()) }
 
 // The memcached requests the Writer makes, counted.
 

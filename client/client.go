@@ -10,7 +10,7 @@
 //
 //	rs, _ := rulefile.LoadPaths("rules/")      // or rules.NewRuleSet
 //	c, _ := client.New(client.Config{
-//		Servers: []cacheops.Server{{Addr: "10.0.0.1:11211"}},
+//		Servers: []itemformat.Server{{Addr: "10.0.0.1:11211"}},
 //		Rules:   rs,
 //		DB:      db, // *sql.DB: runs the rules' load and recount queries
 //	}, logger)
@@ -35,6 +35,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -44,9 +45,9 @@ import (
 type Config struct {
 	// Servers are the memcached servers exactly as the daemon's
 	// memcached.servers lists them: same order, same text, same weights.
-	Servers []cacheops.Server
+	Servers []itemformat.Server
 	// Distribution is the daemon's memcached.distribution; "" means
-	// cacheops.DefaultDistribution.
+	// itemformat.DefaultDistribution.
 	Distribution string
 	// Rules is the daemon's rule set: rulefile.LoadPaths of its rule
 	// files, or rules.NewRuleSet.
@@ -126,7 +127,7 @@ type Client struct {
 	mc    readClient
 	gomc  *memcache.Client
 	meta  *cacheops.MetaClient
-	sel   *cacheops.Selector
+	sel   *itemformat.Selector
 	rules map[string]*Rule
 	hold  *holdCache
 	db    Querier
@@ -148,7 +149,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("client: Config.Rules is nil; load the daemon's rule files (rulefile.LoadPaths)")
 	}
-	sel, err := cacheops.NewSelector(cfg.Distribution, cfg.Servers)
+	sel, err := itemformat.NewSelector(cfg.Distribution, cfg.Servers)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -327,13 +328,13 @@ func checkContext(ctx context.Context, what string) error {
 // memcached counts whole seconds on its own clock and drops an item once
 // that clock reaches the deadline, so a relative expiration of n seconds
 // lasts between n-1 and n seconds; one second is therefore added to
-// cacheops.Expiration's rounding up, so the item lives at least d and less
+// itemformat.Expiration's rounding up, so the item lives at least d and less
 // than d+2s. d <= 0 means no expiry (0).
 func readExpiration(d time.Duration, now time.Time) int32 {
 	if d <= 0 {
 		return 0
 	}
-	return cacheops.Expiration(d+time.Second, now)
+	return itemformat.Expiration(d+time.Second, now)
 }
 
 // sleepContext waits for d or until ctx ends, returning ctx's error then.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -86,17 +86,17 @@ func TestFormatVectors(t *testing.T) {
 		}
 	}
 	for _, c := range v.Tokens {
-		if got := string(cacheops.AppendToken(nil, c.Add, c.Member)); got != c.Token {
+		if got := string(itemformat.AppendToken(nil, c.Add, c.Member)); got != c.Token {
 			t.Errorf("token of %q: %q, want %q", c.Member, got, c.Token)
 		}
 	}
 	for _, c := range v.Sets {
-		st := cacheops.DecodeSet([]byte(c.Value))
+		st := itemformat.DecodeSet([]byte(c.Value))
 		got := unescapeMembers(st.Members)
 		if !slices.Equal(got, c.Members) && !(len(got) == 0 && len(c.Members) == 0) || st.Tokens != c.Tokens || st.Tokens-len(st.Members) != c.Garbage {
 			t.Errorf("set %s: %q, %d tokens, %d garbage; want %q, %d, %d", c.Name, got, st.Tokens, st.Tokens-len(st.Members), c.Members, c.Tokens, c.Garbage)
 		}
-		if got := string(cacheops.EncodeSet(st.Members)); got != c.Compacted {
+		if got := string(itemformat.EncodeSet(st.Members)); got != c.Compacted {
 			t.Errorf("set %s compacted: %q, want %q", c.Name, got, c.Compacted)
 		}
 	}
@@ -107,7 +107,7 @@ func TestFormatVectors(t *testing.T) {
 		}
 	}
 	for _, c := range v.NamespaceStart {
-		if got := strconv.FormatUint(cacheops.NamespaceStart(time.UnixMilli(c.UnixMs)), 10); got != c.Start {
+		if got := strconv.FormatUint(itemformat.NamespaceStart(time.UnixMilli(c.UnixMs)), 10); got != c.Start {
 			t.Errorf("namespace start %d: %s, want %s", c.UnixMs, got, c.Start)
 		}
 	}
@@ -138,7 +138,7 @@ func TestFormatVectors(t *testing.T) {
 		}
 	}
 	for _, c := range v.Masters {
-		m, err := cacheops.DecodeMaster([]byte(c.Value), c.Bits)
+		m, err := itemformat.DecodeMaster([]byte(c.Value), c.Bits)
 		if (err == nil) != c.Valid {
 			t.Errorf("master %q (%d bits): %v, want valid=%v", c.Value, c.Bits, err, c.Valid)
 			continue

@@ -20,7 +20,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -216,7 +216,7 @@ type Memcached struct {
 	Servers []string
 	// Distribution is how keys are spread over Servers; it must be the
 	// one the applications' clients use (README, "memcached"). One of
-	// cacheops.Distributions; default "modula-crc32" (gomemcache's).
+	// itemformat.Distributions; default "modula-crc32" (gomemcache's).
 	Distribution string
 	// Weights gives servers a weight other than 1, by address (ketama
 	// only); may be nil.
@@ -285,12 +285,12 @@ type Log struct {
 
 // Selector returns the server selector of m: every memcached client of
 // the daemon, the counters, verify and the read side route keys with it.
-func (m *Memcached) Selector() (*cacheops.Selector, error) {
-	servers := make([]cacheops.Server, len(m.Servers))
+func (m *Memcached) Selector() (*itemformat.Selector, error) {
+	servers := make([]itemformat.Server, len(m.Servers))
 	for i, addr := range m.Servers {
-		servers[i] = cacheops.Server{Addr: addr, Weight: uint32(m.Weights[addr])}
+		servers[i] = itemformat.Server{Addr: addr, Weight: uint32(m.Weights[addr])}
 	}
-	sel, err := cacheops.NewSelector(m.Distribution, servers)
+	sel, err := itemformat.NewSelector(m.Distribution, servers)
 	if err != nil {
 		return nil, fmt.Errorf("config: memcached: %w", err)
 	}

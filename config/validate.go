@@ -11,9 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/go-sql-driver/mysql"
-
-	"github.com/cachewarden/cachewarden/cacheops"
 )
 
 // validate applies defaults to settings the file left out and reports every
@@ -246,9 +245,9 @@ func (d *decoder) validateMemcached(m *Memcached) {
 	d.validateTLS("memcached.tls", &m.TLS)
 	switch {
 	case m.Distribution == "":
-		m.Distribution = cacheops.DefaultDistribution
-	case !slices.Contains(cacheops.Distributions, m.Distribution):
-		d.problem(d.place("memcached.distribution"), "memcached.distribution: %q is not one of %s", m.Distribution, strings.Join(cacheops.Distributions, ", "))
+		m.Distribution = itemformat.DefaultDistribution
+	case !slices.Contains(itemformat.Distributions, m.Distribution):
+		d.problem(d.place("memcached.distribution"), "memcached.distribution: %q is not one of %s", m.Distribution, strings.Join(itemformat.Distributions, ", "))
 	}
 	for _, addr := range slices.Sorted(maps.Keys(m.Weights)) {
 		path := "memcached.weights[" + strconv.Quote(addr) + "]"
@@ -258,7 +257,7 @@ func (d *decoder) validateMemcached(m *Memcached) {
 			d.problem(d.place(path), "%s: %q is not one of memcached.servers", path, addr)
 		case w < 1 || w > math.MaxUint16:
 			d.problem(d.place(path), "%s: %d is outside 1..%d", path, w, math.MaxUint16)
-		case w != 1 && m.Distribution != cacheops.DistributionKetama && m.Distribution != "":
+		case w != 1 && m.Distribution != itemformat.DistributionKetama && m.Distribution != "":
 			d.problem(d.place(path), "%s: weights apply to memcached.distribution ketama only, not %s", path, m.Distribution)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -431,7 +432,9 @@ func deltaVerb(delta int64) string {
 	return "incr"
 }
 
-func (c *Counters) expiration(ttl time.Duration) int32 { return cacheops.Expiration(ttl, c.cfg.Now()) }
+func (c *Counters) expiration(ttl time.Duration) int32 {
+	return itemformat.Expiration(ttl, c.cfg.Now())
+}
 
 // The memcached requests Counters makes, counted.
 
