@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/itemformat"
 )
 
@@ -23,8 +24,9 @@ var (
 	// does not handle, a missing rule, or malformed set tokens.
 	ErrInvalidOp = errors.New("invalid cache op")
 	// ErrTooLarge means memcached refused a value because it exceeds its
-	// item size limit (SERVER_ERROR object too large for cache).
-	ErrTooLarge = errors.New("memcached item too large")
+	// item size limit (SERVER_ERROR object too large for cache). It is
+	// metaproto.ErrTooLarge.
+	ErrTooLarge = metaproto.ErrTooLarge
 )
 
 // Retryable reports whether an operation that failed with err may succeed
@@ -70,7 +72,7 @@ func classifyRetry(err error) (decided, retry bool) {
 	case context.DeadlineExceeded:
 		// A timeout: the service was slow or unreachable this time.
 		return true, true
-	case ErrInvalidKey, ErrInvalidOp, itemformat.ErrInvalidTokens, memcache.ErrMalformedKey:
+	case ErrInvalidKey, ErrInvalidOp, itemformat.ErrInvalidTokens, metaproto.ErrRejected, memcache.ErrMalformedKey:
 		// The op itself is wrong; it would be refused again.
 		return true, false
 	case ErrTooLarge:

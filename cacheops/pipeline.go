@@ -1,22 +1,20 @@
 package cacheops
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -165,7 +163,7 @@ const (
 // connection when nothing misses. Ops that share a key are applied in
 // slice order, each after the previous one is complete.
 type PipelineWriter struct {
-	pool      *metaPool
+	pool      *metaproto.Pool
 	loader    SetLoader
 	recounter Recounter
 	cfg       PipelineConfig
@@ -189,13 +187,13 @@ type pipeScratch struct {
 	// replies the exchanges take their shares of.
 	byServer  []serverOps
 	exchanges []pipeExchange
-	cmds      []metaCmd
-	replies   []metaReply
+	cmds      []metaproto.Cmd
+	replies   []metaproto.Reply
 }
 
 // serverOps are a round's ops for one server.
 type serverOps struct {
-	server *metaServer
+	server *metaproto.Server
 	ops    []*pipeOp
 }
 
@@ -270,15 +268,14 @@ func NewPipelineWriter(servers memcache.ServerSelector, loader SetLoader, recoun
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	pool := &metaPool{sel: servers, connsPerServer: cfg.ConnsPerServer, timeout: cfg.Timeout, dial: cfg.Dial,
-		servers: make(map[string]*metaServer), byAddr: make(map[net.Addr]*metaServer)}
+	pool := metaproto.NewPool(servers, metaproto.PoolConfig{ConnsPerServer: cfg.ConnsPerServer, Timeout: cfg.Timeout, Dial: cfg.Dial})
 	return &PipelineWriter{pool: pool, loader: loader, recounter: recounter, cfg: cfg, log: logger}
 }
 
 // Close closes the idle connections, and the others as their exchanges
 // end. Apply calls after Close fail.
 func (w *PipelineWriter) Close() error {
-	w.pool.close()
+	w.pool.Close()
 	return nil
 }
 
@@ -333,7 +330,7 @@ const (
 type pipeOp struct {
 	op     *rules.Op
 	idx    int
-	server *metaServer
+	server *metaproto.Server
 	step   pipeStep
 	result Result
 
@@ -428,38 +425,38 @@ func (w *PipelineWriter) markEvidence(ctx context.Context, targets []*evidenceTa
 			}
 			return
 		}
-		gets := make([]metaCmd, len(targets))
+		gets := make([]metaproto.Cmd, len(targets))
 		for i, t := range targets {
-			gets[i] = metaCmd{verb: metaGet, key: t.key}
+			gets[i] = metaproto.Cmd{Verb: metaproto.VerbGet, Key: t.key}
 		}
 		replies := w.evidenceExchange(ctx, gets)
-		var sets []metaCmd
+		var sets []metaproto.Cmd
 		var setTargets []*evidenceTarget
 		for i, t := range targets {
-			switch rep := &replies[i]; rep.status {
-			case metaEN:
-			case metaVA:
+			switch rep := &replies[i]; rep.Status {
+			case metaproto.EN:
+			case metaproto.VA:
 				ev := t.rule.Evidence
-				next, changed := itemformat.MarkEvidence(rep.value, t.bits, ev.Bits, ev.MaxSet, w.cfg.Now())
+				next, changed := itemformat.MarkEvidence(rep.Value, t.bits, ev.Bits, ev.MaxSet, w.cfg.Now())
 				if changed {
-					cmd := metaCmd{verb: metaSet, key: t.key, data: string(next), cas: rep.cas}
+					cmd := metaproto.Cmd{Verb: metaproto.VerbSet, Key: t.key, Data: string(next), CAS: rep.CAS}
 					w.setTTL(&cmd, t.rule.TTL)
 					sets = append(sets, cmd)
 					setTargets = append(setTargets, t)
 				}
 			default:
-				t.fail(results, metaReplyError(rep))
+				t.fail(results, metaproto.ReplyError(rep))
 			}
 		}
 		targets = targets[:0]
 		for i, rep := range w.evidenceExchange(ctx, sets) {
-			switch rep.status {
-			case metaHD, metaNF, metaNS:
+			switch rep.Status {
+			case metaproto.HD, metaproto.NF, metaproto.NS:
 				// Stored, or the master vanished meanwhile (see above).
-			case metaEX:
+			case metaproto.EX:
 				targets = append(targets, setTargets[i])
 			default:
-				setTargets[i].fail(results, metaReplyError(&rep))
+				setTargets[i].fail(results, metaproto.ReplyError(&rep))
 			}
 		}
 	}
@@ -467,12 +464,12 @@ func (w *PipelineWriter) markEvidence(ctx context.Context, targets []*evidenceTa
 
 // evidenceExchange sends cmds with the writer's connections and counts
 // them as a round.
-func (w *PipelineWriter) evidenceExchange(ctx context.Context, cmds []metaCmd) []metaReply {
+func (w *PipelineWriter) evidenceExchange(ctx context.Context, cmds []metaproto.Cmd) []metaproto.Reply {
 	if len(cmds) == 0 {
 		return nil
 	}
 	start := time.Now()
-	replies, err := w.pool.do(ctx, w.cfg.Timeout, cmds)
+	replies, err := w.pool.Do(ctx, w.cfg.Timeout, cmds)
 	w.cfg.ObserveRoundTrip.Since(start)
 	w.rounds.Add(1)
 	w.commands.Add(uint64(len(cmds)))
@@ -480,15 +477,6 @@ func (w *PipelineWriter) evidenceExchange(ctx context.Context, cmds []metaCmd) [
 		w.log.Debug("memcached exchange failed", "commands", len(cmds), "err", err)
 	}
 	return replies
-}
-
-// metaReplyError returns the error of a reply that is neither what the
-// command hoped for nor one of its expected refusals.
-func metaReplyError(rep *metaReply) error {
-	if rep.err != nil {
-		return rep.err
-	}
-	return fmt.Errorf("%w: status %d", errMetaProtocol, rep.status)
 }
 
 // start checks op and sets its first step, or its result.
@@ -536,7 +524,7 @@ func (w *PipelineWriter) start(p *pipeOp, initial uint64) {
 		w.fail(p, "", fmt.Errorf("kind not applied by the pipeline writer: %w", ErrInvalidOp))
 		return
 	}
-	s, err := w.pool.server(op.Key)
+	s, err := w.pool.Server(op.Key)
 	if err != nil {
 		w.fail(p, "", err)
 		return
@@ -659,10 +647,10 @@ func (w *PipelineWriter) query(ctx context.Context, p *pipeOp) {
 // pipeExchange is one connection's share of a round; cmds and replies
 // have one entry per op.
 type pipeExchange struct {
-	server  *metaServer
+	server  *metaproto.Server
 	ops     []*pipeOp
-	cmds    []metaCmd
-	replies []metaReply
+	cmds    []metaproto.Cmd
+	replies []metaproto.Reply
 }
 
 // round sends the next command of every pending op, all servers and
@@ -695,8 +683,8 @@ func (w *PipelineWriter) round(ctx context.Context, sc *pipeScratch, pending []*
 	}
 	w.rounds.Add(1)
 	if cap(sc.cmds) < total {
-		sc.cmds = make([]metaCmd, total)
-		sc.replies = make([]metaReply, total)
+		sc.cmds = make([]metaproto.Cmd, total)
+		sc.replies = make([]metaproto.Reply, total)
 	}
 	cmds, replies := sc.cmds[:total], sc.replies[:total]
 	exchanges := sc.exchanges[:0]
@@ -737,74 +725,74 @@ func (w *PipelineWriter) exchange(ctx context.Context, x *pipeExchange) {
 		w.command(p, &x.cmds[j])
 		p.sends++
 	}
-	conn, dialed, err := w.pool.acquire(ctx, x.server)
+	conn, dialed, err := w.pool.Acquire(ctx, x.server)
 	if dialed {
 		w.dials.Add(1)
 	}
 	if err != nil {
 		// Nothing was sent.
 		for j := range x.replies {
-			x.replies[j] = metaReply{status: metaFailed, err: err}
+			x.replies[j] = metaproto.Reply{Status: metaproto.Failed, Err: err}
 		}
 		return
 	}
 	start := time.Now()
-	sent, err := conn.exchange(ctx, x.cmds, x.replies, w.cfg.Timeout)
+	sent, err := conn.Exchange(ctx, x.cmds, x.replies, w.cfg.Timeout)
 	w.cfg.ObserveRoundTrip.Since(start)
-	w.pool.release(x.server, conn, err != nil)
+	w.pool.Release(x.server, conn, err != nil)
 	w.roundTrips.Add(1)
 	w.commands.Add(uint64(sent))
 	if err != nil {
 		w.brokenConns.Add(1)
 		w.log.Debug("memcached exchange failed; connection closed",
-			"server", x.server.addr.String(), "commands", sent, "err", err)
+			"server", x.server.Addr().String(), "commands", sent, "err", err)
 	}
 }
 
 // command fills cmd with the command of p's step.
-func (w *PipelineWriter) command(p *pipeOp, cmd *metaCmd) {
+func (w *PipelineWriter) command(p *pipeOp, cmd *metaproto.Cmd) {
 	op := p.op
-	*cmd = metaCmd{key: op.Key}
+	*cmd = metaproto.Cmd{Key: op.Key}
 	switch p.step {
 	case stepBump:
-		cmd.verb, cmd.quiet, cmd.delta = metaArith, p.quiet, 1
-		cmd.vivify, cmd.initial, cmd.ttl = true, p.initial, w.exptime(op.Rule.TTL)
+		cmd.Verb, cmd.Quiet, cmd.Delta = metaproto.VerbArith, p.quiet, 1
+		cmd.Vivify, cmd.Initial, cmd.TTL = true, p.initial, w.exptime(op.Rule.TTL)
 		// Loud, an increment answers HD like a creation; the value tells
 		// them apart.
-		cmd.returnValue = !p.quiet
+		cmd.ReturnValue = !p.quiet
 	case stepAppend, stepAppendAgain, stepAppendAfterAdd:
 		// memcached keeps an item's TTL on append.
-		cmd.verb, cmd.mode, cmd.quiet, cmd.data = metaSet, metaModeAppend, p.quiet, p.tokens
+		cmd.Verb, cmd.Mode, cmd.Quiet, cmd.Data = metaproto.VerbSet, metaproto.ModeAppend, p.quiet, p.tokens
 	case stepInspect, stepSampleGet:
-		cmd.verb = metaGet
+		cmd.Verb = metaproto.VerbGet
 	case stepCompactCAS, stepSampleCAS:
 		// memcached cannot keep the remaining TTL through a rewrite: the
 		// compacted set gets the rule's TTL.
-		cmd.verb, cmd.data, cmd.cas = metaSet, p.data, p.cas
+		cmd.Verb, cmd.Data, cmd.CAS = metaproto.VerbSet, p.data, p.cas
 		w.setTTL(cmd, op.Rule.TTL)
 	case stepLoadAdd, stepCounterAdd:
-		cmd.verb, cmd.mode, cmd.data = metaSet, metaModeAdd, p.data
+		cmd.Verb, cmd.Mode, cmd.Data = metaproto.VerbSet, metaproto.ModeAdd, p.data
 		w.setTTL(cmd, op.Rule.TTL)
 	case stepCounterSet:
-		cmd.verb, cmd.data = metaSet, p.data
+		cmd.Verb, cmd.Data = metaproto.VerbSet, p.data
 		w.setTTL(cmd, op.Rule.TTL)
 	case stepDelta:
-		cmd.verb, cmd.mode = metaArith, metaModeIncr
+		cmd.Verb, cmd.Mode = metaproto.VerbArith, metaproto.ModeIncr
 		if op.Delta < 0 {
 			// The value shows whether memcached clamped it at zero. For
 			// math.MinInt64, uint64(-Delta) is 1<<63, its magnitude.
-			cmd.mode, cmd.delta, cmd.returnValue = metaModeDecr, uint64(-op.Delta), true
+			cmd.Mode, cmd.Delta, cmd.ReturnValue = metaproto.ModeDecr, uint64(-op.Delta), true
 		} else {
-			cmd.delta = uint64(op.Delta)
+			cmd.Delta = uint64(op.Delta)
 		}
 	case stepDelete:
-		cmd.verb = metaDelete
+		cmd.Verb = metaproto.VerbDelete
 	}
 }
 
-func (w *PipelineWriter) setTTL(cmd *metaCmd, ttl time.Duration) {
+func (w *PipelineWriter) setTTL(cmd *metaproto.Cmd, ttl time.Duration) {
 	if e := w.exptime(ttl); e > 0 {
-		cmd.ttl, cmd.hasTTL = e, true
+		cmd.TTL, cmd.HasTTL = e, true
 	}
 }
 
@@ -844,56 +832,56 @@ func deltaVerbOf(delta int64) string {
 }
 
 // advance moves p on by the reply to its command.
-func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
+func (w *PipelineWriter) advance(p *pipeOp, cmd *metaproto.Cmd, rep *metaproto.Reply) {
 	op := p.op
-	if p.step == stepDelta && (rep.status == metaHD || rep.status == metaVA || rep.unknown) {
+	if p.step == stepDelta && (rep.Status == metaproto.HD || rep.Status == metaproto.VA || rep.Unknown) {
 		// Applied, or perhaps applied.
 		p.deltaApplied = true
 	}
-	if rep.status == metaFailed && rep.resend {
+	if rep.Status == metaproto.Failed && rep.Resend {
 		// Quiet and perhaps failed, or failed with an error line that
 		// could not be placed: send it again, loud.
 		if p.sends >= pipelineMaxSends {
-			w.fail(p, pipeVerb(p), rep.err)
+			w.fail(p, pipeVerb(p), rep.Err)
 			return
 		}
 		p.quiet = false
 		return
 	}
-	failed := rep.status == metaFailed
-	refused := rep.status == metaNS || (failed && errors.Is(rep.err, ErrTooLarge))
+	failed := rep.Status == metaproto.Failed
+	refused := rep.Status == metaproto.NS || (failed && errors.Is(rep.Err, ErrTooLarge))
 	switch p.step {
 	case stepBump:
 		switch {
-		case rep.status == metaQuietOK:
+		case rep.Status == metaproto.QuietOK:
 			w.finish(p, OutcomeIncr)
-		case rep.status == metaHD && cmd.quiet:
+		case rep.Status == metaproto.HD && cmd.Quiet:
 			w.finish(p, OutcomeAdded)
-		case rep.status == metaHD:
+		case rep.Status == metaproto.HD:
 			w.finish(p, OutcomeIncr)
-		case rep.status == metaVA:
-			if string(rep.value) == strconv.FormatUint(p.initial, 10) {
+		case rep.Status == metaproto.VA:
+			if string(rep.Value) == strconv.FormatUint(p.initial, 10) {
 				w.finish(p, OutcomeAdded)
 			} else {
 				w.finish(p, OutcomeIncr)
 			}
-		case rep.status == metaNS:
+		case rep.Status == metaproto.NS:
 			// The namespace could not be created after the miss; try again.
 			p.attempts++
 			if p.attempts >= writerBumpAttempts {
 				w.fail(p, "bump", fmt.Errorf("still missing after %d attempts: %w", p.attempts, memcache.ErrCacheMiss))
 			}
-		case failed && metaIsClientError(rep.err):
+		case failed && metaproto.IsClientError(rep.Err):
 			// Not a number: no version can be derived from it. A missing
 			// namespace is correct (readers start a new version).
-			w.log.Warn("namespace holds a non-numeric value; deleting it", "key", op.Key, "rule", op.Rule.Name, "err", rep.err)
+			w.log.Warn("namespace holds a non-numeric value; deleting it", "key", op.Key, "rule", op.Rule.Name, "err", rep.Err)
 			w.toDelete(p, "incr")
 		default:
 			w.unexpected(p, rep)
 		}
 	case stepAppend, stepAppendAgain, stepAppendAfterAdd:
 		switch {
-		case rep.status == metaQuietOK || rep.status == metaHD:
+		case rep.Status == metaproto.QuietOK || rep.Status == metaproto.HD:
 			if p.step == stepAppend {
 				w.sampleCompaction(p)
 			} else if p.step == stepAppendAgain {
@@ -918,20 +906,20 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 			w.unexpected(p, rep)
 		}
 	case stepInspect:
-		switch rep.status {
-		case metaEN:
+		switch rep.Status {
+		case metaproto.EN:
 			if op.Rule.Query == "" || w.loader == nil {
 				w.finish(p, OutcomeMissing)
 			} else {
 				p.step = stepLoad
 			}
-		case metaVA:
+		case metaproto.VA:
 			// The set exists: compact it (whenever that shrinks it) and
 			// append again. If the refusal was a miss and the set has
 			// been created since, the second append simply succeeds.
-			compacted := itemformat.EncodeSet(itemformat.DecodeSet(rep.value).Members)
-			if len(compacted) < len(rep.value) {
-				p.step, p.data, p.cas = stepCompactCAS, string(compacted), rep.cas
+			compacted := itemformat.EncodeSet(itemformat.DecodeSet(rep.Value).Members)
+			if len(compacted) < len(rep.Value) {
+				p.step, p.data, p.cas = stepCompactCAS, string(compacted), rep.CAS
 			} else {
 				p.step = stepAppendAgain
 			}
@@ -940,11 +928,11 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 		}
 	case stepCompactCAS, stepSampleCAS:
 		var compacted bool
-		switch rep.status {
-		case metaHD:
+		switch rep.Status {
+		case metaproto.HD:
 			w.compactions.Add(1)
 			compacted = true
-		case metaEX, metaNF, metaNS:
+		case metaproto.EX, metaproto.NF, metaproto.NS:
 			// Appended to, evicted or deleted since it was read: the newer
 			// state wins.
 			w.casConflicts.Add(1)
@@ -955,7 +943,7 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 			}
 			// A failed sampled compaction does not fail the op, whose
 			// append is done.
-			w.log.Debug("set compaction failed", "key", op.Key, "err", rep.err)
+			w.log.Debug("set compaction failed", "key", op.Key, "err", rep.Err)
 		}
 		if p.step == stepSampleCAS {
 			w.finish(p, pipeOutcome(compacted))
@@ -966,33 +954,33 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 		}
 		p.step = stepAppendAgain
 	case stepSampleGet:
-		if rep.status != metaVA {
-			if rep.status != metaEN {
-				w.log.Debug("set compaction check failed", "key", op.Key, "err", rep.err)
+		if rep.Status != metaproto.VA {
+			if rep.Status != metaproto.EN {
+				w.log.Debug("set compaction check failed", "key", op.Key, "err", rep.Err)
 			}
 			w.finish(p, OutcomeAppended)
 			return
 		}
-		st := itemformat.DecodeSet(rep.value)
+		st := itemformat.DecodeSet(rep.Value)
 		if !st.Dirty(w.cfg.CompactRatio) {
 			w.finish(p, OutcomeAppended)
 			return
 		}
 		compacted := itemformat.EncodeSet(st.Members)
-		if len(compacted) >= len(rep.value) {
+		if len(compacted) >= len(rep.Value) {
 			w.finish(p, OutcomeAppended)
 			return
 		}
-		p.step, p.data, p.cas = stepSampleCAS, string(compacted), rep.cas
+		p.step, p.data, p.cas = stepSampleCAS, string(compacted), rep.CAS
 	case stepLoadAdd:
 		switch {
-		case rep.status == metaHD:
+		case rep.Status == metaproto.HD:
 			w.finish(p, OutcomeLoaded)
-		case rep.status == metaNS:
+		case rep.Status == metaproto.NS:
 			// Created by another writer or a reader since the miss; it may
 			// have been loaded before the change committed, so append it.
 			p.step = stepAppendAfterAdd
-		case failed && errors.Is(rep.err, ErrTooLarge):
+		case failed && errors.Is(rep.Err, ErrTooLarge):
 			w.log.Warn("loaded set exceeds memcached's item size; leaving it missing",
 				"key", op.Key, "rule", op.Rule.Name, "set_bytes", len(p.data))
 			w.toDelete(p, "add")
@@ -1001,10 +989,10 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 		}
 	case stepDelta:
 		switch {
-		case rep.status == metaHD && op.Delta > 0:
+		case rep.Status == metaproto.HD && op.Delta > 0:
 			w.finish(p, OutcomeIncr)
-		case rep.status == metaVA:
-			n, err := strconv.ParseUint(string(rep.value), 10, 64)
+		case rep.Status == metaproto.VA:
+			n, err := strconv.ParseUint(string(rep.Value), 10, 64)
 			if err == nil && n > 0 {
 				w.finish(p, OutcomeDecr)
 				return
@@ -1014,7 +1002,7 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 			w.drifts.Add(1)
 			w.log.Debug("counter decr reached zero; recounting", "key", op.Key, "rule", op.Rule.Name, "delta", op.Delta)
 			w.recountDelta(p, stepRecountSet)
-		case rep.status == metaNF:
+		case rep.Status == metaproto.NF:
 			if p.raced || op.Rule.Query == "" || (w.recounter == nil && !w.cfg.RecountElsewhere) {
 				// No recount query: the counter stays missing. Raced: added
 				// by someone else after our miss, then evicted or deleted
@@ -1023,20 +1011,20 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 				return
 			}
 			w.recountDelta(p, stepRecountAdd)
-		case failed && metaIsClientError(rep.err):
+		case failed && metaproto.IsClientError(rep.Err):
 			// The item is not a decimal number, so not a counter value to
 			// trust.
 			w.drifts.Add(1)
-			w.log.Warn("counter holds a non-numeric value; recounting", "key", op.Key, "rule", op.Rule.Name, "err", rep.err)
+			w.log.Warn("counter holds a non-numeric value; recounting", "key", op.Key, "rule", op.Rule.Name, "err", rep.Err)
 			w.recountDelta(p, stepRecountSet)
 		default:
 			w.unexpected(p, rep)
 		}
 	case stepCounterAdd:
-		switch rep.status {
-		case metaHD:
+		switch rep.Status {
+		case metaproto.HD:
 			w.finish(p, OutcomeLoaded)
-		case metaNS:
+		case metaproto.NS:
 			// Created since our miss by another writer or a reader (MySQL
 			// committed the change before it was published, so the recount
 			// included it, but theirs may not have): apply the delta to it.
@@ -1046,14 +1034,14 @@ func (w *PipelineWriter) advance(p *pipeOp, cmd *metaCmd, rep *metaReply) {
 			w.unexpected(p, rep)
 		}
 	case stepCounterSet:
-		if rep.status == metaHD {
+		if rep.Status == metaproto.HD {
 			w.finish(p, OutcomeRecounted)
 		} else {
 			w.unexpected(p, rep)
 		}
 	case stepDelete:
-		switch rep.status {
-		case metaHD, metaNF:
+		switch rep.Status {
+		case metaproto.HD, metaproto.NF:
 			w.deletes.Add(1)
 			w.finish(p, OutcomeDeleted)
 		default:
@@ -1100,8 +1088,8 @@ func (w *PipelineWriter) toDelete(p *pipeOp, why string) {
 }
 
 // unexpected fails p with a reply its step does not handle.
-func (w *PipelineWriter) unexpected(p *pipeOp, rep *metaReply) {
-	w.fail(p, pipeVerb(p), metaReplyError(rep))
+func (w *PipelineWriter) unexpected(p *pipeOp, rep *metaproto.Reply) {
+	w.fail(p, pipeVerb(p), metaproto.ReplyError(rep))
 }
 
 func (w *PipelineWriter) finish(p *pipeOp, outcome Outcome) {
@@ -1127,58 +1115,14 @@ func (w *PipelineWriter) fail(p *pipeOp, verb string, err error) {
 // ErrNoMetaProtocol marks a server that does not answer the meta commands
 // the PipelineWriter needs (memcached older than 1.6, or a proxy that does
 // not route them); memcached.protocol text serves such servers.
-var ErrNoMetaProtocol = errors.New("memcached does not speak the meta protocol the pipelined writer needs; set memcached.protocol: text")
+var ErrNoMetaProtocol = metaproto.ErrNoMetaProtocol
 
-// metaProbeKey is the item the probe creates (for one second).
-const metaProbeKey = "cachewarden:meta-probe"
-
-// Probe checks that every server answers what the writer sends: an
-// arithmetic command that creates a missing item (ma with N and J) and
-// the no-op that ends a pipelined round (mn), with opaque tokens. It
-// returns an error wrapping ErrNoMetaProtocol, naming the server and its
-// answer, when a server answers otherwise; a network error as it is.
+// Probe checks that every server answers what the writer sends (see
+// metaproto.Pool.Probe); the error wraps ErrNoMetaProtocol when a server
+// answers otherwise, a network error as it is.
 func (w *PipelineWriter) Probe(ctx context.Context) error {
-	return w.pool.sel.Each(func(addr net.Addr) error {
-		return w.probeServer(ctx, addr)
-	})
-}
-
-func (w *PipelineWriter) probeServer(ctx context.Context, addr net.Addr) error {
-	ctx, cancel := context.WithTimeout(ctx, w.pool.timeout)
-	defer cancel()
-	conn, err := w.pool.dial(ctx, addr.Network(), addr.String())
-	if err != nil {
-		return fmt.Errorf("cacheops: probe %s: %w", addr, err)
+	if err := w.pool.Probe(ctx); err != nil {
+		return fmt.Errorf("cacheops: %w", err)
 	}
-	defer conn.Close()
-	if d, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(d)
-	}
-	if _, err := io.WriteString(conn, "ma "+metaProbeKey+" N1 J0 D0 O7\r\nmn\r\n"); err != nil {
-		return fmt.Errorf("cacheops: probe %s: %w", addr, err)
-	}
-	r := bufio.NewReader(conn)
-	first, err := r.ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("cacheops: probe %s: %w", addr, err)
-	}
-	first = strings.TrimRight(first, "\r\n")
-	ok := (strings.HasPrefix(first, "HD ") || strings.HasPrefix(first, "VA ")) && strings.Contains(first+" ", " O7 ")
-	if ok && strings.HasPrefix(first, "VA ") {
-		// The value line follows.
-		if _, err := r.ReadString('\n'); err != nil {
-			return fmt.Errorf("cacheops: probe %s: %w", addr, err)
-		}
-	}
-	if ok {
-		second, err := r.ReadString('\n')
-		if err != nil {
-			return fmt.Errorf("cacheops: probe %s: %w", addr, err)
-		}
-		if strings.TrimRight(second, "\r\n") == "MN" {
-			return nil
-		}
-		first = strings.TrimRight(second, "\r\n")
-	}
-	return fmt.Errorf("cacheops: probe %s: answered %q to %q: %w", addr, first, "ma "+metaProbeKey+" N1 J0 D0 O7", ErrNoMetaProtocol)
+	return nil
 }

@@ -34,7 +34,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -126,7 +126,7 @@ type readClient interface {
 type Client struct {
 	mc    readClient
 	gomc  *memcache.Client
-	meta  *cacheops.MetaClient
+	meta  *metaproto.Client
 	sel   *itemformat.Selector
 	rules map[string]*Rule
 	hold  *holdCache
@@ -166,7 +166,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	c := &Client{
 		mc:   &redialingClient{Client: mc, attempts: cfg.MaxIdleConns + 1},
 		gomc: mc,
-		meta: cacheops.NewMetaClient(sel, cacheops.MetaClientConfig{
+		meta: metaproto.NewClient(sel, metaproto.ClientConfig{
 			ConnsPerServer: cfg.MaxIdleConns, Timeout: cfg.Timeout, Dial: cfg.Dial}),
 		sel:   sel,
 		rules: make(map[string]*Rule, len(cfg.Rules.Rules())),

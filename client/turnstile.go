@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 )
 
 // Thundering-herd protection in the manner of Cache::Memcached::Turnstile,
@@ -120,7 +119,7 @@ const (
 )
 
 // look decides what to do with the answer to an mg with N and R.
-func look(it *cacheops.MetaItem) turnstileVerdict {
+func look(it *metaproto.Item) turnstileVerdict {
 	switch {
 	case it.Won:
 		return verdictCompute
@@ -138,9 +137,9 @@ func look(it *cacheops.MetaItem) turnstileVerdict {
 }
 
 // leaseGet is the mg of a GetOrCompute look.
-func (c *Client) leaseGet(key string) cacheops.MetaGet {
+func (c *Client) leaseGet(key string) metaproto.Get {
 	ct := c.cfg.Turnstile.ComputeTime
-	return cacheops.MetaGet{Key: key, Vivify: ct, Recache: ct}
+	return metaproto.Get{Key: key, Vivify: ct, Recache: ct}
 }
 
 // storeComputed stores a value computed by the winner of the look that
@@ -148,13 +147,13 @@ func (c *Client) leaseGet(key string) cacheops.MetaGet {
 // the item vanished meanwhile. A value computed before the item changed
 // (invalidated again, stored by another winner) is not stored. Failures
 // are logged: the caller has its value.
-func (c *Client) storeComputed(ctx context.Context, keys []TurnstileKey, items []cacheops.MetaItem, values [][]byte) {
-	sets := make([]cacheops.MetaSet, len(keys))
+func (c *Client) storeComputed(ctx context.Context, keys []TurnstileKey, items []metaproto.Item, values [][]byte) {
+	sets := make([]metaproto.Set, len(keys))
 	for i, k := range keys {
-		sets[i] = cacheops.MetaSet{Key: k.Key, Value: values[i], CAS: items[i].CAS, TTL: c.storedTTL(k.Expiration)}
+		sets[i] = metaproto.Set{Key: k.Key, Value: values[i], CAS: items[i].CAS, TTL: c.storedTTL(k.Expiration)}
 	}
 	errs := c.meta.Set(ctx, sets)
-	var adds []cacheops.MetaSet
+	var adds []metaproto.Set
 	for i, err := range errs {
 		switch {
 		case err == nil:
@@ -188,7 +187,7 @@ func (c *Client) storedTTL(expiration time.Duration) time.Duration {
 // the next reader computes at once rather than after ComputeTime. Only
 // the placeholder this reader won is removed: a stale value keeps being
 // served.
-func (c *Client) abandon(ctx context.Context, key string, it *cacheops.MetaItem) {
+func (c *Client) abandon(ctx context.Context, key string, it *metaproto.Item) {
 	if len(it.Value) != 0 {
 		return
 	}
@@ -252,7 +251,7 @@ func (c *Client) GetOrCompute(ctx context.Context, key string, expiration time.D
 // getOrComputeOnce makes one attempt; wait is true when another client is
 // computing a value that does not exist yet.
 func (c *Client) getOrComputeOnce(ctx context.Context, key string, expiration time.Duration, compute ComputeFunc) (value []byte, wait bool, err error) {
-	items, err := c.meta.Get(ctx, []cacheops.MetaGet{c.leaseGet(key)})
+	items, err := c.meta.Get(ctx, []metaproto.Get{c.leaseGet(key)})
 	if err != nil {
 		return nil, false, fmt.Errorf("client: get or compute %q: %w", key, err)
 	}
@@ -343,7 +342,7 @@ func (c *Client) getOrComputeMultiOnce(ctx context.Context, keys []TurnstileKey,
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	gets := make([]cacheops.MetaGet, len(keys))
+	gets := make([]metaproto.Get, len(keys))
 	for i, k := range keys {
 		gets[i] = c.leaseGet(k.Key)
 	}
@@ -352,7 +351,7 @@ func (c *Client) getOrComputeMultiOnce(ctx context.Context, keys []TurnstileKey,
 		return nil, fmt.Errorf("client: get or compute %d keys: %w", len(keys), err)
 	}
 	var won []TurnstileKey
-	var wonItems []cacheops.MetaItem
+	var wonItems []metaproto.Item
 	for i, k := range keys {
 		switch look(&items[i]) {
 		case verdictValue:

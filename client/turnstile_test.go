@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 )
 
 const herd = 50
@@ -73,7 +72,7 @@ func TestGetOrComputeMissOneRecomputer(t *testing.T) {
 		t.Errorf("stored %q", v)
 	}
 	// Stored for its lifetime plus the compute time.
-	items, err := e.c.meta.Get(t.Context(), []cacheops.MetaGet{{Key: key}})
+	items, err := e.c.meta.Get(t.Context(), []metaproto.Get{{Key: key}})
 	if err != nil || items[0].TTL < 60 || items[0].TTL > 62 {
 		t.Errorf("TTL %d (%v), want 60s + 2s of compute time", items[0].TTL, err)
 	}
