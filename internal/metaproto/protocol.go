@@ -80,40 +80,42 @@ const (
 type Cmd struct {
 	Verb Verb
 	Key  string
-	// quiet asks memcached not to answer a success (flag q).
+	// Quiet asks memcached not to answer a success (flag q).
 	Quiet bool
-	// mode is the VerbSet or VerbArith mode; 0 means memcached's default
+	// Mode is the VerbSet or VerbArith mode; 0 means memcached's default
 	// (set, increment).
 	Mode byte
-	// data is the data block of a VerbSet.
+	// Data is the data block of a VerbSet.
 	Data string
-	// ttl is the exptime (seconds, or an absolute unix time beyond 30
+	// TTL is the exptime (seconds, or an absolute unix time beyond 30
 	// days) of a VerbSet or an invalidating VerbDelete (flag T, when
-	// hasTTL) or of the item a vivifying VerbArith or VerbGet creates
+	// HasTTL) or of the item a vivifying VerbArith or VerbGet creates
 	// (flag N).
 	TTL    int64
 	HasTTL bool
-	// cas, when not 0, makes a VerbSet store, or a VerbDelete delete,
+	// CAS, when not 0, makes a VerbSet store, or a VerbDelete delete,
 	// only over that cas id (flag C).
 	CAS uint64
-	// delta is a VerbArith's delta (flag D).
+	// Delta is a VerbArith's delta (flag D).
 	Delta uint64
-	// vivify makes a VerbArith create a missing item holding initial
+	// Vivify makes a VerbArith create a missing item holding initial
 	// (flags N and J); the delta is not applied to a created item. It
 	// makes a VerbGet create a missing item holding nothing and hand its
 	// sender the win (flag N): reply flag W to the first, Z to the others.
 	Vivify  bool
 	Initial uint64
-	// returnValue asks a VerbArith for the resulting value (flag v).
+	// ReturnValue asks a VerbArith for the resulting value (flag v).
 	ReturnValue bool
-	// recache makes a VerbGet hand the win (W) to the first reader that
+	// Recache makes a VerbGet hand the win (W) to the first reader that
 	// finds fewer than this many seconds left to the item (flag R).
 	Recache int64
-	// returnTTL asks a VerbGet for the item's remaining lifetime (flag t).
+	// ReturnTTL asks a VerbGet for the item's remaining lifetime (flag t).
 	ReturnTTL bool
-	// invalidate makes a VerbDelete mark the item stale rather than
+	// Invalidate makes a VerbDelete mark the item stale rather than
 	// remove it (flag I): readers get it with flag X and one gets W.
 	Invalidate bool
+	// Flags are the client flags a VerbSet stores (flag F, when not 0).
+	Flags uint32
 }
 
 // Status is what became of one command of an exchange.
@@ -146,28 +148,31 @@ const (
 // Reply is the outcome of one command.
 type Reply struct {
 	Status Status
-	// value is the data block of VA.
+	// Value is the data block of VA.
 	Value []byte
-	// cas is the item's cas id in a VA reply to VerbGet.
+	// CAS is the item's cas id in a VA reply to VerbGet.
 	CAS uint64
-	// ttl is the remaining lifetime in seconds a VerbGet asked for (-1:
+	// TTL is the remaining lifetime in seconds a VerbGet asked for (-1:
 	// none).
 	TTL int64
-	// won, stale and winSent are a VerbGet's reply flags W (this reader
+	// Won, Stale and WinSent are a VerbGet's reply flags W (this reader
 	// won the right to recompute the item), X (the item is stale) and Z
 	// (another reader already won).
 	Won, Stale, WinSent bool
-	// err is set for Failed: an error line from memcached
+	// Err is set for Failed: an error line from memcached
 	// (*errorLine), or what broke the exchange.
 	Err error
-	// resend: the command was quiet and may have succeeded, or it failed
+	// Resend: the command was quiet and may have succeeded, or it failed
 	// with an error line that could not be told apart from its
 	// neighbours'; either way sending it again without q is safe for a
 	// command that may be quiet.
 	Resend bool
-	// unknown: the exchange broke before the command's reply; memcached
+	// Unknown: the exchange broke before the command's reply; memcached
 	// may or may not have executed it.
 	Unknown bool
+	// Flags are the item's client flags, when the transport reads them
+	// (the text protocol's gets does; this package's mg does not ask).
+	Flags uint32
 }
 
 var (
@@ -255,6 +260,10 @@ func appendCommand(buf []byte, cmd *Cmd, opaque int) []byte {
 		if cmd.CAS != 0 {
 			buf = append(buf, " C"...)
 			buf = strconv.AppendUint(buf, cmd.CAS, 10)
+		}
+		if cmd.Flags != 0 {
+			buf = append(buf, " F"...)
+			buf = strconv.AppendUint(buf, uint64(cmd.Flags), 10)
 		}
 	case VerbArith:
 		buf = append(buf, "ma "...)
