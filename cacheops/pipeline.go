@@ -20,6 +20,20 @@ type Recounter interface {
 	Count(ctx context.Context, query string, args []rules.Value) (int64, error)
 }
 
+// OpRecounter is a Recounter that may recount and store a counter itself
+// (the counters package: fenced, exact recounts, docs/exact-counters.md).
+// The Applier asks it instead of Count, for a counter found missing
+// (missing) or possibly wrong, or an OpRecount. stored reports that it
+// stored the counter and res is the op's result; else n is the count,
+// which the Applier stores as it does Count's (add when missing, else
+// set). err is a recount that failed (the Applier then deletes the
+// counter). It must be safe for concurrent use, count its own recounts,
+// and bound its own time (ctx is the Apply's).
+type OpRecounter interface {
+	Recounter
+	RecountOp(ctx context.Context, op *rules.Op, missing bool) (n int64, res Result, stored bool, err error)
+}
+
 // ErrUnknownOutcome marks the failure of a counter op (OpCount) whose delta
 // may already be in memcached: the reply to the incr or decr was lost with
 // its connection, or a step after an applied delta failed. Applying the op

@@ -603,7 +603,8 @@ func (a *Applier) loadSet(ctx, qctx context.Context, p *opState) {
 }
 
 // recount runs a counter's recount query (a failed recount deletes the
-// counter: never guess a count).
+// counter: never guess a count). An OpRecounter may store the count
+// itself.
 func (a *Applier) recount(ctx, qctx context.Context, p *opState) {
 	op := p.op
 	if op.Rule.Query == "" || a.recounter == nil {
@@ -612,13 +613,31 @@ func (a *Applier) recount(ctx, qctx context.Context, p *opState) {
 		a.toDelete(p, "recount: no recount query")
 		return
 	}
-	a.recounts.Add(1)
-	n, err := a.recounter.Count(qctx, op.Rule.Query, op.Args)
-	if err == nil && n < 0 {
-		err = fmt.Errorf("recount returned %d, a counter cannot be negative", n)
+	var n int64
+	var err error
+	if or, ok := a.recounter.(OpRecounter); ok {
+		var res Result
+		var stored bool
+		n, res, stored, err = or.RecountOp(ctx, op, p.step == stepRecountAdd)
+		switch {
+		case err == nil && stored && res.Err != nil:
+			a.fail(p, "recount", res.Err)
+			return
+		case err == nil && stored:
+			a.finish(p, res.Outcome)
+			return
+		}
+	} else {
+		a.recounts.Add(1)
+		n, err = a.recounter.Count(qctx, op.Rule.Query, op.Args)
+		if err == nil && n < 0 {
+			err = fmt.Errorf("recount returned %d, a counter cannot be negative", n)
+		}
+		if err != nil {
+			a.recountErrors.Add(1)
+		}
 	}
 	if err != nil {
-		a.recountErrors.Add(1)
 		if ctx.Err() != nil {
 			a.fail(p, "recount", err)
 			return

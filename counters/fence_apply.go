@@ -264,16 +264,19 @@ func (c *Counters) storeFence(key string, fence Fence) error {
 // the counter between its read and its store, so its value is exact
 // whatever deltas op stood for, and it costs one more query on a race
 // that is rare (two writers missing the same counter at once).
-func (c *Counters) addFenced(ctx context.Context, op *rules.Op, n int64, fence Fence) cacheops.Result {
+//
+// err is a failed recount (the caller deletes the counter); memcached
+// failures fail res.
+func (c *Counters) addFenced(ctx context.Context, op *rules.Op, n int64, fence Fence) (res cacheops.Result, err error) {
 	if err := c.storeFence(op.Key, fence); err != nil {
-		return failed(err)
+		return failed(err), nil
 	}
-	err := c.add(c.counterItem(op.Key, n, fence, op.Rule.TTL))
+	err = c.add(c.counterItem(op.Key, n, fence, op.Rule.TTL))
 	switch {
 	case err == nil:
-		return cacheops.Result{Outcome: cacheops.OutcomeLoaded}
+		return cacheops.Result{Outcome: cacheops.OutcomeLoaded}, nil
 	case !errors.Is(err, memcache.ErrNotStored):
-		return failed(fmt.Errorf("counters: add %q: %w", op.Key, err))
+		return failed(fmt.Errorf("counters: add %q: %w", op.Key, err)), nil
 	}
 	c.log.Debug("counter add lost a race; recounting exactly", "key", op.Key, "rule", op.Rule.Name)
 	return c.recountExact(ctx, op)
@@ -289,10 +292,11 @@ func (c *Counters) addFenced(ctx context.Context, op *rules.Op, n int64, fence F
 // done: that value holds everything ours would. After maxExactAttempts
 // the counter is deleted (missing is correct). When the database cannot
 // name the snapshot's position the result is stored with set and no
-// fence, as without fences.
-func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Result {
+// fence, as without fences. err is a recount that failed (the caller
+// deletes the counter); memcached failures fail res.
+func (c *Counters) recountExact(ctx context.Context, op *rules.Op) (res cacheops.Result, err error) {
 	if op.Rule.Query == "" || c.rc == nil {
-		return c.deleteItem(op.Key, "recount: no recount query")
+		return c.deleteItem(op.Key, "recount: no recount query"), nil
 	}
 	for range maxExactAttempts {
 		var (
@@ -306,22 +310,22 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 			// can again, a present counter fails the add: count again).
 			cur, err = c.get(op.Key)
 			if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
-				return failed(fmt.Errorf("counters: gets %q: %w", op.Key, err))
+				return failed(fmt.Errorf("counters: gets %q: %w", op.Key, err)), nil
 			}
 		}
 		n, fence, rerr := c.recountAt(ctx, op.Rule.Query, op.Args)
 		if rerr != nil {
-			return c.deleteAfterRecountError(ctx, op, rerr)
+			return cacheops.Result{}, rerr
 		}
 		it := c.counterItem(op.Key, n, fence, op.Rule.TTL)
 		if fence.ID == 0 {
 			if err := c.set(it); err != nil {
-				return failed(fmt.Errorf("counters: set %q: %w", op.Key, err))
+				return failed(fmt.Errorf("counters: set %q: %w", op.Key, err)), nil
 			}
-			return cacheops.Result{Outcome: cacheops.OutcomeRecounted}
+			return cacheops.Result{Outcome: cacheops.OutcomeRecounted}, nil
 		}
 		if err := c.storeFence(op.Key, fence); err != nil {
-			return failed(err)
+			return failed(err), nil
 		}
 		if cur != nil {
 			it.CasID = cur.CasID
@@ -331,7 +335,7 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 		}
 		switch {
 		case err == nil:
-			return cacheops.Result{Outcome: cacheops.OutcomeRecounted}
+			return cacheops.Result{Outcome: cacheops.OutcomeRecounted}, nil
 		case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCacheMiss):
 			// Changed, created or deleted since our read. When another
 			// recount stored a value at a snapshot no older than ours,
@@ -339,22 +343,22 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 			// delta landed) count again.
 			views := make(map[string]FenceView, 1)
 			if err := c.viewFences([]string{op.Key}, views); err != nil {
-				return failed(err)
+				return failed(err), nil
 			}
 			if v := views[op.Key]; v.Consistent() {
 				if order, ok := ComparePositions(v.Fence.At, fence.At); ok && order >= 0 {
-					return cacheops.Result{Outcome: cacheops.OutcomeRecounted}
+					return cacheops.Result{Outcome: cacheops.OutcomeRecounted}, nil
 				}
 			}
 			c.log.Debug("counter changed during its recount; counting again", "key", op.Key, "rule", op.Rule.Name)
 			continue
 		default:
-			return failed(fmt.Errorf("counters: store %q: %w", op.Key, err))
+			return failed(fmt.Errorf("counters: store %q: %w", op.Key, err)), nil
 		}
 	}
 	c.fence.giveUps.Add(1)
 	c.log.Debug("counter kept changing during its recounts; deleting it", "key", op.Key, "rule", op.Rule.Name, "attempts", maxExactAttempts)
-	return c.deleteItem(op.Key, "recount: the counter kept changing")
+	return c.deleteItem(op.Key, "recount: the counter kept changing"), nil
 }
 
 // viewFences reads the counters at keys and their fences in one GetMulti
