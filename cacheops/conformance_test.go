@@ -1,14 +1,10 @@
 package cacheops
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,9 +21,9 @@ import (
 // (hit, miss, non-numeric item, item too large, cas conflict, server
 // error, timeout), applied through the one Applier over each transport
 // against the real memcached, with the same outcome and the same item
-// afterwards. Faults come from a proxy in front of memcached (a reply
-// turned into a SERVER_ERROR, replies withheld) or from another client
-// acting just before a cas is sent.
+// afterwards. Faults come from a proxy in front of memcached (plProxy: a
+// reply turned into a SERVER_ERROR, replies withheld) or from another
+// client acting just before a cas is sent.
 
 // confFault is what goes wrong while a case's op is applied.
 type confFault uint8
@@ -211,7 +207,7 @@ func runConfCase(t *testing.T, transport string, build func(*testing.T, string, 
 			t.Fatal(err)
 		}
 	}
-	proxy := startConfProxy(t, addr)
+	proxy := startPLProxy(t, addr)
 	switch tc.fault {
 	case faultServerError:
 		proxy.inject.Store(true)
@@ -303,73 +299,4 @@ func (h *casHookTransport) send(ctx context.Context, cmds []metaproto.Cmd, repli
 		}
 	}
 	h.transport.send(ctx, cmds, replies)
-}
-
-// confProxy forwards connections to memcached, reading its replies line
-// by line: with inject set, the first success reply to a store becomes a
-// SERVER_ERROR; with stall set, replies are dropped.
-type confProxy struct {
-	addr          string
-	inject, stall atomic.Bool
-}
-
-func startConfProxy(t *testing.T, target string) *confProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &confProxy{addr: ln.Addr().String()}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var open []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			server, err := net.Dial("tcp", target)
-			if err != nil {
-				client.Close()
-				continue
-			}
-			mu.Lock()
-			open = append(open, client, server)
-			mu.Unlock()
-			wg.Go(func() {
-				io.Copy(server, client)
-				server.Close()
-			})
-			wg.Go(func() {
-				defer client.Close()
-				r := bufio.NewReader(server)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if p.stall.Load() {
-						continue
-					}
-					if (line == "STORED\r\n" || strings.HasPrefix(line, "HD ")) && p.inject.CompareAndSwap(true, false) {
-						line = "SERVER_ERROR out of memory storing object\r\n"
-					}
-					if _, err := io.WriteString(client, line); err != nil {
-						return
-					}
-				}
-			})
-		}
-	})
-	return p
 }

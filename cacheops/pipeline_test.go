@@ -804,6 +804,10 @@ type plProxy struct {
 	cut   atomic.Int64
 	stall atomic.Bool
 	conns atomic.Int64
+	// inject turns the next success reply to a store (STORED, HD) into
+	// "SERVER_ERROR out of memory storing object", as memcached answers
+	// when it is out of memory.
+	inject atomic.Bool
 }
 
 func startPLProxy(t *testing.T, target string) *plProxy {
@@ -857,13 +861,33 @@ func startPLProxy(t *testing.T, target string) *plProxy {
 				if p.stall.Load() {
 					io.Copy(io.Discard, server)
 				} else {
-					io.Copy(client, server)
+					p.copyReplies(client, server)
 				}
 				client.Close()
 			})
 		}
 	})
 	return p
+}
+
+// copyReplies copies memcached's replies line by line (a data block
+// passes as lines too), injecting a server error when inject is set.
+func (p *plProxy) copyReplies(client io.Writer, server io.Reader) {
+	r := bufio.NewReader(server)
+	for {
+		line, err := r.ReadString('\n')
+		if line != "" {
+			if (line == "STORED\r\n" || strings.HasPrefix(line, "HD ")) && p.inject.CompareAndSwap(true, false) {
+				line = "SERVER_ERROR out of memory storing object\r\n"
+			}
+			if _, werr := io.WriteString(client, line); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // plMixedBatch returns bumps, set appends and counter deltas on existing

@@ -585,18 +585,9 @@ func (a *Applier) loadSet(ctx, qctx context.Context, p *opState) {
 	members, err := a.loader.LoadMembers(qctx, op.Rule.Query, op.Args)
 	if err != nil {
 		a.loadErrors.Add(1)
-		if ctx.Err() != nil {
-			// The caller is abandoning the batch; it will be applied again.
-			a.fail(p, "load set", err)
-			return
-		}
-		// MySQL failed: never guess a set. Someone may have created it
-		// since the miss, without this change: delete it. A missing set
-		// is correct, so the op is done and the batch does not wait for
-		// MySQL.
-		a.log.Warn("set load failed; leaving the set missing",
-			"key", op.Key, "rule", op.Rule.Name, "retryable", Retryable(err), "err", err)
-		a.toDelete(p, "load")
+		// Never guess a set. Someone may have created it since the miss,
+		// without this change: delete it.
+		a.queryFailed(ctx, p, "load set", "load", "set load failed; leaving the set missing", err)
 		return
 	}
 	p.data, p.step = string(itemformat.EncodeLoadedSet(members)), stepLoadAdd
@@ -638,15 +629,9 @@ func (a *Applier) recount(ctx, qctx context.Context, p *opState) {
 		}
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			a.fail(p, "recount", err)
-			return
-		}
-		// Whatever the counter holds now, or will hold if a reader
-		// adds it, may be wrong: delete it.
-		a.log.Warn("counter recount failed; deleting the counter",
-			"key", op.Key, "rule", op.Rule.Name, "retryable", Retryable(err), "err", err)
-		a.toDelete(p, "recount")
+		// Whatever the counter holds now, or will hold if a reader adds
+		// it, may be wrong: delete it.
+		a.queryFailed(ctx, p, "recount", "recount", "counter recount failed; deleting the counter", err)
 		return
 	}
 	p.data = strconv.FormatInt(n, 10)
@@ -655,6 +640,20 @@ func (a *Applier) recount(ctx, qctx context.Context, p *opState) {
 	} else {
 		p.step = stepCounterSet
 	}
+}
+
+// queryFailed handles a load or recount that failed with err: when ctx
+// ended the op fails (the caller is abandoning the batch, which is
+// applied again); else MySQL failed, the item is deleted (a missing item
+// is correct, so the op is done and the batch does not wait for MySQL)
+// and msg logged. what names the query for the error, why the delete.
+func (a *Applier) queryFailed(ctx context.Context, p *opState, what, why, msg string, err error) {
+	if ctx.Err() != nil {
+		a.fail(p, what, err)
+		return
+	}
+	a.log.Warn(msg, "key", p.op.Key, "rule", p.op.Rule.Name, "retryable", Retryable(err), "err", err)
+	a.toDelete(p, why)
 }
 
 // toDelete makes p delete its item next, because it cannot be kept
