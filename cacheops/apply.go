@@ -209,7 +209,8 @@ type applyScratch struct {
 	states      []opState
 	occurrences map[string]int
 	waves       [][]*opState
-	// A round's commands and replies, one per pending op.
+	// A round's ops, and their commands and replies.
+	ops     []*opState
 	cmds    []metaproto.Cmd
 	replies []metaproto.Reply
 }
@@ -225,6 +226,8 @@ func (sc *applyScratch) release() {
 		sc.waves[i] = sc.waves[i][:0]
 	}
 	sc.waves = sc.waves[:0]
+	clear(sc.ops[:cap(sc.ops)])
+	sc.ops = sc.ops[:0]
 	clear(sc.cmds[:cap(sc.cmds)])
 	clear(sc.replies[:cap(sc.replies)])
 }
@@ -313,12 +316,13 @@ func (a *Applier) run(ctx context.Context, sc *applyScratch, pending []*opState)
 // round sends the next command of every pending op at once and advances
 // each op by its reply.
 func (a *Applier) round(ctx context.Context, sc *applyScratch, pending []*opState) {
-	ops := pending[:0:0]
+	ops := sc.ops[:0]
 	for _, p := range pending {
 		if p.step != stepDone {
 			ops = append(ops, p)
 		}
 	}
+	sc.ops = ops
 	if len(ops) == 0 {
 		return
 	}
