@@ -20,7 +20,7 @@ import (
 	"github.com/cachewarden/cachewarden/rules"
 )
 
-// TestDependencies keeps the client free of the daemon's heavy
+// TestDependencies keeps the client free of the daemon's writers and heavy
 // dependencies: an application that imports it links neither Kafka, a
 // SQL driver nor a YAML parser.
 func TestDependencies(t *testing.T) {
@@ -29,7 +29,7 @@ func TestDependencies(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		for _, banned := range []string{"kafka", "franz-go", "go-sql-driver", "yaml", "/consumer", "/counters", "prometheus"} {
+		for _, banned := range []string{"kafka", "franz-go", "go-sql-driver", "yaml", "/consumer", "/counters", "/cacheops", "prometheus"} {
 			if strings.Contains(dep, banned) {
 				t.Errorf("the client depends on %s", dep)
 			}
