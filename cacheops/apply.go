@@ -2,6 +2,7 @@ package cacheops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -14,6 +15,54 @@ import (
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
+
+// SetLoader loads the full member list of a set (raw, unescaped values)
+// for a set rule's load query, with args bound to its '?' placeholders.
+// It must be safe for concurrent use.
+type SetLoader interface {
+	LoadMembers(ctx context.Context, query string, args []rules.Value) ([]string, error)
+}
+
+// Recounter runs a count rule's recount query with args bound to its '?'
+// placeholders and returns the single integer it yields. The counters
+// package's MySQL satisfies it. It must be safe for concurrent use.
+type Recounter interface {
+	Count(ctx context.Context, query string, args []rules.Value) (int64, error)
+}
+
+// OpRecounter is a Recounter that may recount and store a counter itself
+// (the counters package: fenced, exact recounts, docs/exact-counters.md).
+// The Applier asks it instead of Count, for a counter found missing
+// (missing) or possibly wrong, or an OpRecount. stored reports that it
+// stored the counter and res is the op's result; else n is the count,
+// which the Applier stores as it does Count's (add when missing, else
+// set). err is a recount that failed (the Applier then deletes the
+// counter). It must be safe for concurrent use, count its own recounts,
+// and bound its own time (ctx is the Apply's).
+type OpRecounter interface {
+	Recounter
+	RecountOp(ctx context.Context, op *rules.Op, missing bool) (n int64, res Result, stored bool, err error)
+}
+
+// ErrUnknownOutcome marks the failure of a counter op (OpCount) whose delta
+// may already be in memcached: the reply to the incr or decr was lost with
+// its connection, or a step after an applied delta failed. Applying the op
+// again could count the change twice, so the caller must not retry it as
+// it is but turn it into a recount (OpRecount) of its key. Find it with
+// errors.Is on Result.Err; the error also wraps the cause, so Retryable
+// still tells whether waiting may help.
+var ErrUnknownOutcome = errors.New("cacheops: counter delta may have been applied")
+
+// RoundTripObserver receives the duration of one memcached round trip,
+// e.g. to feed a latency histogram. The nil observer ignores everything.
+type RoundTripObserver func(time.Duration)
+
+// Since reports the time elapsed since start, the start of a round trip.
+func (o RoundTripObserver) Since(start time.Time) {
+	if o != nil {
+		o(time.Since(start))
+	}
+}
 
 // Applier applies planned and coalesced cache ops to memcached: namespace
 // bumps, set appends, set rebuilds and deletes, counter deltas and
@@ -454,54 +503,6 @@ func (a *Applier) setTTL(cmd *metaproto.Cmd, ttl time.Duration) {
 // exptime converts a rule TTL with itemformat.Expiration.
 func (a *Applier) exptime(ttl time.Duration) int64 {
 	return int64(itemformat.Expiration(ttl, a.cfg.Now()))
-}
-
-// ApplyByKey runs apply for every op, ops of different keys concurrently
-// (at most maxConcurrency at a time), ops that share a key one after the
-// other in slice order, and stores each result in results[i] (len(results)
-// must be at least len(ops)). It returns nil when every op succeeded, else
-// an *ApplyError joining the failures.
-func ApplyByKey(ops []rules.Op, results []Result, maxConcurrency int, apply func(op *rules.Op) Result) error {
-	groups := groupOpsByKey(ops)
-	workers := min(maxConcurrency, len(groups))
-	var next atomic.Int64
-	work := func() {
-		for {
-			g := int(next.Add(1) - 1)
-			if g >= len(groups) {
-				return
-			}
-			for _, i := range groups[g] {
-				results[i] = apply(&ops[i])
-			}
-		}
-	}
-	if workers <= 1 {
-		work()
-	} else {
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(work)
-		}
-		wg.Wait()
-	}
-	return applyError(ops, results)
-}
-
-// groupOpsByKey returns the indexes of ops grouped by key, groups in order of
-// their first op, indexes in op order.
-func groupOpsByKey(ops []rules.Op) [][]int {
-	groups := make([][]int, 0, len(ops))
-	byKey := make(map[string]int, len(ops))
-	for i := range ops {
-		if g, ok := byKey[ops[i].Key]; ok {
-			groups[g] = append(groups[g], i)
-			continue
-		}
-		byKey[ops[i].Key] = len(groups)
-		groups = append(groups, []int{i})
-	}
-	return groups
 }
 
 // isRefused reports a store memcached would not do: NOT_STORED (missing

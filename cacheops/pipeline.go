@@ -2,7 +2,6 @@ package cacheops
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"time"
@@ -10,38 +9,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/internal/metaproto"
-	"github.com/cachewarden/cachewarden/rules"
 )
-
-// Recounter runs a count rule's recount query with args bound to its '?'
-// placeholders and returns the single integer it yields. The counters
-// package's MySQL satisfies it. It must be safe for concurrent use.
-type Recounter interface {
-	Count(ctx context.Context, query string, args []rules.Value) (int64, error)
-}
-
-// OpRecounter is a Recounter that may recount and store a counter itself
-// (the counters package: fenced, exact recounts, docs/exact-counters.md).
-// The Applier asks it instead of Count, for a counter found missing
-// (missing) or possibly wrong, or an OpRecount. stored reports that it
-// stored the counter and res is the op's result; else n is the count,
-// which the Applier stores as it does Count's (add when missing, else
-// set). err is a recount that failed (the Applier then deletes the
-// counter). It must be safe for concurrent use, count its own recounts,
-// and bound its own time (ctx is the Apply's).
-type OpRecounter interface {
-	Recounter
-	RecountOp(ctx context.Context, op *rules.Op, missing bool) (n int64, res Result, stored bool, err error)
-}
-
-// ErrUnknownOutcome marks the failure of a counter op (OpCount) whose delta
-// may already be in memcached: the reply to the incr or decr was lost with
-// its connection, or a step after an applied delta failed. Applying the op
-// again could count the change twice, so the caller must not retry it as
-// it is but turn it into a recount (OpRecount) of its key. Find it with
-// errors.Is on Result.Err; the error also wraps the cause, so Retryable
-// still tells whether waiting may help.
-var ErrUnknownOutcome = errors.New("cacheops: counter delta may have been applied")
 
 // PipelineConfig tunes a PipelineWriter. The zero value gives the
 // documented defaults.

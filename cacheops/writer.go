@@ -1,21 +1,11 @@
 package cacheops
 
 import (
-	"context"
 	"log/slog"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-
-	"github.com/cachewarden/cachewarden/rules"
 )
-
-// SetLoader loads the full member list of a set (raw, unescaped values)
-// for a set rule's load query, with args bound to its '?' placeholders.
-// It must be safe for concurrent use.
-type SetLoader interface {
-	LoadMembers(ctx context.Context, query string, args []rules.Value) ([]string, error)
-}
 
 // WriterConfig tunes a Writer. The zero value gives the documented
 // defaults.
@@ -44,17 +34,6 @@ type WriterConfig struct {
 	// memcached round trip (one command with Writer, one pipelined
 	// exchange with PipelineWriter); it must be safe for concurrent use.
 	ObserveRoundTrip RoundTripObserver
-}
-
-// RoundTripObserver receives the duration of one memcached round trip,
-// e.g. to feed a latency histogram. The nil observer ignores everything.
-type RoundTripObserver func(time.Duration)
-
-// Since reports the time elapsed since start, the start of a round trip.
-func (o RoundTripObserver) Since(start time.Time) {
-	if o != nil {
-		o(time.Since(start))
-	}
 }
 
 const (
