@@ -122,8 +122,7 @@ func TestStackOneApplier(t *testing.T) {
 	mc := testsvc.Memcached(t)
 	for _, protocol := range []string{"meta", "text"} {
 		t.Run(protocol, func(t *testing.T) {
-			dir := t.TempDir()
-			os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(`version: 1
+			cfg := loadStackConfig(t, `version: 1
 rules:
   - name: u
     table: shop.users
@@ -137,21 +136,10 @@ rules:
     table: shop.comments
     count:
       key: "comments:{post_id}"
-`), 0o644)
-			path := filepath.Join(dir, "cw.yaml")
-			os.WriteFile(path, []byte(fmt.Sprintf(`kafka:
-  brokers: [127.0.0.1:9092]
-  group: g
-  topics: [cdc]
-memcached:
-  servers: [%s]
-  protocol: %s
+`, fmt.Sprintf(`kafka: {brokers: [127.0.0.1:9092], group: g, topics: [cdc]}
+memcached: {servers: [%s], protocol: %s}
 rules: [rules.yaml]
-`, mc, protocol)), 0o644)
-			cfg, err := config.LoadEnv(path, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+`, mc, protocol))
 			s, err := NewStack(cfg, nil, StackOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -192,4 +180,23 @@ rules: [rules.yaml]
 			}
 		})
 	}
+}
+
+// loadStackConfig writes ruleFile as rules.yaml and configFile beside it,
+// and loads the config.
+func loadStackConfig(t *testing.T, ruleFile, configFile string) *config.Config {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(ruleFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "cw.yaml")
+	if err := os.WriteFile(path, []byte(configFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadEnv(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
