@@ -11,19 +11,22 @@ import (
 	"syscall"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
+	"github.com/cachewarden/cachewarden/itemformat"
 )
 
 var (
 	// ErrInvalidKey means a key is empty, longer than 250 bytes or holds a
 	// byte memcached does not allow (<= 0x20 or 0x7f). Such a key is never
-	// sent.
-	ErrInvalidKey = errors.New("invalid memcached key")
+	// sent. It is itemformat.ErrInvalidKey (itemformat.CheckKey).
+	ErrInvalidKey = itemformat.ErrInvalidKey
 	// ErrInvalidOp means an op cannot be applied by the Writer: a kind it
 	// does not handle, a missing rule, or malformed set tokens.
 	ErrInvalidOp = errors.New("invalid cache op")
 	// ErrTooLarge means memcached refused a value because it exceeds its
-	// item size limit (SERVER_ERROR object too large for cache).
-	ErrTooLarge = errors.New("memcached item too large")
+	// item size limit (SERVER_ERROR object too large for cache). It is
+	// metaproto.ErrTooLarge.
+	ErrTooLarge = metaproto.ErrTooLarge
 )
 
 // Retryable reports whether an operation that failed with err may succeed
@@ -69,7 +72,7 @@ func classifyRetry(err error) (decided, retry bool) {
 	case context.DeadlineExceeded:
 		// A timeout: the service was slow or unreachable this time.
 		return true, true
-	case ErrInvalidKey, ErrInvalidOp, memcache.ErrMalformedKey:
+	case ErrInvalidKey, ErrInvalidOp, itemformat.ErrInvalidTokens, metaproto.ErrRejected, memcache.ErrMalformedKey:
 		// The op itself is wrong; it would be refused again.
 		return true, false
 	case ErrTooLarge:

@@ -13,7 +13,7 @@ import (
 // it and creates it again through each writer: every new
 // start is above every version the first incarnation handed out, so no key
 // built under an old version is read again. (With Unix milliseconds as the
-// start, as before NamespaceStart, the second incarnation started about
+// start, as before itemformat.NamespaceStart, the second incarnation started about
 // 100,000 below the first one's last version.)
 func TestNamespaceVersionsNeverRecur(t *testing.T) {
 	e := newPLEnv(t)

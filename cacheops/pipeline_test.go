@@ -20,6 +20,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -314,7 +315,7 @@ func TestPipelineBump(t *testing.T) {
 	for i, want := range []Outcome{OutcomeIncr, OutcomeAdded, OutcomeDeleted, OutcomeAdded} {
 		plWant(t, results[i], want)
 	}
-	clock := strconv.FormatUint(NamespaceStart(plClock), 10)
+	clock := strconv.FormatUint(itemformat.NamespaceStart(plClock), 10)
 	e.wantValue(t, existing, "101")
 	e.wantValue(t, missing, clock)
 	e.wantMissing(t, junk)
@@ -331,7 +332,7 @@ func TestPipelineBump(t *testing.T) {
 
 	// The second bump of a created namespace increments it.
 	plWant(t, plApplyOne(t, w, plBump(missing)), OutcomeIncr)
-	e.wantValue(t, missing, strconv.FormatUint(NamespaceStart(plClock)+1, 10))
+	e.wantValue(t, missing, strconv.FormatUint(itemformat.NamespaceStart(plClock)+1, 10))
 }
 
 // TestPipelineBumpConcurrentMissing bumps one missing namespace from many
@@ -366,7 +367,7 @@ func TestPipelineBumpConcurrentMissing(t *testing.T) {
 	if added.Load() != 1 || incrs.Load() != goroutines*bumps-1 {
 		t.Errorf("added %d, incr %d; want 1 and %d", added.Load(), incrs.Load(), goroutines*bumps-1)
 	}
-	e.wantValue(t, key, strconv.FormatUint(NamespaceStart(plClock)+goroutines*bumps-1, 10))
+	e.wantValue(t, key, strconv.FormatUint(itemformat.NamespaceStart(plClock)+goroutines*bumps-1, 10))
 }
 
 func TestPipelineSetAppend(t *testing.T) {
@@ -642,7 +643,7 @@ func TestPipelineSameKeyInOrder(t *testing.T) {
 		plWant(t, results[i], want)
 	}
 	e.wantValue(t, set, "+x +a -a +b ")
-	e.wantValue(t, ns, strconv.FormatUint(NamespaceStart(plClock)+1, 10))
+	e.wantValue(t, ns, strconv.FormatUint(itemformat.NamespaceStart(plClock)+1, 10))
 	if s := w.Stats(); s.Rounds != 3 {
 		t.Errorf("rounds = %d, want 3 (one per occurrence of the key)", s.Rounds)
 	}
@@ -753,7 +754,7 @@ func TestPipelineRoutingMatchesGomemcache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := strconv.FormatUint(NamespaceStart(plClock), 10)
+	clock := strconv.FormatUint(itemformat.NamespaceStart(plClock), 10)
 	for _, key := range bumps {
 		if it := items[key]; it == nil || string(it.Value) != clock {
 			t.Fatalf("gomemcache does not find bump %s where the pipeline wrote it: %v", key, it)
@@ -803,6 +804,10 @@ type plProxy struct {
 	cut   atomic.Int64
 	stall atomic.Bool
 	conns atomic.Int64
+	// inject turns the next success reply to a store (STORED, HD) into
+	// "SERVER_ERROR out of memory storing object", as memcached answers
+	// when it is out of memory.
+	inject atomic.Bool
 }
 
 func startPLProxy(t *testing.T, target string) *plProxy {
@@ -856,13 +861,33 @@ func startPLProxy(t *testing.T, target string) *plProxy {
 				if p.stall.Load() {
 					io.Copy(io.Discard, server)
 				} else {
-					io.Copy(client, server)
+					p.copyReplies(client, server)
 				}
 				client.Close()
 			})
 		}
 	})
 	return p
+}
+
+// copyReplies copies memcached's replies line by line (a data block
+// passes as lines too), injecting a server error when inject is set.
+func (p *plProxy) copyReplies(client io.Writer, server io.Reader) {
+	r := bufio.NewReader(server)
+	for {
+		line, err := r.ReadString('\n')
+		if line != "" {
+			if (line == "STORED\r\n" || strings.HasPrefix(line, "HD ")) && p.inject.CompareAndSwap(true, false) {
+				line = "SERVER_ERROR out of memory storing object\r\n"
+			}
+			if _, werr := io.WriteString(client, line); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // plMixedBatch returns bumps, set appends and counter deltas on existing

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cachewarden/cachewarden/itemformat"
 )
 
 // TokenLog keeps the daemon's own bookkeeping in memcached items of the
@@ -40,10 +41,10 @@ const tokenLogAttempts = 3
 // cannot take the tokens the error wraps ErrTooLarge. Errors are
 // classified by Retryable.
 func (l *TokenLog) Append(key string, tokens []byte) error {
-	if err := checkWriteKey(key); err != nil {
+	if err := itemformat.CheckKey(key); err != nil {
 		return fmt.Errorf("cacheops: token log %q: %w", key, err)
 	}
-	if err := checkSetTokens(string(tokens)); err != nil {
+	if err := itemformat.CheckSetTokens(string(tokens)); err != nil {
 		return fmt.Errorf("cacheops: token log %q: %w", key, err)
 	}
 	full := false
@@ -76,7 +77,7 @@ func (l *TokenLog) Append(key string, tokens []byte) error {
 			return fmt.Errorf("cacheops: gets %q: %w", key, err)
 		}
 		full = true
-		l.compact(it, DecodeSet(it.Value))
+		l.compact(it, itemformat.DecodeSet(it.Value))
 	}
 	if full {
 		return fmt.Errorf("cacheops: append %q: the log cannot take %d more bytes even compacted: %w", key, len(tokens), ErrTooLarge)
@@ -93,7 +94,7 @@ func (l *TokenLog) Members(keys []string) (map[string][]string, error) {
 	}
 	out := make(map[string][]string, len(items))
 	for key, it := range items {
-		st := DecodeSet(it.Value)
+		st := itemformat.DecodeSet(it.Value)
 		out[key] = st.Members
 		if st.Tokens > len(st.Members) {
 			l.compact(it, st)
@@ -105,8 +106,8 @@ func (l *TokenLog) Members(keys []string) (map[string][]string, error) {
 // compact rewrites the log it (as read, with its cas id) without its
 // removed tokens; a lost cas means the log changed since, and the next
 // compaction tries again.
-func (l *TokenLog) compact(it *memcache.Item, st SetState) {
-	err := l.mc.CompareAndSwap(&memcache.Item{Key: it.Key, Value: EncodeSet(st.Members), Flags: it.Flags, CasID: it.CasID})
+func (l *TokenLog) compact(it *memcache.Item, st itemformat.SetState) {
+	err := l.mc.CompareAndSwap(&memcache.Item{Key: it.Key, Value: itemformat.EncodeSet(st.Members), Flags: it.Flags, CasID: it.CasID})
 	switch {
 	case err == nil:
 		l.log.Debug("compacted a token log", "key", it.Key, "tokens", st.Tokens, "members", len(st.Members))

@@ -19,6 +19,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -214,8 +215,8 @@ func TestWriterBumpMissing(t *testing.T) {
 	w := e.writer(nil, WriterConfig{})
 	key := e.key("ns:2")
 	wantOutcome(t, applyOne(t, w, bumpOp(key)), OutcomeAdded)
-	if v, _ := e.value(t, key); v != strconv.FormatUint(NamespaceStart(wtClock), 10) {
-		t.Fatalf("value = %q, want the clock's start version %d", v, NamespaceStart(wtClock))
+	if v, _ := e.value(t, key); v != strconv.FormatUint(itemformat.NamespaceStart(wtClock), 10) {
+		t.Fatalf("value = %q, want the clock's start version %d", v, itemformat.NamespaceStart(wtClock))
 	}
 	if ttl := e.ttl(t, key); ttl < 3590 || ttl > 3600 {
 		t.Errorf("ttl = %d, want the rule's 3600", ttl)
@@ -265,7 +266,7 @@ func TestWriterBumpConcurrentMissing(t *testing.T) {
 	if added.Load() != 1 || incrs.Load() != goroutines*bumps-1 {
 		t.Errorf("added %d, incr %d; want 1 and %d", added.Load(), incrs.Load(), goroutines*bumps-1)
 	}
-	want := strconv.FormatUint(NamespaceStart(wtClock)+goroutines*bumps-1, 10)
+	want := strconv.FormatUint(itemformat.NamespaceStart(wtClock)+goroutines*bumps-1, 10)
 	if v, _ := e.value(t, key); v != want {
 		t.Errorf("value = %s, want %s", v, want)
 	}
@@ -736,10 +737,10 @@ func TestWriterCompactionRace(t *testing.T) {
 	close(stop)
 	<-compactorDone
 	v, _ := e.value(t, key)
-	st := DecodeSet([]byte(v))
+	st := itemformat.DecodeSet([]byte(v))
 	var got, expected []string
 	for _, m := range st.Members {
-		got = append(got, Unescape(m))
+		got = append(got, itemformat.Unescape(m))
 	}
 	for m, present := range want {
 		if present {
@@ -943,7 +944,7 @@ func TestApplyErrorMessage(t *testing.T) {
 // Guard against the test helpers' own mistakes: a set written by bigSet
 // must decode to the two kept members (plus clean filler).
 func TestBigSetHelper(t *testing.T) {
-	st := DecodeSet([]byte(bigSet(10000, true)))
+	st := itemformat.DecodeSet([]byte(bigSet(10000, true)))
 	if !slices.Equal(st.Members, []string{"keep", "keep2"}) || !bytes.HasPrefix([]byte(bigSet(100, false)), []byte("+keep +keep2 +filler")) {
 		t.Fatalf("bigSet: %+v", st.Members)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -30,9 +31,9 @@ import (
 //	go test ./client -run '^$' -bench HotKeySpread
 func BenchmarkHotKeySpread(b *testing.B) {
 	const servers = 8
-	var list []cacheops.Server
+	var list []itemformat.Server
 	for i := range servers {
-		list = append(list, cacheops.Server{Addr: "127.0.0.1:" + strconv.Itoa(21000+i)})
+		list = append(list, itemformat.Server{Addr: "127.0.0.1:" + strconv.Itoa(21000+i)})
 	}
 	for _, load := range []string{"global", "zipf"} {
 		for _, copies := range []int{0, 2, 4, 8} {
@@ -87,9 +88,9 @@ func BenchmarkHotKeySpread(b *testing.B) {
 //	go test ./client -run '^$' -bench NamespaceReads
 func BenchmarkNamespaceReads(b *testing.B) {
 	addrs := startMemcacheds(b, 4)
-	var list []cacheops.Server
+	var list []itemformat.Server
 	for _, a := range addrs {
-		list = append(list, cacheops.Server{Addr: a})
+		list = append(list, itemformat.Server{Addr: a})
 	}
 	rs, err := rulefile.Parse("bench.yaml", []byte(`version: 1
 rules:
@@ -160,7 +161,7 @@ rules:
 // they make (a GetMulti asks every server holding one of its keys).
 type serverCountingClient struct {
 	readClient
-	sel                  *cacheops.Selector
+	sel                  *itemformat.Selector
 	requests, roundTrips atomic.Int64
 }
 

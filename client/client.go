@@ -10,7 +10,7 @@
 //
 //	rs, _ := rulefile.LoadPaths("rules/")      // or rules.NewRuleSet
 //	c, _ := client.New(client.Config{
-//		Servers: []cacheops.Server{{Addr: "10.0.0.1:11211"}},
+//		Servers: []itemformat.Server{{Addr: "10.0.0.1:11211"}},
 //		Rules:   rs,
 //		DB:      db, // *sql.DB: runs the rules' load and recount queries
 //	}, logger)
@@ -34,7 +34,8 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -44,9 +45,9 @@ import (
 type Config struct {
 	// Servers are the memcached servers exactly as the daemon's
 	// memcached.servers lists them: same order, same text, same weights.
-	Servers []cacheops.Server
+	Servers []itemformat.Server
 	// Distribution is the daemon's memcached.distribution; "" means
-	// cacheops.DefaultDistribution.
+	// itemformat.DefaultDistribution.
 	Distribution string
 	// Rules is the daemon's rule set: rulefile.LoadPaths of its rule
 	// files, or rules.NewRuleSet.
@@ -125,8 +126,8 @@ type readClient interface {
 type Client struct {
 	mc    readClient
 	gomc  *memcache.Client
-	meta  *cacheops.MetaClient
-	sel   *cacheops.Selector
+	meta  *metaproto.Client
+	sel   *itemformat.Selector
 	rules map[string]*Rule
 	hold  *holdCache
 	db    Querier
@@ -145,7 +146,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("client: Config.Rules is nil; load the daemon's rule files (rulefile.LoadPaths)")
 	}
-	sel, err := cacheops.NewSelector(cfg.Distribution, cfg.Servers)
+	sel, err := itemformat.NewSelector(cfg.Distribution, cfg.Servers)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -162,7 +163,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	c := &Client{
 		mc:   &redialingClient{Client: mc, attempts: cfg.MaxIdleConns + 1},
 		gomc: mc,
-		meta: cacheops.NewMetaClient(sel, cacheops.MetaClientConfig{
+		meta: metaproto.NewClient(sel, metaproto.ClientConfig{
 			ConnsPerServer: cfg.MaxIdleConns, Timeout: cfg.Timeout, Dial: cfg.Dial}),
 		sel:   sel,
 		rules: make(map[string]*Rule, len(cfg.Rules.Rules())),
@@ -179,13 +180,13 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 
 func (cfg Config) withDefaults() Config {
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = cacheops.DefaultTimeout
+		cfg.Timeout = metaproto.DefaultTimeout
 	}
 	if cfg.MaxIdleConns <= 0 {
-		cfg.MaxIdleConns = cacheops.DefaultConnsPerServer
+		cfg.MaxIdleConns = metaproto.DefaultConnsPerServer
 	}
 	if cfg.CompactRatio <= 0 {
-		cfg.CompactRatio = cacheops.DefaultCompactRatio
+		cfg.CompactRatio = itemformat.DefaultCompactRatio
 	}
 	if cfg.LockPoll <= 0 {
 		cfg.LockPoll = defaultLockPoll
@@ -320,7 +321,7 @@ func checkContext(ctx context.Context, what string) error {
 	return nil
 }
 
-// atLeast returns the lifetime to give memcached (whose cacheops.Expiration
+// atLeast returns the lifetime to give memcached (whose itemformat.Expiration
 // rounds up to whole seconds) for an item that must live at least d:
 // memcached counts whole seconds on its own clock and drops an item once
 // that clock reaches the deadline, so an expiration of n seconds lasts
@@ -338,7 +339,7 @@ func atLeast(d time.Duration) time.Duration {
 // for an item that must live at least d (atLeast). d <= 0 means no
 // expiry (0).
 func readExpiration(d time.Duration, now time.Time) int32 {
-	return cacheops.Expiration(atLeast(d), now)
+	return itemformat.Expiration(atLeast(d), now)
 }
 
 // sleepContext waits for d or until ctx ends, returning ctx's error then.

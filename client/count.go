@@ -9,7 +9,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -29,7 +29,7 @@ import (
 // plus the deltas after it (docs/exact-counters.md), and Count returns it
 // as it is. Count's own recount runs no snapshot and writes no fence, so
 // the counter it stores is marked as a reader's count (flags
-// cacheops.ReaderCountFlags): a daemon with exact counters on never
+// itemformat.ReaderCountFlags): a daemon with exact counters on never
 // increments it but recounts it, fenced, at the next change, so a change
 // both in Count's query and still on its way to the daemon is never
 // counted twice. With fencing off the daemon applies deltas to it as to
@@ -59,7 +59,7 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 	store := c.mc.Add
 	switch {
 	case err == nil:
-		if n, ok := cacheops.ParseCount(it.Value); ok {
+		if n, ok := itemformat.ParseCount(it.Value); ok {
 			return n, nil
 		}
 		c.log.Warn("counter holds a non-numeric value; recounting", "key", key, "value_bytes", len(it.Value))
@@ -81,7 +81,7 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 		return 0, fmt.Errorf("client: count %q: recount: %w", key, err)
 	}
 	if store != nil && ctx.Err() == nil {
-		err := store(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Flags: cacheops.ReaderCountFlags,
+		err := store(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Flags: itemformat.ReaderCountFlags,
 			Expiration: readExpiration(r.rule.TTL, time.Now())})
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
 			c.log.Debug("counter store failed", "key", key, "err", err)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -69,7 +69,7 @@ func newTestEnv(t *testing.T, db Querier, adjust func(*Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Servers: []cacheops.Server{{Addr: addr}}, Rules: rs, DB: db, Timeout: 2 * time.Second}
+	cfg := Config{Servers: []itemformat.Server{{Addr: addr}}, Rules: rs, DB: db, Timeout: 2 * time.Second}
 	if adjust != nil {
 		adjust(&cfg)
 	}

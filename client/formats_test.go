@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -110,17 +110,17 @@ func TestFormatVectors(t *testing.T) {
 		}
 	}
 	for _, c := range v.Tokens {
-		if got := string(cacheops.AppendToken(nil, c.Add, c.Member)); got != c.Token {
+		if got := string(itemformat.AppendToken(nil, c.Add, c.Member)); got != c.Token {
 			t.Errorf("token of %q: %q, want %q", c.Member, got, c.Token)
 		}
 	}
 	for _, c := range v.Sets {
-		st := cacheops.DecodeSet([]byte(c.Value))
+		st := itemformat.DecodeSet([]byte(c.Value))
 		got := unescapeMembers(st.Members)
 		if !slices.Equal(got, c.Members) && !(len(got) == 0 && len(c.Members) == 0) || st.Tokens != c.Tokens || st.Tokens-len(st.Members) != c.Garbage {
 			t.Errorf("set %s: %q, %d tokens, %d garbage; want %q, %d, %d", c.Name, got, st.Tokens, st.Tokens-len(st.Members), c.Members, c.Tokens, c.Garbage)
 		}
-		if got := string(cacheops.EncodeSet(st.Members)); got != c.Compacted {
+		if got := string(itemformat.EncodeSet(st.Members)); got != c.Compacted {
 			t.Errorf("set %s compacted: %q, want %q", c.Name, got, c.Compacted)
 		}
 	}
@@ -131,12 +131,12 @@ func TestFormatVectors(t *testing.T) {
 		}
 	}
 	for _, c := range v.NamespaceStart {
-		if got := strconv.FormatUint(cacheops.NamespaceStart(time.UnixMilli(c.UnixMs)), 10); got != c.Start {
+		if got := strconv.FormatUint(itemformat.NamespaceStart(time.UnixMilli(c.UnixMs)), 10); got != c.Start {
 			t.Errorf("namespace start %d: %s, want %s", c.UnixMs, got, c.Start)
 		}
 	}
 	for _, c := range v.Counters {
-		n, ok := cacheops.ParseCount([]byte(c.Value))
+		n, ok := itemformat.ParseCount([]byte(c.Value))
 		if ok != c.Valid || (ok && strconv.FormatInt(n, 10) != c.Count) {
 			t.Errorf("counter %q: %d, %v; want %s valid=%v", c.Value, n, ok, c.Count, c.Valid)
 		}
@@ -162,7 +162,7 @@ func TestFormatVectors(t *testing.T) {
 		}
 	}
 	for _, c := range v.Masters {
-		m, err := cacheops.DecodeMaster([]byte(c.Value), c.Bits)
+		m, err := itemformat.DecodeMaster([]byte(c.Value), c.Bits)
 		if (err == nil) != c.Valid {
 			t.Errorf("master %q (%d bits): %v, want valid=%v", c.Value, c.Bits, err, c.Valid)
 			continue
@@ -181,7 +181,7 @@ func TestFormatVectors(t *testing.T) {
 		}
 	}
 	for _, c := range v.EvidenceMarks {
-		next, changed := cacheops.MarkEvidence([]byte(c.Value), c.Batch, c.Bits, c.MaxSet, time.UnixMilli(c.UnixMs))
+		next, changed := itemformat.MarkEvidence([]byte(c.Value), c.Batch, c.Bits, c.MaxSet, time.UnixMilli(c.UnixMs))
 		if string(next) != c.Next || changed != c.Changed {
 			t.Errorf("evidence mark %q: %q, %v; want %q, %v", c.Name, next, changed, c.Next, c.Changed)
 		}
@@ -192,19 +192,19 @@ func TestFormatVectors(t *testing.T) {
 		case c.MG != "":
 			cl := &Client{cfg: Config{Turnstile: TurnstileOptions{ComputeTime: seconds(c.ComputeTime)}}.withDefaults()}
 			g := cl.leaseGet("KEY")
-			mg := fmt.Sprintf("mg %s v c t N%d R%d", g.Key, cacheops.Expiration(g.Vivify, now), (g.Recache+time.Second-1)/time.Second)
-			ttl := cacheops.Expiration(cl.storedTTL(seconds(c.Lifetime)), now)
+			mg := fmt.Sprintf("mg %s v c t N%d R%d", g.Key, itemformat.Expiration(g.Vivify, now), (g.Recache+time.Second-1)/time.Second)
+			ttl := itemformat.Expiration(cl.storedTTL(seconds(c.Lifetime)), now)
 			if mg != c.MG || ttl != c.MSTTL {
 				t.Errorf("lifetimes %q: %s, ms T%d; want %s, T%d", c.Name, mg, ttl, c.MG, c.MSTTL)
 			}
 		case c.MD != "":
 			cl := &Client{cfg: Config{Turnstile: TurnstileOptions{StaleFor: seconds(c.StaleFor)}}.withDefaults()}
-			if md := fmt.Sprintf("md KEY I T%d", cacheops.Expiration(atLeast(cl.cfg.Turnstile.StaleFor), now)); md != c.MD {
+			if md := fmt.Sprintf("md KEY I T%d", itemformat.Expiration(atLeast(cl.cfg.Turnstile.StaleFor), now)); md != c.MD {
 				t.Errorf("lifetimes %q: %s, want %s", c.Name, md, c.MD)
 			}
 		case c.RuleTTL != nil:
 			d := seconds(*c.RuleTTL)
-			if got, rd := cacheops.Expiration(d, now), readExpiration(d, now); got != c.DaemonTTL || rd != c.ReaderTTL {
+			if got, rd := itemformat.Expiration(d, now), readExpiration(d, now); got != c.DaemonTTL || rd != c.ReaderTTL {
 				t.Errorf("lifetimes %q: daemon T%d, reader T%d; want %d, %d", c.Name, got, rd, c.DaemonTTL, c.ReaderTTL)
 			}
 		default:

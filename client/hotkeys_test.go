@@ -12,6 +12,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -243,7 +244,7 @@ func TestEvidenceConcurrentDaemons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := cacheops.DecodeMaster(it.Value, 16)
+	m, err := itemformat.DecodeMaster(it.Value, 16)
 	if err != nil || m.Count() != 3 || !m.Has(8) || !m.Has(9) || !m.Has(10) {
 		t.Fatalf("master %q (%v): want bits 8, 9 and 10", it.Value, err)
 	}

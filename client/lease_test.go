@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 )
 
 // Leases against invalidation: whatever ends the leased item while its
@@ -199,7 +198,7 @@ func TestLeaseLifetimesHold(t *testing.T) {
 				return
 			}
 			gone, err := pollUntil(before, time.Now(), staleFor, 1500*time.Millisecond, func() (bool, error) {
-				items, err := e.c.meta.Get(t.Context(), []cacheops.MetaGet{{Key: key}})
+				items, err := e.c.meta.Get(t.Context(), []metaproto.Get{{Key: key}})
 				return err == nil && !items[0].Found, err
 			})
 			errs <- err
@@ -332,7 +331,7 @@ func TestLeaseRaceWithDatabase(t *testing.T) {
 			if err := db.QueryRow("SELECT v FROM hot WHERE id = ?", id).Scan(&want); err != nil {
 				t.Fatal(err)
 			}
-			items, err := e.c.meta.Get(t.Context(), []cacheops.MetaGet{{Key: leaseKey(id)}, {Key: naiveKey(id)}})
+			items, err := e.c.meta.Get(t.Context(), []metaproto.Get{{Key: leaseKey(id)}, {Key: naiveKey(id)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -392,7 +391,7 @@ func TestLeaseWithoutCASStoresNothing(t *testing.T) {
 	e := newTestEnv(t, nil, nil)
 	key := e.prefix + "page"
 	e.set(t, key, "current")
-	won := []cacheops.MetaItem{{Found: true, Won: true, CAS: 0}}
+	won := []metaproto.Item{{Found: true, Won: true, CAS: 0}}
 	e.c.storeComputed(t.Context(), []TurnstileKey{{Key: key, Expiration: time.Minute}}, won, [][]byte{[]byte("outdated")})
 	if v, ok := e.value(t, key); !ok || v != "current" {
 		t.Fatalf("after a store on a lease with cas 0 the key holds %q (present %v), want %q", v, ok, "current")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -54,7 +54,7 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 	}
 	it, err := c.mc.Get(key)
 	if err == nil {
-		st := cacheops.DecodeSet(it.Value)
+		st := itemformat.DecodeSet(it.Value)
 		c.compactSet(it, st, r.rule.TTL)
 		return unescapeMembers(st.Members), nil
 	}
@@ -76,7 +76,7 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 	if err := checkContext(ctx, "members "+key); err != nil {
 		return members, nil // the members are correct; only the add is skipped
 	}
-	err = c.mc.Add(&memcache.Item{Key: key, Value: cacheops.EncodeSet(escaped), Expiration: readExpiration(r.rule.TTL, time.Now())})
+	err = c.mc.Add(&memcache.Item{Key: key, Value: itemformat.EncodeSet(escaped), Expiration: readExpiration(r.rule.TTL, time.Now())})
 	switch {
 	case err == nil:
 	case errors.Is(err, memcache.ErrNotStored):
@@ -90,13 +90,13 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 // compactSet rewrites a dirty set item it (as read, with its cas id) in
 // compact form with lifetime ttl. It reports whether the rewrite was
 // stored.
-func (c *Client) compactSet(it *memcache.Item, st cacheops.SetState, ttl time.Duration) bool {
+func (c *Client) compactSet(it *memcache.Item, st itemformat.SetState, ttl time.Duration) bool {
 	if c.cfg.CompactRatio > 1 || !st.Dirty(c.cfg.CompactRatio) {
 		return false
 	}
 	err := c.mc.CompareAndSwap(&memcache.Item{
 		Key:        it.Key,
-		Value:      cacheops.EncodeSet(st.Members),
+		Value:      itemformat.EncodeSet(st.Members),
 		Flags:      it.Flags,
 		Expiration: readExpiration(ttl, time.Now()),
 		CasID:      it.CasID,
@@ -117,7 +117,7 @@ func (c *Client) compactSet(it *memcache.Item, st cacheops.SetState, ttl time.Du
 func unescapeMembers(escaped []string) []string {
 	out := make([]string, len(escaped))
 	for i, m := range escaped {
-		out[i] = cacheops.Unescape(m)
+		out[i] = itemformat.Unescape(m)
 	}
 	return out
 }

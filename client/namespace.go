@@ -11,7 +11,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -21,7 +21,7 @@ import (
 // it builds for that entity, so one increment makes all of them
 // unreachable at once; the old items simply age out.
 //
-// A missing version is created with cacheops.NamespaceStart of the current
+// A missing version is created with itemformat.NamespaceStart of the current
 // time, the value the daemon uses too: a version recreated after an
 // eviction is then larger than any earlier one, so keys built with an old
 // version are not reused.
@@ -78,7 +78,7 @@ func (r *Rule) Namespaces(ctx context.Context, rows []Row) ([]string, error) {
 		return nil, fmt.Errorf("%w: %q is a %s rule, not a bump rule", ErrUnknownRule, r.rule.Name, r.rule.Kind)
 	}
 	out := make([]string, len(rows))
-	var master cacheops.Master
+	var master itemformat.Master
 	if ev := r.rule.Evidence; ev != nil {
 		var err error
 		if master, err = r.c.master(ctx, ev, r.rule.TTL); err != nil {
@@ -141,29 +141,29 @@ func (r *Rule) CopyKeys(row Row) ([]string, error) {
 // master returns the master item of ev, creating it when missing (and
 // replacing one that is not a master item of ev.Bits bits) at
 // NamespaceStart of the current time with every bit clear.
-func (c *Client) master(ctx context.Context, ev *rules.Evidence, ttl time.Duration) (cacheops.Master, error) {
+func (c *Client) master(ctx context.Context, ev *rules.Evidence, ttl time.Duration) (itemformat.Master, error) {
 	if m, ok := c.hold.get(ev.MasterKey); ok {
-		return m.(cacheops.Master), nil
+		return m.(itemformat.Master), nil
 	}
 	for range namespaceAttempts {
 		if err := checkContext(ctx, "master "+strconv.Quote(ev.MasterKey)); err != nil {
-			return cacheops.Master{}, err
+			return itemformat.Master{}, err
 		}
 		it, err := c.mc.Get(ev.MasterKey)
 		if err == nil {
-			m, derr := cacheops.DecodeMaster(it.Value, ev.Bits)
+			m, derr := itemformat.DecodeMaster(it.Value, ev.Bits)
 			if derr == nil {
 				c.hold.put(ev.MasterKey, m)
 				return m, nil
 			}
 			c.log.Warn("replacing an unreadable master namespace", "key", ev.MasterKey, "err", derr)
 		} else if !errors.Is(err, memcache.ErrCacheMiss) {
-			return cacheops.Master{}, fmt.Errorf("client: master %q: %w", ev.MasterKey, err)
+			return itemformat.Master{}, fmt.Errorf("client: master %q: %w", ev.MasterKey, err)
 		}
 		// A new master version: nothing is cached under it yet, whatever
 		// the bits of the old one were.
 		now := time.Now()
-		m := cacheops.NewMaster(cacheops.NamespaceStart(now), ev.Bits)
+		m := itemformat.NewMaster(itemformat.NamespaceStart(now), ev.Bits)
 		item := &memcache.Item{Key: ev.MasterKey, Value: m.Encode(), Expiration: readExpiration(ttl, now)}
 		if it != nil {
 			item.Flags, item.CasID = it.Flags, it.CasID
@@ -176,11 +176,11 @@ func (c *Client) master(ctx context.Context, ev *rules.Evidence, ttl time.Durati
 			c.hold.put(ev.MasterKey, m)
 			return m, nil
 		case !errors.Is(err, memcache.ErrNotStored) && !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss):
-			return cacheops.Master{}, fmt.Errorf("client: master %q: %w", ev.MasterKey, err)
+			return itemformat.Master{}, fmt.Errorf("client: master %q: %w", ev.MasterKey, err)
 		}
 		// Another client wrote it first: read theirs.
 	}
-	return cacheops.Master{}, fmt.Errorf("client: master %q: changed or evicted %d times in a row", ev.MasterKey, namespaceAttempts)
+	return itemformat.Master{}, fmt.Errorf("client: master %q: changed or evicted %d times in a row", ev.MasterKey, namespaceAttempts)
 }
 
 // versions returns the versions stored at keys (one GetMulti), creating
@@ -256,7 +256,7 @@ func (c *Client) version(ctx context.Context, key string, ttl time.Duration) (ui
 // is false when another client added it first.
 func (c *Client) createVersion(key string, ttl time.Duration) (version uint64, created bool, err error) {
 	now := time.Now()
-	version = cacheops.NamespaceStart(now)
+	version = itemformat.NamespaceStart(now)
 	err = c.mc.Add(&memcache.Item{Key: key, Value: strconv.AppendUint(nil, version, 10), Expiration: readExpiration(ttl, now)})
 	switch {
 	case err == nil:

@@ -16,10 +16,11 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
-// TestDependencies keeps the client free of the daemon's heavy
+// TestDependencies keeps the client free of the daemon's writers and heavy
 // dependencies: an application that imports it links neither Kafka, a
 // SQL driver nor a YAML parser.
 func TestDependencies(t *testing.T) {
@@ -28,7 +29,7 @@ func TestDependencies(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		for _, banned := range []string{"kafka", "franz-go", "go-sql-driver", "yaml", "/consumer", "/counters", "prometheus"} {
+		for _, banned := range []string{"kafka", "franz-go", "go-sql-driver", "yaml", "/consumer", "/counters", "/cacheops", "prometheus"} {
 			if strings.Contains(dep, banned) {
 				t.Errorf("the client depends on %s", dep)
 			}
@@ -82,7 +83,7 @@ func TestKeysAreTheDaemons(t *testing.T) {
 func TestNamespaceConcurrentCreate(t *testing.T) {
 	e := newTestEnv(t, nil, nil)
 	const callers = 32
-	before := cacheops.NamespaceStart(time.Now())
+	before := itemformat.NamespaceStart(time.Now())
 	start := make(chan struct{})
 	versions := make([]string, callers)
 	errs := make([]error, callers)
@@ -95,7 +96,7 @@ func TestNamespaceConcurrentCreate(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	after := cacheops.NamespaceStart(time.Now())
+	after := itemformat.NamespaceStart(time.Now())
 	for i := range callers {
 		if errs[i] != nil {
 			t.Fatalf("caller %d: %v", i, errs[i])
@@ -275,10 +276,10 @@ func TestCompactionNeverDropsNewerAppends(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The daemon appends between the reader's read and its compaction.
-	if err := e.mc.Append(&memcache.Item{Key: key, Value: cacheops.AppendToken(nil, true, "d")}); err != nil {
+	if err := e.mc.Append(&memcache.Item{Key: key, Value: itemformat.AppendToken(nil, true, "d")}); err != nil {
 		t.Fatal(err)
 	}
-	if e.c.compactSet(read, cacheops.DecodeSet(read.Value), time.Minute) {
+	if e.c.compactSet(read, itemformat.DecodeSet(read.Value), time.Minute) {
 		t.Fatal("compaction based on an outdated read was stored")
 	}
 	if v, _ := e.value(t, key); v != "+a -a +b -b +c +d " {
@@ -345,7 +346,7 @@ func TestMembersLoadsMissingSets(t *testing.T) {
 			t.Fatalf("Members = %q, %v", got, err)
 		}
 		// The empty item exists, so the daemon's appends now land.
-		if err := e.mc.Append(&memcache.Item{Key: e.prefix + "interests:3", Value: cacheops.AppendToken(nil, true, "x")}); err != nil {
+		if err := e.mc.Append(&memcache.Item{Key: e.prefix + "interests:3", Value: itemformat.AppendToken(nil, true, "x")}); err != nil {
 			t.Fatalf("append to the loaded empty set: %v", err)
 		}
 		got, err = e.c.Members(t.Context(), "user-interests", Row{"user_id": 3})
@@ -404,8 +405,8 @@ func TestCount(t *testing.T) {
 	if n, err := e.c.Count(ctx, "post-comments", Row{"post_id": 9}); err != nil || n != 2 {
 		t.Fatalf("Count = %d, %v; want 2", n, err)
 	}
-	if it, err := e.mc.Get(key); err != nil || string(it.Value) != "2" || it.Flags != cacheops.ReaderCountFlags {
-		t.Fatalf("stored counter %+v, %v; want 2 marked as a reader's count (flags %#x)", it, err, cacheops.ReaderCountFlags)
+	if it, err := e.mc.Get(key); err != nil || string(it.Value) != "2" || it.Flags != itemformat.ReaderCountFlags {
+		t.Fatalf("stored counter %+v, %v; want 2 marked as a reader's count (flags %#x)", it, err, itemformat.ReaderCountFlags)
 	}
 	// A present counter is read as it is, padding included.
 	e.set(t, key, "5 ")
@@ -441,7 +442,7 @@ func TestReadsSurviveMemcachedRestart(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	stop := startMemcachedOn(t, addr)
-	e := newTestEnv(t, nil, func(c *Config) { c.Servers = []cacheops.Server{{Addr: addr}} })
+	e := newTestEnv(t, nil, func(c *Config) { c.Servers = []itemformat.Server{{Addr: addr}} })
 	// Fill the pool with idle connections.
 	var wg sync.WaitGroup
 	for i := range 16 {

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 )
 
 // Thundering-herd protection in the manner of Cache::Memcached::Turnstile,
@@ -140,7 +139,7 @@ const (
 )
 
 // look decides what to do with the answer to an mg with N and R.
-func look(it *cacheops.MetaItem) turnstileVerdict {
+func look(it *metaproto.Item) turnstileVerdict {
 	switch {
 	case it.Won:
 		return verdictCompute
@@ -158,9 +157,9 @@ func look(it *cacheops.MetaItem) turnstileVerdict {
 }
 
 // leaseGet is the mg of a GetOrCompute look.
-func (c *Client) leaseGet(key string) cacheops.MetaGet {
+func (c *Client) leaseGet(key string) metaproto.Get {
 	ct := c.cfg.Turnstile.ComputeTime
-	return cacheops.MetaGet{Key: key, Vivify: atLeast(ct), Recache: ct}
+	return metaproto.Get{Key: key, Vivify: atLeast(ct), Recache: ct}
 }
 
 // storeComputed stores a value computed by the winner of the look that
@@ -169,8 +168,8 @@ func (c *Client) leaseGet(key string) cacheops.MetaGet {
 // (invalidated again, stored by another winner) or ended (expired,
 // evicted, deleted) is not stored: its caller still has it. Failures are
 // logged.
-func (c *Client) storeComputed(ctx context.Context, keys []TurnstileKey, items []cacheops.MetaItem, values [][]byte) {
-	sets := make([]cacheops.MetaSet, 0, len(keys))
+func (c *Client) storeComputed(ctx context.Context, keys []TurnstileKey, items []metaproto.Item, values [][]byte) {
+	sets := make([]metaproto.Set, 0, len(keys))
 	stored := make([]int, 0, len(keys)) // sets[j] stores keys[stored[j]]
 	for i, k := range keys {
 		if items[i].CAS == 0 {
@@ -179,7 +178,7 @@ func (c *Client) storeComputed(ctx context.Context, keys []TurnstileKey, items [
 			c.log.Warn("computed value not stored: memcached returned no cas id (started with -C?); GetOrCompute needs cas ids", "key", k.Key)
 			continue
 		}
-		sets = append(sets, cacheops.MetaSet{Key: k.Key, Value: values[i], CAS: items[i].CAS, TTL: c.storedTTL(k.Expiration)})
+		sets = append(sets, metaproto.Set{Key: k.Key, Value: values[i], CAS: items[i].CAS, TTL: c.storedTTL(k.Expiration)})
 		stored = append(stored, i)
 	}
 	for j, err := range c.meta.Set(ctx, sets) {
@@ -215,7 +214,7 @@ func (c *Client) storedTTL(expiration time.Duration) time.Duration {
 // the next reader computes at once rather than after ComputeTime. Only
 // the placeholder this reader won is removed: a stale value keeps being
 // served.
-func (c *Client) abandon(ctx context.Context, key string, it *cacheops.MetaItem) {
+func (c *Client) abandon(ctx context.Context, key string, it *metaproto.Item) {
 	if len(it.Value) != 0 {
 		return
 	}
@@ -281,7 +280,7 @@ func (c *Client) GetOrCompute(ctx context.Context, key string, expiration time.D
 // getOrComputeOnce makes one attempt; wait is true when another client is
 // computing a value that does not exist yet.
 func (c *Client) getOrComputeOnce(ctx context.Context, key string, expiration time.Duration, compute ComputeFunc) (value []byte, wait bool, err error) {
-	items, err := c.meta.Get(ctx, []cacheops.MetaGet{c.leaseGet(key)})
+	items, err := c.meta.Get(ctx, []metaproto.Get{c.leaseGet(key)})
 	if err != nil {
 		return nil, false, fmt.Errorf("client: get or compute %q: %w", key, err)
 	}
@@ -372,7 +371,7 @@ func (c *Client) getOrComputeMultiOnce(ctx context.Context, keys []TurnstileKey,
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	gets := make([]cacheops.MetaGet, len(keys))
+	gets := make([]metaproto.Get, len(keys))
 	for i, k := range keys {
 		gets[i] = c.leaseGet(k.Key)
 	}
@@ -381,7 +380,7 @@ func (c *Client) getOrComputeMultiOnce(ctx context.Context, keys []TurnstileKey,
 		return nil, fmt.Errorf("client: get or compute %d keys: %w", len(keys), err)
 	}
 	var won []TurnstileKey
-	var wonItems []cacheops.MetaItem
+	var wonItems []metaproto.Item
 	for i, k := range keys {
 		switch look(&items[i]) {
 		case verdictValue:

@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 )
 
 const herd = 50
@@ -74,7 +73,7 @@ func TestGetOrComputeMissOneRecomputer(t *testing.T) {
 	}
 	// Stored for at least its lifetime plus the compute time: 63 seconds
 	// of memcached's clock, which end 62 to 63 seconds later.
-	items, err := e.c.meta.Get(t.Context(), []cacheops.MetaGet{{Key: key}})
+	items, err := e.c.meta.Get(t.Context(), []metaproto.Get{{Key: key}})
 	if err != nil || items[0].TTL < 62 || items[0].TTL > 63 {
 		t.Errorf("TTL %d (%v), want 60s + 2s of compute time + 1s for memcached's clock", items[0].TTL, err)
 	}

@@ -20,15 +20,15 @@ import (
 	"os"
 	"time"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
 // Defaults applied by Parse to settings the file leaves out, for the
 // settings no package below config uses on its own. The defaults of the
 // memcached, mysql and counters settings are the packages' that use them
-// (cacheops.DefaultMaxConcurrency, cacheops.DefaultTimeout,
-// cacheops.DefaultCompactRatio, cacheops.DefaultCompactSample,
+// (cacheops.DefaultMaxConcurrency, metaproto.DefaultTimeout,
+// itemformat.DefaultCompactRatio, cacheops.DefaultCompactSample,
 // cacheops.DefaultDistribution, counters.DefaultMaxOpenConns,
 // counters.DefaultQueryTimeout, counters.DefaultFenceTTL). The batch,
 // client ID and schema registry defaults are declared here because
@@ -218,7 +218,7 @@ type Memcached struct {
 	Servers []string
 	// Distribution is how keys are spread over Servers; it must be the
 	// one the applications' clients use (README, "memcached"). One of
-	// cacheops.Distributions; default "modula-crc32" (gomemcache's).
+	// itemformat.Distributions; default "modula-crc32" (gomemcache's).
 	Distribution string
 	// Weights gives servers a weight other than 1, by address (ketama
 	// only); may be nil.
@@ -287,12 +287,12 @@ type Log struct {
 
 // Selector returns the server selector of m: every memcached client of
 // the daemon, the counters, verify and the read side route keys with it.
-func (m *Memcached) Selector() (*cacheops.Selector, error) {
-	servers := make([]cacheops.Server, len(m.Servers))
+func (m *Memcached) Selector() (*itemformat.Selector, error) {
+	servers := make([]itemformat.Server, len(m.Servers))
 	for i, addr := range m.Servers {
-		servers[i] = cacheops.Server{Addr: addr, Weight: uint32(m.Weights[addr])}
+		servers[i] = itemformat.Server{Addr: addr, Weight: uint32(m.Weights[addr])}
 	}
-	sel, err := cacheops.NewSelector(m.Distribution, servers)
+	sel, err := itemformat.NewSelector(m.Distribution, servers)
 	if err != nil {
 		return nil, fmt.Errorf("config: memcached: %w", err)
 	}

@@ -15,7 +15,9 @@ import (
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/internal/yamlfile/yamlfiletest"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -101,8 +103,8 @@ func TestDefaults(t *testing.T) {
 		{"kafka.check_crcs", cfg.Kafka.CheckCRCs, false},
 		{"kafka.schema_registry", cfg.Kafka.SchemaRegistry, SchemaRegistry{Timeout: DefaultSchemaRegistryTimeout}},
 		{"memcached.max_concurrency", cfg.Memcached.MaxConcurrency, cacheops.DefaultMaxConcurrency},
-		{"memcached.timeout", cfg.Memcached.Timeout, cacheops.DefaultTimeout},
-		{"memcached.compact_ratio", cfg.Memcached.CompactRatio, cacheops.DefaultCompactRatio},
+		{"memcached.timeout", cfg.Memcached.Timeout, metaproto.DefaultTimeout},
+		{"memcached.compact_ratio", cfg.Memcached.CompactRatio, itemformat.DefaultCompactRatio},
 		{"memcached.compact_sample", cfg.Memcached.CompactSample, cacheops.DefaultCompactSample},
 		{"mysql.max_open_conns", cfg.MySQL.MaxOpenConns, counters.DefaultMaxOpenConns},
 		{"mysql.query_timeout", cfg.MySQL.QueryTimeout, counters.DefaultQueryTimeout},

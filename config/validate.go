@@ -11,10 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/internal/yamlfile"
 )
 
@@ -271,8 +273,8 @@ func (d *decoder) validateMemcached(m *Memcached) {
 		}
 	}
 	d.validateTLS("memcached.tls", &m.TLS)
-	if d.orDefault("memcached.distribution", func() { m.Distribution = cacheops.DefaultDistribution }) && !slices.Contains(cacheops.Distributions, m.Distribution) {
-		d.problem(d.place("memcached.distribution"), "memcached.distribution: %q is not one of %s", m.Distribution, strings.Join(cacheops.Distributions, ", "))
+	if d.orDefault("memcached.distribution", func() { m.Distribution = itemformat.DefaultDistribution }) && !slices.Contains(itemformat.Distributions, m.Distribution) {
+		d.problem(d.place("memcached.distribution"), "memcached.distribution: %q is not one of %s", m.Distribution, strings.Join(itemformat.Distributions, ", "))
 	}
 	for _, addr := range slices.Sorted(maps.Keys(m.Weights)) {
 		path := "memcached.weights[" + strconv.Quote(addr) + "]"
@@ -282,18 +284,18 @@ func (d *decoder) validateMemcached(m *Memcached) {
 			d.problem(d.place(path), "%s: %q is not one of memcached.servers", path, addr)
 		case w < 1 || w > math.MaxUint16:
 			d.problem(d.place(path), "%s: %d is outside 1..%d", path, w, math.MaxUint16)
-		case w != 1 && m.Distribution != cacheops.DistributionKetama && m.Distribution != "":
+		case w != 1 && m.Distribution != itemformat.DistributionKetama && m.Distribution != "":
 			d.problem(d.place(path), "%s: weights apply to memcached.distribution ketama only, not %s", path, m.Distribution)
 		}
 	}
 	if d.orDefault("memcached.max_concurrency", func() { m.MaxConcurrency = cacheops.DefaultMaxConcurrency }) && (m.MaxConcurrency < 1 || m.MaxConcurrency > MaxMemcachedConcurrent) {
 		d.problem(d.place("memcached.max_concurrency"), "memcached.max_concurrency: %d is outside 1..%d", m.MaxConcurrency, MaxMemcachedConcurrent)
 	}
-	d.positiveDuration(&m.Timeout, "memcached.timeout", cacheops.DefaultTimeout, time.Minute)
+	d.positiveDuration(&m.Timeout, "memcached.timeout", metaproto.DefaultTimeout, time.Minute)
 	if d.orDefault("memcached.protocol", func() { m.Protocol = DefaultMemcachedProtocol }) && m.Protocol != "meta" && m.Protocol != "text" {
 		d.problem(d.place("memcached.protocol"), "memcached.protocol: %q is not meta or text", m.Protocol)
 	}
-	if d.orDefault("memcached.compact_ratio", func() { m.CompactRatio = cacheops.DefaultCompactRatio }) && !(m.CompactRatio > 0 && m.CompactRatio <= 1) {
+	if d.orDefault("memcached.compact_ratio", func() { m.CompactRatio = itemformat.DefaultCompactRatio }) && !(m.CompactRatio > 0 && m.CompactRatio <= 1) {
 		d.problem(d.place("memcached.compact_ratio"), "memcached.compact_ratio: %g is outside (0, 1]", m.CompactRatio)
 	}
 	if d.orDefault("memcached.compact_sample", func() { m.CompactSample = cacheops.DefaultCompactSample }) && !(m.CompactSample >= 0 && m.CompactSample <= 1) {

@@ -78,7 +78,7 @@ type rebump struct {
 }
 
 // NewRebumper returns a Rebumper applying bumps with w (a
-// *cacheops.Writer). m and logger may be nil.
+// *cacheops.Applier). m and logger may be nil.
 func NewRebumper(w Applier, m *Metrics, logger *slog.Logger) *Rebumper {
 	if m == nil {
 		m = NewMetrics(nil)

@@ -5,8 +5,15 @@
 // consumes topics as a member of a Kafka consumer group, commits offsets
 // only after a batch is applied, hands partitions over cleanly on
 // rebalances and shutdown, sends poison messages to a dead-letter topic
-// (DLQ) and applies delayed second bumps (Rebumper). NewStack builds all
-// of it from a config file, for the run, replay and demo commands alike.
+// (DLQ) and applies delayed second bumps (Rebumper). It also replays
+// ranges of topics or files through the same pipeline (Replayer), reads
+// the schemas of Avro messages from a schema registry (SchemaRegistry),
+// and serves the metrics and health endpoints (Metrics, HTTPHandler).
+// NewStack builds all of it from a config file, for the run, replay and
+// demo commands alike.
+//
+// It applies nothing to memcached itself: package cacheops does (one
+// Applier per Stack), with package counters for exact recounts.
 package consumer
 
 import (

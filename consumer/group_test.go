@@ -29,6 +29,7 @@ import (
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
@@ -449,8 +450,8 @@ func TestDaemonAppliesDebeziumEvents(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got, want)
 		}
 	}
-	if v, err := strconv.ParseUint(r.get("ns:user:2"), 10, 64); err != nil || v < cacheops.NamespaceStart(time.Now().Add(-time.Hour)) {
-		t.Errorf("ns:user:2 = %q, want a namespace started by cacheops.NamespaceStart", r.get("ns:user:2"))
+	if v, err := strconv.ParseUint(r.get("ns:user:2"), 10, 64); err != nil || v < itemformat.NamespaceStart(time.Now().Add(-time.Hour)) {
+		t.Errorf("ns:user:2 = %q, want a namespace started by itemformat.NamespaceStart", r.get("ns:user:2"))
 	}
 	if !d.Ready() {
 		t.Errorf("not ready while consuming")

@@ -3,12 +3,13 @@ package consumer
 import (
 	"context"
 	"errors"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -30,8 +31,8 @@ type Message struct {
 }
 
 // Applier applies cache ops; results[i] receives the outcome of ops[i].
-// *cacheops.Writer (bumps and sets) and *counters.Counters (counts and
-// recounts) are Appliers.
+// *cacheops.Applier (every kind) and *counters.Counters (counts and
+// recounts, exact) are Appliers.
 type Applier interface {
 	Apply(ctx context.Context, ops []rules.Op, results []cacheops.Result) error
 }
@@ -75,7 +76,7 @@ type PipelineConfig struct {
 	// decoders (their Schemas) before a batch is decoded (a
 	// *SchemaRegistry); nil when no registry is configured.
 	Schemas SchemaFetcher
-	// Writer applies bumps and set ops (a *cacheops.Writer); required.
+	// Writer applies bumps and set ops (a *cacheops.Applier); required.
 	Writer Applier
 	// Counters applies count and recount ops (a *counters.Counters); nil
 	// means Writer applies them too (for a writer that handles every
@@ -84,9 +85,9 @@ type PipelineConfig struct {
 	// DeltasToWriter sends counter deltas (OpCount) to Writer even with
 	// Counters set, and only recounts to Counters: Writer must answer
 	// cacheops.OutcomeRecountNeeded for the deltas whose counters must be
-	// recounted (a *cacheops.PipelineWriter with RecountElsewhere), which
+	// recounted (a *cacheops.Applier with RecountElsewhere), which
 	// the pipeline then recounts with Counters. Deltas then take the
-	// pipelined path and recounts stay fenced.
+	// Writer's path and recounts stay fenced.
 	DeltasToWriter bool
 	// Poison receives poison messages (a *DLQ); nil means they are only
 	// logged and counted.

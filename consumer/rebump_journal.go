@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -72,7 +72,7 @@ func rebumpMember(due time.Time, rule, key string) string {
 
 // parseRebumpMember reads a journal member.
 func parseRebumpMember(journal, member string) (PendingRebump, error) {
-	raw := cacheops.Unescape(member)
+	raw := itemformat.Unescape(member)
 	ms, rest, ok1 := strings.Cut(raw, " ")
 	i := strings.LastIndexByte(rest, ' ')
 	n, err := strconv.ParseInt(ms, 10, 64)
@@ -137,7 +137,7 @@ func (j *rebumpJournal) write(entries []journalEntry, add bool) error {
 		if _, ok := byItem[e.item]; !ok {
 			order = append(order, e.item)
 		}
-		byItem[e.item] = cacheops.AppendEscapedToken(byItem[e.item], add, e.member)
+		byItem[e.item] = itemformat.AppendEscapedToken(byItem[e.item], add, e.member)
 	}
 	var errs []error
 	for _, item := range order {

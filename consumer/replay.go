@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"io"
 	"log/slog"
 	"math"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/config"
@@ -59,9 +60,8 @@ type ReplayConfig struct {
 	// newer ones (CheckSetAppend): otherwise an old "+m" appended after a
 	// newer "-m" makes m a member again.
 	SetAppend bool
-	// SetRebuilder applies the set rebuilds (OpSetRebuild, OpSetDelete):
-	// a *cacheops.Writer (Stack.SetRebuilder). nil means the Pipeline's
-	// Writer, which must handle them.
+	// SetRebuilder applies the set rebuilds (OpSetRebuild, OpSetDelete).
+	// nil means the Pipeline's Writer (Stack.Applier handles them).
 	SetRebuilder Applier
 	// IdleTimeout is how long a partition may deliver nothing before the
 	// end of its range before the replay fails; default

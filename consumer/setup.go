@@ -41,24 +41,18 @@ type Stack struct {
 	Memcache *memcache.Client
 	// MySQL runs load and recount queries; nil when mysql.dsn is empty.
 	MySQL *counters.MySQL
-	// Applier applies every op of the pipeline's batches and the delayed
-	// bumps: the pipelined meta-protocol writer (memcached.protocol
-	// "meta"), or Writer with Counters beside it ("text").
-	Applier Applier
-	// Pipelined is the meta-protocol writer; nil with protocol "text".
-	Pipelined *cacheops.PipelineWriter
-	// Writer and Counters are the classic text-protocol appliers; nil
-	// with protocol "meta", except Counters when mysql.dsn is set: then
-	// it does every counter recount in both protocols, for exact
-	// counters (docs/exact-counters.md), and with "text" the deltas too
-	// (with "meta" they go through Pipelined).
-	Writer   *cacheops.Writer
+	// Applier applies every op of the pipeline's batches, the delayed
+	// bumps and replay's set rebuilds: bumps, set tokens, set rebuilds and
+	// deletes, counter deltas. One state machine over the transport
+	// memcached.protocol names: the pipelined meta protocol ("meta") or
+	// the text protocol ("text").
+	Applier *cacheops.Applier
+	// Counters does every counter recount when mysql.dsn is set, fenced
+	// for exact counters (docs/exact-counters.md): a delta whose counter
+	// needs one comes back from Applier as OutcomeRecountNeeded and the
+	// pipeline recounts it here. nil without mysql.dsn.
 	Counters *counters.Counters
-	// SetRebuilder applies replay's set rebuilds (rules.OpSetRebuild and
-	// OpSetDelete): Writer with protocol "text", a text-protocol Writer
-	// over the same client with "meta".
-	SetRebuilder Applier
-	Rebump       *Rebumper
+	Rebump   *Rebumper
 	// DLQ receives poison messages; nil without kafka.dlq_topic or with
 	// StackOptions.NoDLQ.
 	DLQ      *DLQ
@@ -146,38 +140,25 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 
 		ObserveRoundTrip: s.Metrics.ObserveMemcached,
 	}
-	var counterApplier Applier
-	deltasToWriter := false
+	// recountElsewhere: with MySQL, Counters does every recount, fenced
+	// at its snapshot's binary log position; the Applier does not.
+	recountElsewhere := recounter != nil
 	switch cfg.Memcached.Protocol {
 	case "text":
-		s.Writer = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
-		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
-		s.Applier, counterApplier = s.Writer, s.Counters
-		s.SetRebuilder = s.Writer
+		s.Applier = cacheops.NewTextApplier(mc, loader, nil, cacheops.ApplierConfig{
+			WriterConfig: wc, RecountElsewhere: recountElsewhere}, logger.With("component", "cacheops"))
 	default: // "meta"
 		// The same selector as the gomemcache client above, so the
 		// pipelined writes land where the counters and readers look.
-		var rc cacheops.Recounter
-		if recounter != nil {
-			rc = recounter
-		}
-		s.Pipelined = cacheops.NewPipelineWriter(servers, loader, rc, cacheops.PipelineConfig{
-			WriterConfig: wc,
-			Timeout:      cfg.Memcached.Timeout,
-			Dial:         dial,
-			// Exact counters (docs/exact-counters.md): recounts go to
-			// the counters package, which fences them at their
-			// snapshot's binary log position; the pipelined writer
-			// does not. Deltas stay pipelined.
-			RecountElsewhere: recounter != nil,
+		s.Applier = cacheops.NewPipelineWriter(servers, loader, nil, cacheops.PipelineConfig{
+			WriterConfig:     wc,
+			Timeout:          cfg.Memcached.Timeout,
+			Dial:             dial,
+			RecountElsewhere: recountElsewhere,
 		}, logger.With("component", "cacheops"))
-		s.Applier = s.Pipelined
-		s.SetRebuilder = cacheops.NewWriter(mc, loader, wc, logger.With("component", "cacheops"))
-		if recounter != nil {
-			s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
-			counterApplier = s.Counters
-			deltasToWriter = true
-		}
+	}
+	if recounter != nil {
+		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
 	}
 	s.registerClientStats()
 	if err := checkFencing(s.Counters, cfg); err != nil {
@@ -214,8 +195,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		Decoder:        dec,
 		TopicDecoders:  topicDecoders,
 		Writer:         s.Applier,
-		Counters:       counterApplier,
-		DeltasToWriter: deltasToWriter,
+		DeltasToWriter: s.Counters != nil,
 		Rebump:         s.Rebump,
 		Metrics:        s.Metrics,
 		Logger:         logger.With("component", "pipeline"),
@@ -223,7 +203,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		UnorderedSets:  cfg.Kafka.UnorderedSets,
 	}
 	if s.Counters != nil {
-		pc.Fences = s.Counters
+		pc.Counters, pc.Fences = s.Counters, s.Counters
 	}
 	if s.DLQ != nil {
 		pc.Poison = s.DLQ
@@ -270,8 +250,8 @@ func (s *Stack) DaemonConfig() Config {
 // DaemonConfig, adjusted).
 func (s *Stack) NewDaemon(cfg Config) (*Daemon, error) {
 	var health Pinger = s.Memcache
-	if s.Pipelined != nil {
-		health = &metaPinger{Client: s.Memcache, probe: s.Pipelined.Probe}
+	if s.Config.Memcached.Protocol != "text" {
+		health = &metaPinger{Client: s.Memcache, probe: s.Applier.Probe}
 	}
 	return New(cfg, Deps{Pipeline: s.Pipeline, Memcached: health, MySQL: s.mysqlHealth(), Logger: s.Logger.With("component", "consumer")})
 }
@@ -349,8 +329,8 @@ func (s *Stack) Close() error {
 	if s.Memcache != nil {
 		errs = append(errs, s.Memcache.Close())
 	}
-	if s.Pipelined != nil {
-		errs = append(errs, s.Pipelined.Close())
+	if s.Applier != nil {
+		errs = append(errs, s.Applier.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -358,17 +338,13 @@ func (s *Stack) Close() error {
 // registerClientStats exposes the appliers' own counts as metrics.
 func (s *Stack) registerClientStats() {
 	stats := func() (requests, compactions, deletes, drifts uint64) {
-		if s.Pipelined != nil {
-			st := s.Pipelined.Stats()
-			requests, compactions, deletes, drifts = st.RoundTrips, st.Compactions, st.Deletes, st.Drifts
-			if s.Counters != nil {
-				c := s.Counters.Stats()
-				requests, deletes, drifts = requests+c.Calls, deletes+c.Deletes, drifts+c.Drifts
-			}
-			return requests, compactions, deletes, drifts
+		st := s.Applier.Stats()
+		requests, compactions, deletes, drifts = st.RoundTrips, st.Compactions, st.Deletes, st.Drifts
+		if s.Counters != nil {
+			c := s.Counters.Stats()
+			requests, deletes, drifts = requests+c.Calls, deletes+c.Deletes, drifts+c.Drifts
 		}
-		w, c := s.Writer.Stats(), s.Counters.Stats()
-		return w.Calls + c.Calls, w.Compactions, w.Deletes + c.Deletes, c.Drifts
+		return requests, compactions, deletes, drifts
 	}
 	s.Registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

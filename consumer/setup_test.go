@@ -2,12 +2,14 @@ package consumer
 
 import (
 	"fmt"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/config"
@@ -111,4 +113,90 @@ batch: {max_events: 77, max_wait: 5ms}
 	if noDLQ.DLQ != nil || noDLQ.Pipeline.cfg.Poison != nil {
 		t.Errorf("NoDLQ stack has a DLQ")
 	}
+}
+
+// TestStackOneApplier: with either memcached.protocol, the stack's one
+// Applier applies every kind the pipeline, the delayed bumps and replay
+// send it: bumps, replay's set rebuilds and deletes, counter deltas.
+func TestStackOneApplier(t *testing.T) {
+	mc := testsvc.Memcached(t)
+	for _, protocol := range []string{"meta", "text"} {
+		t.Run(protocol, func(t *testing.T) {
+			cfg := loadStackConfig(t, `version: 1
+rules:
+  - name: u
+    table: shop.users
+    bump: "ns:{id}"
+  - name: tags
+    table: shop.tags
+    set:
+      key: "tags:{user_id}"
+      member: "{tag}"
+  - name: comments
+    table: shop.comments
+    count:
+      key: "comments:{post_id}"
+`, fmt.Sprintf(`kafka: {brokers: [127.0.0.1:9092], group: g, topics: [cdc]}
+memcached: {servers: [%s], protocol: %s}
+rules: [rules.yaml]
+`, mc, protocol))
+			s, err := NewStack(cfg, nil, StackOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			rs := cfg.RuleSet.Rules()
+			prefix := "cwstack:" + testsvc.Unique() + ":"
+			set, counter, missing := prefix+"tags:1", prefix+"comments:1", prefix+"comments:2"
+			for key, value := range map[string]string{set: "+old ", counter: "10"} {
+				if err := s.Memcache.Set(&memcache.Item{Key: key, Value: []byte(value)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ops := []rules.Op{
+				{Kind: rules.OpBump, Rule: rs[0], Key: prefix + "ns:1"},
+				{Kind: rules.OpSetRebuild, Rule: rs[1], Key: set},
+				{Kind: rules.OpSetDelete, Rule: rs[1], Key: prefix + "tags:2"},
+				{Kind: rules.OpCount, Rule: rs[2], Key: counter, Delta: 2},
+				{Kind: rules.OpCount, Rule: rs[2], Key: missing, Delta: 1},
+			}
+			results := make([]cacheops.Result, len(ops))
+			if err := s.Applier.Apply(t.Context(), ops, results); err != nil {
+				t.Fatal(err)
+			}
+			want := []cacheops.Outcome{cacheops.OutcomeAdded, cacheops.OutcomeDeleted, cacheops.OutcomeDeleted,
+				cacheops.OutcomeIncr, cacheops.OutcomeMissing}
+			for i, r := range results {
+				if r.Outcome != want[i] {
+					t.Errorf("%s: %v, want %v", ops[i].Kind, r.Outcome, want[i])
+				}
+			}
+			// Without a load query the rebuilt set is deleted.
+			if _, err := s.Memcache.Get(set); err != memcache.ErrCacheMiss {
+				t.Errorf("rebuilt set: %v, want it deleted", err)
+			}
+			if it, err := s.Memcache.Get(counter); err != nil || string(it.Value) != "12" {
+				t.Errorf("counter after +2: %v, %v; want 12", it, err)
+			}
+		})
+	}
+}
+
+// loadStackConfig writes ruleFile as rules.yaml and configFile beside it,
+// and loads the config.
+func loadStackConfig(t *testing.T, ruleFile, configFile string) *config.Config {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(ruleFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "cw.yaml")
+	if err := os.WriteFile(path, []byte(configFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadEnv(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

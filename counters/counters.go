@@ -1,12 +1,21 @@
-// Package counters keeps cached row counts in memcached: it applies counter
-// deltas with incr/decr, recounts from MySQL when a counter is missing or may
-// have drifted, and offers the read-side counter get that applications use.
+// Package counters keeps cached row counts in memcached exact: it applies
+// counter ops (OpCount deltas, OpRecount) with the one cache applier of
+// package cacheops over the text protocol, and does the recounts that
+// need more than a query and a store itself: with fencing
+// (docs/exact-counters.md) every recount runs in a consistent snapshot,
+// stores its binary log position as the counter's fence, and is stored
+// so that no delta in flight is lost or counted twice; CheckDeltas and
+// RecheckDeltas filter deltas against the fences. It also runs the load
+// and recount queries against MySQL (MySQL) for the daemon.
 //
 // A counter item holds the count as ASCII decimal digits, so memcached's own
 // incr and decr change it atomically and no value is ever read, changed and
 // written back, except when it is recomputed from MySQL. A missing counter is
 // always a correct state; a counter that may be wrong is recounted or
 // deleted, never guessed.
+//
+// It is not the read side: applications read counters with package client
+// (client.Count); Counters.Get serves this package's tests and tools.
 package counters
 
 import (
@@ -14,14 +23,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -70,6 +78,10 @@ type Counters struct {
 	cfg Config
 	log *slog.Logger
 
+	// applier applies the ops: the deltas and their plain stores, with
+	// the recounts done here (applierRecounter).
+	applier *cacheops.Applier
+
 	calls, recounts, recountErrors, drifts, deletes atomic.Uint64
 
 	fence fencing
@@ -115,15 +127,17 @@ func New(mc *memcache.Client, rc Recounter, cfg Config, logger *slog.Logger) *Co
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if idle := mc.MaxIdleConns; idle < cfg.MaxConcurrency {
-		if idle <= 0 {
-			idle = memcache.DefaultMaxIdleConns
-		}
-		logger.Warn("memcached client keeps fewer idle connections than the counters' concurrency; connections will churn",
-			"max_idle_conns", idle, "max_concurrency", cfg.MaxConcurrency)
-	}
 	c := &Counters{mc: mc, rc: rc, cfg: cfg, log: logger}
 	c.initFencing()
+	var recounter cacheops.Recounter
+	if rc != nil {
+		recounter = applierRecounter{c}
+	}
+	c.applier = cacheops.NewTextApplier(mc, nil, recounter, cacheops.ApplierConfig{WriterConfig: cacheops.WriterConfig{
+		MaxConcurrency:   cfg.MaxConcurrency,
+		Now:              cfg.Now,
+		ObserveRoundTrip: cfg.ObserveRoundTrip,
+	}}, logger)
 	return c
 }
 
@@ -136,12 +150,13 @@ func (c *Counters) Stats() Stats {
 		unfenced += n
 		by[r.String()] = n
 	}
+	a := c.applier.Stats()
 	return Stats{
-		Calls:         c.calls.Load(),
-		Recounts:      c.recounts.Load(),
-		RecountErrors: c.recountErrors.Load(),
-		Drifts:        c.drifts.Load(),
-		Deletes:       c.deletes.Load(),
+		Calls:         c.calls.Load() + a.Commands,
+		Recounts:      c.recounts.Load() + a.Recounts,
+		RecountErrors: c.recountErrors.Load() + a.RecountErrors,
+		Drifts:        c.drifts.Load() + a.Drifts,
+		Deletes:       c.deletes.Load() + a.Deletes,
 
 		FencedRecounts:      c.fence.fenced.Load(),
 		UnfencedRecounts:    unfenced,
@@ -196,136 +211,74 @@ func (c *Counters) Apply(ctx context.Context, ops []rules.Op, results []cacheops
 	if len(results) < len(ops) {
 		return fmt.Errorf("counters: apply: %d results for %d ops: %w", len(results), len(ops), cacheops.ErrInvalidOp)
 	}
-	return cacheops.ApplyByKey(ops, results, c.cfg.MaxConcurrency, func(op *rules.Op) cacheops.Result { return c.apply(ctx, op) })
+	counterOps := true
+	for i := range ops {
+		if k := ops[i].Kind; k != rules.OpCount && k != rules.OpRecount {
+			counterOps = false
+			break
+		}
+	}
+	if counterOps {
+		return c.applier.Apply(ctx, ops, results)
+	}
+	// Some ops are not counter ops: fail them, apply the others.
+	var idx []int
+	var sub []rules.Op
+	for i := range ops {
+		if k := ops[i].Kind; k == rules.OpCount || k == rules.OpRecount {
+			idx, sub = append(idx, i), append(sub, ops[i])
+			continue
+		}
+		results[i] = failed(fmt.Errorf("counters: %s %q: not a counter op: %w", ops[i].Kind, ops[i].Key, cacheops.ErrInvalidOp))
+	}
+	subResults := make([]cacheops.Result, len(sub))
+	c.applier.Apply(ctx, sub, subResults)
+	for j, i := range idx {
+		results[i] = subResults[j]
+	}
+	var errs []error
+	for i := range ops {
+		if results[i].Err != nil {
+			errs = append(errs, results[i].Err)
+		}
+	}
+	return &cacheops.ApplyError{Ops: len(ops), Errs: errs}
 }
 
 func failed(err error) cacheops.Result {
 	return cacheops.Result{Outcome: cacheops.OutcomeFailed, Err: err}
 }
 
-// apply applies one op.
-func (c *Counters) apply(ctx context.Context, op *rules.Op) cacheops.Result {
-	if err := ctx.Err(); err != nil {
-		return failed(fmt.Errorf("counters: %s %q: %w", op.Kind, op.Key, err))
-	}
-	if op.Rule == nil {
-		return failed(fmt.Errorf("counters: %s %q: op has no rule: %w", op.Kind, op.Key, cacheops.ErrInvalidOp))
-	}
-	switch op.Kind {
-	case rules.OpCount:
-		return c.count(ctx, op)
-	case rules.OpRecount:
-		return c.recountAndSet(ctx, op)
-	}
-	return failed(fmt.Errorf("counters: %s %q: not a counter op: %w", op.Kind, op.Key, cacheops.ErrInvalidOp))
+// applierRecounter is how the applier recounts: through Counters, which
+// fences and stores recounts exactly when it can (RecountOp).
+type applierRecounter struct{ c *Counters }
+
+// Count recounts without storing (cacheops.Recounter; RecountOp is used).
+func (r applierRecounter) Count(ctx context.Context, query string, args []rules.Value) (int64, error) {
+	n, _, err := r.c.recountAt(ctx, query, args)
+	return n, err
 }
 
-// count applies op.Delta (docs/formats.md, counters).
-func (c *Counters) count(ctx context.Context, op *rules.Op) cacheops.Result {
-	if op.Delta == 0 {
-		return cacheops.Result{Outcome: cacheops.OutcomeIncr}
+// RecountOp recounts op's counter (cacheops.OpRecounter). A counter found
+// missing is added with its fence when the recount has one (addFenced);
+// a possibly wrong one, or an OpRecount, is recounted exactly when
+// fencing is on (recountExact). Otherwise the applier stores the plain
+// count.
+func (r applierRecounter) RecountOp(ctx context.Context, op *rules.Op, missing bool) (int64, cacheops.Result, bool, error) {
+	c := r.c
+	if !missing && c.fence.snap != nil {
+		res, err := c.recountExact(ctx, op)
+		return 0, res, err == nil, err
 	}
-	key := op.Key
-	// At most two rounds: the second only re-applies the delta to a
-	// counter that another writer or a reader added after our miss.
-	for round := 0; ; round++ {
-		value, err := c.incrDecr(key, op.Delta)
-		switch {
-		case err == nil && op.Delta < 0 && value == 0:
-			c.drifts.Add(1)
-			c.log.Debug("counter decr reached zero; recounting", "key", key, "rule", op.Rule.Name, "delta", op.Delta)
-			return c.recountAndSet(ctx, op)
-		case err == nil && op.Delta < 0:
-			return cacheops.Result{Outcome: cacheops.OutcomeDecr}
-		case err == nil:
-			return cacheops.Result{Outcome: cacheops.OutcomeIncr}
-		case isClientError(err):
-			// CLIENT_ERROR: the item is not a decimal number, so it is not
-			// a counter value we can trust.
-			c.drifts.Add(1)
-			c.log.Warn("counter holds a non-numeric value; recounting", "key", key, "rule", op.Rule.Name, "err", err)
-			return c.recountAndSet(ctx, op)
-		case !errors.Is(err, memcache.ErrCacheMiss):
-			return failed(fmt.Errorf("counters: %s %q: %w", deltaVerb(op.Delta), key, err))
-		}
-		if round > 0 {
-			// Added by someone else after our miss, then evicted or deleted
-			// before our second round: missing is correct.
-			return cacheops.Result{Outcome: cacheops.OutcomeMissing}
-		}
-		if op.Rule.Query == "" || c.rc == nil {
-			return cacheops.Result{Outcome: cacheops.OutcomeMissing}
-		}
-		n, fence, err := c.recountAt(ctx, op.Rule.Query, op.Args)
-		if err != nil {
-			return c.deleteAfterRecountError(ctx, op, err)
-		}
-		if fence.ID != 0 {
-			return c.addFenced(ctx, op, n, fence)
-		}
-		err = c.add(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Expiration: c.expiration(op.Rule.TTL)})
-		switch {
-		case err == nil:
-			return cacheops.Result{Outcome: cacheops.OutcomeLoaded}
-		case !errors.Is(err, memcache.ErrNotStored):
-			return failed(fmt.Errorf("counters: add %q: %w", key, err))
-		}
-		// Created since our miss by another writer or a reader: apply the
-		// delta to their value.
-		c.log.Debug("counter add lost a race; applying the delta again", "key", key, "rule", op.Rule.Name)
-	}
-}
-
-// recountAndSet recomputes the counter and stores it with set, deleting it
-// when it cannot be recomputed.
-func (c *Counters) recountAndSet(ctx context.Context, op *rules.Op) cacheops.Result {
-	if c.fence.snap != nil {
-		return c.recountExact(ctx, op)
-	}
-	if op.Rule.Query == "" || c.rc == nil {
-		return c.deleteItem(op.Key, "recount: no recount query")
-	}
-	n, err := c.recount(ctx, op)
+	n, fence, err := c.recountAt(ctx, op.Rule.Query, op.Args)
 	if err != nil {
-		return c.deleteAfterRecountError(ctx, op, err)
+		return 0, cacheops.Result{}, false, err
 	}
-	err = c.set(&memcache.Item{Key: op.Key, Value: strconv.AppendInt(nil, n, 10), Expiration: c.expiration(op.Rule.TTL)})
-	if err != nil {
-		return failed(fmt.Errorf("counters: set %q: %w", op.Key, err))
+	if missing && fence.ID != 0 {
+		res, err := c.addFenced(ctx, op, n, fence)
+		return 0, res, err == nil, err
 	}
-	return cacheops.Result{Outcome: cacheops.OutcomeRecounted}
-}
-
-// recount runs the rule's recount query for op. A negative count cannot be
-// a counter (memcached counters are unsigned) and is an error.
-func (c *Counters) recount(ctx context.Context, op *rules.Op) (int64, error) {
-	c.recounts.Add(1)
-	n, err := c.rc.Count(ctx, op.Rule.Query, op.Args)
-	if err == nil {
-		c.notePlainRecount()
-	}
-	if err == nil && n < 0 {
-		err = fmt.Errorf("counters: recount returned %d, a counter cannot be negative", n)
-	}
-	if err != nil {
-		c.recountErrors.Add(1)
-		return 0, err
-	}
-	return n, nil
-}
-
-// deleteAfterRecountError deletes a counter whose recount failed: whatever
-// it holds now (or will hold if a reader adds it) may be wrong. When ctx was
-// cancelled the op still fails after the delete, so that its batch is not
-// taken as done.
-func (c *Counters) deleteAfterRecountError(ctx context.Context, op *rules.Op, err error) cacheops.Result {
-	c.log.Warn("counter recount failed; deleting the counter",
-		"key", op.Key, "rule", op.Rule.Name, "retryable", cacheops.Retryable(err), "err", err)
-	res := c.deleteItem(op.Key, "recount")
-	if ctxErr := ctx.Err(); ctxErr != nil && res.Err == nil {
-		return failed(fmt.Errorf("counters: recount %q: %w", op.Key, ctxErr))
-	}
-	return res
+	return n, cacheops.Result{}, false, nil
 }
 
 // deleteItem deletes key because it cannot be kept correct; why names what
@@ -357,11 +310,11 @@ func (c *Counters) Get(ctx context.Context, key, query string, args ...any) (int
 	store := c.add
 	switch {
 	case err == nil:
-		if n, ok := cacheops.ParseCount(it.Value); ok {
+		if n, ok := itemformat.ParseCount(it.Value); ok {
 			return n, nil
 		}
 		c.drifts.Add(1)
-		c.log.Warn("counter holds a non-numeric value; recounting", "key", key, "value_bytes", len(it.Value))
+		c.log.Warn("counter get found a non-numeric value; counting in MySQL", "key", key, "value_bytes", len(it.Value))
 		store = c.set
 	case errors.Is(err, memcache.ErrCacheMiss):
 	default:
@@ -435,20 +388,9 @@ func valuesOf(args []any) ([]rules.Value, error) {
 	return out, nil
 }
 
-// isClientError reports whether memcached answered CLIENT_ERROR (for incr
-// and decr: the item is not a decimal number).
-func isClientError(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "memcache: client error: ")
+func (c *Counters) expiration(ttl time.Duration) int32 {
+	return itemformat.Expiration(ttl, c.cfg.Now())
 }
-
-func deltaVerb(delta int64) string {
-	if delta < 0 {
-		return "decr"
-	}
-	return "incr"
-}
-
-func (c *Counters) expiration(ttl time.Duration) int32 { return cacheops.Expiration(ttl, c.cfg.Now()) }
 
 // The memcached requests Counters makes, counted.
 
@@ -456,18 +398,6 @@ func (c *Counters) atFaultPoint(verb, key string) {
 	if c.faultPoint != nil {
 		c.faultPoint(verb, key)
 	}
-}
-
-// incrDecr sends incr (delta > 0) or decr (delta < 0) by |delta|. For
-// math.MinInt64, uint64(-delta) is 1<<63, its exact magnitude.
-func (c *Counters) incrDecr(key string, delta int64) (uint64, error) {
-	c.calls.Add(1)
-	c.atFaultPoint("incrdecr", key)
-	defer c.cfg.ObserveRoundTrip.Since(time.Now())
-	if delta < 0 {
-		return c.mc.Decrement(key, uint64(-delta))
-	}
-	return c.mc.Increment(key, uint64(delta))
 }
 
 func (c *Counters) add(it *memcache.Item) error {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -20,7 +20,7 @@ import (
 // (MariaDB and Percona Server: binlog_snapshot_file/_position), and F is
 // stored as the counter's fence: a sibling item (FenceKey) holding F and a
 // random fence ID, which the counter item's memcached flags repeat (bits
-// 16-31 only: cacheops.CounterFlagsMask). A delta
+// 16-31 only: itemformat.CounterFlagsMask). A delta
 // whose event sits at or before F in the binary log is already in the
 // recount and is skipped; later ones are applied. Every daemon instance
 // and every reader sees the same fence, because it lives in memcached.
@@ -327,7 +327,7 @@ func (v Verdict) String() string {
 //	no binlog position and no GTID         Apply (cannot be fenced)
 //	counter missing                        Apply (the miss recounts anyway)
 //	counter stored by a reader's unfenced  Recount (its count may hold the
-//	recount (cacheops.ReaderCountFlags)    event, or not: nothing tells)
+//	recount (itemformat.ReaderCountFlags)    event, or not: nothing tells)
 //	no fence item, counter flags 0         Apply (none yet, or expired:
 //	                                       older events are long applied)
 //	no fence item, counter flags set       Recount (FenceMissing: the fence
@@ -352,7 +352,7 @@ func (v FenceView) Verdict(pos rules.Position) (verdict Verdict, why Why) {
 		return Apply, NoPosition
 	case !v.Counter:
 		return Apply, Decided
-	case v.Flags == cacheops.ReaderCountFlags:
+	case v.Flags == itemformat.ReaderCountFlags:
 		return Recount, Decided
 	case !v.HasFence && v.Flags != 0:
 		return Recount, FenceMissing

@@ -14,6 +14,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -225,16 +226,16 @@ func (c *Counters) notePlainRecount() {
 }
 
 // newFenceID returns a random fence ID: counter flags that use only the
-// bits cacheops.CounterFlagsMask allows (so that other languages' clients
+// bits itemformat.CounterFlagsMask allows (so that other languages' clients
 // read the counter as a plain number), never 0 (no fence),
-// cacheops.ReaderCountFlags or any of avoid (the flags of the counter the
+// itemformat.ReaderCountFlags or any of avoid (the flags of the counter the
 // recount will replace, so that the old value never matches the new
 // fence).
 func newFenceID(avoid ...uint32) uint32 {
-	const shift = 16 // cacheops.CounterFlagsMask
+	const shift = 16 // itemformat.CounterFlagsMask
 	for {
 		id := uint32(2+rand.IntN(1<<16-2)) << shift
-		if id != cacheops.ReaderCountFlags && !slices.Contains(avoid, id) {
+		if id != itemformat.ReaderCountFlags && !slices.Contains(avoid, id) {
 			return id
 		}
 	}
@@ -272,16 +273,19 @@ func (c *Counters) storeFence(key string, fence Fence) error {
 // the counter between its read and its store, so its value is exact
 // whatever deltas op stood for, and it costs one more query on a race
 // that is rare (two writers missing the same counter at once).
-func (c *Counters) addFenced(ctx context.Context, op *rules.Op, n int64, fence Fence) cacheops.Result {
+//
+// err is a failed recount (the caller deletes the counter); memcached
+// failures fail res.
+func (c *Counters) addFenced(ctx context.Context, op *rules.Op, n int64, fence Fence) (res cacheops.Result, err error) {
 	if err := c.storeFence(op.Key, fence); err != nil {
-		return failed(err)
+		return failed(err), nil
 	}
-	err := c.add(c.counterItem(op.Key, n, fence, op.Rule.TTL))
+	err = c.add(c.counterItem(op.Key, n, fence, op.Rule.TTL))
 	switch {
 	case err == nil:
-		return cacheops.Result{Outcome: cacheops.OutcomeLoaded}
+		return cacheops.Result{Outcome: cacheops.OutcomeLoaded}, nil
 	case !errors.Is(err, memcache.ErrNotStored):
-		return failed(fmt.Errorf("counters: add %q: %w", op.Key, err))
+		return failed(fmt.Errorf("counters: add %q: %w", op.Key, err)), nil
 	}
 	c.log.Debug("counter add lost a race; recounting exactly", "key", op.Key, "rule", op.Rule.Name)
 	return c.recountExact(ctx, op)
@@ -297,10 +301,11 @@ func (c *Counters) addFenced(ctx context.Context, op *rules.Op, n int64, fence F
 // done: that value holds everything ours would. After maxExactAttempts
 // the counter is deleted (missing is correct). When the database cannot
 // name the snapshot's position the result is stored with set and no
-// fence, as without fences.
-func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Result {
+// fence, as without fences. err is a recount that failed (the caller
+// deletes the counter); memcached failures fail res.
+func (c *Counters) recountExact(ctx context.Context, op *rules.Op) (res cacheops.Result, err error) {
 	if op.Rule.Query == "" || c.rc == nil {
-		return c.deleteItem(op.Key, "recount: no recount query")
+		return c.deleteItem(op.Key, "recount: no recount query"), nil
 	}
 	for range maxExactAttempts {
 		var (
@@ -314,7 +319,7 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 			// can again, a present counter fails the add: count again).
 			cur, err = c.get(op.Key)
 			if err != nil && !errors.Is(err, memcache.ErrCacheMiss) {
-				return failed(fmt.Errorf("counters: gets %q: %w", op.Key, err))
+				return failed(fmt.Errorf("counters: gets %q: %w", op.Key, err)), nil
 			}
 		}
 		var avoid []uint32
@@ -323,17 +328,17 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 		}
 		n, fence, rerr := c.recountAt(ctx, op.Rule.Query, op.Args, avoid...)
 		if rerr != nil {
-			return c.deleteAfterRecountError(ctx, op, rerr)
+			return cacheops.Result{}, rerr
 		}
 		it := c.counterItem(op.Key, n, fence, op.Rule.TTL)
 		if fence.ID == 0 {
 			if err := c.set(it); err != nil {
-				return failed(fmt.Errorf("counters: set %q: %w", op.Key, err))
+				return failed(fmt.Errorf("counters: set %q: %w", op.Key, err)), nil
 			}
-			return cacheops.Result{Outcome: cacheops.OutcomeRecounted}
+			return cacheops.Result{Outcome: cacheops.OutcomeRecounted}, nil
 		}
 		if err := c.storeFence(op.Key, fence); err != nil {
-			return failed(err)
+			return failed(err), nil
 		}
 		if cur != nil {
 			it.CasID = cur.CasID
@@ -343,7 +348,7 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 		}
 		switch {
 		case err == nil:
-			return cacheops.Result{Outcome: cacheops.OutcomeRecounted}
+			return cacheops.Result{Outcome: cacheops.OutcomeRecounted}, nil
 		case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCacheMiss):
 			// Changed, created or deleted since our read. When another
 			// recount stored a value at a snapshot no older than ours,
@@ -351,25 +356,25 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) cacheops.Resu
 			// delta landed) count again.
 			views := make(map[string]FenceView, 1)
 			if err := c.viewFences([]string{op.Key}, views); err != nil {
-				return failed(err)
+				return failed(err), nil
 			}
 			// Our own fence over a counter we did not store: whatever
 			// stored it drew the same id (fence ids have 16 bits), so
 			// the pair only looks consistent. Count again.
 			if v := views[op.Key]; v.Consistent() && v.Fence != fence {
 				if order, ok := ComparePositions(v.Fence.At, fence.At); ok && order >= 0 {
-					return cacheops.Result{Outcome: cacheops.OutcomeRecounted}
+					return cacheops.Result{Outcome: cacheops.OutcomeRecounted}, nil
 				}
 			}
 			c.log.Debug("counter changed during its recount; counting again", "key", op.Key, "rule", op.Rule.Name)
 			continue
 		default:
-			return failed(fmt.Errorf("counters: store %q: %w", op.Key, err))
+			return failed(fmt.Errorf("counters: store %q: %w", op.Key, err)), nil
 		}
 	}
 	c.fence.giveUps.Add(1)
 	c.log.Debug("counter kept changing during its recounts; deleting it", "key", op.Key, "rule", op.Rule.Name, "attempts", maxExactAttempts)
-	return c.deleteItem(op.Key, "recount: the counter kept changing")
+	return c.deleteItem(op.Key, "recount: the counter kept changing"), nil
 }
 
 // viewFences reads the counters at keys and their fences in one GetMulti

@@ -14,6 +14,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -450,7 +451,7 @@ func TestFenceFlagsReadAsPlainNumbers(t *testing.T) {
 	prev := uint32(0)
 	for range 10000 {
 		id := newFenceID(prev)
-		if id == 0 || id&^cacheops.CounterFlagsMask != 0 || id == cacheops.ReaderCountFlags || id == prev {
+		if id == 0 || id&^itemformat.CounterFlagsMask != 0 || id == itemformat.ReaderCountFlags || id == prev {
 			t.Fatalf("newFenceID(%#x) = %#x", prev, id)
 		}
 		prev = id
@@ -460,13 +461,13 @@ func TestFenceFlagsReadAsPlainNumbers(t *testing.T) {
 	c := New(e.mc, b.m, Config{}, nil)
 	k := e.key("comments:14")
 	wantOutcomes(t, apply(t, c, positioned(k, 1, 14, b.insert(14))), cacheops.OutcomeLoaded)
-	if v := e.view(c, k); !v.Consistent() || v.Flags&^cacheops.CounterFlagsMask != 0 {
+	if v := e.view(c, k); !v.Consistent() || v.Flags&^itemformat.CounterFlagsMask != 0 {
 		t.Fatalf("fenced counter %+v: flags %#x use bits below 16", v, v.Flags)
 	}
 }
 
 // TestReaderCountIsRecounted: a counter a reader recounted without a
-// fence (client.Count stores it with cacheops.ReaderCountFlags) is
+// fence (client.Count stores it with itemformat.ReaderCountFlags) is
 // recounted at the first delta rather than incremented, so a change the
 // reader's count already held is not counted twice. The same counter
 // stored with flags 0 takes the delta as without fences: counted twice.
@@ -479,7 +480,7 @@ func TestReaderCountIsRecounted(t *testing.T) {
 		post  int
 		flags uint32
 		over  int64 // what the counter holds beyond the count after the delta
-	}{{"reader count", 15, cacheops.ReaderCountFlags, 0}, {"flags 0", 16, 0, 1}} {
+	}{{"reader count", 15, itemformat.ReaderCountFlags, 0}, {"flags 0", 16, 0, 1}} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := e.key("comments:" + strconv.Itoa(tc.post))
 			pos := b.insert(tc.post)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -187,9 +187,9 @@ func TestVerdict(t *testing.T) {
 		{"recount in progress", FenceView{Counter: true, Flags: 12, HasFence: true, Fence: fence}, at("mysql-bin.000003", 5), Recount, Decided},
 		{"recount in progress, after", FenceView{Counter: true, Flags: 12, HasFence: true, Fence: fence}, at("mysql-bin.000003", 5000), Recount, Decided},
 		{"unreadable fence", FenceView{Counter: true, Flags: 77, HasFence: true, BadFence: true}, at("mysql-bin.000003", 5), Recount, Decided},
-		{"counted by a reader", FenceView{Counter: true, Flags: cacheops.ReaderCountFlags}, at("mysql-bin.000003", 5), Recount, Decided},
-		{"counted by a reader over a fence", FenceView{Counter: true, Flags: cacheops.ReaderCountFlags, HasFence: true, Fence: fence}, at("mysql-bin.000003", 5), Recount, Decided},
-		{"counted by a reader, no position", FenceView{Counter: true, Flags: cacheops.ReaderCountFlags}, rules.Position{}, Apply, NoPosition},
+		{"counted by a reader", FenceView{Counter: true, Flags: itemformat.ReaderCountFlags}, at("mysql-bin.000003", 5), Recount, Decided},
+		{"counted by a reader over a fence", FenceView{Counter: true, Flags: itemformat.ReaderCountFlags, HasFence: true, Fence: fence}, at("mysql-bin.000003", 5), Recount, Decided},
+		{"counted by a reader, no position", FenceView{Counter: true, Flags: itemformat.ReaderCountFlags}, rules.Position{}, Apply, NoPosition},
 	} {
 		got, why := tc.view.Verdict(tc.pos)
 		if got != tc.want || why != tc.why {

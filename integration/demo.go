@@ -16,8 +16,8 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -378,9 +378,9 @@ func (d *demo) read(mc *memcache.Client, rs *rules.RuleSet, keys []string) (map[
 		case !ok:
 			out[k] = "(missing)"
 		case isSetRuleKey(rs, k):
-			members := cacheops.DecodeSet(it.Value).Members
+			members := itemformat.DecodeSet(it.Value).Members
 			for i, m := range members {
-				members[i] = cacheops.Unescape(m)
+				members[i] = itemformat.Unescape(m)
 			}
 			sort.Strings(members)
 			out[k] = "{" + strings.Join(members, ", ") + "}"

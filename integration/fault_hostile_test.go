@@ -14,7 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -152,7 +152,7 @@ func hostileCases(t *testing.T, fs *faultScenario) []hostileCase {
 				return
 			}
 			member := string(mustEscape(sqlSetMember))
-			for _, m := range cacheops.DecodeSet(it.Value).Members {
+			for _, m := range itemformat.DecodeSet(it.Value).Members {
 				if m != member {
 					t.Errorf("set %q holds member %q: loaded with the key value spliced into SQL?", setKey, m)
 				}
@@ -175,7 +175,7 @@ func hostileCases(t *testing.T, fs *faultScenario) []hostileCase {
 			value: hostileRow(t, sc.Interests, map[string]any{"user_id": bigSetUser, "interest": big, "active": 1}),
 			check: func(t *testing.T, fs *faultScenario) {
 				if it, err := fs.MC.Get(bigSetKey); err == nil {
-					if m := cacheops.DecodeSet(it.Value).Members; len(m) > 0 {
+					if m := itemformat.DecodeSet(it.Value).Members; len(m) > 0 {
 						t.Errorf("set %q holds %d members after an append beyond the item limit (%d bytes); MariaDB has none", bigSetKey, len(m), len(it.Value))
 					}
 				}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/client"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
@@ -56,7 +56,7 @@ func TestReadSideHotKeysAndEvidence(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := client.New(client.Config{
-		Servers:      []cacheops.Server{{Addr: servers[0]}, {Addr: servers[1]}},
+		Servers:      []itemformat.Server{{Addr: servers[0]}, {Addr: servers[1]}},
 		Distribution: "ketama",
 		Rules:        rs,
 	}, testLog(t))

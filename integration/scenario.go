@@ -11,9 +11,9 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/client"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 	"github.com/cachewarden/cachewarden/verify"
@@ -120,7 +120,7 @@ func NewScenario(ctx context.Context, svc Services, opts ScenarioOptions) (s *Sc
 	s.MC.Timeout = 2 * time.Second
 	s.MC.MaxIdleConns = 8
 	s.Client, err = client.New(client.Config{
-		Servers: []cacheops.Server{{Addr: svc.Memcached}}, Rules: s.Rules, DB: s.MySQL.DB(), Timeout: 2 * time.Second,
+		Servers: []itemformat.Server{{Addr: svc.Memcached}}, Rules: s.Rules, DB: s.MySQL.DB(), Timeout: 2 * time.Second,
 	}, opts.Log)
 	if err != nil {
 		return nil, fmt.Errorf("integration: %w", err)

@@ -36,7 +36,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -622,7 +622,7 @@ func (v *Verifier) compare(ctx context.Context, r *rules.Rule, t target, value [
 		for i, m := range loaded {
 			want[i] = rules.Escape(m)
 		}
-		got := cacheops.DecodeSet(value).Members
+		got := itemformat.DecodeSet(value).Members
 		gotSet, wantSet := sortedUnique(got), sortedUnique(want)
 		return verdict{
 			wrong:  !equalStrings(gotSet, wantSet),

@@ -5,10 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer"
@@ -228,7 +229,6 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		Parallel:           *parallel,
 		MaxPendingRecounts: *maxRecounts,
 		SetAppend:          setAppend,
-		SetRebuilder:       stack.SetRebuilder,
 		Report:             out,
 		Progress:           progress,
 		Logger:             log,

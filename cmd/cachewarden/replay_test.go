@@ -19,8 +19,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 )
 
 // writeReplayConfig writes a config file using rulesPath and returns its
@@ -627,7 +627,7 @@ func setMembers(t *testing.T, mc *memcache.Client, key string) []string {
 	if v == "<missing>" {
 		return nil
 	}
-	members := cacheops.DecodeSet([]byte(v)).Members
+	members := itemformat.DecodeSet([]byte(v)).Members
 	sort.Strings(members)
 	return append([]string{}, members...)
 }

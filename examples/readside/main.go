@@ -24,8 +24,8 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // the application's choice of driver
 
-	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/client"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
@@ -52,7 +52,7 @@ func run(rulesPath, servers, distribution, dsn string, user, post int64) error {
 	}
 	cfg := client.Config{Rules: rs, Distribution: distribution}
 	for _, s := range strings.Split(servers, ",") {
-		cfg.Servers = append(cfg.Servers, cacheops.Server{Addr: strings.TrimSpace(s)})
+		cfg.Servers = append(cfg.Servers, itemformat.Server{Addr: strings.TrimSpace(s)})
 	}
 	if dsn != "" {
 		db, err := sql.Open("mysql", dsn)

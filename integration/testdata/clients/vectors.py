@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates cacheops/testdata/distribution-vectors.json: for each client
+"""Generates itemformat/testdata/distribution-vectors.json: for each client
 configuration, the server each key is stored on, found by storing the key
 through the real client and asking every server for it.
 

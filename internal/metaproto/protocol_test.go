@@ -1,4 +1,4 @@
-package cacheops
+package metaproto
 
 import (
 	"bufio"
@@ -17,12 +17,13 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 )
 
 // metaFixture is a case of testdata/meta/replies.json: commands written as
 // a spec (see metaSpecCommands), the server's reply stream, and the
 // replies wanted, one token per command: ok (quiet success), HD, NS, NF,
-// EX, EN, VA:<value>:<cas>, err:<kind> (too-large, client, server),
+// EX, EN, VA:<value>:<cas>, Err:<kind> (too-large, client, server),
 // resend, invalid (not sent), pending (unsettled when the read failed);
 // "tok*N" repeats a token. err is a substring of the read error, "" when
 // the read must succeed.
@@ -51,8 +52,8 @@ func loadMetaFixtures(t testing.TB) []metaFixture {
 // followed by a count, is that many commands: q a quiet append, b a quiet
 // bump (vivifying increment), l a loud increment, v a loud decrement asking for the value, g a get, x a command
 // with an invalid key. Spaces are ignored; at most limit commands are made.
-func metaSpecCommands(spec string, limit int) []metaCmd {
-	var cmds []metaCmd
+func metaSpecCommands(spec string, limit int) []Cmd {
+	var cmds []Cmd
 	for i := 0; i < len(spec) && len(cmds) < limit; {
 		c := spec[i]
 		i++
@@ -62,26 +63,26 @@ func metaSpecCommands(spec string, limit int) []metaCmd {
 			i++
 		}
 		n = max(n, 1)
-		var cmd metaCmd
+		var cmd Cmd
 		switch c {
 		case 'q':
-			cmd = metaCmd{verb: metaSet, mode: metaModeAppend, quiet: true, data: "+m "}
+			cmd = Cmd{Verb: VerbSet, Mode: ModeAppend, Quiet: true, Data: "+m "}
 		case 'b':
-			cmd = metaCmd{verb: metaArith, quiet: true, delta: 1, vivify: true, initial: 1}
+			cmd = Cmd{Verb: VerbArith, Quiet: true, Delta: 1, Vivify: true, Initial: 1}
 		case 'l':
-			cmd = metaCmd{verb: metaArith, delta: 1}
+			cmd = Cmd{Verb: VerbArith, Delta: 1}
 		case 'v':
-			cmd = metaCmd{verb: metaArith, mode: metaModeDecr, delta: 1, returnValue: true}
+			cmd = Cmd{Verb: VerbArith, Mode: ModeDecr, Delta: 1, ReturnValue: true}
 		case 'g':
-			cmd = metaCmd{verb: metaGet}
+			cmd = Cmd{Verb: VerbGet}
 		case 'x':
-			cmd = metaCmd{verb: metaGet, key: "bad key"}
+			cmd = Cmd{Verb: VerbGet, Key: "bad key"}
 		default:
 			continue
 		}
 		for range min(n, limit-len(cmds)) {
 			if c != 'x' {
-				cmd.key = "k" + strconv.Itoa(len(cmds))
+				cmd.Key = "k" + strconv.Itoa(len(cmds))
 			}
 			cmds = append(cmds, cmd)
 		}
@@ -90,40 +91,40 @@ func metaSpecCommands(spec string, limit int) []metaCmd {
 }
 
 // metaReplyToken renders a reply in the fixtures' notation.
-func metaReplyToken(rep metaReply) string {
-	switch rep.status {
-	case metaPending:
+func metaReplyToken(rep Reply) string {
+	switch rep.Status {
+	case Pending:
 		return "pending"
-	case metaQuietOK:
+	case QuietOK:
 		return "ok"
-	case metaHD:
+	case HD:
 		return "HD"
-	case metaVA:
-		return fmt.Sprintf("VA:%s:%d", rep.value, rep.cas)
-	case metaEN:
+	case VA:
+		return fmt.Sprintf("VA:%s:%d", rep.Value, rep.CAS)
+	case EN:
 		return "EN"
-	case metaNF:
+	case NF:
 		return "NF"
-	case metaNS:
+	case NS:
 		return "NS"
-	case metaEX:
+	case EX:
 		return "EX"
-	case metaFailed:
+	case Failed:
 		switch {
-		case rep.resend:
+		case rep.Resend:
 			return "resend"
-		case errors.Is(rep.err, ErrInvalidKey):
+		case errors.Is(rep.Err, itemformat.ErrInvalidKey):
 			return "invalid"
-		case errors.Is(rep.err, ErrTooLarge):
+		case errors.Is(rep.Err, ErrTooLarge):
 			return "err:too-large"
-		case errors.Is(rep.err, memcache.ErrServerError):
+		case errors.Is(rep.Err, memcache.ErrServerError):
 			return "err:server"
-		case metaIsClientError(rep.err) || errors.Is(rep.err, ErrInvalidOp):
+		case IsClientError(rep.Err) || errors.Is(rep.Err, ErrRejected):
 			return "err:client"
 		}
-		return "err:" + rep.err.Error()
+		return "err:" + rep.Err.Error()
 	}
-	return "status " + strconv.Itoa(int(rep.status))
+	return "status " + strconv.Itoa(int(rep.Status))
 }
 
 func expandWant(want string) []string {
@@ -143,11 +144,11 @@ func expandWant(want string) []string {
 
 // readFixture writes the fixture's commands (checking they are well
 // formed) and reads its stream.
-func readFixture(cmds []metaCmd, stream string) ([]metaReply, error) {
-	replies := make([]metaReply, len(cmds))
-	metaAppendPipeline(nil, cmds, replies)
+func readFixture(cmds []Cmd, stream string) ([]Reply, error) {
+	replies := make([]Reply, len(cmds))
+	appendPipeline(nil, cmds, replies)
 	r := bufio.NewReaderSize(strings.NewReader(stream), 64)
-	err := metaReadReplies(r, cmds, replies)
+	err := readReplies(r, cmds, replies)
 	return replies, err
 }
 
@@ -168,7 +169,7 @@ func TestMetaReadReplies(t *testing.T) {
 			}
 			for i, rep := range replies {
 				if got := metaReplyToken(rep); got != want[i] {
-					t.Errorf("reply %d = %s, want %s (err %v)", i, got, want[i], rep.err)
+					t.Errorf("reply %d = %s, want %s (err %v)", i, got, want[i], rep.Err)
 				}
 			}
 		})
@@ -176,20 +177,20 @@ func TestMetaReadReplies(t *testing.T) {
 }
 
 func TestMetaAppendPipeline(t *testing.T) {
-	cmds := []metaCmd{
-		{verb: metaArith, key: "ns:1", quiet: true, delta: 1, vivify: true, ttl: 3600, initial: 1700000000123},
-		{verb: metaSet, key: "set:1", mode: metaModeAppend, quiet: true, data: "+a -b "},
-		{verb: metaGet, key: "set:1"},
-		{verb: metaSet, key: "set:1", data: "+a ", cas: 99, ttl: 60, hasTTL: true},
-		{verb: metaSet, key: "c:1", mode: metaModeAdd, data: "12"},
-		{verb: metaArith, key: "c:1", mode: metaModeDecr, delta: 1 << 63, returnValue: true},
-		{verb: metaDelete, key: "c:1"},
-		{verb: metaGet, key: "has space"},
-		{verb: metaSet, key: "data\r\nmg x", data: "v"},
-		{verb: metaSet, key: "value", data: "x\r\nmn\r\n"},
+	cmds := []Cmd{
+		{Verb: VerbArith, Key: "ns:1", Quiet: true, Delta: 1, Vivify: true, TTL: 3600, Initial: 1700000000123},
+		{Verb: VerbSet, Key: "set:1", Mode: ModeAppend, Quiet: true, Data: "+a -b "},
+		{Verb: VerbGet, Key: "set:1"},
+		{Verb: VerbSet, Key: "set:1", Data: "+a ", CAS: 99, TTL: 60, HasTTL: true},
+		{Verb: VerbSet, Key: "c:1", Mode: ModeAdd, Data: "12"},
+		{Verb: VerbArith, Key: "c:1", Mode: ModeDecr, Delta: 1 << 63, ReturnValue: true},
+		{Verb: VerbDelete, Key: "c:1"},
+		{Verb: VerbGet, Key: "has space"},
+		{Verb: VerbSet, Key: "data\r\nmg x", Data: "v"},
+		{Verb: VerbSet, Key: "value", Data: "x\r\nmn\r\n"},
 	}
-	replies := make([]metaReply, len(cmds))
-	buf, sent := metaAppendPipeline(nil, cmds, replies)
+	replies := make([]Reply, len(cmds))
+	buf, sent := appendPipeline(nil, cmds, replies)
 	want := "ma ns:1 D1 N3600 J1700000000123 q O0\r\n" +
 		"ms set:1 6 MA q O1\r\n+a -b \r\n" +
 		"mg set:1 c v O2\r\n" +
@@ -206,29 +207,8 @@ func TestMetaAppendPipeline(t *testing.T) {
 		t.Errorf("sent = %d, want 8", sent)
 	}
 	for _, i := range []int{7, 8} {
-		if replies[i].status != metaFailed || !errors.Is(replies[i].err, ErrInvalidKey) || replies[i].unknown {
+		if replies[i].Status != Failed || !errors.Is(replies[i].Err, itemformat.ErrInvalidKey) || replies[i].Unknown {
 			t.Errorf("reply %d = %+v, want an invalid key failure", i, replies[i])
-		}
-	}
-}
-
-func TestMetaCheckKey(t *testing.T) {
-	for _, tc := range []struct {
-		key string
-		ok  bool
-	}{
-		{"a", true},
-		{strings.Repeat("k", 250), true},
-		{"caf\xc3\xa9:%20", true},
-		{"", false},
-		{strings.Repeat("k", 251), false},
-		{"a b", false},
-		{"a\x00", false},
-		{"a\x7f", false},
-		{"a\r\n", false},
-	} {
-		if err := metaCheckKey(tc.key); (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidKey)) {
-			t.Errorf("metaCheckKey(%q) = %v", tc.key, err)
 		}
 	}
 }
@@ -249,15 +229,15 @@ func FuzzMetaReadReplies(f *testing.F) {
 		for i, rep := range replies {
 			cmd := &cmds[i]
 			switch {
-			case rep.status == metaPending:
+			case rep.Status == Pending:
 				t.Fatalf("command %d unsettled after a successful read", i)
-			case rep.status == metaQuietOK && !cmd.quiet:
+			case rep.Status == QuietOK && !cmd.Quiet:
 				t.Fatalf("loud command %d settled without a reply", i)
-			case rep.status == metaVA && cmd.verb != metaGet && !cmd.returnValue:
+			case rep.Status == VA && cmd.Verb != VerbGet && !cmd.ReturnValue:
 				t.Fatalf("command %d got a value it did not ask for", i)
-			case rep.status == metaFailed && rep.err == nil:
+			case rep.Status == Failed && rep.Err == nil:
 				t.Fatalf("command %d failed without an error", i)
-			case rep.unknown:
+			case rep.Unknown:
 				t.Fatalf("command %d has an unknown outcome after a successful read", i)
 			}
 		}
@@ -265,20 +245,20 @@ func FuzzMetaReadReplies(f *testing.F) {
 }
 
 // metaTestConn opens a connection to addr for exchange tests.
-func metaTestConn(t testing.TB, addr string) *metaConn {
+func metaTestConn(t testing.TB, addr string) *Conn {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	return &metaConn{nc: nc, r: bufio.NewReaderSize(nc, metaReadBuffer)}
+	return &Conn{nc: nc, r: bufio.NewReaderSize(nc, readBuffer)}
 }
 
-func metaExchange(t testing.TB, c *metaConn, cmds ...metaCmd) []metaReply {
+func metaExchange(t testing.TB, c *Conn, cmds ...Cmd) []Reply {
 	t.Helper()
-	replies := make([]metaReply, len(cmds))
-	if _, err := c.exchange(context.Background(), cmds, replies, 2*time.Second); err != nil {
+	replies := make([]Reply, len(cmds))
+	if _, err := c.Exchange(context.Background(), cmds, replies, 2*time.Second); err != nil {
 		t.Fatalf("exchange: %v", err)
 	}
 	return replies
@@ -292,24 +272,24 @@ func TestMetaVivify(t *testing.T) {
 	addr := testsvc.Memcached(t)
 	c := metaTestConn(t, addr)
 	prefix := "cwmeta:" + testsvc.Unique() + ":"
-	bump := func(key string, quiet bool) metaCmd {
-		return metaCmd{verb: metaArith, key: key, quiet: quiet, delta: 1, vivify: true, ttl: 3600, initial: 1000, returnValue: !quiet}
+	bump := func(key string, quiet bool) Cmd {
+		return Cmd{Verb: VerbArith, Key: key, Quiet: quiet, Delta: 1, Vivify: true, TTL: 3600, Initial: 1000, ReturnValue: !quiet}
 	}
-	get := func(key string) metaCmd { return metaCmd{verb: metaGet, key: key} }
+	get := func(key string) Cmd { return Cmd{Verb: VerbGet, Key: key} }
 	k1, k2 := prefix+"quiet", prefix+"loud"
 	reps := metaExchange(t, c, bump(k1, true), get(k1), bump(k1, true), get(k1), bump(k2, false), bump(k2, false))
 	got := make([]string, len(reps))
 	for i, r := range reps {
 		got[i] = metaReplyToken(r)
-		if r.status == metaVA {
-			got[i] = "VA:" + string(r.value)
+		if r.Status == VA {
+			got[i] = "VA:" + string(r.Value)
 		}
 	}
 	want := []string{"HD", "VA:1000", "ok", "VA:1001", "VA:1000", "VA:1001"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("replies = %v, want %v", got, want)
 	}
-	ttl := plTTL(t, addr, k1)
+	ttl := metaExchange(t, c, Cmd{Verb: VerbGet, Key: k1, ReturnTTL: true})[0].TTL
 	if ttl < 3590 || ttl > 3600 {
 		t.Errorf("ttl of the created item = %d, want 3600 (N)", ttl)
 	}
@@ -329,12 +309,12 @@ func TestMetaExchangeErrors(t *testing.T) {
 		}
 	}
 	c := metaTestConn(t, addr)
-	appendTo := func(key string) metaCmd {
-		return metaCmd{verb: metaSet, key: key, mode: metaModeAppend, quiet: true, data: "+b "}
+	appendTo := func(key string) Cmd {
+		return Cmd{Verb: VerbSet, Key: key, Mode: ModeAppend, Quiet: true, Data: "+b "}
 	}
-	incr := metaCmd{verb: metaArith, key: text, delta: 1}
+	incr := Cmd{Verb: VerbArith, Key: text, Delta: 1}
 	quietIncr := incr
-	quietIncr.quiet = true
+	quietIncr.Quiet = true
 
 	// The loud incr's error is placed exactly; the quiet appends succeed.
 	reps := metaExchange(t, c, appendTo(set), incr, appendTo(prefix+"missing"), appendTo(set))
@@ -347,7 +327,7 @@ func TestMetaExchangeErrors(t *testing.T) {
 		t.Errorf("replies = %s", got)
 	}
 	// Among quiet incrs, it cannot be: they are resendable.
-	numberIncr := metaCmd{verb: metaArith, key: number, quiet: true, delta: 1}
+	numberIncr := Cmd{Verb: VerbArith, Key: number, Quiet: true, Delta: 1}
 	reps = metaExchange(t, c, numberIncr, quietIncr, appendTo(set))
 	if got := metaReplyToken(reps[0]) + " " + metaReplyToken(reps[1]) + " " + metaReplyToken(reps[2]); got != "resend resend ok" {
 		t.Errorf("replies = %s", got)
@@ -357,7 +337,7 @@ func TestMetaExchangeErrors(t *testing.T) {
 		t.Fatalf("set = %v, %v", it, err)
 	}
 	// The connection is still in step.
-	if reps := metaExchange(t, c, metaCmd{verb: metaGet, key: set}); reps[0].status != metaVA {
+	if reps := metaExchange(t, c, Cmd{Verb: VerbGet, Key: set}); reps[0].Status != VA {
 		t.Fatalf("get after errors: %s", metaReplyToken(reps[0]))
 	}
 }
@@ -370,20 +350,20 @@ func TestMetaExchangeLarge(t *testing.T) {
 	prefix := "cwmeta:" + testsvc.Unique() + ":"
 	value := strings.Repeat("v", 64<<10)
 	const n = 64
-	var cmds []metaCmd
+	var cmds []Cmd
 	for i := range n {
-		cmds = append(cmds, metaCmd{verb: metaSet, key: prefix + strconv.Itoa(i), data: value, quiet: true})
+		cmds = append(cmds, Cmd{Verb: VerbSet, Key: prefix + strconv.Itoa(i), Data: value, Quiet: true})
 	}
 	for i := range n {
-		cmds = append(cmds, metaCmd{verb: metaGet, key: prefix + strconv.Itoa(i)})
+		cmds = append(cmds, Cmd{Verb: VerbGet, Key: prefix + strconv.Itoa(i)})
 	}
 	reps := metaExchange(t, c, cmds...)
 	for i, r := range reps {
-		want := metaQuietOK
+		want := QuietOK
 		if i >= n {
-			want = metaVA
+			want = VA
 		}
-		if r.status != want || (want == metaVA && !bytes.Equal(r.value, []byte(value))) {
+		if r.Status != want || (want == VA && !bytes.Equal(r.Value, []byte(value))) {
 			t.Fatalf("reply %d = %s", i, metaReplyToken(r))
 		}
 	}

@@ -1,4 +1,4 @@
-package cacheops
+package itemformat
 
 import "strconv"
 

@@ -1,11 +1,17 @@
-package cacheops
+package itemformat
 
 import (
+	"errors"
+	"fmt"
 	"strings"
-	"time"
 
 	"github.com/cachewarden/cachewarden/rules"
 )
+
+// DefaultCompactRatio is the share of a set's tokens that are garbage
+// (removed members, superseded tokens, foreign tokens) above which the
+// daemon and the read side compact the set (memcached.compact_ratio).
+const DefaultCompactRatio = 0.5
 
 // Set item encoding (docs/formats.md, sets): a sequence of tokens, each an op byte
 // ('+' add, '-' remove), the escaped member, and one space:
@@ -166,20 +172,60 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// namespaceStartShift is the number of low bits a namespace's starting
-// version leaves free for its bumps.
-const namespaceStartShift = 20
+// ErrInvalidTokens means a string of set tokens, or the escaped member
+// of one, does not have the set format: it is never appended.
+var ErrInvalidTokens = errors.New("malformed set tokens")
 
-// NamespaceStart returns the version a namespace created at t starts at:
-// its Unix time in milliseconds times 2^20 (1,048,576). Every writer (both
-// of the daemon's and the read side) creates namespaces with it, so a
-// namespace that is evicted and created again starts above every version
-// its earlier incarnation handed out, as long as that incarnation was
-// bumped fewer than 2^20 times per millisecond of its life (memcached
-// serves about a million commands a second, a thousand per millisecond)
-// and the creators' clocks disagree by less than the time between the two
-// creations. The values stay below 2^63, so readers that hold them in a
-// signed 64-bit integer are fine, until the year 2248.
-func NamespaceStart(t time.Time) uint64 {
-	return uint64(max(t.UnixMilli(), 0)) << namespaceStartShift
+// CheckEscapedMember rejects an escaped member that would not form one
+// token. The error wraps ErrInvalidTokens.
+func CheckEscapedMember(member string) error {
+	for i := 0; i < len(member); i++ {
+		if c := member[i]; isSetTokenSeparator(c) {
+			return fmt.Errorf("%w: member has byte 0x%02x at offset %d (not escaped)", ErrInvalidTokens, c, i)
+		}
+	}
+	return nil
+}
+
+// CheckSetTokens checks a joined token string: one or more tokens, each
+// '+' or '-', an escaped member, and one space. The error wraps
+// ErrInvalidTokens.
+func CheckSetTokens(tokens string) error {
+	if tokens == "" {
+		return fmt.Errorf("%w: no set tokens", ErrInvalidTokens)
+	}
+	if tokens[len(tokens)-1] != ' ' {
+		return fmt.Errorf("%w: set tokens do not end with a space", ErrInvalidTokens)
+	}
+	start := 0
+	for i := 0; i < len(tokens); i++ {
+		c := tokens[i]
+		switch {
+		case i == start:
+			if c != '+' && c != '-' {
+				return fmt.Errorf("%w: set token at offset %d starts with %q, not '+' or '-'", ErrInvalidTokens, i, c)
+			}
+		case c == ' ':
+			start = i + 1
+		case isSetTokenSeparator(c):
+			return fmt.Errorf("%w: set tokens have byte 0x%02x at offset %d", ErrInvalidTokens, c, i)
+		}
+	}
+	return nil
+}
+
+// EncodeLoadedSet encodes raw members (as a set's load query returns
+// them) as a compact set, escaping them and dropping duplicates.
+func EncodeLoadedSet(members []string) []byte {
+	seen := make(map[string]struct{}, len(members))
+	escaped := make([]string, 0, len(members))
+	for _, m := range members {
+		e := rules.Escape(m)
+		if _, dup := seen[e]; dup {
+			continue
+		}
+		seen[e] = struct{}{}
+		escaped = append(escaped, e)
+	}
+	return EncodeSet(escaped)
 }
