@@ -23,6 +23,7 @@ import (
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/observer"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -67,6 +68,9 @@ type Stack struct {
 	// SchemaRegistry reads the schemas of Avro messages; nil without
 	// kafka.schema_registry.
 	SchemaRegistry *SchemaRegistry
+	// Observer checks a share of the applied changes (the config's
+	// observer section, or StackOptions.ObserveOnly); nil when off.
+	Observer *observer.Observer
 }
 
 // StackOptions adjust NewStack for commands other than `run`.
@@ -82,6 +86,14 @@ type StackOptions struct {
 	// journal in memcached that lets a restarted daemon find them (replay:
 	// it applies them when it ends, and commits nothing).
 	MemoryRebumps bool
+	// ObserveOnly builds the stack of `cachewarden observe`: the
+	// observer checks every op the pipeline plans and nothing is written
+	// (no appliers, delayed bumps, DLQ or fences).
+	ObserveOnly bool
+	// DropOps, for fault-injection tests only (no config setting reaches
+	// it), loses the ops it selects as if memcached never got them,
+	// while the pipeline takes them for applied.
+	DropOps func(*rules.Op) bool
 }
 
 // NewStack builds the stack for cfg, which must come from config.Load (its
@@ -178,6 +190,12 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 			deltasToWriter = true
 		}
 	}
+	if opts.DropOps != nil {
+		s.Applier = droppingApplier{Applier: s.Applier, drop: opts.DropOps}
+	}
+	if opts.ObserveOnly {
+		s.Applier, counterApplier, deltasToWriter, opts.MemoryRebumps, opts.NoDLQ = observeOnly{}, nil, false, true, true
+	}
 	s.registerClientStats()
 	if err := checkFencing(s.Counters, cfg); err != nil {
 		s.Close()
@@ -221,8 +239,18 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		RecountReason:  opts.RecountReason,
 		UnorderedSets:  cfg.Kafka.UnorderedSets,
 	}
-	if s.Counters != nil {
+	if s.Counters != nil && !opts.ObserveOnly {
 		pc.Fences = s.Counters
+	}
+	if cfg.Observer.Enabled || opts.ObserveOnly {
+		if s.Observer, err = newObserver(s, servers, opts.ObserveOnly); err != nil {
+			s.Close()
+			return nil, err
+		}
+		pc.Observer = s.Observer
+	}
+	if opts.ObserveOnly {
+		pc.Rebump = nil
 	}
 	if s.DLQ != nil {
 		pc.Poison = s.DLQ
@@ -308,8 +336,14 @@ func (p *metaPinger) Ping() error {
 // HTTPHandler serves /metrics from the stack's registry, /healthz,
 // /readyz (ready reports readiness, usually Daemon.Ready) and, with
 // http.pprof, /debug/pprof/.
+//
+// It also serves /status: the consistency observer's counts and nines as
+// JSON (observer.StatusHandler).
 func (s *Stack) HTTPHandler(ready func() []string) http.Handler {
-	return NewHTTPHandler(s.Registry, ready, s.Config.HTTP.Pprof)
+	mux := http.NewServeMux()
+	mux.Handle("GET /status", observer.StatusHandler(s.Observer))
+	mux.Handle("/", NewHTTPHandler(s.Registry, ready, s.Config.HTTP.Pprof))
+	return mux
 }
 
 // Close releases the stack's clients. Pending delayed bumps are not
@@ -317,6 +351,9 @@ func (s *Stack) HTTPHandler(ready func() []string) http.Handler {
 // Rebump.Flush).
 func (s *Stack) Close() error {
 	var errs []error
+	if s.Observer != nil {
+		s.Observer.Close()
+	}
 	if s.DLQ != nil {
 		errs = append(errs, s.DLQ.Close())
 	}
