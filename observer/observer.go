@@ -247,6 +247,13 @@ func (o *Observer) Close() {
 	o.wg.Wait()
 }
 
+// Pending returns how many sampled changes wait for their last check.
+func (o *Observer) Pending() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.pending
+}
+
 // Config returns the observer's configuration, defaults applied.
 func (o *Observer) Config() Config { return o.cfg }
 
