@@ -4,19 +4,18 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/cachewarden/cachewarden/observer"
 )
 
 // Observer is the `observer` section: the consistency observer
 // (docs/operations.md, "The consistency observer"). Off by default.
-// Settings left out take the observer package's defaults.
+// Settings left out (zero) take the observer package's defaults, given
+// here for reference.
 type Observer struct {
 	// Enabled turns the observer on in `cachewarden run`; `cachewarden
 	// observe` runs it whatever this says.
 	Enabled bool
-	// Sample is the share of applied changes checked, in (0, 1]; default
-	// 0.01.
+	// Sample is the share of applied changes checked, in (0, 1]; 0 (left
+	// out) means the observer's default, 1%.
 	Sample float64
 	// MaxPerSecond bounds the changes sampled per rule and second;
 	// default 10.
@@ -25,7 +24,7 @@ type Observer struct {
 	// default [1s, 10s, 1m].
 	Windows []time.Duration
 	// ConfirmAfter is how long after a mismatch with MySQL both sides are
-	// read again; default 1s.
+	// read again; default 5s.
 	ConfirmAfter time.Duration
 	// MySQLQueriesPerSecond and MemcachedReadsPerSecond are the
 	// observer's budgets; defaults 50 and 500.
@@ -38,9 +37,18 @@ type Observer struct {
 	ClockSkew time.Duration
 	// ReportEvery is how often the nines are logged; default 1m.
 	ReportEvery time.Duration
-	// Group is the consumer group of `cachewarden observe`; default
-	// kafka.group followed by "-observer". `run` does not use it.
+	// Group is the consumer group of `cachewarden observe`; "" means
+	// kafka.group followed by "-observer" (Config.ObserverGroup). `run`
+	// does not use it.
 	Group string
+}
+
+// ObserverGroup returns the consumer group of `cachewarden observe`.
+func (c *Config) ObserverGroup() string {
+	if c.Observer.Group != "" {
+		return c.Observer.Group
+	}
+	return c.Kafka.Group + "-observer"
 }
 
 // Limits of the observer section.
@@ -84,9 +92,6 @@ func (d *decoder) validateObserver(o *Observer, k *Kafka) {
 	if d.set(p+"sample") && d.readable(p+"sample") && (o.Sample <= 0 || o.Sample > 1) {
 		d.problem(d.place(p+"sample"), "observer.sample: %g is outside (0, 1]: the share of applied changes checked", o.Sample)
 	}
-	if !d.set(p + "sample") {
-		o.Sample = observer.DefaultSample
-	}
 	for _, f := range []struct {
 		name string
 		v    float64
@@ -122,9 +127,7 @@ func (d *decoder) validateObserver(o *Observer, k *Kafka) {
 			d.problem(d.place(path), "%s: %s is outside (0, %s]", path, v, MaxObserverWindow)
 		}
 	}
-	if o.Group == "" && k.Group != "" {
-		o.Group = k.Group + "-observer"
-	} else if o.Group != "" && o.Group == k.Group {
+	if o.Group != "" && o.Group == k.Group {
 		d.problem(d.place(p+"group"), "observer.group: %q is kafka.group: `cachewarden observe` needs a consumer group of its own, or it would take partitions from the daemons", o.Group)
 	}
 }

@@ -451,7 +451,7 @@ func TestObserverDistributionMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	obs := startObservedDaemon(t, right, log, consumer.StackOptions{ObserveOnly: true}, func(c *consumer.Config) {
-		c.Group, c.StartOffset = right.Observer.Group, consumer.StartLatest
+		c.Group, c.StartOffset = right.ObserverGroup(), consumer.StartLatest
 	})
 	waitAssigned(t, obs, s.Opts.Partitions*len(s.Topics))
 	startObservedDaemon(t, wrong, log, consumer.StackOptions{}, nil)

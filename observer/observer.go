@@ -50,7 +50,7 @@ const (
 	DefaultMaxPerSecond = 10
 	// DefaultConfirmAfter is the delay before a mismatch with MySQL is
 	// read again.
-	DefaultConfirmAfter = time.Second
+	DefaultConfirmAfter = 5 * time.Second
 	// DefaultMySQLPerSecond and DefaultMemcachedPerSecond are the
 	// observer's budgets: queries and item reads per second.
 	DefaultMySQLPerSecond     = 50
@@ -82,7 +82,7 @@ type Config struct {
 	// items are checked; default DefaultWindows (1s, 10s, 1m).
 	Windows []time.Duration
 	// ConfirmAfter is how long after a mismatch with MySQL both sides are
-	// read again; default DefaultConfirmAfter (1s).
+	// read again; default DefaultConfirmAfter (5s).
 	ConfirmAfter time.Duration
 	// MySQLPerSecond and MemcachedPerSecond are the budgets of queries
 	// and item reads per second; a check that finds its budget spent is

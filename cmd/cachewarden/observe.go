@@ -52,7 +52,7 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	defer stack.Close()
 	dc := stack.DaemonConfig()
-	dc.Group = cfg.Observer.Group
+	dc.Group = cfg.ObserverGroup()
 	// Checks start from the changes published from now on.
 	dc.StartOffset = consumer.StartLatest
 	daemon, err := stack.NewDaemon(dc)
