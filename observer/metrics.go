@@ -11,7 +11,22 @@ type metrics struct {
 	mcReads     prometheus.Counter
 	sqlQueries  prometheus.Counter
 	pending     prometheus.Gauge
+	// drops are dropped's counters by reason, looked up once.
+	drops map[string]prometheus.Counter
 }
+
+// Reasons a chosen change is not sampled.
+const (
+	dropRateLimit  = "rate_limit"
+	dropBudget     = "budget"
+	dropReadFailed = "read_failed"
+	dropQueueFull  = "queue_full"
+	dropNotApplied = "not_applied"
+	dropReplaced   = "replaced"
+)
+
+// drop counts a change not sampled for reason.
+func (m *metrics) drop(reason string) { m.drops[reason].Inc() }
 
 // newMetrics creates the metrics and registers them with r (nil: none).
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -44,6 +59,10 @@ func newMetrics(r prometheus.Registerer) *metrics {
 			Name: "cachewarden_observer_pending_changes",
 			Help: "Sampled changes waiting for their last check.",
 		}),
+	}
+	m.drops = make(map[string]prometheus.Counter)
+	for _, r := range []string{dropRateLimit, dropBudget, dropReadFailed, dropQueueFull, dropNotApplied, dropReplaced} {
+		m.drops[r] = m.dropped.WithLabelValues(r)
 	}
 	if r != nil {
 		r.MustRegister(m.checks, m.samples, m.dropped, m.budgetSpent, m.mcReads, m.sqlQueries, m.pending)

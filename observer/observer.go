@@ -350,7 +350,7 @@ func (o *Observer) allow(r *rules.Rule, now time.Time) bool {
 	if b.take(1, now) {
 		return true
 	}
-	o.m.dropped.WithLabelValues("rate_limit").Inc()
+	o.m.drop(dropRateLimit)
 	return false
 }
 
@@ -411,19 +411,19 @@ func (o *Observer) readBefore(sampled []*change, now time.Time) {
 		for _, c := range sampled {
 			if c.kind == rules.OpBump {
 				c.kind = 0 // dropped
-				o.m.dropped.WithLabelValues(reason).Inc()
+				o.m.drop(reason)
 			}
 		}
 	}
 	if !o.mcBudget.take(float64(len(keys)), now) {
 		o.m.budgetSpent.WithLabelValues("memcached").Inc()
-		drop("budget")
+		drop(dropBudget)
 		return
 	}
 	items, err := o.get(keys)
 	if err != nil {
 		o.log.Debug("observer: reading namespaces before their bumps failed; not sampled", "keys", len(keys), "error", err.Error())
-		drop("read_failed")
+		drop(dropReadFailed)
 		return
 	}
 	for _, c := range sampled {
@@ -461,13 +461,13 @@ func (o *Observer) applied(sampled []*change, ops []rules.Op, res []cacheops.Res
 		case c.kind == 0:
 			continue
 		case c.index >= len(ops) || c.index >= len(res) || ops[c.index].Key != c.key || ops[c.index].Rule != c.rule:
-			o.m.dropped.WithLabelValues("replaced").Inc()
+			o.m.drop(dropReplaced)
 			continue
 		case res[c.index].Err != nil:
-			o.m.dropped.WithLabelValues("not_applied").Inc()
+			o.m.drop(dropNotApplied)
 			continue
 		case o.pending >= o.cfg.MaxPending:
-			o.m.dropped.WithLabelValues("queue_full").Inc()
+			o.m.drop(dropQueueFull)
 			continue
 		}
 		o.pending++
