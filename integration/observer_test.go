@@ -37,7 +37,7 @@ import (
 func observerSection(window time.Duration) map[string]any {
 	return map[string]any{
 		"enabled": true, "sample": 1, "max_per_second": 1e6, "windows": []string{window.String()},
-		"confirm_after": "3s", "mysql_queries_per_second": 1e6, "memcached_reads_per_second": 1e6,
+		"mysql_queries_per_second": 1e6, "memcached_reads_per_second": 1e6,
 		"clock_skew": "200ms", "report_every": "5s",
 	}
 }
