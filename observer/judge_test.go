@@ -2,6 +2,7 @@ package observer
 
 import (
 	"encoding/json"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -104,6 +105,26 @@ func TestNines(t *testing.T) {
 	} {
 		if got := c.counts.NinesText(); got != c.want {
 			t.Errorf("%+v: nines %s, want %s", c.counts, got, c.want)
+		}
+	}
+}
+
+func TestStatusHandlerOff(t *testing.T) {
+	rec := httptest.NewRecorder()
+	StatusHandler(nil).ServeHTTP(rec, httptest.NewRequest("GET", "/status", nil))
+	var got map[string]map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, rec.Body.String())
+	}
+	if on, ok := got["observer"]["enabled"]; !ok || on != false || len(got["observer"]) != 1 {
+		t.Errorf("/status of no observer: %s", rec.Body.String())
+	}
+	for _, c := range []struct {
+		n    Nines
+		want string
+	}{{Nines(Counts{}.Nines()), "null"}, {Nines(Counts{Consistent: 3}.Nines()), `"+Inf"`}, {Nines(Counts{Consistent: 99, Inconsistent: 1}.Nines()), "2.000"}} {
+		if b, _ := json.Marshal(c.n); string(b) != c.want {
+			t.Errorf("nines %v in JSON: %s, want %s", float64(c.n), b, c.want)
 		}
 	}
 }
