@@ -71,6 +71,9 @@ type Stack struct {
 	// Observer checks a share of the applied changes (the config's
 	// observer section, or StackOptions.ObserveOnly); nil when off.
 	Observer *observer.Observer
+	// observeOnly is StackOptions.ObserveOnly: readiness pings memcached
+	// without the meta probe, which writes a key.
+	observeOnly bool
 }
 
 // StackOptions adjust NewStack for commands other than `run`.
@@ -194,6 +197,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		s.Applier = droppingApplier{Applier: s.Applier, drop: opts.DropOps}
 	}
 	if opts.ObserveOnly {
+		s.observeOnly = true
 		s.Applier, counterApplier, deltasToWriter, opts.MemoryRebumps, opts.NoDLQ = observeOnly{}, nil, false, true, true
 	}
 	s.registerClientStats()
@@ -297,7 +301,7 @@ func (s *Stack) DaemonConfig() Config {
 // DaemonConfig, adjusted).
 func (s *Stack) NewDaemon(cfg Config) (*Daemon, error) {
 	var health Pinger = s.Memcache
-	if s.Pipelined != nil {
+	if s.Pipelined != nil && !s.observeOnly {
 		health = &metaPinger{Client: s.Memcache, probe: s.Pipelined.Probe}
 	}
 	return New(cfg, Deps{Pipeline: s.Pipeline, Memcached: health, Logger: s.Logger.With("component", "consumer")})
