@@ -102,6 +102,7 @@ func TestNines(t *testing.T) {
 		{Counts{Consistent: 98, Missing: 1, Inconsistent: 1}, "2.00"},
 		{Counts{Consistent: 999, Inconsistent: 1, NotJudged: 1000}, "3.00"},
 		{Counts{Consistent: 1, Inconsistent: 1}, "0.30"},
+		{Counts{Inconsistent: 8}, "0.00"},
 	} {
 		if got := c.counts.NinesText(); got != c.want {
 			t.Errorf("%+v: nines %s, want %s", c.counts, got, c.want)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,7 +69,7 @@ func newObserved(t *testing.T) *observed {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	o, err := New(Config{Sample: 1, MaxPerSecond: 1e6, Windows: []time.Duration{testWindow}, ConfirmAfter: 50 * time.Millisecond, MemcachedPerSecond: 1e6, MySQLPerSecond: 1e6},
+	o, err := New(Config{Sample: 1, MaxPerSecond: 1e6, Windows: []time.Duration{testWindow}, ConfirmAfter: 50 * time.Millisecond, MemcachedPerSecond: 1e6, MySQLPerSecond: 1e6, ReportEvery: 100 * time.Millisecond},
 		Deps{Cache: mc, Servers: sel, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -177,6 +178,17 @@ func TestObserverBumps(t *testing.T) {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the evidence lacks %q:\n%s", want, logs)
 		}
+	}
+	// The periodic report: the nines of each interval, per window.
+	// One interval at least saw some of the lost bumps: fewer than all
+	// nines.
+	report := regexp.MustCompile(`msg=consistency window=150ms interval=100ms nines=[0-9.]+ judged=\d+ consistent=\d+ missing=\d+ inconsistent=[1-9]`)
+	deadline := time.Now().Add(5 * time.Second)
+	for !report.MatchString(e.log.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no consistency report counts the lost bumps:\n%s", e.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

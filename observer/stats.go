@@ -45,7 +45,8 @@ func (c Counts) Nines() float64 {
 	if c.Inconsistent == 0 {
 		return math.Inf(1)
 	}
-	return -math.Log10(float64(c.Inconsistent) / float64(j))
+	// Abs: all judged inconsistent is 0 nines, not -0.
+	return math.Abs(-math.Log10(float64(c.Inconsistent) / float64(j)))
 }
 
 // NinesText renders Nines for logs: "all" when nothing judged was
