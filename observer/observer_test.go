@@ -229,3 +229,38 @@ func TestObserverSetWithoutQuery(t *testing.T) {
 		t.Errorf("the inconsistency does not name %s:\n%s", ops[1].Key, e.log.String())
 	}
 }
+
+// TestObserverBudget: with its memcached budget spent, the observer
+// samples no bump (it cannot read the version before it) and judges no
+// check; both are counted, never taken for consistent.
+func TestObserverBudget(t *testing.T) {
+	e := newObserved(t)
+	ops := e.plan("hot", idRow("id", 1))
+	e.o.mcBudget = newBucket(1e-9, time.Now())
+	e.o.mcBudget.tokens = 0
+	if done := e.o.BeforeApply(context.Background(), ops); done != nil {
+		done(ops, make([]cacheops.Result, len(ops)))
+	}
+	if c := e.settle(); c != (Counts{}) {
+		t.Errorf("checks without budget: %+v", c)
+	}
+	if got := testutilCounter(e.o.m.drops[dropBudget]); got != 3 {
+		t.Errorf("%v bumps dropped for the budget, want 3", got)
+	}
+	if got := testutilCounter(e.o.m.budgetSpent.WithLabelValues("memcached")); got != 1 {
+		t.Errorf("budget exhausted %v times, want 1", got)
+	}
+
+	// Budget for the reads before, none left for the checks.
+	e.o.mcBudget = newBucket(3, time.Now())
+	e.apply(ops, false)
+	e.o.mcBudget.mu.Lock()
+	e.o.mcBudget.rate, e.o.mcBudget.tokens = 1e-9, 0
+	e.o.mcBudget.mu.Unlock()
+	if c := e.settle(); c.NotJudged != 3 || c.Judged() != 0 {
+		t.Errorf("checks over budget: %+v, want 3 not judged", c)
+	}
+	if reads := testutilCounter(e.o.m.mcReads); reads != 3 {
+		t.Errorf("%v memcached reads counted, want the 3 before the bumps", reads)
+	}
+}
