@@ -37,11 +37,14 @@ const (
 	// workload, with a MySQL DSN and counters.fencing required or off.
 	ConsumerFenced   = "cachewarden, fences on"
 	ConsumerUnfenced = "cachewarden, fences off"
+	// ConsumerObserved is the daemon with its consistency observer on
+	// (Options.ObserverSample), measured beside ConsumerCachewarden.
+	ConsumerObserved = "cachewarden + observer"
 )
 
 // isDaemon reports whether consumer is a cachewarden daemon.
 func isDaemon(consumer string) bool {
-	return consumer == ConsumerCachewarden || consumer == ConsumerFenced || consumer == ConsumerUnfenced
+	return consumer == ConsumerCachewarden || consumer == ConsumerFenced || consumer == ConsumerUnfenced || consumer == ConsumerObserved
 }
 
 // consumerProc is a consumer process under measurement.
@@ -80,6 +83,8 @@ type daemonSetup struct {
 	counters *CounterDB
 	// fencing is counters.fencing (with counters only).
 	fencing string
+	// observe, when positive, turns the observer on at this sample.
+	observe float64
 }
 
 // setupFor returns the daemon setup of consumer.
@@ -89,6 +94,8 @@ func (e *env) setupFor(consumer string) daemonSetup {
 		return daemonSetup{counters: e.counterDB, fencing: "required"}
 	case ConsumerUnfenced:
 		return daemonSetup{counters: e.counterDB, fencing: "off"}
+	case ConsumerObserved:
+		return daemonSetup{observe: e.opts.ObserverSample}
 	}
 	return daemonSetup{}
 }
@@ -120,6 +127,9 @@ func (e *env) writeDaemonConfig(group, topic string, httpAddr string, setup daem
 	}
 	if e.opts.DaemonBatch != "" {
 		fmt.Fprintf(&b, "batch: %s\n", e.opts.DaemonBatch)
+	}
+	if setup.observe > 0 {
+		fmt.Fprintf(&b, "observer:\n  enabled: true\n  sample: %g\n", setup.observe)
 	}
 	fmt.Fprintf(&b, "http:\n  listen: %q\n", httpAddr)
 	if e.opts.ProfileDir != "" {

@@ -34,24 +34,28 @@ func BenchmarkDaemonBatch(b *testing.B) {
 	for _, dist := range []Distribution{Uniform, Zipf} {
 		batches := daemonMessages(b, dist)
 		b.Run(string(dist)+"/plan", func(b *testing.B) {
-			stack := daemonStack(b, "127.0.0.1:1") // Plan contacts nothing
+			stack := daemonStack(b, "127.0.0.1:1", "") // Plan contacts nothing
 			runDaemonBatches(b, batches, func(batch *consumer.Batch, msgs []consumer.Message) {
 				stack.Pipeline.Plan(batch, msgs, consumer.CoalesceOptions{})
 			})
 		})
-		b.Run(string(dist)+"/process", func(b *testing.B) {
-			m := privateMemcached(b)
-			if err := SeedKeys(m.Addr, 100_000); err != nil {
-				b.Fatal(err)
-			}
-			stack := daemonStack(b, m.Addr)
-			ctx := context.Background()
-			runDaemonBatches(b, batches, func(batch *consumer.Batch, msgs []consumer.Message) {
-				if err := stack.Pipeline.Process(ctx, batch, msgs, consumer.CoalesceOptions{}); err != nil {
+		// "process-observer" is "process" with the consistency observer
+		// on at its default 1% sample.
+		for _, variant := range []struct{ name, extra string }{{"process", ""}, {"process-observer", "observer:\n  enabled: true\n  sample: 0.01\n"}} {
+			b.Run(string(dist)+"/"+variant.name, func(b *testing.B) {
+				m := privateMemcached(b)
+				if err := SeedKeys(m.Addr, 100_000); err != nil {
 					b.Fatal(err)
 				}
+				stack := daemonStack(b, m.Addr, variant.extra)
+				ctx := context.Background()
+				runDaemonBatches(b, batches, func(batch *consumer.Batch, msgs []consumer.Message) {
+					if err := stack.Pipeline.Process(ctx, batch, msgs, consumer.CoalesceOptions{}); err != nil {
+						b.Fatal(err)
+					}
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -108,14 +112,15 @@ func daemonMessages(b *testing.B, dist Distribution) [][]consumer.Message {
 }
 
 // daemonStack builds the daemon's stack from a config with the benchmark
-// rules and memcached at addr, everything else at its default.
-func daemonStack(b *testing.B, addr string) *consumer.Stack {
+// rules and memcached at addr, plus extra (YAML), everything else at its
+// default.
+func daemonStack(b *testing.B, addr, extra string) *consumer.Stack {
 	dir := b.TempDir()
 	rulesPath := filepath.Join(dir, "rules.yaml")
 	if err := os.WriteFile(rulesPath, RulesYAML, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	yaml := fmt.Sprintf("kafka:\n  brokers: [\"127.0.0.1:1\"]\n  group: bench\n  topics: [bench]\nmemcached:\n  servers: [%q]\nrules: [%q]\n", addr, rulesPath)
+	yaml := fmt.Sprintf("kafka:\n  brokers: [\"127.0.0.1:1\"]\n  group: bench\n  topics: [bench]\nmemcached:\n  servers: [%q]\nrules: [%q]\n", addr, rulesPath) + extra
 	path := filepath.Join(dir, "cachewarden.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		b.Fatal(err)

@@ -96,7 +96,7 @@ func (s Summary) Row(wl Distribution, consumer string) (SummaryRow, bool) {
 }
 
 // allConsumers lists every consumer in the order the tables show them.
-var allConsumers = []string{ConsumerNaive, ConsumerCompetent, ConsumerCachewarden, ConsumerFenced, ConsumerUnfenced}
+var allConsumers = []string{ConsumerNaive, ConsumerCompetent, ConsumerCachewarden, ConsumerObserved, ConsumerFenced, ConsumerUnfenced}
 
 // Summarize takes the medians over runs and pools the latency samples.
 func Summarize(res *Results) Summary {
@@ -202,6 +202,9 @@ const (
 	goalLatencyRate       = 50_000
 	goalP99               = 25 * time.Millisecond
 	goalPeakRSS           = 150.0 // MB
+	// goalObserverShare is the least share of the daemon's events/s kept
+	// with the consistency observer on (at 1% sampling).
+	goalObserverShare = 0.95
 )
 
 // Targets checks the summary against cachewarden's performance goals.
@@ -228,6 +231,15 @@ func (s Summary) Targets() []Target {
 		t.Measured, t.Met = fmt.Sprintf("1/%.1f (%.2f vs %.2f µs)", 1/share, cw.CPUPerEvent, comp.CPUPerEvent), share <= goalCompetentCPUShare
 	}
 	out = append(out, t)
+	for _, wl := range []Distribution{Uniform, Zipf} {
+		ob, okOb := s.Row(wl, ConsumerObserved)
+		cwl, okCWL := s.Row(wl, ConsumerCachewarden)
+		if okOb && okCWL {
+			share := ob.EventsPerSec / cwl.EventsPerSec
+			out = append(out, Target{Name: fmt.Sprintf("%s: events/s with the observer on >= %.0f%% of without", wl, goalObserverShare*100), Known: true,
+				Measured: fmt.Sprintf("%.1f%% (%s vs %s events/s)", share*100, thousands(ob.EventsPerSec), thousands(cwl.EventsPerSec)), Met: share >= goalObserverShare})
+		}
+	}
 	out = append(out, s.rateTarget("counter workload, fenced recounts", Counter, ConsumerFenced, goalCounterRate))
 	t = Target{Name: fmt.Sprintf("p99 event-to-applied <= %s at %s events/s, pooled", ms(goalP99), thousands(goalLatencyRate)),
 		Known: s.Latency != nil && s.Latency.Rate == goalLatencyRate}
@@ -379,6 +391,12 @@ func summaryTable(s Summary, workloads []Distribution) []summaryRow {
 				writesText(r.WritesPerEvent, true, r.WritesPartial), fmt.Sprintf("%.1f", r.PeakRSS)}})
 		}
 		cw, okC := s.Row(wl, ConsumerCachewarden)
+		if ob, ok := s.Row(wl, ConsumerObserved); ok && okC {
+			out = append(out, summaryRow{ratio: true, cells: []string{string(wl), "observer on / off",
+				fmt.Sprintf("%.3fx", ob.EventsPerSec/cw.EventsPerSec), fmt.Sprintf("%.3fx", ob.CPUPerEvent/cw.CPUPerEvent),
+				fmt.Sprintf("%.3fx", ob.CommandsPerEvent/cw.CommandsPerEvent), ratioText(ob.WritesPerEvent, cw.WritesPerEvent, "%.3fx"),
+				fmt.Sprintf("%.2fx", ob.PeakRSS/cw.PeakRSS)}})
+		}
 		for _, base := range []string{ConsumerCompetent, ConsumerNaive} {
 			b, ok := s.Row(wl, base)
 			if !ok || !okC {

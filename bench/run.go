@@ -90,6 +90,11 @@ type Options struct {
 	// (`go tool trace`; `go tool trace -pprof=sync` and `-pprof=net`
 	// show where the daemon waits).
 	ProfileDir string
+	// ObserverSample, when positive, also measures the daemon with its
+	// consistency observer on at this sample (e.g. 0.01), right after
+	// the daemon without it in every run of the uniform and zipf
+	// workloads.
+	ObserverSample float64
 	// Out receives the progress and the results table; default stdout.
 	Out io.Writer
 	// Log receives diagnostics; default discards.
@@ -355,5 +360,9 @@ func (o *Options) consumers(wl Distribution) []string {
 	if !o.SkipBaselines {
 		out = append(out, ConsumerCompetent)
 	}
-	return append(out, ConsumerCachewarden)
+	out = append(out, ConsumerCachewarden)
+	if o.ObserverSample > 0 {
+		out = append(out, ConsumerObserved)
+	}
+	return out
 }

@@ -77,6 +77,9 @@ type Config struct {
 	Batch   Batch
 	HTTP    HTTP
 	Log     Log
+	// Observer is the consistency observer (key `observer`); off unless
+	// enabled.
+	Observer Observer
 }
 
 // Kafka is the `kafka` section.

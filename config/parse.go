@@ -203,6 +203,7 @@ func (d *decoder) decodeFile(data []byte, cfg *Config) {
 		"batch":     func(n *yaml.Node) { d.batch(n, &cfg.Batch) },
 		"http":      func(n *yaml.Node) { d.http(n, &cfg.HTTP) },
 		"log":       func(n *yaml.Node) { d.log(n, &cfg.Log) },
+		"observer":  func(n *yaml.Node) { d.observer(n, &cfg.Observer) },
 	})
 }
 

@@ -33,6 +33,7 @@ func (d *decoder) validate(c *Config) {
 	d.validateBatch(&c.Batch)
 	d.validateHTTP(&c.HTTP)
 	d.validateLog(&c.Log)
+	d.validateObserver(&c.Observer, &c.Kafka)
 }
 
 // set reports whether the file wrote the setting (so that an explicit zero

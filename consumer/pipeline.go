@@ -115,6 +115,9 @@ type PipelineConfig struct {
 	// *counters.Counters; see fence.go). nil: deltas are applied whatever
 	// their binary log position.
 	Fences DeltaFencer
+	// Observer samples applied ops for the consistency observer (an
+	// *observer.Observer); nil observes nothing.
+	Observer ChangeObserver
 }
 
 // Pipeline turns batches of CDC messages into applied cache ops: decode,
@@ -421,11 +424,18 @@ func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 		}
 	}
 	if len(b.Ops) > 0 {
+		var observed func([]rules.Op, []cacheops.Result)
+		if p.cfg.Observer != nil {
+			observed = p.cfg.Observer.BeforeApply(ctx, b.Ops)
+		}
 		if err := p.applyOps(ctx, b); err != nil {
 			return err
 		}
 		if err := p.recheckFences(ctx, b); err != nil {
 			return err
+		}
+		if observed != nil {
+			observed(b.Ops, b.results)
 		}
 	}
 	p.observeEventAges(b, time.Now())

@@ -24,6 +24,7 @@ import (
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/observer"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -62,6 +63,12 @@ type Stack struct {
 	// SchemaRegistry reads the schemas of Avro messages; nil without
 	// kafka.schema_registry.
 	SchemaRegistry *SchemaRegistry
+	// Observer checks a share of the applied changes (the config's
+	// observer section, or StackOptions.ObserveOnly); nil when off.
+	Observer *observer.Observer
+	// observeOnly is StackOptions.ObserveOnly: readiness pings memcached
+	// without the meta probe, which writes a key.
+	observeOnly bool
 }
 
 // StackOptions adjust NewStack for commands other than `run`.
@@ -77,6 +84,14 @@ type StackOptions struct {
 	// journal in memcached that lets a restarted daemon find them (replay:
 	// it applies them when it ends, and commits nothing).
 	MemoryRebumps bool
+	// ObserveOnly builds the stack of `cachewarden observe`: the
+	// observer checks every op the pipeline plans and nothing is written
+	// (no appliers, delayed bumps, DLQ or fences).
+	ObserveOnly bool
+	// DropOps, for fault-injection tests only (no config setting reaches
+	// it), loses the ops it selects as if memcached never got them,
+	// while the pipeline takes them for applied.
+	DropOps func(*rules.Op) bool
 }
 
 // NewStack builds the stack for cfg, which must come from config.Load (its
@@ -160,13 +175,23 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	if recounter != nil {
 		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
 	}
+	// writer is what the pipeline and the delayed bumps apply through:
+	// the Applier, unless a test drops ops or the stack only observes.
+	var writer Applier = s.Applier
+	if opts.DropOps != nil {
+		writer = droppingApplier{Applier: writer, drop: opts.DropOps}
+	}
+	if opts.ObserveOnly {
+		s.observeOnly = true
+		writer, opts.MemoryRebumps, opts.NoDLQ = observeOnly{}, true, true
+	}
 	s.registerClientStats()
 	if err := checkFencing(s.Counters, cfg); err != nil {
 		s.Close()
 		return nil, err
 	}
 
-	s.Rebump = NewRebumper(s.Applier, s.Metrics, logger.With("component", "rebump"))
+	s.Rebump = NewRebumper(writer, s.Metrics, logger.With("component", "rebump"))
 	if !opts.MemoryRebumps {
 		s.Rebump.EnableJournal(cacheops.NewTokenLog(mc, logger.With("component", "rebump")), cfg.RuleSet, cfg.Kafka.Group)
 	}
@@ -194,16 +219,26 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		Rules:          cfg.RuleSet,
 		Decoder:        dec,
 		TopicDecoders:  topicDecoders,
-		Writer:         s.Applier,
-		DeltasToWriter: s.Counters != nil,
+		Writer:         writer,
+		DeltasToWriter: s.Counters != nil && !opts.ObserveOnly,
 		Rebump:         s.Rebump,
 		Metrics:        s.Metrics,
 		Logger:         logger.With("component", "pipeline"),
 		RecountReason:  opts.RecountReason,
 		UnorderedSets:  cfg.Kafka.UnorderedSets,
 	}
-	if s.Counters != nil {
+	if s.Counters != nil && !opts.ObserveOnly {
 		pc.Counters, pc.Fences = s.Counters, s.Counters
+	}
+	if cfg.Observer.Enabled || opts.ObserveOnly {
+		if s.Observer, err = newObserver(s, servers, opts.ObserveOnly); err != nil {
+			s.Close()
+			return nil, err
+		}
+		pc.Observer = s.Observer
+	}
+	if opts.ObserveOnly {
+		pc.Rebump = nil
 	}
 	if s.DLQ != nil {
 		pc.Poison = s.DLQ
@@ -250,7 +285,7 @@ func (s *Stack) DaemonConfig() Config {
 // DaemonConfig, adjusted).
 func (s *Stack) NewDaemon(cfg Config) (*Daemon, error) {
 	var health Pinger = s.Memcache
-	if s.Config.Memcached.Protocol != "text" {
+	if s.Config.Memcached.Protocol != "text" && !s.observeOnly {
 		health = &metaPinger{Client: s.Memcache, probe: s.Applier.Probe}
 	}
 	return New(cfg, Deps{Pipeline: s.Pipeline, Memcached: health, MySQL: s.mysqlHealth(), Logger: s.Logger.With("component", "consumer")})
@@ -311,8 +346,14 @@ func (p *metaPinger) Ping() error {
 // HTTPHandler serves /metrics from the stack's registry, /healthz,
 // /readyz (ready reports readiness, usually Daemon.Ready) and, with
 // http.pprof, /debug/pprof/.
+//
+// It also serves /status: the consistency observer's counts and nines as
+// JSON (observer.StatusHandler).
 func (s *Stack) HTTPHandler(ready func() []string) http.Handler {
-	return NewHTTPHandler(s.Registry, ready, s.Config.HTTP.Pprof)
+	mux := http.NewServeMux()
+	mux.Handle("GET /status", observer.StatusHandler(s.Observer))
+	mux.Handle("/", NewHTTPHandler(s.Registry, ready, s.Config.HTTP.Pprof))
+	return mux
 }
 
 // Close releases the stack's clients. Pending delayed bumps are not
@@ -320,6 +361,9 @@ func (s *Stack) HTTPHandler(ready func() []string) http.Handler {
 // Rebump.Flush).
 func (s *Stack) Close() error {
 	var errs []error
+	if s.Observer != nil {
+		s.Observer.Close()
+	}
 	if s.DLQ != nil {
 		errs = append(errs, s.DLQ.Close())
 	}

@@ -40,7 +40,13 @@ type Daemon struct {
 // addresses already pointing at the live services), lets adjust change the
 // daemon configuration (nil: none), and runs it until Stop.
 func StartDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, adjust func(*consumer.Config)) (*Daemon, error) {
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{})
+	return StartDaemonWith(ctx, cfg, log, consumer.StackOptions{}, adjust)
+}
+
+// StartDaemonWith is StartDaemon with stack options (an observer-only
+// stack, a fault hook).
+func StartDaemonWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts consumer.StackOptions, adjust func(*consumer.Config)) (*Daemon, error) {
+	stack, err := consumer.NewStack(cfg, log, opts)
 	if err != nil {
 		return nil, fmt.Errorf("integration: daemon stack: %w", err)
 	}

@@ -229,7 +229,8 @@ type ConfigFile struct {
 		} `yaml:"schema_registry,omitempty"`
 	} `yaml:"kafka"`
 	Memcached struct {
-		Servers []string `yaml:"servers"`
+		Servers      []string `yaml:"servers"`
+		Distribution string   `yaml:"distribution,omitempty"`
 	} `yaml:"memcached"`
 	MySQL struct {
 		DSN string `yaml:"dsn"`
@@ -246,6 +247,8 @@ type ConfigFile struct {
 		Format string `yaml:"format,omitempty"`
 		Level  string `yaml:"level,omitempty"`
 	} `yaml:"log"`
+	// Observer is the observer section, as written; nil leaves it out.
+	Observer map[string]any `yaml:"observer,omitempty"`
 }
 
 // ConfigFile returns a daemon config for the scenario: its broker, group,

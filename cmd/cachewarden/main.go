@@ -48,6 +48,7 @@ func (a *app) commands() []command {
 		{name: "rules", help: "check rule files or run rule unit tests (rules check|test)", run: a.rulesCmd},
 		{name: "plan", help: "print the cache operations planned for CDC messages read from stdin", run: a.planCmd},
 		{name: "replay", help: "re-apply a range of the CDC topics, or an NDJSON file (replay -c FILE --from START | --file F)", run: a.replayCmd},
+		{name: "observe", help: "check continuously that memcached reflects the changes another daemon applies (observe -c FILE)", run: a.observeCmd},
 		{name: "verify", help: "compare the sets and counters in memcached with MySQL", run: a.verifyCmd},
 		{name: "demo", help: "run the whole pipeline on local services and show what happens", run: a.demoCmd},
 		{name: "version", help: "print the version and the versions of the modules linked in", run: a.versionCmd},

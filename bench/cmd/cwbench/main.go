@@ -76,6 +76,7 @@ func benchmark(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Doc, "doc", "", "Markdown file whose results section is rewritten (docs/benchmarks.md)")
 	fs.StringVar(&o.DaemonBatch, "daemon-batch", "", "the daemon's batch section as YAML flow, e.g. '{max_events: 500, max_wait: 2ms}' (default: the daemon's defaults)")
 	fs.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of the daemon's throughput runs (http.pprof on)")
+	fs.Float64Var(&o.ObserverSample, "observer", 0, "also measure the daemon with its consistency observer on at this sample (e.g. 0.01), beside the daemon without it (uniform and zipf)")
 	verbose := fs.Bool("v", false, "log diagnostics to stderr")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/cachewarden/cachewarden/internal/testsvc"
+)
+
+func TestObserveUsage(t *testing.T) {
+	if _, _, err := invoke(t, "", "observe"); exitCode(err) != 2 {
+		t.Errorf("observe without -c: exit code %d, want 2", exitCode(err))
+	}
+	if out, _, err := invoke(t, "", "help"); err != nil || !strings.Contains(out, "  observe ") {
+		t.Errorf("help does not list observe (%v):\n%s", err, out)
+	}
+	if out, _, err := invoke(t, "", "help", "observe"); err != nil || !strings.Contains(out, "consumer group of") {
+		t.Errorf("help observe (%v):\n%s", err, out)
+	}
+}
+
+// TestObserveCommand runs `cachewarden observe` against an in-process
+// Kafka-protocol broker and the test memcached: it joins its own group,
+// checks the change published after it started through /status, and
+// writes nothing (the namespace it checks stays as it was, so the
+// detached observer cannot judge it).
+func TestObserveCommand(t *testing.T) {
+	mcAddr := testsvc.Memcached(t)
+	topic := "cdc-" + testsvc.Unique()
+	var brokers []string
+	if brokers = testsvc.Kafka(); brokers == nil {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+	}
+	prefix := "cwobs:" + testsvc.Unique() + ":"
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(fmt.Sprintf(`version: 1
+prefix: %q
+rules:
+  - name: user-profile
+    table: shop.users
+    bump: "ns:user:{id}"
+`, prefix)), 0o644)
+	cfgPath := filepath.Join(dir, "cachewarden.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`kafka:
+  brokers: [%s]
+  group: cw-%s
+  topics: [%s]
+memcached:
+  servers: [%s]
+rules: [rules.yaml]
+http:
+  listen: "127.0.0.1:0"
+log:
+  format: json
+observer:
+  sample: 1
+  windows: [200ms]
+`, strings.Join(brokers, ", "), testsvc.Unique(), topic, mcAddr)), 0o644)
+	mc := memcache.New(mcAddr)
+	key := prefix + "ns:user:77"
+	if err := mc.Set(&memcache.Item{Key: key, Value: []byte("1782579200000000005")}); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runWithInput(ctx, strings.NewReader(""), []string{"observe", "-c", cfgPath}, &stdout, &stderr)
+	}()
+	defer func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("stderr:\n%s", stderr.String())
+		}
+	}()
+	var addr string
+	waitUntil(t, 10*time.Second, func() string {
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var rec struct {
+				Msg, Addr, Group string
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "observing" {
+				if !strings.HasSuffix(rec.Group, "-observer") {
+					t.Errorf("observing in group %q, want kafka.group-observer", rec.Group)
+				}
+				addr = rec.Addr
+				return ""
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("observe returned early: %v", err)
+		default:
+		}
+		return "no start-up record yet"
+	})
+	httpGet := func(path string) string {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitUntil(t, 20*time.Second, func() string {
+		if body := httpGet("/metrics"); !strings.Contains(body, "cachewarden_assigned_partitions 1") {
+			return "partition not assigned yet"
+		}
+		return ""
+	})
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	ev := `{"op":"u","before":{"id":77,"name":"a"},"after":{"id":77,"name":"x"},"source":{"db":"shop","table":"users"},"ts_ms":1}`
+	if err := w.WriteMessages(ctx, kafka.Message{Value: []byte(ev)}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 20*time.Second, func() string {
+		body := httpGet("/status")
+		var st struct {
+			Observer struct {
+				Detached bool
+				Windows  []struct {
+					Total struct {
+						NotJudged int `json:"not_judged"`
+					}
+				}
+			}
+		}
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			return err.Error() + ": " + body
+		}
+		if !st.Observer.Detached || len(st.Observer.Windows) != 1 || st.Observer.Windows[0].Total.NotJudged != 1 {
+			return "/status: " + body
+		}
+		return ""
+	})
+	if it, err := mc.Get(key); err != nil || string(it.Value) != "1782579200000000005" {
+		t.Errorf("observe changed %s: %v %v", key, it, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("observe returned %v after the signal, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("observe did not stop")
+	}
+}

@@ -1,0 +1,88 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/observer"
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// ChangeObserver watches a share of the ops the pipeline applies
+// (*observer.Observer). BeforeApply is called with a batch's ops before
+// they are applied; when it returns a function, that is called with the
+// same ops and their results once the batch has been applied.
+type ChangeObserver interface {
+	BeforeApply(ctx context.Context, ops []rules.Op) func(ops []rules.Op, results []cacheops.Result)
+}
+
+// newObserver builds the stack's consistency observer from the config's
+// observer section: it reads memcached through the daemon's client (so
+// with its distribution) and MySQL through the stack's pool. detached is
+// set for `cachewarden observe`.
+func newObserver(s *Stack, sel observer.Locator, detached bool) (*observer.Observer, error) {
+	c := s.Config.Observer
+	deps := observer.Deps{Cache: s.Memcache, Servers: sel, Registerer: s.Registry, Logger: s.Logger.With("component", "observer")}
+	if s.MySQL != nil {
+		deps.Truth = s.MySQL
+	}
+	o, err := observer.New(observer.Config{
+		Sample:             c.Sample,
+		MaxPerSecond:       c.MaxPerSecond,
+		Windows:            c.Windows,
+		ConfirmAfter:       c.ConfirmAfter,
+		MySQLPerSecond:     c.MySQLQueriesPerSecond,
+		MemcachedPerSecond: c.MemcachedReadsPerSecond,
+		MaxPending:         c.MaxPending,
+		ClockSkew:          c.ClockSkew,
+		ReportEvery:        c.ReportEvery,
+		Detached:           detached,
+	}, deps)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	return o, nil
+}
+
+// observeOnly is the applier of `cachewarden observe`: it writes nothing
+// and reports every op as done, so that the observer checks what another
+// daemon applies.
+type observeOnly struct{}
+
+func (observeOnly) Apply(_ context.Context, ops []rules.Op, results []cacheops.Result) error {
+	for i := range ops {
+		results[i] = cacheops.Result{Outcome: cacheops.OutcomeMissing}
+	}
+	return nil
+}
+
+// droppingApplier loses the ops drop selects, reporting them applied, as
+// an invalidation lost between the daemon and memcached would be
+// (StackOptions.DropOps).
+type droppingApplier struct {
+	Applier
+	drop func(*rules.Op) bool
+}
+
+func (d droppingApplier) Apply(ctx context.Context, ops []rules.Op, results []cacheops.Result) error {
+	var keep []rules.Op
+	var at []int
+	for i := range ops {
+		if d.drop(&ops[i]) {
+			results[i] = cacheops.Result{Outcome: cacheops.OutcomeIncr}
+			continue
+		}
+		keep = append(keep, ops[i])
+		at = append(at, i)
+	}
+	if len(keep) == len(ops) {
+		return d.Applier.Apply(ctx, ops, results)
+	}
+	res := make([]cacheops.Result, len(keep))
+	err := d.Applier.Apply(ctx, keep, res)
+	for j, i := range at {
+		results[i] = res[j]
+	}
+	return err
+}
