@@ -62,7 +62,7 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 		if n, ok := itemformat.ParseCount(it.Value); ok {
 			return n, nil
 		}
-		c.log.Warn("counter holds a non-numeric value; recounting", "key", key, "value_bytes", len(it.Value))
+		c.log.Warn("counter read found a non-numeric value; counting in MySQL", "key", key, "value_bytes", len(it.Value))
 		store = c.mc.Set
 	case errors.Is(err, memcache.ErrCacheMiss):
 	default:
