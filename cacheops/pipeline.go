@@ -451,6 +451,12 @@ func (w *PipelineWriter) markEvidence(ctx context.Context, targets []*evidenceTa
 			}
 		}
 		targets = targets[:0]
+		if err := CheckGuard(ctx); err != nil && len(sets) > 0 {
+			for _, t := range setTargets {
+				t.fail(results, err)
+			}
+			return
+		}
 		for i, rep := range w.evidenceExchange(ctx, sets) {
 			switch rep.status {
 			case metaHD, metaNF, metaNS:
@@ -553,6 +559,14 @@ func (w *PipelineWriter) run(ctx context.Context, sc *pipeScratch, pending []*pi
 			return
 		}
 		w.runQueries(ctx, pending)
+		// After the MySQL steps, which may be slow, and right before the
+		// round is sent (WithGuard).
+		if err := CheckGuard(ctx); err != nil {
+			for _, p := range pending {
+				w.fail(p, "", err)
+			}
+			return
+		}
 		w.round(ctx, sc, pending)
 		next := pending[:0]
 		for _, p := range pending {

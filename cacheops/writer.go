@@ -285,6 +285,9 @@ func (w *Writer) markEvidence(ctx context.Context, t *evidenceTarget) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if err := CheckGuard(ctx); err != nil {
+			return err
+		}
 		it, err := w.gets(t.key)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
@@ -396,6 +399,9 @@ func groupOpsByKey(ops []rules.Op) [][]int {
 // apply applies one op; initial is the value of a namespace it creates.
 func (w *Writer) apply(ctx context.Context, op *rules.Op, initial uint64) Result {
 	if err := ctx.Err(); err != nil {
+		return failedResult(fmt.Errorf("cacheops: %s %q: %w", op.Kind, op.Key, err))
+	}
+	if err := CheckGuard(ctx); err != nil {
 		return failedResult(fmt.Errorf("cacheops: %s %q: %w", op.Kind, op.Key, err))
 	}
 	if op.Rule == nil {
@@ -547,6 +553,10 @@ func (w *Writer) loadAndAdd(ctx context.Context, op *rules.Op) (res Result, lost
 	loadCtx, cancel := context.WithTimeout(ctx, w.cfg.LoadTimeout)
 	members, err := w.loader.LoadMembers(loadCtx, op.Rule.Query, op.Args)
 	cancel()
+	if gerr := CheckGuard(ctx); gerr != nil {
+		// The load may have been long: look again before writing.
+		return failedResult(fmt.Errorf("cacheops: load set %q: %w", key, gerr)), false
+	}
 	if err != nil {
 		w.loadErrors.Add(1)
 		if ctx.Err() != nil {

@@ -13,6 +13,12 @@ type CoalesceOptions struct {
 	// deltas may already have been applied by the previous owner, and by
 	// replay, which re-reads changes whose deltas were applied before.
 	Recount bool
+	// ResetSets turns every set change into a delete of its set, as
+	// replay does: set for the first batch of a partition taken over
+	// without a clean handoff, so that a late token of a previous owner
+	// (one that stalled between its last check and its send) cannot
+	// outlive the set it was appended to (docs/reliability.md).
+	ResetSets bool
 }
 
 // CoalesceStats counts what one Coalesce call did.

@@ -351,6 +351,14 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 
 // coalesce turns b.planned into b.Ops.
 func (p *Pipeline) coalesce(b *Batch, opts CoalesceOptions) {
+	if opts.ResetSets {
+		for i := range b.planned {
+			switch op := &b.planned[i]; op.Kind {
+			case rules.OpSetAdd, rules.OpSetRemove, rules.OpSetAppend:
+				op.Kind, op.Member, op.Tokens = rules.OpSetDelete, "", ""
+			}
+		}
+	}
 	var cs CoalesceStats
 	b.Ops, cs = b.coalescer.Coalesce(b.Ops[:0], b.planned, opts)
 	b.Stats.Coalesce = cs
@@ -550,6 +558,9 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 	}()
 	permanentLogged := 0
 	for attempt := 0; ; attempt++ {
+		if err := cacheops.CheckGuard(ctx); err != nil {
+			return err
+		}
 		if len(pending) == n && !p.splitsOps(b.Ops) {
 			// Every op, all for the Writer: no copies.
 			p.timedApply(ctx, "cacheops", p.cfg.Writer, b.Ops, b.results)
@@ -560,6 +571,13 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 			// Cancelled ops fail with ctx's error, which is not an op
 			// failure: the whole batch is abandoned uncommitted.
 			return err
+		}
+		for _, i := range pending {
+			if err := b.results[i].Err; errors.Is(err, cacheops.ErrWriteRefused) {
+				// The guard refused (cacheops.WithGuard): not an op
+				// failure either.
+				return err
+			}
 		}
 
 		retry := pending[:0]

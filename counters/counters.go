@@ -211,6 +211,9 @@ func (c *Counters) apply(ctx context.Context, op *rules.Op) cacheops.Result {
 	if err := ctx.Err(); err != nil {
 		return failed(fmt.Errorf("counters: %s %q: %w", op.Kind, op.Key, err))
 	}
+	if err := cacheops.CheckGuard(ctx); err != nil {
+		return failed(fmt.Errorf("counters: %s %q: %w", op.Kind, op.Key, err))
+	}
 	if op.Rule == nil {
 		return failed(fmt.Errorf("counters: %s %q: op has no rule: %w", op.Kind, op.Key, cacheops.ErrInvalidOp))
 	}
@@ -306,6 +309,10 @@ func (c *Counters) recount(ctx context.Context, op *rules.Op) (int64, error) {
 	n, err := c.rc.Count(ctx, op.Rule.Query, op.Args)
 	if err == nil {
 		c.notePlainRecount()
+		// The query may have been long: look again before writing.
+		if gerr := cacheops.CheckGuard(ctx); gerr != nil {
+			return 0, gerr
+		}
 	}
 	if err == nil && n < 0 {
 		err = fmt.Errorf("counters: recount returned %d, a counter cannot be negative", n)
@@ -322,6 +329,9 @@ func (c *Counters) recount(ctx context.Context, op *rules.Op) (int64, error) {
 // cancelled the op still fails after the delete, so that its batch is not
 // taken as done.
 func (c *Counters) deleteAfterRecountError(ctx context.Context, op *rules.Op, err error) cacheops.Result {
+	if errors.Is(err, cacheops.ErrWriteRefused) {
+		return failed(fmt.Errorf("counters: recount %q: %w", op.Key, err))
+	}
 	c.log.Warn("counter recount failed; deleting the counter",
 		"key", op.Key, "rule", op.Rule.Name, "retryable", cacheops.Retryable(err), "err", err)
 	res := c.deleteItem(op.Key, "recount")
