@@ -80,6 +80,8 @@ type faultOptions struct {
 	// DriftExpected measures counter drift instead of failing on it
 	// (counters only; every other check still applies).
 	DriftExpected bool
+	// Rules is the rules directory; default testdata/rules.
+	Rules string
 }
 
 // faultScenario is a Scenario on the fault suite's own memcached and the
@@ -128,7 +130,10 @@ func newFaultScenario(t *testing.T, opts faultOptions) *faultScenario {
 	} else {
 		_, dsn = testsvc.MySQLBinlog(t)
 	}
-	rulesDir, err := filepath.Abs(testRules)
+	if opts.Rules == "" {
+		opts.Rules = testRules
+	}
+	rulesDir, err := filepath.Abs(opts.Rules)
 	if err != nil {
 		t.Fatal(err)
 	}
