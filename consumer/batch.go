@@ -93,10 +93,17 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		// turns their counter deltas into recounts. After a clean
 		// handoff nothing past the commit was applied.
 		recount := first && !d.handedOff(tp)
+		// A partition that was owned before (it has a commit) and not
+		// handed off cleanly may also get set tokens late from its
+		// previous owner (one that stalled between its last check and
+		// its send): the first batch deletes the sets it touches, as a
+		// replay does. A partition without any commit starts afresh.
+		resetSets := false
 		if first {
 			co, found := d.committedOffset(tp)
+			resetSets = recount && found
 			log.Debug("partition starts", "offset", src.pending[0].Pos.Offset, "committed", co.offset, "found", found,
-				"handed_off", co.handedOff, "recount_first_batch", recount)
+				"handed_off", co.handedOff, "recount_first_batch", recount, "reset_sets", resetSets)
 		}
 		msgs, taken, err = d.fill(release, &src, msgs[:0], room, recount, taken, &w.progress)
 		if err != nil {
@@ -127,10 +134,7 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 			}
 			recount = true // deltas around a gap cannot be trusted
 		}
-		// After a crash the previous owner may also have sent set tokens
-		// late (it stalled between its last check and its send): the
-		// first batch deletes the sets it touches.
-		opts := CoalesceOptions{Recount: recount, ResetSets: recount}
+		opts := CoalesceOptions{Recount: recount, ResetSets: resetSets}
 		for {
 			err := live()
 			if err == nil {

@@ -351,14 +351,6 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 
 // coalesce turns b.planned into b.Ops.
 func (p *Pipeline) coalesce(b *Batch, opts CoalesceOptions) {
-	if opts.ResetSets {
-		for i := range b.planned {
-			switch op := &b.planned[i]; op.Kind {
-			case rules.OpSetAdd, rules.OpSetRemove, rules.OpSetAppend:
-				op.Kind, op.Member, op.Tokens = rules.OpSetDelete, "", ""
-			}
-		}
-	}
 	var cs CoalesceStats
 	b.Ops, cs = b.coalescer.Coalesce(b.Ops[:0], b.planned, opts)
 	b.Stats.Coalesce = cs

@@ -332,6 +332,11 @@ func (c *Counters) deleteAfterRecountError(ctx context.Context, op *rules.Op, er
 	if errors.Is(err, cacheops.ErrWriteRefused) {
 		return failed(fmt.Errorf("counters: recount %q: %w", op.Key, err))
 	}
+	if gerr := cacheops.CheckGuard(ctx); gerr != nil {
+		// The query may have failed after a long wait: look again before
+		// deleting.
+		return failed(fmt.Errorf("counters: recount %q: %w", op.Key, gerr))
+	}
 	c.log.Warn("counter recount failed; deleting the counter",
 		"key", op.Key, "rule", op.Rule.Name, "retryable", cacheops.Retryable(err), "err", err)
 	res := c.deleteItem(op.Key, "recount")
