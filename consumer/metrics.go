@@ -48,11 +48,11 @@ type Metrics struct {
 	stalled         *prometheus.GaugeVec
 	handoffs        *prometheus.CounterVec
 	// abandoned and leaseAge: the membership lease (lease.go).
-	abandoned prometheus.Counter
-	leaseAge  prometheus.Gauge
-	commitRetries   prometheus.Counter
-	lost            *prometheus.CounterVec
-	unorderedSets   *prometheus.GaugeVec
+	abandoned     prometheus.Counter
+	leaseAge      prometheus.Gauge
+	commitRetries prometheus.Counter
+	lost          *prometheus.CounterVec
+	unorderedSets *prometheus.GaugeVec
 	// rebumpsRecovered and rebumpJournalErrors: the rebump journal.
 	rebumpsRecovered    prometheus.Counter
 	rebumpJournalErrors *prometheus.CounterVec
