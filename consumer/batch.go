@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/cachewarden/cachewarden/cacheops"
@@ -104,6 +105,9 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 			resetSets = recount && found
 			log.Debug("partition starts", "offset", src.pending[0].Pos.Offset, "committed", co.offset, "found", found,
 				"handed_off", co.handedOff, "recount_first_batch", recount, "reset_sets", resetSets)
+			if !recount && d.replaceHandoffMarker(release, log, tp, co.offset, live) != nil {
+				return res // released
+			}
 		}
 		msgs, taken, err = d.fill(release, &src, msgs[:0], room, recount, taken, &w.progress)
 		if err != nil {
@@ -174,6 +178,37 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		clear(msgs) // do not pin message values until the next batch fills
 		if release.Err() != nil {
 			return res
+		}
+	}
+}
+
+// replaceHandoffMarker commits offset, the partition's handoff commit
+// (commitHandedOff), again as commitConsuming before anything past it is
+// applied: the marker tells the next owner that nothing past the offset
+// was applied, which stops being true with this owner's first batch. If
+// this owner then crashed or stalled before its own first commit, the
+// next owner would take the partition as handed off and apply again the
+// counter deltas applied here. Failed commits are retried with backoff
+// until ctx ends, whose error it then returns.
+func (d *Daemon) replaceHandoffMarker(ctx context.Context, log *slog.Logger, tp topicPartition, offset int64, live func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := live()
+		if err == nil {
+			err = d.committer.commit(ctx, tp.topic, tp.partition, offset, commitConsuming)
+		}
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d.m.commitRetries.Inc()
+		if logAttempt(attempt - 1) {
+			log.Warn("replacing the handoff marker before applying failed; retrying, the partition waits", "offset", offset,
+				"attempt", attempt, "error", err.Error())
+		}
+		if err := sleep(ctx, commitBackoff(attempt)); err != nil {
+			return err
 		}
 	}
 }

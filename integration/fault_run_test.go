@@ -82,6 +82,9 @@ type faultOptions struct {
 	DriftExpected bool
 	// Rules is the rules directory; default testdata/rules.
 	Rules string
+	// WarmShare is the share of sets and counters warmed at the start;
+	// default 0.5.
+	WarmShare float64
 }
 
 // faultScenario is a Scenario on the fault suite's own memcached and the
@@ -153,6 +156,7 @@ func newFaultScenario(t *testing.T, opts faultOptions) *faultScenario {
 		Rules:       []string{rulesDir},
 		Snapshot:    true,
 		Workload:    WorkloadOptions{Seed: opts.Seed, KeyMoves: true, Users: 200, Posts: opts.Posts, Products: 200},
+		WarmShare:   opts.WarmShare,
 		Log:         testLog(t),
 	})
 	if err != nil {

@@ -55,7 +55,12 @@ func testFrozenMember(t *testing.T, slow bool) {
 	if slow {
 		name = scenarioFrozenSlow
 	}
-	fs := newFaultScenario(t, faultOptions{Name: name, BinlogOff: true, Rules: rulesWithoutRebumps(t)})
+	// Without a binary log every recount races with the changes MariaDB
+	// has committed and the stream not yet delivered (docs/exact-counters.md):
+	// a delta on a missing counter recounts it. Every counter is warmed,
+	// and comments are spread over 1000 posts, so that such races stay
+	// rare beside what this scenario looks at.
+	fs := newFaultScenario(t, faultOptions{Name: name, BinlogOff: true, Rules: rulesWithoutRebumps(t), Posts: 1000, WarmShare: 1})
 	ctx := context.Background()
 	if slow {
 		if !fs.Broker.InProcess() {
@@ -63,7 +68,9 @@ func testFrozenMember(t *testing.T, slow bool) {
 		}
 		delayHeartbeats(fs.Broker, 300*time.Millisecond)
 	}
-	obsA, obsB := startWriteObserver(t, fs.mc.addr), startWriteObserver(t, fs.mc.addr)
+	// A's memcached answers come 30 ms late, so that its batches take a
+	// while: frozen right after a write, it is in the middle of one.
+	obsA, obsB := startWriteObserver(t, fs.mc.addr, 30*time.Millisecond), startWriteObserver(t, fs.mc.addr, 0)
 	a := fs.startObservedDaemon(obsA)
 	b := fs.startObservedDaemon(obsB)
 	addrA, addrB := a.httpAddr(t), b.httpAddr(t)
@@ -100,10 +107,13 @@ func testFrozenMember(t *testing.T, slow bool) {
 		pub.pause()
 		waitMetric(t, b, addrB, "cachewarden_assigned_partitions", func(v float64) bool { return int(v) == total }, frozenSession+time.Minute)
 		took := time.Since(frozeAt)
-		if took < frozenSession {
-			t.Fatalf("freeze %d: %s owned every partition %v after the freeze, before the session timeout", i+1, b.ClientID, took)
+		// The session runs from A's last heartbeat, up to one interval
+		// before the freeze.
+		if took < frozenSession-2*frozenHeartbeat {
+			t.Fatalf("freeze %d: %s owned every partition %v after the freeze, long before the session timeout", i+1, b.ClientID, took)
 		}
 		fs.settle(ctx, fmt.Sprintf("freeze %d: %s taking over", i+1, b.ClientID))
+		fs.firstBatchesQuietly(ctx, i+1)
 		// Then B applies later changes of the same sets and counters.
 		pub.resume()
 		time.Sleep(1500 * time.Millisecond)
@@ -137,6 +147,55 @@ func testFrozenMember(t *testing.T, slow bool) {
 	fs.note("%d freezes: %d writes by the resumed daemon after its session expired, %d batches it abandoned, %d commits it refused on resuming; %d committed offsets seen go down",
 		freezes, staleWrites, int(abandoned), rejoins, len(watch.decreases()))
 	recordRow(t, started, fs.finish(ctx, a, b))
+}
+
+// firstBatchesQuietly gets the first batch of every partition of the
+// counters' topic applied by its new owner while nothing else changes:
+// one transaction at a time, each waited for, until each partition has a
+// message more. That batch recounts its counters, and a recount is exact
+// only while MariaDB is not ahead of the stream (no binary log to fence
+// it).
+func (fs *faultScenario) firstBatchesQuietly(ctx context.Context, freeze int) {
+	fs.t.Helper()
+	var topics []string
+	for _, topic := range fs.Topics {
+		if strings.HasSuffix(topic, ".blog.comments") {
+			topics = append(topics, topic)
+		}
+	}
+	start, err := fs.Broker.EndOffsets(ctx, topics...)
+	if err != nil {
+		fs.t.Fatal(err)
+	}
+	for step := 0; ; step++ {
+		end, err := fs.Broker.EndOffsets(ctx, topics...)
+		if err != nil {
+			fs.t.Fatal(err)
+		}
+		waiting := 0
+		for topic, parts := range end {
+			for p, off := range parts {
+				if off <= start[topic][p] {
+					waiting++
+				}
+			}
+		}
+		if waiting == 0 {
+			return
+		}
+		if step == 500 {
+			fs.t.Fatalf("freeze %d: %d partitions of %v got no message in 500 transactions", freeze, waiting, topics)
+		}
+		txs, err := fs.Change(ctx, 1)
+		if err == nil {
+			_, err = fs.PublishTxs(ctx, txs)
+		}
+		if err != nil {
+			fs.t.Fatal(err)
+		}
+		fs.events += fs.countEvents(txs)
+		fs.settle(ctx, fmt.Sprintf("freeze %d: first batches", freeze))
+	}
 }
 
 // rulesWithoutRebumps copies the test rules without rebump_after: a
@@ -250,10 +309,10 @@ func (fs *faultScenario) startPublisher(ctx context.Context) *publisher {
 			select {
 			case <-p.stopped:
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(10 * time.Millisecond):
 			}
 			p.mu.Lock()
-			txs, err := fs.Change(ctx, 4)
+			txs, err := fs.Change(ctx, 2)
 			if err == nil {
 				_, err = fs.PublishTxs(ctx, txs)
 			}
@@ -336,10 +395,12 @@ func (w *commitWatch) decreases() []string {
 
 // writeObserver is a loopback proxy in front of memcached that records
 // every write command a client sends (meta and text protocols) to a key
-// of the rules (prefix "it:"), with the time it arrived.
+// of the rules (prefix "it:"), with the time it arrived, and forwards
+// memcached's answers replyDelay late.
 type writeObserver struct {
-	ln     net.Listener
-	target string
+	ln         net.Listener
+	target     string
+	replyDelay time.Duration
 	mu     sync.Mutex
 	writes []observedWrite
 	wrote  chan struct{} // closed and replaced at each write
@@ -360,13 +421,13 @@ var writeVerbs = map[string]bool{
 
 var keyOfRules = regexp.MustCompile(`^it:`)
 
-func startWriteObserver(t *testing.T, target string) *writeObserver {
+func startWriteObserver(t *testing.T, target string, replyDelay time.Duration) *writeObserver {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &writeObserver{ln: ln, target: target, wrote: make(chan struct{})}
+	o := &writeObserver{ln: ln, target: target, replyDelay: replyDelay, wrote: make(chan struct{})}
 	var conns sync.Map
 	o.wg.Add(1)
 	go func() {
@@ -385,7 +446,7 @@ func startWriteObserver(t *testing.T, target string) *writeObserver {
 			o.wg.Add(2)
 			go func() {
 				defer o.wg.Done()
-				io.Copy(client, server)
+				o.answer(server, client)
 				client.Close()
 			}()
 			go func() {
@@ -409,6 +470,23 @@ func startWriteObserver(t *testing.T, target string) *writeObserver {
 
 // Addr returns the observer's host:port.
 func (o *writeObserver) Addr() string { return o.ln.Addr().String() }
+
+// answer copies memcached's answers to the client, replyDelay late.
+func (o *writeObserver) answer(server, client net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := server.Read(buf)
+		if n > 0 {
+			time.Sleep(o.replyDelay)
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
 // forward copies a client's commands to the server, recording writes.
 func (o *writeObserver) forward(client, server net.Conn) {
