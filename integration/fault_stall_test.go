@@ -401,10 +401,10 @@ type writeObserver struct {
 	ln         net.Listener
 	target     string
 	replyDelay time.Duration
-	mu     sync.Mutex
-	writes []observedWrite
-	wrote  chan struct{} // closed and replaced at each write
-	wg     sync.WaitGroup
+	mu         sync.Mutex
+	writes     []observedWrite
+	wrote      chan struct{} // closed and replaced at each write
+	wg         sync.WaitGroup
 }
 
 type observedWrite struct {
