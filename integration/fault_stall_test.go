@@ -107,11 +107,6 @@ func testFrozenMember(t *testing.T, slow bool) {
 		pub.pause()
 		waitMetric(t, b, addrB, "cachewarden_assigned_partitions", func(v float64) bool { return int(v) == total }, frozenSession+time.Minute)
 		took := time.Since(frozeAt)
-		// The session runs from A's last heartbeat, up to one interval
-		// before the freeze.
-		if took < frozenSession-2*frozenHeartbeat {
-			t.Fatalf("freeze %d: %s owned every partition %v after the freeze, long before the session timeout", i+1, b.ClientID, took)
-		}
 		fs.settle(ctx, fmt.Sprintf("freeze %d: %s taking over", i+1, b.ClientID))
 		fs.firstBatchesQuietly(ctx, i+1)
 		// Then B applies later changes of the same sets and counters.
@@ -121,7 +116,11 @@ func testFrozenMember(t *testing.T, slow bool) {
 		fs.settle(ctx, fmt.Sprintf("freeze %d: %s applying what was published", i+1, b.ClientID))
 
 		// A resumes with nothing left to apply: whatever it writes comes
-		// from its expired session.
+		// from its expired session. It stays frozen past the session
+		// timeout whatever the load did to the group's timing.
+		if d := time.Until(frozeAt.Add(frozenSession + frozenHeartbeat)); d > 0 {
+			time.Sleep(d)
+		}
 		resumedAt := time.Now()
 		a.signal(t, syscall.SIGCONT)
 		waitMetric(t, a, addrA, "cachewarden_group_joined", func(v float64) bool { return v == 1 }, time.Minute)
