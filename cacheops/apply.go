@@ -392,10 +392,19 @@ func (a *Applier) round(ctx context.Context, sc *applyScratch, pending []*opStat
 
 // send is the one way commands reach memcached: one round of them, no two
 // for the same key, each reply in replies[i]. Every round of every op and
-// of the evidence marks goes through it.
+// of the evidence marks goes through it. It asks ctx's guard (WithGuard)
+// first, right before the round leaves, after any MySQL step: when the
+// guard refuses, nothing is sent and every command fails with
+// ErrWriteRefused, as a command the transport could not send fails.
 func (a *Applier) send(ctx context.Context, cmds []metaproto.Cmd, replies []metaproto.Reply) {
-	a.rounds.Add(1)
 	clear(replies)
+	if err := CheckGuard(ctx); err != nil {
+		for i := range replies {
+			replies[i] = metaproto.Reply{Status: metaproto.Failed, Err: err}
+		}
+		return
+	}
+	a.rounds.Add(1)
 	a.tr.send(ctx, cmds, replies)
 }
 

@@ -2,6 +2,7 @@ package cacheops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -646,9 +647,11 @@ func (a *Applier) recount(ctx, qctx context.Context, p *opState) {
 // ended the op fails (the caller is abandoning the batch, which is
 // applied again); else MySQL failed, the item is deleted (a missing item
 // is correct, so the op is done and the batch does not wait for MySQL)
-// and msg logged. what names the query for the error, why the delete.
+// and msg logged. A query whose writes the caller's guard refused
+// (WithGuard) fails the op as well: the caller may no longer write. what
+// names the query for the error, why the delete.
 func (a *Applier) queryFailed(ctx context.Context, p *opState, what, why, msg string, err error) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || errors.Is(err, ErrWriteRefused) {
 		a.fail(p, what, err)
 		return
 	}

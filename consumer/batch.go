@@ -2,8 +2,12 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/cachewarden/cachewarden/cacheops"
 )
 
 // consumePartition consumes one assigned partition in order until it is
@@ -15,7 +19,12 @@ import (
 func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPartition, w *partitionWorker) partitionResult {
 	topic, partition := tp.topic, tp.partition
 	log := d.log.With("topic", topic, "partition", partition)
-	res := partitionResult{next: -1, clean: true}
+	res := partitionResult{next: -1, clean: true, first: -1}
+	// Nothing reaches memcached unless the membership the partition was
+	// assigned to is surely live (memberLease): checked before each batch,
+	// and by the writers before each round or op they send.
+	live := func() error { return d.lease.check(w.member, time.Now()) }
+	guarded := cacheops.WithGuard(abandon, live)
 	var (
 		b   Batch
 		src = batchSource{q: w.q}
@@ -30,6 +39,9 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		// message; -1 while unknown.
 		expect int64 = -1
 		c            = newOffsetCommitter(func(next int64) error {
+			if err := live(); err != nil {
+				return err
+			}
 			return d.committer.commit(release, topic, partition, next, commitConsuming)
 		}, func(err error, attempt int) {
 			d.m.commitRetries.Inc()
@@ -39,6 +51,11 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 			}
 		})
 	)
+	// The first heartbeat of the membership is asked for at assignment
+	// (Daemon.assigned); wait for its acknowledgement.
+	if d.lease.wait(release, w.member) != nil {
+		return res
+	}
 	commitCtx, stopCommitting := context.WithCancel(release)
 	committerDone := make(chan struct{})
 	go func() {
@@ -77,10 +94,20 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		// turns their counter deltas into recounts. After a clean
 		// handoff nothing past the commit was applied.
 		recount := first && !d.handedOff(tp)
+		// A partition that was owned before (it has a commit) and not
+		// handed off cleanly may also get set tokens late from its
+		// previous owner (one that stalled between its last check and
+		// its send): the first batch deletes the sets it touches, as a
+		// replay does. A partition without any commit starts afresh.
+		resetSets := false
 		if first {
 			co, found := d.committedOffset(tp)
+			resetSets = recount && found
 			log.Debug("partition starts", "offset", src.pending[0].Pos.Offset, "committed", co.offset, "found", found,
-				"handed_off", co.handedOff, "recount_first_batch", recount)
+				"handed_off", co.handedOff, "recount_first_batch", recount, "reset_sets", resetSets)
+			if !recount && d.replaceHandoffMarker(release, log, tp, co.offset, live) != nil {
+				return res // released
+			}
 		}
 		msgs, taken, err = d.fill(release, &src, msgs[:0], room, recount, taken, &w.progress)
 		if err != nil {
@@ -91,6 +118,7 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 			return res
 		}
 		if first {
+			res.first = msgs[0].Pos.Offset
 			c.begin(msgs[0].Pos.Offset)
 			if co, found := d.committedOffset(tp); found {
 				expect = co.offset
@@ -101,7 +129,7 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		if gap, reason := logGap(expect, msgs[0].Pos.Offset, src.logStart); gap {
 			log.Error("records of the partition were never read: "+reason+"; bumping the fallback namespaces of the topic's tables",
 				"expected_offset", expect, "first_offset", msgs[0].Pos.Offset, "log_start", src.logStart)
-			covered, err := d.p.CoverGap(abandon, topic, gapReason(expect, msgs[0].Pos.Offset), msgs[0].Pos)
+			covered, err := d.p.CoverGap(guarded, topic, gapReason(expect, msgs[0].Pos.Offset), msgs[0].Pos)
 			if err != nil {
 				return partitionResult{next: res.next, clean: false}
 			}
@@ -110,10 +138,35 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 			}
 			recount = true // deltas around a gap cannot be trusted
 		}
-		if err := d.p.Process(abandon, &b, msgs, CoalesceOptions{Recount: recount}); err != nil {
-			log.Debug("batch abandoned uncommitted", "messages", len(msgs), "from_offset", msgs[0].Pos.Offset, "reason", err.Error())
+		opts := CoalesceOptions{Recount: recount, ResetSets: resetSets}
+		for {
+			err := live()
+			if err == nil {
+				err = d.p.Process(guarded, &b, msgs, opts)
+			}
+			if err == nil {
+				break
+			}
 			res.clean = false
-			return res
+			if !errors.Is(err, ErrMembershipExpired) {
+				log.Debug("batch abandoned uncommitted", "messages", len(msgs), "from_offset", msgs[0].Pos.Offset, "reason", err.Error())
+				return res
+			}
+			// The session may have expired: the partition may be
+			// another member's already. Send nothing more of the batch,
+			// commit nothing, and wait: either the client learns that
+			// the partition is lost (abandon, release), or a heartbeat of
+			// this membership is acknowledged again and the batch is
+			// applied again from the start, as after a crash (part of it
+			// may have been sent).
+			d.m.abandoned.Inc()
+			log.Warn("group membership may have expired; batch abandoned, nothing more of it sent, nothing committed",
+				"messages", len(msgs), "from_offset", msgs[0].Pos.Offset, "reason", err.Error())
+			if d.lease.wait(release, w.member) != nil {
+				return res
+			}
+			log.Info("group membership confirmed again; applying the abandoned batch again, recounting", "from_offset", msgs[0].Pos.Offset)
+			opts = CoalesceOptions{Recount: true, ResetSets: true}
 		}
 		next := msgs[len(msgs)-1].Pos.Offset + 1
 		res.next, expect = next, next
@@ -125,6 +178,37 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		clear(msgs) // do not pin message values until the next batch fills
 		if release.Err() != nil {
 			return res
+		}
+	}
+}
+
+// replaceHandoffMarker commits offset, the partition's handoff commit
+// (commitHandedOff), again as commitConsuming before anything past it is
+// applied: the marker tells the next owner that nothing past the offset
+// was applied, which stops being true with this owner's first batch. If
+// this owner then crashed or stalled before its own first commit, the
+// next owner would take the partition as handed off and apply again the
+// counter deltas applied here. Failed commits are retried with backoff
+// until ctx ends, whose error it then returns.
+func (d *Daemon) replaceHandoffMarker(ctx context.Context, log *slog.Logger, tp topicPartition, offset int64, live func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := live()
+		if err == nil {
+			err = d.committer.commit(ctx, tp.topic, tp.partition, offset, commitConsuming)
+		}
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d.m.commitRetries.Inc()
+		if logAttempt(attempt - 1) {
+			log.Warn("replacing the handoff marker before applying failed; retrying, the partition waits", "offset", offset,
+				"attempt", attempt, "error", err.Error())
+		}
+		if err := sleep(ctx, commitBackoff(attempt)); err != nil {
+			return err
 		}
 	}
 }

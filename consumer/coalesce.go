@@ -13,6 +13,12 @@ type CoalesceOptions struct {
 	// deltas may already have been applied by the previous owner, and by
 	// replay, which re-reads changes whose deltas were applied before.
 	Recount bool
+	// ResetSets turns every set change into a delete of its set, as
+	// replay does: set for the first batch of a partition taken over
+	// without a clean handoff, so that a late token of a previous owner
+	// (one that stalled between its last check and its send) cannot
+	// outlive the set it was appended to (docs/reliability.md).
+	ResetSets bool
 }
 
 // CoalesceStats counts what one Coalesce call did.
@@ -128,6 +134,8 @@ type Coalescer struct {
 //     recount of a key absorbs all of that key's deltas in the batch (the
 //     recount runs after the changes and sees them); with opts.Recount
 //     every counter key becomes one recount;
+//   - with opts.ResetSets every set change becomes a set_delete, one per
+//     key;
 //   - ops of other kinds are passed through unchanged.
 //
 // Output ops appear in the order of their key's first op. A coalesced op
@@ -142,8 +150,14 @@ func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules
 	c.slots = c.slots[:0]
 	st := CoalesceStats{In: len(ops)}
 
+	var reset rules.Op
 	for i := range ops {
 		op := &ops[i]
+		if opts.ResetSets && (op.Kind == rules.OpSetAdd || op.Kind == rules.OpSetRemove || op.Kind == rules.OpSetAppend) {
+			reset = *op
+			reset.Kind, reset.Member, reset.Tokens = rules.OpSetDelete, "", ""
+			op = &reset
+		}
 		class, ok := classOf(op.Kind)
 		if !ok {
 			c.newSlot(op)

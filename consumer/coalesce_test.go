@@ -117,8 +117,17 @@ func readCoalesceCases(t *testing.T, path string) []coalesceCase {
 			cur, section = &cases[len(cases)-1], ""
 		case cur == nil:
 			t.Fatalf("%s:%d: line outside a case", path, n)
-		case line == "options: recount":
-			cur.opts.Recount = true
+		case strings.HasPrefix(line, "options:"):
+			for _, o := range strings.Fields(strings.TrimPrefix(line, "options:")) {
+				switch o {
+				case "recount":
+					cur.opts.Recount = true
+				case "reset_sets":
+					cur.opts.ResetSets = true
+				default:
+					t.Fatalf("%s:%d: unknown option %q", path, n, o)
+				}
+			}
 		case line == "in:" || line == "out:":
 			section = line
 		case section == "in:":

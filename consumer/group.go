@@ -173,6 +173,11 @@ type Daemon struct {
 	// like a rebalance does.
 	workCtx context.Context
 
+	// lease tells whether the membership is surely live (lease.go);
+	// pokeLease asks for a heartbeat of it at once.
+	lease     *memberLease
+	pokeLease chan struct{}
+
 	mu    sync.RWMutex
 	parts map[topicPartition]*partitionWorker
 	// committed are the offsets found at the last assignment.
@@ -224,8 +229,25 @@ func New(cfg Config, deps Deps) (*Daemon, error) {
 	}
 	return &Daemon{
 		cfg: cfg, p: deps.Pipeline, health: deps.Memcached, mysql: deps.MySQL, m: deps.Pipeline.Metrics(), log: log,
+		lease: newMemberLease(cfg.sessionTimeout()), pokeLease: make(chan struct{}, 1),
 		parts: make(map[topicPartition]*partitionWorker), committed: make(map[topicPartition]committedOffset),
 	}, nil
+}
+
+// sessionTimeout returns the group session timeout the client uses.
+func (c Config) sessionTimeout() time.Duration {
+	if c.SessionTimeout > 0 {
+		return c.SessionTimeout
+	}
+	return defaultSessionTimeout
+}
+
+// heartbeatInterval returns the heartbeat interval the client uses.
+func (c Config) heartbeatInterval() time.Duration {
+	if c.HeartbeatInterval > 0 {
+		return c.HeartbeatInterval
+	}
+	return defaultHeartbeatInterval
 }
 
 // Ready reports whether the daemon is doing its job: memcached (and
@@ -339,6 +361,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		background.Go(func() { d.mysqlHealthLoop(bg) })
 	}
 	background.Go(func() { d.committer.run(bg) })
+	background.Go(func() {
+		d.lease.heartbeatLoop(bg, cl, d.cfg.Group, d.cfg.heartbeatInterval(), d.cfg.sessionTimeout(), d.pokeLease, d.log)
+	})
 	if rebump := d.p.cfg.Rebump; rebump != nil {
 		background.Go(func() { rebump.Run(bg) })
 	}
@@ -382,6 +407,11 @@ type partitionWorker struct {
 	result partitionResult
 	// progress tells a stalled partition (see Daemon.Stalled).
 	progress progressClock
+	// member is the group member ID the partition was assigned to: the
+	// worker writes and commits only while that membership's lease holds
+	// (memberLease), never after the client joined again as another
+	// member.
+	member string
 }
 
 // partitionResult is what a worker leaves behind.
@@ -392,6 +422,10 @@ type partitionResult struct {
 	// clean: nothing past next was applied (no batch was abandoned
 	// half applied).
 	clean bool
+	// first is the offset of the first message read; -1 when none was.
+	first int64
+	// member is the worker's partitionWorker.member.
+	member string
 }
 
 // route returns the queue of an owned partition, or nil.
@@ -410,6 +444,11 @@ func (d *Daemon) route(topic string, partition int32) *partitionQueue {
 func (d *Daemon) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	d.m.generations.Inc()
 	d.learnPartitionCounts(ctx, cl)
+	// New workers wait for the first acknowledged heartbeat of this
+	// membership before they write: ask for one now.
+	member, _ := cl.GroupMetadata()
+	signal(d.pokeLease)
+	assigned = d.restartExpired(ctx, cl, member, assigned)
 	n := 0
 	d.mu.Lock()
 	for topic, parts := range assigned {
@@ -423,7 +462,8 @@ func (d *Daemon) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 				q: newPartitionQueue(topic, int(p),
 					func() { cl.PauseFetchPartitions(one) },
 					func() { cl.ResumeFetchPartitions(one) }),
-				done: make(chan struct{}),
+				done:   make(chan struct{}),
+				member: member,
 			}
 			w.progress.reset()
 			d.parts[tp] = w
@@ -442,6 +482,67 @@ func (d *Daemon) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 	d.m.assigned.Set(float64(total))
 	d.updateReady()
 	d.log.Info("partitions assigned", "group", d.cfg.Group, "added", assigned, "owned", total)
+}
+
+// restartExpired restarts the partitions the client kept across a join as
+// another member: after the coordinator forgot the member (its session
+// expired), franz-go joins again without a member ID and keeps consuming
+// the partitions it held, from where it was. Their workers belong to the
+// expired membership: another member may have consumed the partitions
+// meanwhile and committed past them. So each is stopped like a lost
+// partition (nothing committed), the client is rewound to the group's
+// committed offset, and a new worker starts there as after a crash
+// (recounting first). It returns assigned with those partitions added.
+// It runs in assigned, after the revokes of the new generation.
+func (d *Daemon) restartExpired(ctx context.Context, cl *kgo.Client, member string, assigned map[string][]int32) map[string][]int32 {
+	d.mu.RLock()
+	var expired []topicPartition
+	for tp, w := range d.parts {
+		if w.member != member {
+			expired = append(expired, tp)
+		}
+	}
+	d.mu.RUnlock()
+	if len(expired) == 0 {
+		return assigned
+	}
+	results := d.stopPartitions(expired, false)
+	fctx, cancel := context.WithTimeout(ctx, d.cfg.HandoffTimeout)
+	offsets, err := kadm.NewClient(cl).FetchOffsets(fctx, d.cfg.Group)
+	cancel()
+	if err == nil {
+		err = offsets.Error()
+	}
+	out := make(map[string][]int32, len(assigned)+1)
+	for t, ps := range assigned {
+		out[t] = append([]int32(nil), ps...)
+	}
+	rewind := make(map[string]map[int32]kgo.EpochOffset)
+	for _, tp := range expired {
+		at := results[tp].first
+		if err == nil {
+			if o, ok := offsets.Lookup(tp.topic, int32(tp.partition)); ok && o.Err == nil && o.At >= 0 {
+				at = o.At
+				d.mu.Lock()
+				d.committed[tp] = committedOffset{offset: at} // never a clean handoff
+				d.mu.Unlock()
+			}
+		}
+		d.log.Warn("partition kept across a join as a new member: restarting it from its committed offset, recounting first",
+			"topic", tp.topic, "partition", tp.partition, "offset", at, "expired_member", results[tp].member, "member", member)
+		if at >= 0 {
+			if rewind[tp.topic] == nil {
+				rewind[tp.topic] = make(map[int32]kgo.EpochOffset)
+			}
+			rewind[tp.topic][int32(tp.partition)] = kgo.EpochOffset{Epoch: -1, Offset: at}
+		}
+		out[tp.topic] = append(out[tp.topic], int32(tp.partition))
+	}
+	if err != nil {
+		d.log.Warn("consumer: reading the group's committed offsets failed; restarting kept partitions where their workers started", "error", err.Error())
+	}
+	cl.SetOffsets(rewind)
+	return out
 }
 
 // learnPartitionCounts tells the pipeline how many partitions the topics
@@ -510,7 +611,7 @@ func (d *Daemon) handOver(cl *kgo.Client, parts map[string][]int32, graceful boo
 	}
 	results := d.stopPartitions(tps, graceful)
 	if graceful {
-		d.commitHandoffs(results)
+		d.commitHandoffs(cl, results)
 	}
 	// Paused partitions stay paused across assignments in the client:
 	// resume them for whichever member gets them next time.
@@ -573,21 +674,57 @@ func (d *Daemon) stopPartitions(tps []topicPartition, graceful bool) map[topicPa
 			<-w.done
 		}
 		w.abandon()
-		results[tp] = w.result
+		r := w.result
+		r.member = w.member
+		results[tp] = r
 		d.m.forgetPartition(tp.topic, tp.partition)
 	}
 	return results
 }
 
 // commitHandoffs commits the released partitions' applied offsets, with
-// the handoff marker where nothing past them was applied.
-func (d *Daemon) commitHandoffs(results map[topicPartition]partitionResult) {
+// the handoff marker where nothing past them was applied. A partition
+// held under a membership whose lease does not hold (memberLease: the
+// session may have expired, or the client joined again as another member)
+// is treated as lost: another member may have consumed it and committed
+// past it, so nothing is committed. Nor is an offset below the group's
+// current commit of the partition: a commit never goes backwards.
+func (d *Daemon) commitHandoffs(cl *kgo.Client, results map[topicPartition]partitionResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.HandoffTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
+	now := time.Now()
+	commit := make(map[topicPartition]partitionResult, len(results))
 	for tp, r := range results {
 		if r.next < 0 {
 			continue // nothing applied: the previous commit stands
+		}
+		if err := d.lease.check(r.member, now); err != nil {
+			d.m.handoffs.WithLabelValues("lost").Inc()
+			d.log.Warn("released partition not committed: it was held under a membership that may have expired; its next owner recounts",
+				"topic", tp.topic, "partition", tp.partition, "offset", r.next, "reason", err.Error())
+			continue
+		}
+		commit[tp] = r
+	}
+	if len(commit) == 0 {
+		return
+	}
+	current, err := kadm.NewClient(cl).FetchOffsets(ctx, d.cfg.Group)
+	if err == nil {
+		err = current.Error()
+	}
+	if err != nil {
+		d.log.Warn("reading the group's committed offsets before a handoff failed; not committing the released partitions, their next owners recount",
+			"error", err.Error())
+		return
+	}
+	var wg sync.WaitGroup
+	for tp, r := range commit {
+		if o, ok := current.Lookup(tp.topic, int32(tp.partition)); ok && o.Err == nil && o.At > r.next {
+			d.m.handoffs.WithLabelValues("lost").Inc()
+			d.log.Warn("released partition not committed: the group's commit is past what was applied here",
+				"topic", tp.topic, "partition", tp.partition, "offset", r.next, "committed", o.At)
+			continue
 		}
 		meta := commitConsuming
 		if r.clean {
@@ -633,6 +770,9 @@ func (d *Daemon) healthLoop(ctx context.Context) {
 			}
 		}
 		boolGauge(d.m.memcachedUp, up)
+		if age, ok := d.lease.age(time.Now()); ok {
+			d.m.leaseAge.Set(age.Seconds())
+		}
 		d.reportStalled()
 		d.updateReady()
 		select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 )
@@ -123,5 +126,74 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHandoffMarkerReplaced checks that the owner after a clean handoff
+// commits the handoff's offset again as cachewarden:consuming before it
+// commits anything past it: the marker says nothing past the offset was
+// applied, which is no longer true once that owner applied its first
+// batch, and an owner after it that found the marker still there (this
+// one crashed, or stalled past its session, before its own first commit)
+// would apply the same counter deltas again. The in-process broker
+// records every commit.
+func TestHandoffMarkerReplaced(t *testing.T) {
+	db, dsn := testsvc.MySQL(t)
+	createComments(t, db, 0, 0)
+	r := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn})
+	topic := "cdc-marker-" + testsvc.Unique()
+	group := "cw-" + testsvc.Unique()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var mu sync.Mutex
+	var commits []string
+	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range req.(*kmsg.OffsetCommitRequest).Topics {
+			for _, p := range rt.Partitions {
+				meta := ""
+				if p.Metadata != nil {
+					meta = *p.Metadata
+				}
+				commits = append(commits, fmt.Sprintf("%d %s", p.Offset, meta))
+			}
+		}
+		return nil, nil, false
+	})
+	committed := func(want string) func() string {
+		return func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			if slices.Contains(commits, want) {
+				return ""
+			}
+			return fmt.Sprintf("no commit %q among %v", want, commits)
+		}
+	}
+	brokers := c.ListenAddrs()
+	feed := &commentFeed{t: t, db: db, brokers: brokers, topic: topic, posts: 3}
+
+	feed.add(5)
+	_, stopA := r.daemon(brokers, group, topic)
+	waitFor(t, 30*time.Second, committed("5 "+commitConsuming))
+	must(t, stopA())
+	waitFor(t, 5*time.Second, committed("5 "+commitHandedOff))
+
+	feed.add(3)
+	_, stopB := r.daemon(brokers, group, topic)
+	waitFor(t, 30*time.Second, committed("8 "+commitConsuming))
+	must(t, stopB())
+	waitCounters(t, r, db, feed.posts)
+
+	mu.Lock()
+	defer mu.Unlock()
+	i := slices.Index(commits, "5 "+commitHandedOff)
+	if i < 0 || i+1 >= len(commits) || commits[i+1] != "5 "+commitConsuming {
+		t.Fatalf("commits %v: want the handoff at 5 followed by 5 %s", commits, commitConsuming)
 	}
 }

@@ -48,9 +48,12 @@ type Metrics struct {
 	partitionErrors prometheus.Counter
 	stalled         *prometheus.GaugeVec
 	handoffs        *prometheus.CounterVec
-	commitRetries   prometheus.Counter
-	lost            *prometheus.CounterVec
-	unorderedSets   *prometheus.GaugeVec
+	// abandoned and leaseAge: the membership lease (lease.go).
+	abandoned     prometheus.Counter
+	leaseAge      prometheus.Gauge
+	commitRetries prometheus.Counter
+	lost          *prometheus.CounterVec
+	unorderedSets *prometheus.GaugeVec
 	// rebumpsRecovered and rebumpJournalErrors: the rebump journal.
 	rebumpsRecovered    prometheus.Counter
 	rebumpJournalErrors *prometheus.CounterVec
@@ -208,8 +211,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"rule", "topic"}),
 		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cachewarden_partition_handoffs_total",
-			Help: "Partitions released on a rebalance or shutdown, by outcome: clean (exactly the applied messages committed, the next owner recounts nothing) or abandoned (a batch was abandoned half applied; the next owner recounts its first batch).",
+			Help: "Partitions released on a rebalance or shutdown, by outcome: clean (exactly the applied messages committed, the next owner recounts nothing), abandoned (a batch was abandoned half applied; the next owner recounts its first batch) or lost (held under a membership that may have expired, or the group's commit was past it: nothing committed, the next owner recounts).",
 		}, []string{"outcome"}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cachewarden_batches_abandoned_total",
+			Help: "Batches abandoned before a write because the group membership may have expired (no heartbeat acknowledged within three quarters of kafka.session_timeout, or the member joined again): nothing more of them was sent and nothing committed. Any increase means the process stalled or lost the coordinator for most of a session timeout.",
+		}),
+		leaseAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cachewarden_group_heartbeat_age_seconds",
+			Help: "Time since the last group heartbeat the coordinator acknowledged was sent; writes stop when it reaches three quarters of kafka.session_timeout.",
+		}),
 		schemaFetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cachewarden_schema_registry_requests_total",
 			Help: "Schemas of Avro messages asked of the schema registry (once per schema id), by outcome: found, not_found (its messages are poison), error (asked again; the partition waits).",
@@ -220,7 +231,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.schemaFetches, m.schemaWaiting)
+		reg.MustRegister(m.schemaFetches, m.schemaWaiting, m.abandoned, m.leaseAge)
 		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.eventAge, m.coalesceSaved,
 			m.applyDuration, m.applyRetries, m.mysqlDuration, m.memcachedRTT, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
 			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.rebumpsRecovered, m.rebumpJournalErrors, m.ready, m.memcachedUp, m.mysqlUp,

@@ -561,6 +561,9 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 	}()
 	permanentLogged := 0
 	for attempt := 0; ; attempt++ {
+		if err := cacheops.CheckGuard(ctx); err != nil {
+			return err
+		}
 		if len(pending) == n && !p.splitsOps(b.Ops) {
 			// Every op, all for the Writer: no copies.
 			p.timedApply(ctx, "cacheops", p.cfg.Writer, b.Ops, b.results)
@@ -571,6 +574,13 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 			// Cancelled ops fail with ctx's error, which is not an op
 			// failure: the whole batch is abandoned uncommitted.
 			return err
+		}
+		for _, i := range pending {
+			if err := b.results[i].Err; errors.Is(err, cacheops.ErrWriteRefused) {
+				// The guard refused (cacheops.WithGuard): not an op
+				// failure either.
+				return err
+			}
 		}
 
 		retry := pending[:0]

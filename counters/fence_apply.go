@@ -212,6 +212,10 @@ func (c *Counters) recountAt(ctx context.Context, query string, args []rules.Val
 		c.recountErrors.Add(1)
 		return 0, Fence{}, err
 	}
+	// The query may have been long: look again before writing.
+	if err := cacheops.CheckGuard(ctx); err != nil {
+		return 0, Fence{}, err
+	}
 	return n, fence, nil
 }
 

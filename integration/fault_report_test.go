@@ -90,7 +90,7 @@ func TestMain(m *testing.M) {
 // reportOrder is the order of the table's rows.
 var reportOrder = []string{
 	scenarioKill, scenarioMemcachedStop, scenarioMemcachedRestart, scenarioMySQLOutage,
-	scenarioGroup, scenarioHostile, scenarioDrift,
+	scenarioGroup, scenarioFrozen, scenarioFrozenSlow, scenarioHostile, scenarioDrift,
 }
 
 // writeReport writes the collected rows into path.

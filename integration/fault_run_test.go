@@ -80,6 +80,11 @@ type faultOptions struct {
 	// DriftExpected measures counter drift instead of failing on it
 	// (counters only; every other check still applies).
 	DriftExpected bool
+	// Rules is the rules directory; default testdata/rules.
+	Rules string
+	// WarmShare is the share of sets and counters warmed at the start;
+	// default 0.5.
+	WarmShare float64
 }
 
 // faultScenario is a Scenario on the fault suite's own memcached and the
@@ -128,7 +133,10 @@ func newFaultScenario(t *testing.T, opts faultOptions) *faultScenario {
 	} else {
 		_, dsn = testsvc.MySQLBinlog(t)
 	}
-	rulesDir, err := filepath.Abs(testRules)
+	if opts.Rules == "" {
+		opts.Rules = testRules
+	}
+	rulesDir, err := filepath.Abs(opts.Rules)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +156,7 @@ func newFaultScenario(t *testing.T, opts faultOptions) *faultScenario {
 		Rules:       []string{rulesDir},
 		Snapshot:    true,
 		Workload:    WorkloadOptions{Seed: opts.Seed, KeyMoves: true, Users: 200, Posts: opts.Posts, Products: 200},
+		WarmShare:   opts.WarmShare,
 		Log:         testLog(t),
 	})
 	if err != nil {
