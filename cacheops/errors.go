@@ -65,9 +65,10 @@ func Retryable(err error) bool {
 // wraps; decided is false when the wrapped errors must decide.
 func classifyRetry(err error) (decided, retry bool) {
 	switch err {
-	case context.Canceled:
-		// The caller gave up (shutdown, rebalance); whether to start over
-		// is its decision, not a property of the op.
+	case context.Canceled, ErrWriteRefused:
+		// The caller gave up (shutdown, rebalance) or its guard refused
+		// the write (WithGuard); whether to start over is its decision,
+		// not a property of the op.
 		return true, false
 	case context.DeadlineExceeded:
 		// A timeout: the service was slow or unreachable this time.
