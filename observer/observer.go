@@ -188,6 +188,9 @@ type Observer struct {
 	stats *stats
 
 	mcBudget, sqlBudget *bucket
+	// positions are the daemon's applied binary log positions, for
+	// counters judged at a position (position.go).
+	positions appliedPositions
 
 	mu      sync.Mutex
 	queue   taskHeap
@@ -301,6 +304,10 @@ type task struct {
 // fallback bump instead of a failed op) are dropped.
 func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []rules.Op, results []cacheops.Result) {
 	var sampled []*change
+	var applied map[partitionKey]appliedPos
+	if !o.cfg.Detached && o.deps.Truth != nil {
+		applied = batchPositions(ops)
+	}
 	var last *rules.Op
 	lastTaken := false
 	now := o.deps.Now()
@@ -320,10 +327,16 @@ func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []r
 		}
 	}
 	if len(sampled) == 0 {
-		return nil
+		if applied == nil {
+			return nil
+		}
+		return func([]rules.Op, []cacheops.Result) { o.positions.advance(applied) }
 	}
 	o.readBefore(sampled, now)
-	return func(ops []rules.Op, res []cacheops.Result) { o.applied(sampled, ops, res) }
+	return func(ops []rules.Op, res []cacheops.Result) {
+		o.positions.advance(applied)
+		o.applied(sampled, ops, res)
+	}
 }
 
 // observable reports whether op's kind is checked.
@@ -446,7 +459,7 @@ func (o *Observer) get(keys []string) (map[string]Item, error) {
 	}
 	out := make(map[string]Item, len(keys))
 	for k, it := range got {
-		out[k] = Item{Present: true, Value: it.Value}
+		out[k] = Item{Present: true, Value: it.Value, cas: it.CasID}
 	}
 	return out, nil
 }
