@@ -26,13 +26,17 @@ import (
 //  2. the recount runs in a snapshot at P, which starts after that read,
 //     so every change the read saw applied was committed before P;
 //  3. once the daemon has applied, on every partition of the change's
-//     topic it applies, a change at or after P (so every change up to P
-//     on those partitions), the counter is read again: if its cas token
-//     is unchanged, the first reading holds exactly the changes up to P
-//     and must equal the recount.
+//     topic, a change at or after P (so every change up to P: events of
+//     one partition are applied in order), the counter is read again: if
+//     its cas token is unchanged, the first reading holds exactly the
+//     changes up to P and must equal the recount.
 //
-// Until the daemon reaches P the check waits (once, ConfirmAfter); if it
-// has not reached P by then, or the counter moved meanwhile, or the
+// The partitions of a topic are learnt with SetPartitionCounts (the
+// daemon's pipeline passes on what it learns at each assignment); a
+// partition of the topic this daemon has never applied a change from
+// (another instance applies it) keeps its counters unjudged. Until the
+// daemon reaches P the check waits (once, ConfirmAfter); if it has not
+// reached P by then, or the counter moved meanwhile, or the
 // positions cannot be compared (another server's log), the counter is
 // not judged. Where the recount has no position (binary log off, MySQL
 // 8), the change carries none, or the observer is detached (it does not
@@ -52,10 +56,12 @@ type partitionKey struct {
 }
 
 // appliedPositions records, per topic and partition, the binary log
-// position of the last change applied. Safe for concurrent use.
+// position of the last change applied, and how many partitions each
+// topic has. Safe for concurrent use.
 type appliedPositions struct {
-	mu sync.Mutex
-	m  map[string]map[int]appliedPos
+	mu     sync.Mutex
+	m      map[string]map[int]appliedPos
+	counts map[string]int
 }
 
 // batchPositions returns the latest binary log position of ops per
@@ -95,19 +101,42 @@ func (a *appliedPositions) advance(batch map[partitionKey]appliedPos) {
 			parts = make(map[int]appliedPos)
 			a.m[k.topic] = parts
 		}
+		if prev, ok := parts[k.partition]; ok {
+			// Positions only move forward (a batch of delayed ops may
+			// carry older ones).
+			if order, ok := counters.ComparePositions(prev.at, p.at); ok && order > 0 {
+				continue
+			}
+		}
 		parts[k.partition] = p
 	}
 }
 
-// reached reports whether every partition of topic the daemon applied
-// changes from has applied a change at or after at (of server; 0 when
-// unknown); else why not.
+// setCounts records how many partitions each topic has.
+func (a *appliedPositions) setCounts(counts map[string]int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.counts = make(map[string]int, len(counts))
+	for t, n := range counts {
+		a.counts[t] = n
+	}
+}
+
+// reached reports whether the daemon has applied, on every partition of
+// topic, a change at or after at (of server; 0 when unknown); else why
+// not. A partition it applied a change at or after at from and then
+// handed to another daemon instance still counts: the changes up to at on
+// it were applied.
 func (a *appliedPositions) reached(topic string, at counters.BinlogPosition, server uint32) (bool, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	parts := a.m[topic]
-	if len(parts) == 0 {
-		return false, "no change of topic " + topic + " applied yet"
+	n, known := a.counts[topic]
+	switch {
+	case !known:
+		return false, "the number of partitions of topic " + topic + " is not known"
+	case len(parts) < n:
+		return false, fmt.Sprintf("the daemon has applied changes from %d of the %d partitions of topic %s", len(parts), n, topic)
 	}
 	ids := make([]int, 0, len(parts))
 	for p := range parts {
@@ -129,6 +158,12 @@ func (a *appliedPositions) reached(topic string, at counters.BinlogPosition, ser
 	}
 	return true, ""
 }
+
+// SetPartitionCounts tells the observer how many partitions each topic
+// has (topic -> count), replacing what it knew; a counter is judged at a
+// position only once the daemon has applied changes from every partition
+// of its change's topic. Safe for concurrent use.
+func (o *Observer) SetPartitionCounts(counts map[string]int) { o.positions.setCounts(counts) }
 
 // snapshotCounter returns the Truth's snapshot recount when c's counter
 // can be judged at a position: the daemon's applied positions are known

@@ -76,6 +76,7 @@ func newPositioned(t *testing.T) *positioned {
 		t.Fatal(err)
 	}
 	t.Cleanup(o.Close)
+	o.SetPartitionCounts(map[string]int{positionTopic: 1})
 	return &positioned{t: t, ctx: ctx, conn: conn, mc: mc, rs: rs, o: o, log: logs}
 }
 
