@@ -312,7 +312,7 @@ type task struct {
 // fallback bump instead of a failed op) are dropped.
 func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []rules.Op, results []cacheops.Result) {
 	var sampled []*change
-	var applied map[partitionKey]appliedPos
+	var applied []batchPosition
 	if !o.cfg.Detached && o.deps.Truth != nil {
 		applied = batchPositions(ops)
 	}

@@ -64,38 +64,62 @@ type appliedPositions struct {
 	counts map[string]int
 }
 
+// batchPosition is the latest binary log position of a batch's ops on
+// one partition.
+type batchPosition struct {
+	key partitionKey
+	appliedPos
+}
+
 // batchPositions returns the latest binary log position of ops per
-// partition (ops without one are left out).
-func batchPositions(ops []rules.Op) map[partitionKey]appliedPos {
-	var out map[partitionKey]appliedPos
+// partition (ops without one are left out). A batch holds few
+// partitions: they are searched in a slice, the last one first.
+func batchPositions(ops []rules.Op) []batchPosition {
+	var out []batchPosition
+	last := -1
 	for i := range ops {
 		s := &ops[i].Source
 		if s.BinlogFile == "" {
 			continue
 		}
-		k := partitionKey{s.Topic, s.Partition}
+		if last < 0 || out[last].key.partition != s.Partition || out[last].key.topic != s.Topic {
+			last = -1
+			for j := range out {
+				if out[j].key.partition == s.Partition && out[j].key.topic == s.Topic {
+					last = j
+					break
+				}
+			}
+			if last < 0 {
+				out = append(out, batchPosition{key: partitionKey{s.Topic, s.Partition}})
+				last = len(out) - 1
+			}
+		}
+		e := &out[last]
 		at := counters.PositionOf(*s)
-		if prev, ok := out[k]; ok {
-			if order, ok := counters.ComparePositions(prev.at, at); ok && order >= 0 {
+		if e.at.Known() {
+			if order, ok := counters.ComparePositions(e.at, at); ok && order >= 0 {
 				continue
 			}
 		}
-		if out == nil {
-			out = make(map[partitionKey]appliedPos)
-		}
-		out[k] = appliedPos{at: counters.BinlogPosition{File: strings.Clone(at.File), Pos: at.Pos}, server: s.ServerID}
+		e.at, e.server = at, s.ServerID
+	}
+	for i := range out {
+		out[i].key.topic = strings.Clone(out[i].key.topic)
+		out[i].at.File = strings.Clone(out[i].at.File)
 	}
 	return out
 }
 
 // advance records a batch's positions once it has been applied.
-func (a *appliedPositions) advance(batch map[partitionKey]appliedPos) {
+func (a *appliedPositions) advance(batch []batchPosition) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
 		a.m = make(map[string]map[int]appliedPos)
 	}
-	for k, p := range batch {
+	for _, b := range batch {
+		k, p := b.key, b.appliedPos
 		parts := a.m[k.topic]
 		if parts == nil {
 			parts = make(map[int]appliedPos)
