@@ -32,7 +32,12 @@ func (o *Observer) run(t *task) {
 		o.done(t, o.checkBump(t))
 	case rules.OpSetAdd, rules.OpSetRemove, rules.OpSetAppend, rules.OpCount, rules.OpRecount:
 		if t.first != nil && t.first.at != nil {
-			o.done(t, []itemVerdict{{c.key, o.judgeAt(t, t.first)}})
+			v, next := o.judgeAt(t, t.first)
+			if next != nil {
+				o.push(next)
+				return
+			}
+			o.done(t, []itemVerdict{{c.key, v}})
 			return
 		}
 		v, confirm := o.checkData(t)

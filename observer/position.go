@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/rules"
@@ -35,9 +36,10 @@ import (
 // daemon's pipeline passes on what it learns at each assignment); a
 // partition of the topic this daemon has never applied a change from
 // (another instance applies it) keeps its counters unjudged. Until the
-// daemon reaches P the check waits (once, ConfirmAfter); if it has not
-// reached P by then, or the counter moved meanwhile, or the
-// positions cannot be compared (another server's log), the counter is
+// daemon reaches P the check waits, looking again every ConfirmAfter/20
+// for at most ConfirmAfter (the sooner the second read, the less likely
+// a change moved the counter); if it has not reached P by then, or the
+// counter moved meanwhile, or the positions cannot be compared (another server's log), the counter is
 // not judged. Where the recount has no position (binary log off, MySQL
 // 8), the change carries none, or the observer is detached (it does not
 // know what the writing daemon has applied), the confirm step judges
@@ -204,7 +206,15 @@ func (o *Observer) snapshotCounter(c *change) counters.SnapshotCounter {
 // atPosition is the first reading of a counter judged at a position.
 type atPosition struct {
 	count counters.SnapshotCount
+	// until is when the wait for the daemon to reach the position ends.
+	until time.Time
 }
+
+// positionPolls is how many times, at most, a check looks whether the
+// daemon has reached a recount's position while it waits ConfirmAfter:
+// the sooner it reads the counter again, the less likely a change moved
+// it meanwhile.
+const positionPolls = 20
 
 // countAt recounts c's counter in a snapshot. handled is false when the
 // snapshot has no position: r.count then holds the count for the confirm
@@ -225,22 +235,36 @@ func (o *Observer) countAt(ctx context.Context, t *task, r *reading, snap counte
 	if _, ok := counters.ComparePositions(counters.PositionOf(c.source), sc.At); !ok {
 		return verdict{NotJudged, expectedAt(sc), r.item.text() + fmt.Sprintf(" (the change's position %s:%d and the recount's %s are of different logs)", c.source.BinlogFile, c.source.BinlogPos, sc.At)}, nil, true
 	}
-	r.at = &atPosition{count: sc}
-	if ok, _ := o.positions.reached(c.source.Topic, sc.At, sc.ServerID); ok {
-		v := o.judgeAt(t, r)
-		return v, nil, true
-	}
-	return verdict{}, &task{due: o.deps.Now().Add(o.cfg.ConfirmAfter), c: c, window: t.window, first: r}, true
+	r.at = &atPosition{count: sc, until: o.deps.Now().Add(o.cfg.ConfirmAfter)}
+	v, confirm = o.judgeAt(t, r)
+	return v, confirm, true
 }
 
 // judgeAt judges the counter first read in first once the daemon has
 // reached the recount's position: it reads the counter again and
 // compares the first reading with the recount when nothing moved it.
-func (o *Observer) judgeAt(t *task, first *reading) verdict {
+// Until then it returns the next look (every ConfirmAfter/positionPolls,
+// until first.at.until), and after that the counter is not judged.
+func (o *Observer) judgeAt(t *task, first *reading) (verdict, *task) {
 	sc := first.at.count
 	if ok, why := o.positions.reached(t.c.source.Topic, sc.At, sc.ServerID); !ok {
-		return verdict{NotJudged, expectedAt(sc), first.item.text() + " (" + why + ")"}
+		now := o.deps.Now()
+		if now.Before(first.at.until) {
+			due := now.Add(o.cfg.ConfirmAfter / positionPolls)
+			if due.After(first.at.until) {
+				due = first.at.until
+			}
+			return verdict{}, &task{due: due, c: t.c, window: t.window, first: first}
+		}
+		return verdict{NotJudged, expectedAt(sc), first.item.text() + " (" + why + ")"}, nil
 	}
+	return o.compareAt(t, first), nil
+}
+
+// compareAt reads the counter again and compares the first reading with
+// the recount when nothing moved the counter in between.
+func (o *Observer) compareAt(t *task, first *reading) verdict {
+	sc := first.at.count
 	items, v, ok := o.read([]string{t.c.key})
 	if !ok {
 		return v

@@ -178,9 +178,24 @@ func TestCounterJudgedAtPosition(t *testing.T) {
 		t.Errorf("want the two lagging changes judged consistent once applied: %+v\n%s", c, p.log.String())
 	}
 
+	// (1b) The lagging change arrives after the check's first read but
+	// before the daemon goes past the recount's position: the counter
+	// moved, so the first read does not hold every change up to the
+	// position, and the counter is not judged.
+	before := c
+	x, y := p.commit(1), p.commit(1)
+	p.publish(x)
+	time.Sleep(positionWindow + positionWindow/2)
+	p.publish(y, p.commit(2))
+	c = p.settle()
+	t.Logf("caught up after the first read: %+v", c)
+	if c.Inconsistent != before.Inconsistent || c.Consistent != before.Consistent {
+		t.Fatalf("want the counter that moved while the daemon caught up not judged: %+v\n%s", c, p.log.String())
+	}
+
 	// (2) An outside writer adds 1000 to post 3's counter right after the
 	// daemon applied a change to it; the daemon goes on.
-	before := c
+	before = c
 	p.publish(p.commit(3))
 	if _, err := p.mc.Increment(p.key(3), 1000); err != nil {
 		t.Fatal(err)
@@ -188,8 +203,15 @@ func TestCounterJudgedAtPosition(t *testing.T) {
 	start := time.Now()
 	time.Sleep(positionWindow + positionWindow/2)
 	p.publish(p.commit(2))
+	for !strings.Contains(p.log.String(), "key="+p.key(3)) && time.Since(start) < 10*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	reported := time.Since(start)
 	c = p.settle()
-	t.Logf("outside writer, after %s: %+v", time.Since(start).Round(time.Millisecond), c)
+	t.Logf("outside writer reported %s after its write (window %s): %+v", reported.Round(time.Millisecond), positionWindow, c)
+	if reported > positionWindow+positionConfirm {
+		t.Errorf("reported %s after the write, later than the window and the wait for the daemon (%s)", reported, positionWindow+positionConfirm)
+	}
 	if c.Inconsistent-before.Inconsistent != 1 {
 		t.Fatalf("want the counter an outside writer changed reported once: %+v\n%s", c, p.log.String())
 	}
