@@ -25,7 +25,9 @@ type Observer struct {
 	// default [1s, 10s, 1m].
 	Windows []time.Duration
 	// ConfirmAfter is how long after a mismatch with MySQL both sides are
-	// read again; default 5s.
+	// read again (for a counter judged at a binary log position: how long
+	// it waits for the daemon to reach the recount's position); default
+	// 5s.
 	ConfirmAfter time.Duration
 	// MySQLQueriesPerSecond and MemcachedReadsPerSecond are the
 	// observer's budgets; defaults 50 and 500.

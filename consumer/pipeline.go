@@ -174,7 +174,12 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 // SetPartitionCounts tells the pipeline how many partitions each topic
 // has (a topic of one partition keeps every change in order). It is safe
 // for concurrent use.
-func (p *Pipeline) SetPartitionCounts(counts map[string]int) { p.order.setPartitions(counts) }
+func (p *Pipeline) SetPartitionCounts(counts map[string]int) {
+	p.order.setPartitions(counts)
+	if o, ok := p.cfg.Observer.(interface{ SetPartitionCounts(map[string]int) }); ok {
+		o.SetPartitionCounts(counts) // counters judged at a position need them
+	}
+}
 
 // Metrics returns the metrics the pipeline records into.
 func (p *Pipeline) Metrics() *Metrics { return p.m }

@@ -331,3 +331,27 @@ func TestLabelCounts(t *testing.T) {
 		t.Errorf("after reset: %v", got)
 	}
 }
+
+// countingObserver is a ChangeObserver that records the partition counts
+// it is told.
+type countingObserver struct{ counts map[string]int }
+
+func (*countingObserver) BeforeApply(context.Context, []rules.Op) func([]rules.Op, []cacheops.Result) {
+	return nil
+}
+func (o *countingObserver) SetPartitionCounts(c map[string]int) { o.counts = c }
+
+// TestPipelineTellsObserverPartitionCounts: the observer learns the
+// topics' partition counts with the pipeline (it judges counters at a
+// binary log position only when every partition is accounted for).
+func TestPipelineTellsObserverPartitionCounts(t *testing.T) {
+	o := &countingObserver{}
+	p, err := NewPipeline(PipelineConfig{Rules: &rules.RuleSet{}, Writer: cacheops.NewWriter(memcache.New("127.0.0.1:1"), nil, cacheops.WriterConfig{}, nil), Observer: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetPartitionCounts(map[string]int{"cdc.blog.comments": 3})
+	if o.counts["cdc.blog.comments"] != 3 {
+		t.Errorf("observer told %v", o.counts)
+	}
+}

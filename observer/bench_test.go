@@ -57,8 +57,30 @@ func BenchmarkObserverSampledChange(b *testing.B) {
 // the daemon applies at the default 1% sample: the sampling decision per
 // op (a batch of 2,000 bumps of distinct events; the sampled ones are
 // dropped by an exhausted budget, so no memcached read is made).
+//
+// With a Truth and ops that carry binary log positions (as with exact
+// counters), it also records the batch's latest position per partition
+// for counters judged at a position (position.go).
 func BenchmarkObserverBeforeApply(b *testing.B) {
-	o, err := New(Config{Sample: 0.01, MaxPerSecond: 1e9, MemcachedPerSecond: 1e-9}, Deps{Cache: memcache.New("127.0.0.1:1")})
+	for _, positions := range []bool{false, true} {
+		b.Run("positions="+strconv.FormatBool(positions), func(b *testing.B) { benchBeforeApply(b, positions) })
+	}
+}
+
+// noTruth is a Truth the benchmark never asks.
+type noTruth struct{}
+
+func (noTruth) Count(context.Context, string, []rules.Value) (int64, error) { return 0, nil }
+func (noTruth) LoadMembers(context.Context, string, []rules.Value) ([]string, error) {
+	return nil, nil
+}
+
+func benchBeforeApply(b *testing.B, positions bool) {
+	deps := Deps{Cache: memcache.New("127.0.0.1:1")}
+	if positions {
+		deps.Truth = noTruth{}
+	}
+	o, err := New(Config{Sample: 0.01, MaxPerSecond: 1e9, MemcachedPerSecond: 1e-9}, deps)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,11 +89,16 @@ func BenchmarkObserverBeforeApply(b *testing.B) {
 	rule := &rules.Rule{Name: "bench", Kind: rules.BumpRule}
 	ops := make([]rules.Op, 2000)
 	for i := range ops {
-		ops[i] = rules.Op{Kind: rules.OpBump, Rule: rule, Key: "k" + strconv.Itoa(i), Source: rules.Position{Topic: "t", Offset: int64(i)}}
+		ops[i] = rules.Op{Kind: rules.OpBump, Rule: rule, Key: "k" + strconv.Itoa(i), Source: rules.Position{Topic: "t", Partition: i % 4, Offset: int64(i)}}
+		if positions {
+			ops[i].Source.BinlogFile, ops[i].Source.BinlogPos = "mysql-bin.000042", int64(1000+300*i)
+		}
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		o.BeforeApply(context.Background(), ops)
+		if done := o.BeforeApply(context.Background(), ops); done != nil {
+			done(ops, nil)
+		}
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ops)), "ns/applied-op")

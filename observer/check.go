@@ -14,6 +14,8 @@ type reading struct {
 	item    Item
 	count   int64
 	members []string
+	// at is set for a counter judged at a binary log position.
+	at *atPosition
 }
 
 // itemVerdict is the judgement of one item a change touched.
@@ -29,6 +31,15 @@ func (o *Observer) run(t *task) {
 	case rules.OpBump:
 		o.done(t, o.checkBump(t))
 	case rules.OpSetAdd, rules.OpSetRemove, rules.OpSetAppend, rules.OpCount, rules.OpRecount:
+		if t.first != nil && t.first.at != nil {
+			v, next := o.judgeAt(t, t.first)
+			if next != nil {
+				o.push(next)
+				return
+			}
+			o.done(t, []itemVerdict{{c.key, v}})
+			return
+		}
 		v, confirm := o.checkData(t)
 		if confirm != nil {
 			o.push(confirm)
@@ -117,6 +128,12 @@ func (o *Observer) checkData(t *task) (verdict, *task) {
 		}
 		sort.Strings(r.members)
 		r.members = slices.Compact(r.members)
+	} else if snap := o.snapshotCounter(c); snap != nil {
+		v, confirm, handled := o.countAt(o.ctx, t, &r, snap)
+		if handled {
+			return v, confirm
+		}
+		// No position: the confirm step below, with this count.
 	} else {
 		r.count, err = o.deps.Truth.Count(o.ctx, c.rule.Query, c.args)
 	}

@@ -47,6 +47,8 @@ func (r Result) String() string {
 type Item struct {
 	Present bool
 	Value   []byte
+	// cas is the item's cas token (0 when the read did not return one).
+	cas uint64
 }
 
 // verdict is a judgement and, for an inconsistent or unjudged item, what

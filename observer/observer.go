@@ -10,13 +10,17 @@
 //   - a set must hold the members its rule's load query returns (or, for
 //     a rule without one, hold or lack each member the change named, as
 //     the row's image says);
-//   - a counter must equal its recount.
+//   - a counter must equal its recount: at a binary log position the
+//     daemon has reached, when the Truth names its snapshots' positions
+//     and the change carries one (position.go); else as below.
 //
 // A missing item is consistent. An item that cannot be judged (the truth
-// moved while it was checked, a read or query failed, the budget was
-// spent) is counted as not judged, never as consistent. A set or counter
-// that differs from MySQL is read again (both sides) ConfirmAfter later:
-// it is inconsistent only when neither side moved meanwhile.
+// moved while it was checked, the daemon did not reach a recount's
+// position, a read or query failed, the budget was spent) is counted as
+// not judged, never as consistent. A set, or a counter not judged at a
+// position, that differs from MySQL is read again (both sides)
+// ConfirmAfter later: it is inconsistent only when neither side moved
+// meanwhile.
 //
 // The results are counted in cachewarden_consistency_checks_total, logged
 // with the nines every ReportEvery, and served by StatusHandler; each
@@ -82,7 +86,9 @@ type Config struct {
 	// items are checked; default DefaultWindows (1s, 10s, 1m).
 	Windows []time.Duration
 	// ConfirmAfter is how long after a mismatch with MySQL both sides are
-	// read again; default DefaultConfirmAfter (5s).
+	// read again, and how long a counter judged at a position waits for
+	// the daemon to reach the recount's position; default
+	// DefaultConfirmAfter (5s).
 	ConfirmAfter time.Duration
 	// MySQLPerSecond and MemcachedPerSecond are the budgets of queries
 	// and item reads per second; a check that finds its budget spent is
@@ -148,7 +154,9 @@ type Cache interface {
 }
 
 // Truth runs rules' load and recount queries bound as the daemon binds
-// them; *counters.MySQL satisfies it.
+// them; *counters.MySQL satisfies it. A Truth that is also a
+// counters.SnapshotCounter has counters judged at binary log positions
+// (position.go).
 type Truth interface {
 	Count(ctx context.Context, query string, args []rules.Value) (int64, error)
 	LoadMembers(ctx context.Context, query string, args []rules.Value) ([]string, error)
@@ -188,6 +196,9 @@ type Observer struct {
 	stats *stats
 
 	mcBudget, sqlBudget *bucket
+	// positions are the daemon's applied binary log positions, for
+	// counters judged at a position (position.go).
+	positions appliedPositions
 
 	mu      sync.Mutex
 	queue   taskHeap
@@ -301,6 +312,10 @@ type task struct {
 // fallback bump instead of a failed op) are dropped.
 func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []rules.Op, results []cacheops.Result) {
 	var sampled []*change
+	var applied []batchPosition
+	if !o.cfg.Detached && o.deps.Truth != nil {
+		applied = batchPositions(ops)
+	}
 	var last *rules.Op
 	lastTaken := false
 	now := o.deps.Now()
@@ -320,10 +335,16 @@ func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []r
 		}
 	}
 	if len(sampled) == 0 {
-		return nil
+		if applied == nil {
+			return nil
+		}
+		return func([]rules.Op, []cacheops.Result) { o.positions.advance(applied) }
 	}
 	o.readBefore(sampled, now)
-	return func(ops []rules.Op, res []cacheops.Result) { o.applied(sampled, ops, res) }
+	return func(ops []rules.Op, res []cacheops.Result) {
+		o.positions.advance(applied)
+		o.applied(sampled, ops, res)
+	}
 }
 
 // observable reports whether op's kind is checked.
@@ -446,7 +467,7 @@ func (o *Observer) get(keys []string) (map[string]Item, error) {
 	}
 	out := make(map[string]Item, len(keys))
 	for k, it := range got {
-		out[k] = Item{Present: true, Value: it.Value}
+		out[k] = Item{Present: true, Value: it.Value, cas: it.CasID}
 	}
 	return out, nil
 }
