@@ -35,7 +35,8 @@ func TestGuardStopsEveryRound(t *testing.T) {
 				loader := loaderFunc(func(context.Context, string, []rules.Value) ([]string, error) { return []string{"m1"}, nil })
 				rc := countFunc(func(context.Context, string, []rules.Value) (int64, error) { return 7, nil })
 				a := tr.make(t, addr, loader, rc, ApplierConfig{WriterConfig: WriterConfig{CompactSample: -1}})
-				counting := &countingTransport{transport: a.tr}
+				counting := &countingTransport{transport: a.tr, refuseAfter: int64(allowed)}
+				counting.refuse.Store(allowed == 0)
 				a.tr = counting
 				base := "cwguard:" + testsvc.Unique() + ":"
 				ops := []rules.Op{
@@ -43,9 +44,8 @@ func TestGuardStopsEveryRound(t *testing.T) {
 					{Kind: rules.OpSetAdd, Key: base + "set", Member: "m2", Rule: cfSetRule},
 					{Kind: rules.OpCount, Key: base + "count", Delta: 1, Rule: cfCountRule},
 				}
-				var checks atomic.Int64
 				ctx := WithGuard(context.Background(), func() error {
-					if checks.Add(1) > int64(allowed) {
+					if counting.refuse.Load() {
 						return errExpired
 					}
 					return nil
@@ -80,13 +80,55 @@ func TestGuardStopsEveryRound(t *testing.T) {
 	}
 }
 
-// countingTransport counts the rounds that reach the transport below.
+// countingTransport counts the rounds that reach the transport below and
+// sets refuse once refuseAfter of them are done: the guard starts
+// refusing between two rounds.
 type countingTransport struct {
 	transport
-	rounds atomic.Int64
+	refuseAfter int64
+	rounds      atomic.Int64
+	refuse      atomic.Bool
 }
 
 func (c *countingTransport) send(ctx context.Context, cmds []metaproto.Cmd, replies []metaproto.Reply) {
-	c.rounds.Add(1)
+	n := c.rounds.Add(1)
 	c.transport.send(ctx, cmds, replies)
+	if n >= c.refuseAfter {
+		c.refuse.Store(true)
+	}
+}
+
+// TestGuardAskedBeforeEachWrite: a guard that starts refusing after a
+// round has left the Applier (the process stopped between the round's
+// check and its writes, say) still stops the writes not yet made: the
+// meta transport asks it again for each connection's share, the text
+// transport for each request.
+func TestGuardAskedBeforeEachWrite(t *testing.T) {
+	addr := testsvc.Memcached(t)
+	mc := memcache.New(addr)
+	mc.Timeout = 2 * time.Second
+	t.Cleanup(func() { mc.Close() })
+	for _, tr := range confTransports {
+		t.Run(tr.name, func(t *testing.T) {
+			a := tr.make(t, addr, nil, nil, ApplierConfig{WriterConfig: WriterConfig{CompactSample: -1}})
+			var asked atomic.Int64
+			ctx := WithGuard(context.Background(), func() error {
+				// The Applier's own check of the round passes; every
+				// later one refuses.
+				if asked.Add(1) > 1 {
+					return errExpired
+				}
+				return nil
+			})
+			key := "cwguard:" + testsvc.Unique() + ":late"
+			results := make([]Result, 1)
+			a.Apply(ctx, []rules.Op{{Kind: rules.OpSetAdd, Key: key, Member: "m1", Rule: cfPlainSetRule}}, results)
+			if !errors.Is(results[0].Err, ErrWriteRefused) {
+				t.Errorf("result %v (%v): want ErrWriteRefused", results[0].Outcome, results[0].Err)
+			}
+			if asked.Load() < 2 {
+				t.Errorf("guard asked %d times: the transport did not ask it before writing", asked.Load())
+			}
+		})
+	}
 }

@@ -179,6 +179,15 @@ func (t *metaTransport) exchange(ctx context.Context, x *metaExchange) {
 		}
 		return
 	}
+	if err := CheckGuard(ctx); err != nil {
+		// Asked again right before the write: Acquire may have waited,
+		// or the process may have been stopped since the round's check.
+		t.pool.Release(x.server, conn, false)
+		for j := range x.replies {
+			x.replies[j] = metaproto.Reply{Status: metaproto.Failed, Err: err}
+		}
+		return
+	}
 	start := time.Now()
 	sent, err := conn.Exchange(ctx, x.cmds, x.replies, t.timeout)
 	t.observe.Since(start)
@@ -222,7 +231,7 @@ func (t *textTransport) send(ctx context.Context, cmds []metaproto.Cmd, replies 
 	workers := min(t.concurrency, len(cmds))
 	if workers <= 1 {
 		for i := range cmds {
-			t.do(&cmds[i], &replies[i])
+			t.do(ctx, &cmds[i], &replies[i])
 		}
 		return
 	}
@@ -235,16 +244,22 @@ func (t *textTransport) send(ctx context.Context, cmds []metaproto.Cmd, replies 
 				if i >= len(cmds) {
 					return
 				}
-				t.do(&cmds[i], &replies[i])
+				t.do(ctx, &cmds[i], &replies[i])
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// do sends one command as its text-protocol request and fills rep.
-func (t *textTransport) do(cmd *metaproto.Cmd, rep *metaproto.Reply) {
+// do sends one command as its text-protocol request and fills rep. It
+// asks ctx's guard (WithGuard) right before the request: the round's
+// requests go one after another on each worker.
+func (t *textTransport) do(ctx context.Context, cmd *metaproto.Cmd, rep *metaproto.Reply) {
 	if err := itemformat.CheckKey(cmd.Key); err != nil {
+		*rep = metaproto.Reply{Status: metaproto.Failed, Err: err}
+		return
+	}
+	if err := CheckGuard(ctx); err != nil {
 		*rep = metaproto.Reply{Status: metaproto.Failed, Err: err}
 		return
 	}

@@ -17,7 +17,7 @@ import (
 // gets reads key as the Applier's inspect step does.
 func (w *Writer) gets(key string) (*memcache.Item, error) {
 	var rep metaproto.Reply
-	w.tr.(*textTransport).do(&metaproto.Cmd{Verb: metaproto.VerbGet, Key: key}, &rep)
+	w.tr.(*textTransport).do(context.Background(), &metaproto.Cmd{Verb: metaproto.VerbGet, Key: key}, &rep)
 	switch rep.Status {
 	case metaproto.VA:
 		return &memcache.Item{Key: key, Value: rep.Value, Flags: rep.Flags, CasID: rep.CAS}, nil
