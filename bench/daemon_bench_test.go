@@ -58,11 +58,11 @@ func BenchmarkDaemonBatch(b *testing.B) {
 				})
 			})
 			b.Run("process", func(b *testing.B) {
-				m := privateMemcached(b)
-				if err := SeedKeysMissing(m.Addr, daemonKeys, missEvery); err != nil {
+				addr := daemonMemcached(b)
+				if err := SeedKeysMissing(addr, daemonKeys, missEvery); err != nil {
 					b.Fatal(err)
 				}
-				stack := daemonStack(b, m.Addr, setup)
+				stack := daemonStack(b, addr, setup)
 				ctx := context.Background()
 				runDaemonBatches(b, batches, func(batch *consumer.Batch, msgs []consumer.Message) {
 					if err := stack.Pipeline.Process(ctx, batch, msgs, consumer.CoalesceOptions{}); err != nil {
@@ -77,6 +77,18 @@ func BenchmarkDaemonBatch(b *testing.B) {
 // daemonKeys is the number of entities of each table in the daemon
 // benchmarks' workloads.
 const daemonKeys = 100_000
+
+// daemonMemcached is the memcached the process benchmarks write to: the
+// one CACHEWARDEN_TEST_MEMCACHED names when set (its items are
+// overwritten), else a private one the benchmark starts. Under callgrind
+// name one: starting a child process there can abort callgrind on the
+// child's signal.
+func daemonMemcached(b *testing.B) string {
+	if addr := os.Getenv("CACHEWARDEN_TEST_MEMCACHED"); addr != "" {
+		return addr
+	}
+	return privateMemcached(b).Addr
+}
 
 // daemonCounterSetup creates the counter workload's database (dropped
 // when b ends) and returns the daemon setup with fenced recounts.
