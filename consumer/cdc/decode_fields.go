@@ -540,7 +540,8 @@ func (st *decodeState) row() (span, bool) {
 		if i++; i < len(s) && s[i] <= ' ' {
 			i = wsEnd(s, i)
 		}
-		sc.pushKey(klo, khi)
+		// The column's key joins the error path only when its value
+		// fails (failedIn): reading a value pushes no path of its own.
 		if st.keep != nil && !st.keep.Has(key) {
 			// A column no rule reads: validated, not stored.
 			sc.i = i
@@ -550,17 +551,16 @@ func (st *decodeState) row() (span, bool) {
 				ok = sc.skip()
 			}
 			if !ok {
-				return absent, false
+				return absent, sc.failedIn(klo, khi)
 			}
 			i = sc.i
 		} else {
 			var v rules.Value
 			if v, i, ok = st.columnValue(i); !ok {
-				return absent, false
+				return absent, sc.failedIn(klo, khi)
 			}
 			st.addColumn(key, v)
 		}
-		sc.pop()
 		if i < len(s) && s[i] <= ' ' {
 			i = wsEnd(s, i)
 		}

@@ -60,8 +60,11 @@ func FuzzDecode(f *testing.F) {
 			if out.Skip == "" && !json.Valid(value) {
 				t.Fatalf("%v: decoded invalid JSON %q", d.Format, value)
 			}
-			if d.Format == FormatDebeziumFlat {
+			switch {
+			case d.Format == FormatDebeziumFlat:
 				compareFlatWithJSON(t, value, &out)
+			case d.Format == FormatDebezium:
+				compareDebeziumWithJSON(t, value, &out)
 			}
 		}
 		checkSyntaxAgreement(t, value)
@@ -130,6 +133,13 @@ func compareFlatWithJSON(t *testing.T, value []byte, out *Decoded) {
 	if row == nil {
 		row = out.Events[0].Before
 	}
+	compareRowWithJSON(t, row, top)
+}
+
+// compareRowWithJSON checks every column of row against obj, encoding/json's
+// reading of the object it was decoded from.
+func compareRowWithJSON(t *testing.T, row rules.Row, top map[string]json.RawMessage) {
+	t.Helper()
 	seen := map[string]int{}
 	for _, c := range row {
 		seen[c.Name]++
@@ -178,6 +188,87 @@ func compareFlatWithJSON(t *testing.T, value []byte, out *Decoded) {
 			}
 		}
 	}
+}
+
+// compareDebeziumWithJSON checks a decoded Debezium envelope (without a
+// schema block) against encoding/json's reading of it: each row image
+// column by column, the event's table and operation, and the source
+// position fields the decoder keeps.
+func compareDebeziumWithJSON(t *testing.T, value []byte, out *Decoded) {
+	t.Helper()
+	if out.Skip != "" || len(out.Events) != 1 || !utf8.Valid(value) {
+		return
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(value, &top); err != nil {
+		return
+	}
+	if _, ok := top["payload"]; ok {
+		return // envelope: values may have been converted by the schema
+	}
+	e := out.Events[0]
+	for _, img := range []struct {
+		name string
+		row  rules.Row
+	}{{"before", e.Before}, {"after", e.After}} {
+		var obj map[string]json.RawMessage
+		raw, ok := top[img.name]
+		if !ok || json.Unmarshal(raw, &obj) != nil || obj == nil {
+			if img.row != nil && e.Operation != rules.Update {
+				t.Fatalf("%s: decoded %v from %s", img.name, img.row, raw)
+			}
+			continue
+		}
+		if img.row == nil {
+			continue // an update's before image may be left out of the event
+		}
+		if len(img.row) != len(obj) && !hasDuplicateNames(img.row) {
+			t.Fatalf("%s: %d columns, encoding/json reads %d", img.name, len(img.row), len(obj))
+		}
+		compareRowWithJSON(t, img.row, obj)
+	}
+	var src map[string]json.RawMessage
+	if json.Unmarshal(top["source"], &src) != nil {
+		return
+	}
+	// The decoder reads these members as encoding/json does (the last of
+	// duplicates wins); an empty or non-string name leaves the table to
+	// the decoder's default, a negative position or time is ignored.
+	if raw, ok := src["table"]; ok {
+		var table string
+		if json.Unmarshal(raw, &table) == nil && table != "" && e.Table != table {
+			t.Fatalf("table %q, encoding/json reads %q", e.Table, table)
+		}
+	}
+	if raw, ok := src["file"]; ok {
+		var file string
+		if json.Unmarshal(raw, &file) == nil && file != "" && e.Source.BinlogFile != file {
+			t.Fatalf("binlog file %q, encoding/json reads %q", e.Source.BinlogFile, file)
+		}
+	}
+	for _, m := range []struct {
+		name string
+		got  int64
+	}{{"pos", e.Source.BinlogPos}, {"ts_ms", e.Source.TsMs}} {
+		var n json.Number
+		if json.Unmarshal(src[m.name], &n) != nil {
+			continue
+		}
+		if want, err := n.Int64(); err == nil && want > 0 && m.got != want {
+			t.Fatalf("source %s %d, encoding/json reads %d", m.name, m.got, want)
+		}
+	}
+}
+
+func hasDuplicateNames(r rules.Row) bool {
+	seen := map[string]bool{}
+	for _, c := range r {
+		if seen[c.Name] {
+			return true
+		}
+		seen[c.Name] = true
+	}
+	return false
 }
 
 // checkSyntaxAgreement checks that the scanner accepts a top-level object

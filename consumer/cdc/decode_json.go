@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -130,6 +131,17 @@ func (sc *scanner) pushElem(n int) {
 }
 
 func (sc *scanner) pop() { sc.npath-- }
+
+// failedIn adds the member whose raw key text is s[lo:hi] to the path of
+// the error just recorded, which was found in the member's value without
+// the member being pushed (values push no path of their own), and
+// returns false.
+func (sc *scanner) failedIn(lo, hi int) bool {
+	sc.pushKey(lo, hi)
+	sc.errPath = sc.pathString()
+	sc.pop()
+	return false
+}
 
 func (sc *scanner) pathString() string {
 	n := min(sc.npath, maxPath)
@@ -540,11 +552,14 @@ func numberEnd(s string, i int) (end int, kind rules.Kind, problem string) {
 // x+0x46 when x > '9', given no borrow or carry from the byte below,
 // which holds below the first non-digit: so the lowest flagged byte is
 // exact, as in specialBytes.
+//
+// The words are read through a byte view of s (never written): the
+// compiler makes one load of binary.LittleEndian.Uint64 on a slice, but
+// eight of the same expression on a string.
 func digitsEnd(s string, j int) int {
-	for ; j+8 <= len(s); j += 8 {
-		_ = s[j+7]
-		w := uint64(s[j]) | uint64(s[j+1])<<8 | uint64(s[j+2])<<16 | uint64(s[j+3])<<24 |
-			uint64(s[j+4])<<32 | uint64(s[j+5])<<40 | uint64(s[j+6])<<48 | uint64(s[j+7])<<56
+	b := unsafe.Slice(unsafe.StringData(s), len(s))
+	for ; j+8 <= len(b); j += 8 {
+		w := binary.LittleEndian.Uint64(b[j:])
 		const highs = 0x8080808080808080
 		if m := ((w - 0x3030303030303030) | (w + 0x4646464646464646)) & highs; m != 0 {
 			return j + bits.TrailingZeros64(m)>>3
