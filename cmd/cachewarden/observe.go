@@ -2,14 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"time"
 
-	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer"
 )
 
@@ -26,26 +21,11 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 			"distribution (docs/operations.md, \"The consistency observer\").\n"+
 			"Serves /metrics and /status on http.listen. SIGINT or SIGTERM stops it.",
 		stderr)
-	var path string
-	fs.StringVar(&path, "c", "", "config file (required)")
-	fs.StringVar(&path, "config", "", "same as -c")
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return usageErrorf("observe: unexpected argument %q", fs.Arg(0))
-	}
-	if path == "" {
-		fs.Usage()
-		return usageErrorf("observe: -c FILE is required")
-	}
-	cfg, err := config.Load(path)
+	cfg, err := loadConfigFlag(fs, args, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errReported
+		return err
 	}
-	log := cfg.Log.NewLogger(stderr)
+	log := a.configLogger(cfg.Log, stderr)
 	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{ObserveOnly: true})
 	if err != nil {
 		return fmt.Errorf("observe: %w", err)
@@ -59,25 +39,10 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return fmt.Errorf("observe: %w", err)
 	}
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		return fmt.Errorf("observe: http.listen: %w", err)
-	}
-	srv := &http.Server{Handler: stack.HTTPHandler(daemon.NotReady), ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("observing", "group", dc.Group, "sample", stack.Observer.Config().Sample,
-		"windows", fmt.Sprint(stack.Observer.Config().Windows), "addr", ln.Addr().String())
-
-	runErr := daemon.Run(ctx)
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		log.Warn("http server shutdown", "error", err.Error())
-	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Error("http server failed", "error", err.Error())
-	}
+	runErr := serveWhileRunning(ctx, daemon, stack.HTTPHandler(daemon.NotReady), cfg.HTTP.Listen, log, func(addr string) {
+		log.Info("observing", "group", dc.Group, "sample", stack.Observer.Config().Sample,
+			"windows", fmt.Sprint(stack.Observer.Config().Windows), "addr", addr)
+	})
 	if runErr != nil {
 		return fmt.Errorf("observe: %w", runErr)
 	}

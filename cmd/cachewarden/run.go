@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -27,25 +29,9 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			"log format and level; the global --log-format and --log-level, when\n"+
 			"given, override it.",
 		stderr)
-	var path string
-	fs.StringVar(&path, "c", "", "config file (required)")
-	fs.StringVar(&path, "config", "", "same as -c")
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return usageErrorf("run: unexpected argument %q", fs.Arg(0))
-	}
-	if path == "" {
-		fs.Usage()
-		return usageErrorf("run: -c FILE is required")
-	}
-	cfg, err := config.Load(path)
+	cfg, err := loadConfigFlag(fs, args, stderr)
 	if err != nil {
-		// Every problem, one "file:line:col: message" per line.
-		fmt.Fprintln(stderr, err)
-		return errReported
+		return err
 	}
 	log := a.configLogger(cfg.Log, stderr)
 	log.Info("config loaded", "config", cfg, "rule_count", len(cfg.RuleSet.Rules()))
@@ -60,17 +46,54 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return fmt.Errorf("run: %w", err)
 	}
 
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	runErr := serveWhileRunning(ctx, daemon, stack.HTTPHandler(daemon.NotReady), cfg.HTTP.Listen, log,
+		func(addr string) { log.Info("serving /metrics, /healthz and /readyz", "addr", addr) })
+	if runErr != nil {
+		return fmt.Errorf("run: %w", runErr)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// loadConfigFlag parses the -c/--config flag of a command that takes only
+// a config file, and loads it. A config with problems is printed to
+// stderr, every problem one "file:line:col: message" line (errReported).
+func loadConfigFlag(fs *flag.FlagSet, args []string, stderr io.Writer) (*config.Config, error) {
+	var path string
+	fs.StringVar(&path, "c", "", "config file (required)")
+	fs.StringVar(&path, "config", "", "same as -c")
+	if err := fs.Parse(args); err != nil {
+		return nil, flagError(err)
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return nil, usageErrorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	if path == "" {
+		fs.Usage()
+		return nil, usageErrorf("%s: -c FILE is required", fs.Name())
+	}
+	cfg, err := config.Load(path)
 	if err != nil {
-		return fmt.Errorf("run: http.listen: %w", err)
+		fmt.Fprintln(stderr, err)
+		return nil, errReported
 	}
-	srv := &http.Server{
-		Handler:           stack.HTTPHandler(daemon.NotReady),
-		ReadHeaderTimeout: 5 * time.Second,
+	return cfg, nil
+}
+
+// serveWhileRunning serves handler on listen while daemon runs, then
+// shuts the server down (in-flight scrapes get httpShutdownTimeout) and
+// returns what Run returned. listening is told the address once the
+// server listens.
+func serveWhileRunning(ctx context.Context, daemon *consumer.Daemon, handler http.Handler, listen string, log *slog.Logger, listening func(addr string)) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("http.listen: %w", err)
 	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	listening(ln.Addr().String())
 
 	runErr := daemon.Run(ctx)
 
@@ -82,9 +105,5 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Error("http server failed", "error", err.Error())
 	}
-	if runErr != nil {
-		return fmt.Errorf("run: %w", runErr)
-	}
-	log.Info("stopped")
-	return nil
+	return runErr
 }
