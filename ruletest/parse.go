@@ -1,6 +1,6 @@
 // Package ruletest runs rule unit tests: YAML files that list CDC message
 // values and the cache operations they must produce. Messages go through
-// the same decoder (package consumer) and planner (package rules) as in the
+// the same decoder (package cdc) and planner (package rules) as in the
 // daemon, so a passing test says what the daemon will do.
 //
 // A test file looks like this (paths are relative to the test file):
@@ -18,6 +18,10 @@
 //	      - {event: 2, contains: "missing column"}
 //
 // The format is described for users in docs/rules.md.
+//
+// It talks to no service: it checks what the rules plan, not what memcached
+// or MySQL then hold (packages verify and observer do), nor the rules
+// against a live schema (package check).
 package ruletest
 
 import (

@@ -18,6 +18,10 @@
 // On a live system an item can be checked between a database commit and
 // the moment the daemon applies it. Options.Recheck re-reads mismatched
 // keys (both sides) after a delay and counts only those still wrong.
+//
+// It only reads and repairs nothing. It is not the daemon's continuous,
+// sampling check (package observer), nor a check of the deployment before
+// it runs (package check).
 package verify
 
 import (

@@ -4,6 +4,11 @@
 //
 // Exit status: 0 on success, 1 when a command fails, 2 on a command-line
 // mistake.
+//
+// It only wires: each subcommand (one file each: run.go, replay.go,
+// check.go, verify.go, plan.go, rules.go, observe.go, demo.go,
+// version.go) parses its flags, loads the config and calls the packages
+// that do the work (consumer, check, verify, ruletest, integration).
 package main
 
 import (
