@@ -135,46 +135,36 @@ func (m *Metrics) makeRebumpMetrics(b metricMaker) {
 // nil.
 type metricMaker struct{ reg prometheus.Registerer }
 
-func (b metricMaker) register(c prometheus.Collector) {
+// made registers c with b's registry, unless it is nil, and returns it.
+func made[C prometheus.Collector](b metricMaker, c C) C {
 	if b.reg != nil {
 		b.reg.MustRegister(c)
 	}
+	return c
 }
 
 func (b metricMaker) counter(name, help string) prometheus.Counter {
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
-	b.register(c)
-	return c
+	return made(b, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help}))
 }
 
 func (b metricMaker) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
-	b.register(c)
-	return c
+	return made(b, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
 }
 
 func (b metricMaker) gauge(name, help string) prometheus.Gauge {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
-	b.register(g)
-	return g
+	return made(b, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
 }
 
 func (b metricMaker) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
-	b.register(g)
-	return g
+	return made(b, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels))
 }
 
 func (b metricMaker) histogram(name string, buckets []float64, help string) prometheus.Histogram {
-	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
-	b.register(h)
-	return h
+	return made(b, prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}))
 }
 
 func (b metricMaker) histogramVec(name string, buckets []float64, help string, labels ...string) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
-	b.register(h)
-	return h
+	return made(b, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
 }
 
 // ObserveMemcached records one memcached round trip's duration; it is a
