@@ -22,6 +22,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/cachewarden/cachewarden/config"
 )
 
 // command is one subcommand: an entry of app.commands.
@@ -210,6 +212,39 @@ func exitCode(err error) int {
 
 // newFlagSet returns a flag set for a subcommand whose messages go to
 // stderr. synopsis is the usage line after "Usage: cachewarden ".
+// configFlag adds -c and its long form --config to fs: the config file
+// that run, observe, replay and check require.
+func configFlag(fs *flag.FlagSet) *string {
+	path := fs.String("c", "", "config file (required)")
+	fs.StringVar(path, "config", "", "same as -c")
+	return path
+}
+
+// checkConfigArgs reports the mistakes every command that reads a config
+// file can make after its flags: an argument, or no -c.
+func checkConfigArgs(fs *flag.FlagSet, command, path string) error {
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return usageErrorf("%s: unexpected argument %q", command, fs.Arg(0))
+	}
+	if path == "" {
+		fs.Usage()
+		return usageErrorf("%s: -c FILE is required", command)
+	}
+	return nil
+}
+
+// loadConfig loads the config file at path. Its problems go to stderr,
+// one "file:line:col: message" per line, and errReported comes back.
+func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, errReported
+	}
+	return cfg, nil
+}
+
 func newFlagSet(name, synopsis, description string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"time"
 
-	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer"
 )
 
@@ -26,24 +22,16 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 			"distribution (docs/operations.md, \"The consistency observer\").\n"+
 			"Serves /metrics and /status on http.listen. SIGINT or SIGTERM stops it.",
 		stderr)
-	var path string
-	fs.StringVar(&path, "c", "", "config file (required)")
-	fs.StringVar(&path, "config", "", "same as -c")
+	path := configFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
 	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return usageErrorf("observe: unexpected argument %q", fs.Arg(0))
+	if err := checkConfigArgs(fs, "observe", *path); err != nil {
+		return err
 	}
-	if path == "" {
-		fs.Usage()
-		return usageErrorf("observe: -c FILE is required")
-	}
-	cfg, err := config.Load(path)
+	cfg, err := loadConfig(*path, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errReported
+		return err
 	}
 	log := cfg.Log.NewLogger(stderr)
 	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{ObserveOnly: true})
@@ -59,27 +47,12 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return fmt.Errorf("observe: %w", err)
 	}
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	err = serveWhileRunning(ctx, daemon, cfg.HTTP.Listen, stack.HTTPHandler(daemon.NotReady), log, func(addr net.Addr) {
+		log.Info("observing", "group", dc.Group, "sample", stack.Observer.Config().Sample,
+			"windows", fmt.Sprint(stack.Observer.Config().Windows), "addr", addr.String())
+	})
 	if err != nil {
-		return fmt.Errorf("observe: http.listen: %w", err)
-	}
-	srv := &http.Server{Handler: stack.HTTPHandler(daemon.NotReady), ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("observing", "group", dc.Group, "sample", stack.Observer.Config().Sample,
-		"windows", fmt.Sprint(stack.Observer.Config().Windows), "addr", ln.Addr().String())
-
-	runErr := daemon.Run(ctx)
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		log.Warn("http server shutdown", "error", err.Error())
-	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Error("http server failed", "error", err.Error())
-	}
-	if runErr != nil {
-		return fmt.Errorf("observe: %w", runErr)
+		return fmt.Errorf("observe: %w", err)
 	}
 	return nil
 }

@@ -30,10 +30,9 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		return err
 	}
 
-	cfg, err := config.Load(o.path)
+	cfg, err := loadConfig(*o.path, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errReported
+		return err
 	}
 	interval := o.progressEvery
 	if interval == 0 {
@@ -116,7 +115,7 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 // replayOptions are replay's flags (fromFlag to setsMode as given), and
 // what check makes of them.
 type replayOptions struct {
-	path                                   string
+	path                                   *string
 	fromFlag, toFlag, topicsFlag, setsMode string
 	file, formatName, table                string
 	dryRun, strict                         bool
@@ -165,8 +164,7 @@ func (o *replayOptions) flagSet(stderr io.Writer) *flag.FlagSet {
 			"the config's log section; the global --log-format and --log-level, when\n"+
 			"given, override it.",
 		stderr)
-	fs.StringVar(&o.path, "c", "", "config file (required)")
-	fs.StringVar(&o.path, "config", "", "same as -c")
+	o.path = configFlag(fs)
 	fs.StringVar(&o.fromFlag, "from", "", "where to start: earliest, an RFC 3339 time, or topic:partition:offset,...")
 	fs.StringVar(&o.toFlag, "to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start)")
 	fs.StringVar(&o.topicsFlag, "topics", "", "comma-separated topics to replay (default: the config's kafka.topics); with --file, the one topic the file comes from (its topic_formats/topic_tables apply)")
@@ -186,13 +184,8 @@ func (o *replayOptions) flagSet(stderr io.Writer) *flag.FlagSet {
 // check reports the first usage mistake in the parsed flags, and sets
 // from, to, topics and setAppend.
 func (o *replayOptions) check(fs *flag.FlagSet) error {
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return usageErrorf("replay: unexpected argument %q", fs.Arg(0))
-	}
-	if o.path == "" {
-		fs.Usage()
-		return usageErrorf("replay: -c FILE is required")
+	if err := checkConfigArgs(fs, "replay", *o.path); err != nil {
+		return err
 	}
 	switch {
 	case o.file != "" && (o.fromFlag != "" || o.toFlag != ""):

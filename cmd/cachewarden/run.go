@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
-	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer"
 )
 
@@ -27,25 +27,16 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			"log format and level; the global --log-format and --log-level, when\n"+
 			"given, override it.",
 		stderr)
-	var path string
-	fs.StringVar(&path, "c", "", "config file (required)")
-	fs.StringVar(&path, "config", "", "same as -c")
+	path := configFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
 	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return usageErrorf("run: unexpected argument %q", fs.Arg(0))
+	if err := checkConfigArgs(fs, "run", *path); err != nil {
+		return err
 	}
-	if path == "" {
-		fs.Usage()
-		return usageErrorf("run: -c FILE is required")
-	}
-	cfg, err := config.Load(path)
+	cfg, err := loadConfig(*path, stderr)
 	if err != nil {
-		// Every problem, one "file:line:col: message" per line.
-		fmt.Fprintln(stderr, err)
-		return errReported
+		return err
 	}
 	log := a.configLogger(cfg.Log, stderr)
 	log.Info("config loaded", "config", cfg, "rule_count", len(cfg.RuleSet.Rules()))
@@ -60,17 +51,29 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return fmt.Errorf("run: %w", err)
 	}
 
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	err = serveWhileRunning(ctx, daemon, cfg.HTTP.Listen, stack.HTTPHandler(daemon.NotReady), log, func(addr net.Addr) {
+		log.Info("serving /metrics, /healthz and /readyz", "addr", addr.String())
+	})
 	if err != nil {
-		return fmt.Errorf("run: http.listen: %w", err)
+		return fmt.Errorf("run: %w", err)
 	}
-	srv := &http.Server{
-		Handler:           stack.HTTPHandler(daemon.NotReady),
-		ReadHeaderTimeout: 5 * time.Second,
+	log.Info("stopped")
+	return nil
+}
+
+// serveWhileRunning serves handler on listen while daemon runs, then shuts
+// the server down, giving requests in flight httpShutdownTimeout. started
+// is called once the server listens. The error is the listener's or the
+// daemon's; a failing server is logged.
+func serveWhileRunning(ctx context.Context, daemon *consumer.Daemon, listen string, handler http.Handler, log *slog.Logger, started func(net.Addr)) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("http.listen: %w", err)
 	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	started(ln.Addr())
 
 	runErr := daemon.Run(ctx)
 
@@ -82,9 +85,5 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Error("http server failed", "error", err.Error())
 	}
-	if runErr != nil {
-		return fmt.Errorf("run: %w", runErr)
-	}
-	log.Info("stopped")
-	return nil
+	return runErr
 }
