@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -629,7 +630,7 @@ func (v *Verifier) compare(ctx context.Context, r *rules.Rule, t target, value [
 		got := itemformat.DecodeSet(value).Members
 		gotSet, wantSet := sortedUnique(got), sortedUnique(want)
 		return verdict{
-			wrong:  !equalStrings(gotSet, wantSet),
+			wrong:  !slices.Equal(gotSet, wantSet),
 			cached: "{" + strings.Join(gotSet, " ") + "}",
 			truthS: "{" + strings.Join(wantSet, " ") + "}",
 		}, nil
@@ -648,16 +649,4 @@ func sortedUnique(in []string) []string {
 		}
 	}
 	return out[:n]
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
