@@ -297,6 +297,17 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 	return ranges, nil
 }
 
+// offsetOf returns the offset b names for tp, if it names one (a
+// partition is named at most once: ParseReplayBound).
+func (b ReplayBound) offsetOf(tp topicPartition) (int64, bool) {
+	for _, po := range b.Offsets {
+		if po.Topic == tp.topic && po.Partition == tp.partition {
+			return po.Offset, true
+		}
+	}
+	return 0, false
+}
+
 // replayRange applies the bounds to one partition's offsets. notes say
 // where a bound was moved into the partition's log.
 func replayRange(tp topicPartition, o partitionOffsets, from, to ReplayBound) (PartitionRange, []string) {
@@ -310,10 +321,8 @@ func replayRange(tp topicPartition, o partitionOffsets, from, to ReplayBound) (P
 			start = o.fromAt
 		}
 	default:
-		for _, po := range from.Offsets {
-			if po.Topic == tp.topic && po.Partition == tp.partition {
-				start = po.Offset
-			}
+		if off, ok := from.offsetOf(tp); ok {
+			start = off
 		}
 		if start < o.first {
 			notes = append(notes, fmt.Sprintf("replay start %d was removed by retention; starting at the log start offset", start))
@@ -331,12 +340,10 @@ func replayRange(tp topicPartition, o partitionOffsets, from, to ReplayBound) (P
 			end = o.toAt
 		}
 	default:
-		for _, po := range to.Offsets {
-			if po.Topic == tp.topic && po.Partition == tp.partition {
-				end = po.Offset
-				if end > o.end {
-					notes = append(notes, fmt.Sprintf("replay end %d is beyond the partition's end offset; ending there", end))
-				}
+		if off, ok := to.offsetOf(tp); ok {
+			end = off
+			if end > o.end {
+				notes = append(notes, fmt.Sprintf("replay end %d is beyond the partition's end offset; ending there", end))
 			}
 		}
 	}
