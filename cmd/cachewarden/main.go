@@ -234,6 +234,19 @@ func checkConfigArgs(fs *flag.FlagSet, command, path string) error {
 	return nil
 }
 
+// parseConfigOnly parses args for a command whose one flag is -c and
+// loads that config file.
+func parseConfigOnly(fs *flag.FlagSet, command string, args []string, stderr io.Writer) (*config.Config, error) {
+	path := configFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, flagError(err)
+	}
+	if err := checkConfigArgs(fs, command, *path); err != nil {
+		return nil, err
+	}
+	return loadConfig(*path, stderr)
+}
+
 // loadConfig loads the config file at path. Its problems go to stderr,
 // one "file:line:col: message" per line, and errReported comes back.
 func loadConfig(path string, stderr io.Writer) (*config.Config, error) {

@@ -22,14 +22,7 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 			"distribution (docs/operations.md, \"The consistency observer\").\n"+
 			"Serves /metrics and /status on http.listen. SIGINT or SIGTERM stops it.",
 		stderr)
-	path := configFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
-	}
-	if err := checkConfigArgs(fs, "observe", *path); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*path, stderr)
+	cfg, err := parseConfigOnly(fs, "observe", args, stderr)
 	if err != nil {
 		return err
 	}

@@ -27,14 +27,7 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			"log format and level; the global --log-format and --log-level, when\n"+
 			"given, override it.",
 		stderr)
-	path := configFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
-	}
-	if err := checkConfigArgs(fs, "run", *path); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*path, stderr)
+	cfg, err := parseConfigOnly(fs, "run", args, stderr)
 	if err != nil {
 		return err
 	}
