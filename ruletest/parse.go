@@ -655,19 +655,13 @@ func isJSONNumber(s string) bool {
 	case i < len(s) && s[i] == '0':
 		i++
 	case i < len(s) && s[i] >= '1' && s[i] <= '9':
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
+		i = skipDigits(s, i)
 	default:
 		return false
 	}
 	if i < len(s) && s[i] == '.' {
-		i++
-		start := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		if i == start {
+		start := i + 1
+		if i = skipDigits(s, start); i == start {
 			return false
 		}
 	}
@@ -677,12 +671,18 @@ func isJSONNumber(s string) bool {
 			i++
 		}
 		start := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		if i == start {
+		if i = skipDigits(s, start); i == start {
 			return false
 		}
 	}
 	return i == len(s)
+}
+
+// skipDigits returns the index of the first byte from i on in s that is
+// not a decimal digit.
+func skipDigits(s string, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
 }
