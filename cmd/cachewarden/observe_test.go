@@ -38,7 +38,7 @@ func TestObserveUsage(t *testing.T) {
 func TestObserveCommand(t *testing.T) {
 	mcAddr := testsvc.Memcached(t)
 	topic := "cdc-" + testsvc.Unique()
-	brokers := testBrokers(t, topic)
+	brokers := testsvc.KafkaTopics(t, 1, topic)
 	prefix := "cwobs:" + testsvc.Unique() + ":"
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(fmt.Sprintf(`version: 1

@@ -397,7 +397,7 @@ func TestReplayKafkaCommand(t *testing.T) {
 func publishMinutes(t *testing.T, values ...string) (brokers []string, topic string, t0 time.Time) {
 	t.Helper()
 	topic = "cdc-" + testsvc.Unique()
-	brokers = testBrokers(t, topic)
+	brokers = testsvc.KafkaTopics(t, 1, topic)
 	t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	var msgs []kafka.Message
 	for i, v := range values {

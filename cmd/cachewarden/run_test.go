@@ -64,7 +64,7 @@ func TestRunConfigProblems(t *testing.T) {
 func TestRunDaemon(t *testing.T) {
 	mcAddr := testsvc.Memcached(t)
 	topic := "cdc-" + testsvc.Unique()
-	brokers := testBrokers(t, topic)
+	brokers := testsvc.KafkaTopics(t, 1, topic)
 	prefix := "cwrun:" + testsvc.Unique() + ":"
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(fmt.Sprintf(`version: 1
