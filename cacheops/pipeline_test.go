@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -681,57 +679,11 @@ func TestPipelineRejectsInvalidOps(t *testing.T) {
 	}
 }
 
-// plStartMemcached starts a memcached on a free loopback port, killed when
-// the test ends.
-func plStartMemcached(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("memcached")
-	if err != nil {
-		bin = "/usr/bin/memcached"
-	}
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no memcached binary: %v", err)
-		}
-		t.Skipf("no memcached binary: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	args := []string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1"}
-	if os.Geteuid() == 0 {
-		args = append(args, "-u", "nobody")
-	}
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("memcached on %s did not start: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestPipelineRoutingMatchesGomemcache writes through the pipeline over
 // three servers and reads through gomemcache with the same server list:
 // every key is where gomemcache looks for it, and only there.
 func TestPipelineRoutingMatchesGomemcache(t *testing.T) {
-	addrs := []string{testsvc.Memcached(t), plStartMemcached(t), plStartMemcached(t)}
+	addrs := []string{testsvc.Memcached(t), testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{}).Addr, testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{}).Addr}
 	e := newPLEnv(t, addrs...)
 	w := e.writer(t, nil, nil, PipelineConfig{MinCommandsPerConn: 16})
 	var ops []rules.Op

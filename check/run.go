@@ -8,6 +8,10 @@
 // load, recount and keys queries, which are prepared (and explained) with
 // '?' placeholders bound to typed sample values; schema and table names
 // are only ever bound as parameters of information_schema queries.
+//
+// It is not a consistency check of a running cache (packages verify and
+// observer): it reads memcached and Kafka not at all, and MySQL only for
+// its schema and query plans.
 package check
 
 import (

@@ -4,17 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
@@ -193,53 +190,7 @@ func startMemcacheds(tb testing.TB, n int) []string {
 	tb.Helper()
 	var addrs []string
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		stop := startMemcachedOn(tb, addr)
-		tb.Cleanup(stop)
-		addrs = append(addrs, addr)
+		addrs = append(addrs, testsvc.PrivateMemcached(tb, testsvc.MemcachedOptions{}).Addr)
 	}
 	return addrs
-}
-
-// startMemcachedOn starts a private memcached on addr and returns a
-// function that kills it.
-func startMemcachedOn(tb testing.TB, addr string) (stop func()) {
-	tb.Helper()
-	bin, err := exec.LookPath("memcached")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("memcached binary not found: %v", err)
-		}
-		tb.Skipf("memcached binary not found (install memcached): %v", err)
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	args := []string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "16", "-t", "1"}
-	if os.Geteuid() == 0 {
-		args = append(args, "-u", "nobody")
-	}
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start memcached: %v", err)
-	}
-	stop = func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		conn, err := net.Dial("tcp", addr)
-		if err == nil {
-			conn.Close()
-			return stop
-		}
-		if time.Now().After(deadline) {
-			stop()
-			tb.Fatalf("memcached on %s did not start: %v", addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -21,6 +21,10 @@
 // The package links neither the daemon nor Kafka, a SQL driver or a YAML
 // parser (rule files are loaded by package rulefile, which the application
 // may import or not). docs/formats.md describes every item it reads.
+//
+// It is not the daemon's writer: it applies no change events and no cache
+// ops (packages cacheops and counters do); item formats are package
+// itemformat's.
 package client
 
 import (

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"net"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -435,13 +435,8 @@ func TestCount(t *testing.T) {
 // connection of the pool is dead; reads still succeed (each dead
 // connection is dropped and the read tried again).
 func TestReadsSurviveMemcachedRestart(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	stop := startMemcachedOn(t, addr)
+	mc := testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{})
+	addr := mc.Addr
 	e := newTestEnv(t, nil, func(c *Config) { c.Servers = []itemformat.Server{{Addr: addr}} })
 	// Fill the pool with idle connections.
 	var wg sync.WaitGroup
@@ -457,8 +452,8 @@ func TestReadsSurviveMemcachedRestart(t *testing.T) {
 	}
 	wg.Wait()
 	// The same server restarts, empty.
-	stop()
-	defer startMemcachedOn(t, addr)()
+	mc.Kill()
+	mc.Start()
 	for i := range 3 {
 		if _, err := e.c.Namespace(t.Context(), "user", Row{"id": i}); err != nil {
 			t.Fatalf("read %d after the restart: %v", i, err)

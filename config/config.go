@@ -9,6 +9,10 @@
 // method, so a Config may be logged as a whole.
 //
 // A loaded Config is read-only; it is safe for concurrent use.
+//
+// It builds nothing from the settings it reads (package consumer's
+// NewStack does), and it does not parse rule files (package rulefile
+// does, called by Load).
 package config
 
 import (

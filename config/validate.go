@@ -64,16 +64,22 @@ func (d *decoder) required(path, emptyMsg string) {
 // one that could not was reported already and is not checked again.
 func (d *decoder) readable(path string) bool { return !d.bad[path] }
 
-func (d *decoder) validateKafka(k *Kafka) {
-	if len(k.Brokers) == 0 && d.readable("kafka.brokers") {
-		d.required("kafka.brokers", "list at least one broker address (host:port)")
+// validateAddresses checks a required list of host:port addresses at
+// path; missing says what to list.
+func (d *decoder) validateAddresses(addrs []string, path, missing string) {
+	if len(addrs) == 0 && d.readable(path) {
+		d.required(path, missing)
 	}
-	for i, b := range k.Brokers {
-		path := "kafka.brokers[" + strconv.Itoa(i) + "]"
-		if msg := checkHostPort(b, false); msg != "" {
-			d.problem(d.place(path), "%s: %q %s", path, b, msg)
+	for i, a := range addrs {
+		at := path + "[" + strconv.Itoa(i) + "]"
+		if msg := checkHostPort(a, false); msg != "" {
+			d.problem(d.place(at), "%s: %q %s", at, a, msg)
 		}
 	}
+}
+
+func (d *decoder) validateKafka(k *Kafka) {
+	d.validateAddresses(k.Brokers, "kafka.brokers", "list at least one broker address (host:port)")
 	if k.Group == "" && d.readable("kafka.group") {
 		d.required("kafka.group", "a consumer group ID is required")
 	}
@@ -264,15 +270,7 @@ func (d *decoder) validateSASL(s *SASL) {
 }
 
 func (d *decoder) validateMemcached(m *Memcached) {
-	if len(m.Servers) == 0 && d.readable("memcached.servers") {
-		d.required("memcached.servers", "list at least one server address (host:port)")
-	}
-	for i, s := range m.Servers {
-		path := "memcached.servers[" + strconv.Itoa(i) + "]"
-		if msg := checkHostPort(s, false); msg != "" {
-			d.problem(d.place(path), "%s: %q %s", path, s, msg)
-		}
-	}
+	d.validateAddresses(m.Servers, "memcached.servers", "list at least one server address (host:port)")
 	d.validateTLS("memcached.tls", &m.TLS)
 	if d.orDefault("memcached.distribution", func() { m.Distribution = itemformat.DefaultDistribution }) && !slices.Contains(itemformat.Distributions, m.Distribution) {
 		d.problem(d.place("memcached.distribution"), "memcached.distribution: %q is not one of %s", m.Distribution, strings.Join(itemformat.Distributions, ", "))

@@ -92,7 +92,7 @@ func TestRetentionGap(t *testing.T) {
 		t.Run(fmt.Sprint(policy), func(t *testing.T) {
 			topic := "shop.users." + testsvc.Unique()
 			group := "cw-" + testsvc.Unique()
-			brokers := testKafka(t, 1, topic)
+			brokers := testsvc.KafkaTopics(t, 1, topic)
 			r := newRig(t, fallbackRules, rigOptions{})
 			r.set("fb:shop.users", "100")
 			var msgs []kafka.Message

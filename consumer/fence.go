@@ -42,29 +42,44 @@ func (p *Pipeline) checkFences(ctx context.Context, b *Batch, opts CoalesceOptio
 	if p.cfg.Fences == nil || opts.Recount {
 		return nil
 	}
+	var kept []rules.Op
+	ok, err := p.retryFences(ctx, func() (err error) {
+		kept, err = p.cfg.Fences.CheckDeltas(ctx, &b.fence.fence, b.planned)
+		return err
+	}, "cannot check counter deltas against their fences; applying them unchecked",
+		"cannot read counter fences; retrying, the partition waits")
+	if ok {
+		b.planned = kept
+		b.fence.checked = true
+		b.Stats.Fence = b.fence.fence.Stats
+	}
+	return err
+}
+
+// retryFences calls read until it succeeds (true), ctx ends (its error)
+// or read fails with an error no retry cures (logged as giveUp; false and
+// no error). Between attempts the partition waits with backoff, each
+// retry counted and logged as retrying.
+func (p *Pipeline) retryFences(ctx context.Context, read func() error, giveUp, retrying string) (bool, error) {
 	for attempt := 0; ; attempt++ {
-		kept, err := p.cfg.Fences.CheckDeltas(ctx, &b.fence.fence, b.planned)
+		err := read()
 		if err == nil {
-			b.planned = kept
-			b.fence.checked = true
-			b.Stats.Fence = b.fence.fence.Stats
-			return nil
+			return true, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 		if !cacheops.Retryable(err) {
-			p.log.Error("cannot check counter deltas against their fences; applying them unchecked", "error", err.Error())
-			return nil
+			p.log.Error(giveUp, "error", err.Error())
+			return false, nil
 		}
 		p.m.applyRetries.Inc()
 		wait := p.backoff(attempt)
 		if logAttempt(attempt) {
-			p.log.Warn("cannot read counter fences; retrying, the partition waits",
-				"attempt", attempt+1, "retry_in", wait, "error", err.Error())
+			p.log.Warn(retrying, "attempt", attempt+1, "retry_in", wait, "error", err.Error())
 		}
 		if err := sleep(ctx, wait); err != nil {
-			return err
+			return false, err
 		}
 	}
 }
@@ -82,35 +97,20 @@ func (p *Pipeline) recheckFences(ctx context.Context, b *Batch) error {
 		b.fence.recounts = &Batch{}
 	}
 	sub := b.fence.recounts
-	for attempt := 0; ; attempt++ {
-		var err error
+	ok, err := p.retryFences(ctx, func() (err error) {
 		sub.Ops, err = p.cfg.Fences.RecheckDeltas(ctx, &b.fence.fence, sub.Ops[:0], b.Ops, b.results)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if !cacheops.Retryable(err) {
-			p.log.Error("cannot recheck counter fences after applying deltas", "error", err.Error())
-			return nil
-		}
-		p.m.applyRetries.Inc()
-		wait := p.backoff(attempt)
-		if logAttempt(attempt) {
-			p.log.Warn("cannot reread counter fences; retrying, the partition waits",
-				"attempt", attempt+1, "retry_in", wait, "error", err.Error())
-		}
-		if err := sleep(ctx, wait); err != nil {
-			return err
-		}
+		return err
+	}, "cannot recheck counter fences after applying deltas",
+		"cannot reread counter fences; retrying, the partition waits")
+	if !ok {
+		return err
 	}
 	b.Stats.Fence = b.fence.fence.Stats
 	if len(sub.Ops) == 0 {
 		return nil
 	}
 	p.m.recounts.WithLabelValues("fence_recheck").Add(float64(len(sub.Ops)))
-	err := p.applyOps(ctx, sub)
+	err = p.applyOps(ctx, sub)
 	clear(sub.Ops) // drop references to rules and args
 	return err
 }

@@ -55,7 +55,7 @@ func TestGracefulHandoffsRecountNothing(t *testing.T) {
 	r := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn})
 	topic := "cdc-handoff-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 6, topic)
+	brokers := testsvc.KafkaTopics(t, 6, topic)
 	feed := &commentFeed{t: t, db: db, brokers: brokers, topic: topic, posts: 12}
 
 	// Before the measured window: the first owner, finding no commit,

@@ -68,176 +68,103 @@ var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 // NewMetrics creates the metrics and registers them with reg (which must
 // not hold them already). A nil reg leaves them unregistered.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_events_total",
-			Help: "Change events read, by topic, CDC format and outcome (planned, unmatched, skipped, poison).",
-		}, []string{"topic", "format", "outcome"}),
-		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_ops_total",
-			Help: "Coalesced cache ops applied, by kind and outcome (failed: given up after a permanent error).",
-		}, []string{"kind", "outcome"}),
-		batchMessages: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cachewarden_batch_messages",
-			Help:    "Messages per batch.",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
-		}),
-		batchOps: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cachewarden_batch_ops",
-			Help:    "Cache ops per batch after coalescing.",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
-		}),
-		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cachewarden_batch_duration_seconds",
-			Help:    "Time to decode, plan, coalesce and apply one batch, retries and DLQ writes included.",
-			Buckets: latencyBuckets,
-		}),
-		eventAge: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cachewarden_event_age_seconds",
-			Help:    "Age of each applied row change when its batch was applied: now minus the source timestamp (Debezium ts_ms of the source, Maxwell ts, Canal es). The staleness readers see; it includes the connector's and Kafka's delay and any clock difference with the database.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 22),
-		}),
-		coalesceSaved: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cachewarden_coalesce_saved_ops_total",
-			Help: "Planned ops that coalescing merged away (memcached operations saved).",
-		}),
-		applyDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "cachewarden_apply_duration_seconds",
-			Help:    "Time of one apply call, by applier (cacheops: bumps and sets in memcached; counters: memcached incr/decr and MySQL recounts).",
-			Buckets: latencyBuckets,
-		}, []string{"applier"}),
-		applyRetries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cachewarden_apply_retries_total",
-			Help: "Apply attempts repeated after a transient memcached or MySQL error.",
-		}),
-		memcachedRTT: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cachewarden_memcached_round_trip_duration_seconds",
-			Help:    "Time of one memcached round trip: one command with memcached.protocol text, one pipelined exchange of many commands with meta.",
-			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18),
-		}),
-		mysqlDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "cachewarden_mysql_query_duration_seconds",
-			Help:    "Time of one MySQL query, by query kind (recount, load) and outcome (ok, error).",
-			Buckets: latencyBuckets,
-		}, []string{"query", "outcome"}),
-		recounts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_recounts_total",
-			Help: "Counter recounts requested, by reason (planned: an update without before image; reassigned: deltas of the first batch after a partition assignment; replay).",
-		}, []string{"reason"}),
-		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_poison_messages_total",
-			Help: "Messages that could not be decoded or planned, by topic.",
-		}, []string{"topic"}),
-		dlqMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_dlq_messages_total",
-			Help: "Poison messages written to the dead-letter topic, by original topic.",
-		}, []string{"topic"}),
-		dlqErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cachewarden_dlq_write_errors_total",
-			Help: "Failed attempts to write poison messages to the dead-letter topic (retried).",
-		}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cachewarden_consumer_lag",
-			Help: "Messages behind the partition's high watermark after the last applied batch.",
-		}, []string{"topic", "partition"}),
-		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cachewarden_commit_duration_seconds",
-			Help:    "Time of one offset commit.",
-			Buckets: latencyBuckets,
-		}),
-		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_commits_total",
-			Help: "Offset commits, by outcome (ok, error).",
-		}, []string{"outcome"}),
-		rebumpsPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cachewarden_rebumps_pending",
-			Help: "Delayed second bumps (rebump_after) waiting in memory.",
-		}),
-		rebumps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_rebumps_total",
-			Help: "Delayed second bumps applied, by outcome (ok, error, dropped).",
-		}, []string{"outcome"}),
-		rebumpsRecovered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cachewarden_rebumps_recovered_total",
-			Help: "Delayed second bumps found recorded in memcached that this daemon had not scheduled (left by a killed or stopped daemon), scheduled at their due time.",
-		}),
-		rebumpJournalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_rebump_journal_errors_total",
-			Help: "Failed writes and reads of the delayed bump journal in memcached, by op (record, remove, read).",
-		}, []string{"op"}),
-		ready: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cachewarden_ready",
-			Help: "1 when memcached (and MySQL, when a rule queries it) answers, the consumer group is joined, no partition is stalled and no batch waits for the schema registry (/readyz).",
-		}),
-		memcachedUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cachewarden_memcached_up",
-			Help: "1 when every memcached server answered the last health check.",
-		}),
-		mysqlUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cachewarden_mysql_up",
-			Help: "1 when MySQL (addr: host:port of mysql.dsn) answered the last health check, 0 when not; exported only when some rule runs load or recount queries, which make the daemon not ready while it is 0.",
-		}, []string{"addr"}),
-		groupJoined: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cachewarden_group_joined",
-			Help: "1 while the daemon is a member of a consumer group generation.",
-		}),
-		assigned: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cachewarden_assigned_partitions",
-			Help: "Partitions assigned in the current generation.",
-		}),
-		generations: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cachewarden_group_generations_total",
-			Help: "Consumer group generations joined (rebalances).",
-		}),
-		partitionErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cachewarden_partition_errors_total",
-			Help: "Partitions stopped by a fetch or commit error the client does not retry (they stay stalled until assigned again).",
-		}),
-		stalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cachewarden_partition_stalled",
-			Help: "1 for an assigned partition that stopped on a failure, or applied no batch for kafka.stall_timeout while messages waited; the daemon is not ready while one is.",
-		}, []string{"topic", "partition"}),
-		commitRetries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cachewarden_commit_retries_total",
-			Help: "Offset commits of a partition that failed and were tried again (the group coordinator moving or rebalancing, or unreachable).",
-		}),
-		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_invalidations_lost_total",
-			Help: "Changes whose exact invalidation could not be delivered, by reason (poison: undecodable or unplannable message; op_failed: a cache op failed permanently; retention: records removed before they were read; offset_reset: consumption restarted elsewhere in the log) and by covered (fallback: the table's fallback namespace was bumped instead; none: no rule file of the table has a fallback, so keys may serve stale data until they expire).",
-		}, []string{"reason", "covered"}),
-		unorderedSets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cachewarden_set_rule_unordered",
-			Help: "1 for a set rule whose changes of one member may arrive out of order on a topic (several partitions, and a message key not made of the set's key and member columns); see kafka.unordered_sets.",
-		}, []string{"rule", "topic"}),
-		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_partition_handoffs_total",
-			Help: "Partitions released on a rebalance or shutdown, by outcome: clean (exactly the applied messages committed, the next owner recounts nothing), abandoned (a batch was abandoned half applied; the next owner recounts its first batch) or lost (held under a membership that may have expired, or the group's commit was past it: nothing committed, the next owner recounts).",
-		}, []string{"outcome"}),
-		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cachewarden_batches_abandoned_total",
-			Help: "Batches abandoned before a write because the group membership may have expired (no heartbeat acknowledged within three quarters of kafka.session_timeout, or the member joined again): nothing more of them was sent and nothing committed. Any increase means the process stalled or lost the coordinator for most of a session timeout.",
-		}),
-		leaseAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cachewarden_group_heartbeat_age_seconds",
-			Help: "Time since the last group heartbeat the coordinator acknowledged was sent; writes stop when it reaches three quarters of kafka.session_timeout.",
-		}),
-		schemaFetches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_schema_registry_requests_total",
-			Help: "Schemas of Avro messages asked of the schema registry (once per schema id), by outcome: found, not_found (its messages are poison), error (asked again; the partition waits).",
-		}, []string{"outcome"}),
-		schemaWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cachewarden_schema_registry_waiting_batches",
-			Help: "Batches waiting for the schema registry to answer for a schema they need; the daemon is not ready while one does.",
-		}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.schemaFetches, m.schemaWaiting, m.abandoned, m.leaseAge)
-		reg.MustRegister(m.events, m.ops, m.batchMessages, m.batchOps, m.batchDuration, m.eventAge, m.coalesceSaved,
-			m.applyDuration, m.applyRetries, m.mysqlDuration, m.memcachedRTT, m.recounts, m.poison, m.dlqMessages, m.dlqErrors,
-			m.lag, m.commitDuration, m.commits, m.rebumpsPending, m.rebumps, m.rebumpsRecovered, m.rebumpJournalErrors, m.ready, m.memcachedUp, m.mysqlUp,
-			m.groupJoined, m.assigned, m.generations, m.partitionErrors, m.stalled, m.handoffs, m.commitRetries, m.lost, m.unorderedSets)
-	}
+	m := &Metrics{}
+	b := metricMaker{reg}
+	m.makeBatchMetrics(b)
+	m.makeGroupMetrics(b)
+	m.makeRebumpMetrics(b)
 	return m
+}
+
+// makeBatchMetrics makes the metrics of the batch pipeline: events, ops,
+// batches, applying, poison and the DLQ, lost invalidations, ordering and
+// the schema registry.
+func (m *Metrics) makeBatchMetrics(b metricMaker) {
+	m.events = b.counterVec("cachewarden_events_total", "Change events read, by topic, CDC format and outcome (planned, unmatched, skipped, poison).", "topic", "format", "outcome")
+	m.ops = b.counterVec("cachewarden_ops_total", "Coalesced cache ops applied, by kind and outcome (failed: given up after a permanent error).", "kind", "outcome")
+	m.batchMessages = b.histogram("cachewarden_batch_messages", prometheus.ExponentialBuckets(1, 4, 9), "Messages per batch.")
+	m.batchOps = b.histogram("cachewarden_batch_ops", prometheus.ExponentialBuckets(1, 4, 9), "Cache ops per batch after coalescing.")
+	m.batchDuration = b.histogram("cachewarden_batch_duration_seconds", latencyBuckets, "Time to decode, plan, coalesce and apply one batch, retries and DLQ writes included.")
+	m.eventAge = b.histogram("cachewarden_event_age_seconds", prometheus.ExponentialBuckets(0.001, 2, 22), "Age of each applied row change when its batch was applied: now minus the source timestamp (Debezium ts_ms of the source, Maxwell ts, Canal es). The staleness readers see; it includes the connector's and Kafka's delay and any clock difference with the database.")
+	m.coalesceSaved = b.counter("cachewarden_coalesce_saved_ops_total", "Planned ops that coalescing merged away (memcached operations saved).")
+	m.applyDuration = b.histogramVec("cachewarden_apply_duration_seconds", latencyBuckets, "Time of one apply call, by applier (cacheops: bumps and sets in memcached; counters: memcached incr/decr and MySQL recounts).", "applier")
+	m.applyRetries = b.counter("cachewarden_apply_retries_total", "Apply attempts repeated after a transient memcached or MySQL error.")
+	m.memcachedRTT = b.histogram("cachewarden_memcached_round_trip_duration_seconds", prometheus.ExponentialBuckets(0.00005, 2, 18), "Time of one memcached round trip: one command with memcached.protocol text, one pipelined exchange of many commands with meta.")
+	m.mysqlDuration = b.histogramVec("cachewarden_mysql_query_duration_seconds", latencyBuckets, "Time of one MySQL query, by query kind (recount, load) and outcome (ok, error).", "query", "outcome")
+	m.recounts = b.counterVec("cachewarden_recounts_total", "Counter recounts requested, by reason (planned: an update without before image; reassigned: deltas of the first batch after a partition assignment; replay).", "reason")
+	m.poison = b.counterVec("cachewarden_poison_messages_total", "Messages that could not be decoded or planned, by topic.", "topic")
+	m.dlqMessages = b.counterVec("cachewarden_dlq_messages_total", "Poison messages written to the dead-letter topic, by original topic.", "topic")
+	m.dlqErrors = b.counter("cachewarden_dlq_write_errors_total", "Failed attempts to write poison messages to the dead-letter topic (retried).")
+	m.lost = b.counterVec("cachewarden_invalidations_lost_total", "Changes whose exact invalidation could not be delivered, by reason (poison: undecodable or unplannable message; op_failed: a cache op failed permanently; retention: records removed before they were read; offset_reset: consumption restarted elsewhere in the log) and by covered (fallback: the table's fallback namespace was bumped instead; none: no rule file of the table has a fallback, so keys may serve stale data until they expire).", "reason", "covered")
+	m.unorderedSets = b.gaugeVec("cachewarden_set_rule_unordered", "1 for a set rule whose changes of one member may arrive out of order on a topic (several partitions, and a message key not made of the set's key and member columns); see kafka.unordered_sets.", "rule", "topic")
+	m.schemaFetches = b.counterVec("cachewarden_schema_registry_requests_total", "Schemas of Avro messages asked of the schema registry (once per schema id), by outcome: found, not_found (its messages are poison), error (asked again; the partition waits).", "outcome")
+	m.schemaWaiting = b.gauge("cachewarden_schema_registry_waiting_batches", "Batches waiting for the schema registry to answer for a schema they need; the daemon is not ready while one does.")
+}
+
+// makeGroupMetrics makes the metrics of the consumer group member: lag,
+// commits, readiness, assignments, stalls, handoffs and the membership
+// lease.
+func (m *Metrics) makeGroupMetrics(b metricMaker) {
+	m.lag = b.gaugeVec("cachewarden_consumer_lag", "Messages behind the partition's high watermark after the last applied batch.", "topic", "partition")
+	m.commitDuration = b.histogram("cachewarden_commit_duration_seconds", latencyBuckets, "Time of one offset commit.")
+	m.commits = b.counterVec("cachewarden_commits_total", "Offset commits, by outcome (ok, error).", "outcome")
+	m.ready = b.gauge("cachewarden_ready", "1 when memcached (and MySQL, when a rule queries it) answers, the consumer group is joined, no partition is stalled and no batch waits for the schema registry (/readyz).")
+	m.memcachedUp = b.gauge("cachewarden_memcached_up", "1 when every memcached server answered the last health check.")
+	m.mysqlUp = b.gaugeVec("cachewarden_mysql_up", "1 when MySQL (addr: host:port of mysql.dsn) answered the last health check, 0 when not; exported only when some rule runs load or recount queries, which make the daemon not ready while it is 0.", "addr")
+	m.groupJoined = b.gauge("cachewarden_group_joined", "1 while the daemon is a member of a consumer group generation.")
+	m.assigned = b.gauge("cachewarden_assigned_partitions", "Partitions assigned in the current generation.")
+	m.generations = b.counter("cachewarden_group_generations_total", "Consumer group generations joined (rebalances).")
+	m.partitionErrors = b.counter("cachewarden_partition_errors_total", "Partitions stopped by a fetch or commit error the client does not retry (they stay stalled until assigned again).")
+	m.stalled = b.gaugeVec("cachewarden_partition_stalled", "1 for an assigned partition that stopped on a failure, or applied no batch for kafka.stall_timeout while messages waited; the daemon is not ready while one is.", "topic", "partition")
+	m.commitRetries = b.counter("cachewarden_commit_retries_total", "Offset commits of a partition that failed and were tried again (the group coordinator moving or rebalancing, or unreachable).")
+	m.handoffs = b.counterVec("cachewarden_partition_handoffs_total", "Partitions released on a rebalance or shutdown, by outcome: clean (exactly the applied messages committed, the next owner recounts nothing), abandoned (a batch was abandoned half applied; the next owner recounts its first batch) or lost (held under a membership that may have expired, or the group's commit was past it: nothing committed, the next owner recounts).", "outcome")
+	m.abandoned = b.counter("cachewarden_batches_abandoned_total", "Batches abandoned before a write because the group membership may have expired (no heartbeat acknowledged within three quarters of kafka.session_timeout, or the member joined again): nothing more of them was sent and nothing committed. Any increase means the process stalled or lost the coordinator for most of a session timeout.")
+	m.leaseAge = b.gauge("cachewarden_group_heartbeat_age_seconds", "Time since the last group heartbeat the coordinator acknowledged was sent; writes stop when it reaches three quarters of kafka.session_timeout.")
+}
+
+// makeRebumpMetrics makes the metrics of the delayed second bumps and
+// their journal.
+func (m *Metrics) makeRebumpMetrics(b metricMaker) {
+	m.rebumpsPending = b.gauge("cachewarden_rebumps_pending", "Delayed second bumps (rebump_after) waiting in memory.")
+	m.rebumps = b.counterVec("cachewarden_rebumps_total", "Delayed second bumps applied, by outcome (ok, error, dropped).", "outcome")
+	m.rebumpsRecovered = b.counter("cachewarden_rebumps_recovered_total", "Delayed second bumps found recorded in memcached that this daemon had not scheduled (left by a killed or stopped daemon), scheduled at their due time.")
+	m.rebumpJournalErrors = b.counterVec("cachewarden_rebump_journal_errors_total", "Failed writes and reads of the delayed bump journal in memcached, by op (record, remove, read).", "op")
+}
+
+// metricMaker makes metrics and registers each with reg, unless reg is
+// nil.
+type metricMaker struct{ reg prometheus.Registerer }
+
+// made registers c with b's registry, unless it is nil, and returns it.
+func made[C prometheus.Collector](b metricMaker, c C) C {
+	if b.reg != nil {
+		b.reg.MustRegister(c)
+	}
+	return c
+}
+
+func (b metricMaker) counter(name, help string) prometheus.Counter {
+	return made(b, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help}))
+}
+
+func (b metricMaker) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return made(b, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+func (b metricMaker) gauge(name, help string) prometheus.Gauge {
+	return made(b, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
+}
+
+func (b metricMaker) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return made(b, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels))
+}
+
+func (b metricMaker) histogram(name string, buckets []float64, help string) prometheus.Histogram {
+	return made(b, prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}))
+}
+
+func (b metricMaker) histogramVec(name string, buckets []float64, help string, labels ...string) *prometheus.HistogramVec {
+	return made(b, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
 }
 
 // ObserveMemcached records one memcached round trip's duration; it is a

@@ -34,7 +34,7 @@ func surrogateChange(op string, id, user, interest int) kafka.Message {
 func TestUnorderedSetsAreDeleted(t *testing.T) {
 	topic := "cdc-order-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 6, topic)
+	brokers := testsvc.KafkaTopics(t, 6, topic)
 	r := newRig(t, daemonRules, rigOptions{})
 	const users, interests = 20, 6
 	truth := make(map[int]map[int]bool)
@@ -95,7 +95,7 @@ func TestUnorderedSetsAreDeleted(t *testing.T) {
 func TestOrderedSetsAppend(t *testing.T) {
 	topic := "cdc-order-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 6, topic)
+	brokers := testsvc.KafkaTopics(t, 6, topic)
 	r := newRig(t, daemonRules, rigOptions{})
 	r.set("interests:1", "")
 	var msgs []kafka.Message

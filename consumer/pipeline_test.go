@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,43 +18,10 @@ import (
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
-
-// startMemcached starts a private memcached on addr for the rest of the
-// test (for tests that need to take memcached away and bring it back).
-func startMemcached(t *testing.T, addr string) {
-	t.Helper()
-	bin, err := exec.LookPath("memcached")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("memcached binary not found: %v", err)
-		}
-		t.Skipf("memcached binary not found (install memcached): %v", err)
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	args := []string{"-l", host, "-p", port, "-U", "0", "-m", "16"}
-	if os.Geteuid() == 0 {
-		args = append(args, "-u", "nobody")
-	}
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start memcached: %v", err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	waitFor(t, 5*time.Second, func() string {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return "memcached not listening yet: " + err.Error()
-		}
-		c.Close()
-		return ""
-	})
-}
 
 func userMessage(t *testing.T, offset int64, id int) Message {
 	t.Helper()
@@ -84,7 +49,7 @@ func TestPipelineWaitsForMemcached(t *testing.T) {
 		t.Fatalf("Process returned %v while memcached was down", err)
 	default:
 	}
-	startMemcached(t, addr)
+	testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{Addr: addr})
 	select {
 	case err := <-done:
 		if err != nil {

@@ -59,48 +59,6 @@ func pollLoop(ctx context.Context, cl *kgo.Client, route func(topic string, part
 	}
 }
 
-// partitionReader reads one partition from an offset with a client of its
-// own, outside any consumer group (replay, tests).
-type partitionReader struct {
-	q    *partitionQueue
-	stop func()
-}
-
-// startPartitionReader reads partition of topic from offset (an absolute
-// offset within the log) until stop is called or ctx ends; stop waits for
-// the client to close. A start offset no longer in the log (removed by
-// retention meanwhile) is reported through the queue as an error.
-func startPartitionReader(ctx context.Context, conn KafkaConn, topic string, partition int, offset int64, log *slog.Logger) (*partitionReader, error) {
-	cl, err := conn.NewClient(log,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {int32(partition): kgo.NewOffset().At(offset)}}),
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-		kgo.WithPools(newRecordPool()),
-	)
-	if err != nil {
-		return nil, err
-	}
-	tp := map[string][]int32{topic: {int32(partition)}}
-	q := newPartitionQueue(topic, partition,
-		func() { cl.PauseFetchPartitions(tp) },
-		func() { cl.ResumeFetchPartitions(tp) })
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pollLoop(pctx, cl, func(t string, p int32) *partitionQueue {
-			if t == topic && int(p) == partition {
-				return q
-			}
-			return nil
-		}, log)
-	}()
-	return &partitionReader{q: q, stop: func() {
-		cancel()
-		<-done
-		cl.Close()
-	}}, nil
-}
-
 // recordPool lends a Kafka client the slices it decodes fetched records
 // into (kgo.PoolRecords), so that fetching allocates no record structs:
 // pollLoop converts each record to a Message, which shares the record's

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -118,7 +119,7 @@ type partitionZero struct{}
 func (partitionZero) Balance(kafka.Message, ...int) int { return 0 }
 
 func TestReaderDeliversInOrder(t *testing.T) {
-	brokers := testKafka(t, 1, "fetch-order")
+	brokers := testsvc.KafkaTopics(t, 1, "fetch-order")
 	produceSeq(t, brokers, "fetch-order", 0, 1234)
 
 	t.Run("first offset", func(t *testing.T) {
@@ -143,7 +144,7 @@ func TestReaderDeliversInOrder(t *testing.T) {
 // not fetched), and every message arrives once, in order, after the
 // reader takes them.
 func TestReaderPausesWhenBehind(t *testing.T) {
-	brokers := testKafka(t, 1, "fetch-pause")
+	brokers := testsvc.KafkaTopics(t, 1, "fetch-pause")
 	// 3,000 messages of 2 KiB: more than a partition's queue holds.
 	produceSeqKeyed(t, brokers, "fetch-pause", 0, 3000, 2<<10)
 	r := startFetcher(t, brokers, "fetch-pause", 0)
@@ -239,7 +240,7 @@ func deleteRecords(t *testing.T, brokers []string, topic string, partition int32
 // TestReaderStopsWhenCancelled stops a reader whose fetch waits on the
 // broker: stop returns promptly.
 func TestReaderStopsWhenCancelled(t *testing.T) {
-	brokers := testKafka(t, 1, "fetch-stop")
+	brokers := testsvc.KafkaTopics(t, 1, "fetch-stop")
 	produceSeq(t, brokers, "fetch-stop", 0, 10)
 	r := startFetcher(t, brokers, "fetch-stop", 0)
 	r.expect(0, 10)

@@ -142,7 +142,7 @@ func TestAvroDaemon(t *testing.T) {
 	byID.Key = []string{"id"}
 	group := "cw-" + testsvc.Unique()
 	topics := []string{users.Topic, interests.Topic, comments.Topic, byID.Topic}
-	brokers := testKafka(t, 2, topics...)
+	brokers := testsvc.KafkaTopics(t, 2, topics...)
 	eu, ei, ec, eb := register(t, tr, users), register(t, tr, interests), register(t, tr, comments), register(t, tr, byID)
 
 	createComments(t, db, 9, 3)
@@ -250,7 +250,7 @@ func newAvroUsersRig(t *testing.T) *avroUsersRig {
 	t.Helper()
 	a := &avroUsersRig{tr: newTestRegistry(t), topic: "cdc" + testsvc.Unique() + ".shop.users",
 		dlqTopic: "dlq-" + testsvc.Unique(), group: "cw-" + testsvc.Unique()}
-	a.brokers = testKafka(t, 1, a.topic, a.dlqTopic)
+	a.brokers = testsvc.KafkaTopics(t, 1, a.topic, a.dlqTopic)
 	dlq, err := NewDLQ(KafkaConn{Brokers: a.brokers}, a.dlqTopic, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -409,7 +409,7 @@ func TestAvroReplayKafka(t *testing.T) {
 	createComments(t, db, 9, 4)
 	tr := newTestRegistry(t)
 	users, _, comments := avroTables("cdc" + testsvc.Unique())
-	brokers := testKafka(t, 1, users.Topic, comments.Topic)
+	brokers := testsvc.KafkaTopics(t, 1, users.Topic, comments.Topic)
 	eu, ec := register(t, tr, users), register(t, tr, comments)
 	produce(t, brokers, users.Topic,
 		avroChange(t, eu, "c", "shop", "users", nil, row("id", int64(1), "name", "a")),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // PartitionOffset is an offset of one partition, written
@@ -296,6 +297,17 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 	return ranges, nil
 }
 
+// offsetOf returns the offset b names for tp, if it names one (a
+// partition is named at most once: ParseReplayBound).
+func (b ReplayBound) offsetOf(tp topicPartition) (int64, bool) {
+	for _, po := range b.Offsets {
+		if po.Topic == tp.topic && po.Partition == tp.partition {
+			return po.Offset, true
+		}
+	}
+	return 0, false
+}
+
 // replayRange applies the bounds to one partition's offsets. notes say
 // where a bound was moved into the partition's log.
 func replayRange(tp topicPartition, o partitionOffsets, from, to ReplayBound) (PartitionRange, []string) {
@@ -309,10 +321,8 @@ func replayRange(tp topicPartition, o partitionOffsets, from, to ReplayBound) (P
 			start = o.fromAt
 		}
 	default:
-		for _, po := range from.Offsets {
-			if po.Topic == tp.topic && po.Partition == tp.partition {
-				start = po.Offset
-			}
+		if off, ok := from.offsetOf(tp); ok {
+			start = off
 		}
 		if start < o.first {
 			notes = append(notes, fmt.Sprintf("replay start %d was removed by retention; starting at the log start offset", start))
@@ -330,12 +340,10 @@ func replayRange(tp topicPartition, o partitionOffsets, from, to ReplayBound) (P
 			end = o.toAt
 		}
 	default:
-		for _, po := range to.Offsets {
-			if po.Topic == tp.topic && po.Partition == tp.partition {
-				end = po.Offset
-				if end > o.end {
-					notes = append(notes, fmt.Sprintf("replay end %d is beyond the partition's end offset; ending there", end))
-				}
+		if off, ok := to.offsetOf(tp); ok {
+			end = off
+			if end > o.end {
+				notes = append(notes, fmt.Sprintf("replay end %d is beyond the partition's end offset; ending there", end))
 			}
 		}
 	}
@@ -409,6 +417,48 @@ const (
 	// nothing before its end before the replay gives up on it.
 	DefaultReplayIdleTimeout = 30 * time.Second
 )
+
+// partitionReader reads one partition from an offset with a client of its
+// own, outside any consumer group (replay, tests).
+type partitionReader struct {
+	q    *partitionQueue
+	stop func()
+}
+
+// startPartitionReader reads partition of topic from offset (an absolute
+// offset within the log) until stop is called or ctx ends; stop waits for
+// the client to close. A start offset no longer in the log (removed by
+// retention meanwhile) is reported through the queue as an error.
+func startPartitionReader(ctx context.Context, conn KafkaConn, topic string, partition int, offset int64, log *slog.Logger) (*partitionReader, error) {
+	cl, err := conn.NewClient(log,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {int32(partition): kgo.NewOffset().At(offset)}}),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		kgo.WithPools(newRecordPool()),
+	)
+	if err != nil {
+		return nil, err
+	}
+	tp := map[string][]int32{topic: {int32(partition)}}
+	q := newPartitionQueue(topic, partition,
+		func() { cl.PauseFetchPartitions(tp) },
+		func() { cl.ResumeFetchPartitions(tp) })
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pollLoop(pctx, cl, func(t string, p int32) *partitionQueue {
+			if t == topic && int(p) == partition {
+				return q
+			}
+			return nil
+		}, log)
+	}()
+	return &partitionReader{q: q, stop: func() {
+		cancel()
+		<-done
+		cl.Close()
+	}}, nil
+}
 
 // readPartition reads r from Start to End in batches of up to
 // maxMessages messages, fetched with a client of its own that reads as

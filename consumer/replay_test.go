@@ -271,7 +271,7 @@ func TestReplayKafka(t *testing.T) {
 	db, dsn := testsvc.MySQL(t)
 	createComments(t, db, 9, 4)
 	topic := "cdc-" + testsvc.Unique()
-	brokers := testKafka(t, 2, topic)
+	brokers := testsvc.KafkaTopics(t, 2, topic)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	minute := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
 	// Partition 0: users 1..5 at minutes 0..4.

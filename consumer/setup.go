@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/observer"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -115,13 +117,59 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	}
 	s.Kafka = kc
 
-	servers, err := cfg.Memcached.Selector()
+	servers, dial, err := s.openMemcached()
 	if err != nil {
 		return nil, err
 	}
+	if err := s.openAppliers(servers, dial); err != nil {
+		return nil, err
+	}
+	// writer is what the pipeline and the delayed bumps apply through:
+	// the Applier, unless a test drops ops or the stack only observes.
+	var writer Applier = s.Applier
+	if opts.DropOps != nil {
+		writer = droppingApplier{Applier: writer, drop: opts.DropOps}
+	}
+	if opts.ObserveOnly {
+		s.observeOnly = true
+		writer, opts.MemoryRebumps, opts.NoDLQ = observeOnly{}, true, true
+	}
+	s.registerClientStats()
+	if err := checkFencing(s.Counters, cfg); err != nil {
+		s.Close()
+		return nil, err
+	}
+
+	s.Rebump = NewRebumper(writer, s.Metrics, logger.With("component", "rebump"))
+	if !opts.MemoryRebumps {
+		s.Rebump.EnableJournal(cacheops.NewTokenLog(s.Memcache, logger.With("component", "rebump")), cfg.RuleSet, cfg.Kafka.Group)
+	}
+	if cfg.Kafka.DLQTopic != "" && !opts.NoDLQ {
+		if s.DLQ, err = NewDLQ(kc, cfg.Kafka.DLQTopic, logger.With("component", "dlq")); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+
+	if err := s.buildPipeline(writer, servers, opts); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openMemcached makes the gomemcache client (Stack.Memcache) and returns
+// the server selector and dialer that every other memcached client of the
+// stack shares, so that all of them find a key on the same server.
+func (s *Stack) openMemcached() (*itemformat.Selector, func(ctx context.Context, network, addr string) (net.Conn, error), error) {
+	cfg := s.Config
+	servers, err := cfg.Memcached.Selector()
+	if err != nil {
+		return nil, nil, err
+	}
 	dial, err := cfg.Memcached.Dialer()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mc := memcache.NewFromSelector(servers)
 	mc.DialContext = dial
@@ -129,7 +177,15 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	// The writer and the counters of every partition share the client.
 	mc.MaxIdleConns = 2 * cfg.Memcached.MaxConcurrency
 	s.Memcache = mc
+	return servers, dial, nil
+}
 
+// openAppliers opens MySQL when the config names it, and makes the one
+// Applier (Stack.Applier, on the configured protocol) and, with MySQL,
+// the Counters that do the exact recounts.
+func (s *Stack) openAppliers(servers *itemformat.Selector, dial func(ctx context.Context, network, addr string) (net.Conn, error)) error {
+	cfg, logger, mc := s.Config, s.Logger, s.Memcache
+	var err error
 	var loader cacheops.SetLoader
 	var recounter counters.Recounter
 	if cfg.MySQL.DSN != "" {
@@ -138,7 +194,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 			QueryTimeout: cfg.MySQL.QueryTimeout,
 		}, logger.With("component", "mysql"))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		timed := &timedMySQL{db: s.MySQL, m: s.Metrics}
 		loader, recounter = timed, timed
@@ -175,45 +231,25 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	if recounter != nil {
 		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
 	}
-	// writer is what the pipeline and the delayed bumps apply through:
-	// the Applier, unless a test drops ops or the stack only observes.
-	var writer Applier = s.Applier
-	if opts.DropOps != nil {
-		writer = droppingApplier{Applier: writer, drop: opts.DropOps}
-	}
-	if opts.ObserveOnly {
-		s.observeOnly = true
-		writer, opts.MemoryRebumps, opts.NoDLQ = observeOnly{}, true, true
-	}
-	s.registerClientStats()
-	if err := checkFencing(s.Counters, cfg); err != nil {
-		s.Close()
-		return nil, err
-	}
+	return nil
+}
 
-	s.Rebump = NewRebumper(writer, s.Metrics, logger.With("component", "rebump"))
-	if !opts.MemoryRebumps {
-		s.Rebump.EnableJournal(cacheops.NewTokenLog(mc, logger.With("component", "rebump")), cfg.RuleSet, cfg.Kafka.Group)
-	}
-	if cfg.Kafka.DLQTopic != "" && !opts.NoDLQ {
-		if s.DLQ, err = NewDLQ(kc, cfg.Kafka.DLQTopic, logger.With("component", "dlq")); err != nil {
-			s.Close()
-			return nil, err
-		}
-	}
-
+// buildPipeline makes the decoders, the schema registry client and the
+// observer the config asks for, and the Pipeline that applies through
+// writer.
+func (s *Stack) buildPipeline(writer Applier, servers *itemformat.Selector, opts StackOptions) error {
+	cfg, logger := s.Config, s.Logger
+	var err error
 	var schemas *cdc.AvroSchemaCache
 	if len(cfg.Kafka.SchemaRegistry.URLs) > 0 {
 		if s.SchemaRegistry, err = NewSchemaRegistry(cfg.Kafka.SchemaRegistry, s.Metrics, logger.With("component", "schema-registry")); err != nil {
-			s.Close()
-			return nil, err
+			return err
 		}
 		schemas = s.SchemaRegistry.Cache()
 	}
 	dec, topicDecoders, err := decodersFromConfig(cfg.Kafka, cfg.RuleSet, schemas)
 	if err != nil {
-		s.Close()
-		return nil, err
+		return err
 	}
 	pc := PipelineConfig{
 		Rules:          cfg.RuleSet,
@@ -232,8 +268,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	}
 	if cfg.Observer.Enabled || opts.ObserveOnly {
 		if s.Observer, err = newObserver(s, servers, opts.ObserveOnly); err != nil {
-			s.Close()
-			return nil, err
+			return err
 		}
 		pc.Observer = s.Observer
 	}
@@ -247,10 +282,9 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		pc.Schemas = s.SchemaRegistry
 	}
 	if s.Pipeline, err = NewPipeline(pc); err != nil {
-		s.Close()
-		return nil, err
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 // DaemonConfig returns the daemon configuration the config file describes.

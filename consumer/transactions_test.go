@@ -109,7 +109,7 @@ func TestTransactionsReadCommitted(t *testing.T) {
 		t.Run(codec.name, func(t *testing.T) {
 			topic := "cdc-txn-" + testsvc.Unique()
 			group := "cw-" + testsvc.Unique()
-			brokers := testKafka(t, 3, topic)
+			brokers := testsvc.KafkaTopics(t, 3, topic)
 			r := newRig(t, txnRules, rigOptions{})
 			const users = 6 // users 0..5; user u's events go to partition u%3
 			for u := range users {
@@ -186,7 +186,7 @@ func TestOpenTransaction(t *testing.T) {
 		t.Run(outcome, func(t *testing.T) {
 			topic := "cdc-open-" + testsvc.Unique()
 			group := "cw-" + testsvc.Unique()
-			brokers := testKafka(t, 1, topic)
+			brokers := testsvc.KafkaTopics(t, 1, topic)
 			r := newRig(t, txnRules, rigOptions{})
 			r.set("interests:1", "")
 			prod := txnProducer(t, brokers, kgo.NoCompression())

@@ -401,43 +401,41 @@ func (c *Counters) atFaultPoint(verb, key string) {
 }
 
 func (c *Counters) add(it *memcache.Item) error {
-	c.calls.Add(1)
-	c.atFaultPoint("add", it.Key)
-	defer c.cfg.ObserveRoundTrip.Since(time.Now())
+	defer c.roundTrip("add", it.Key)()
 	return c.mc.Add(it)
 }
 
 func (c *Counters) set(it *memcache.Item) error {
-	c.calls.Add(1)
-	c.atFaultPoint("set", it.Key)
-	defer c.cfg.ObserveRoundTrip.Since(time.Now())
+	defer c.roundTrip("set", it.Key)()
 	return c.mc.Set(it)
 }
 
 func (c *Counters) get(key string) (*memcache.Item, error) {
-	c.calls.Add(1)
-	c.atFaultPoint("get", key)
-	defer c.cfg.ObserveRoundTrip.Since(time.Now())
+	defer c.roundTrip("get", key)()
 	return c.mc.Get(key)
 }
 
 func (c *Counters) getMulti(keys []string) (map[string]*memcache.Item, error) {
-	c.calls.Add(1)
-	c.atFaultPoint("getmulti", keys[0])
-	defer c.cfg.ObserveRoundTrip.Since(time.Now())
+	defer c.roundTrip("getmulti", keys[0])()
 	return c.mc.GetMulti(keys)
 }
 
 func (c *Counters) cas(it *memcache.Item) error {
-	c.calls.Add(1)
-	c.atFaultPoint("cas", it.Key)
-	defer c.cfg.ObserveRoundTrip.Since(time.Now())
+	defer c.roundTrip("cas", it.Key)()
 	return c.mc.CompareAndSwap(it)
 }
 
 func (c *Counters) delete(key string) error {
-	c.calls.Add(1)
-	c.atFaultPoint("delete", key)
-	defer c.cfg.ObserveRoundTrip.Since(time.Now())
+	defer c.roundTrip("delete", key)()
 	return c.mc.Delete(key)
+}
+
+// roundTrip counts one memcached command (op on key), passes its fault
+// point, and returns the function that observes its duration when it is
+// done.
+func (c *Counters) roundTrip(op, key string) (done func()) {
+	c.calls.Add(1)
+	c.atFaultPoint(op, key)
+	start := time.Now()
+	return func() { c.cfg.ObserveRoundTrip.Since(start) }
 }

@@ -137,22 +137,7 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 		cfg.Kafka.SchemaRegistry.URLs = []string{s.Registry.URL()}
 	}
 
-	broker := "in-process Kafka-protocol broker"
-	if !s.Broker.InProcess() {
-		broker = "Kafka"
-	}
-	positions := "binary log off: event positions are made up"
-	if s.Workload.BinlogPositions() {
-		positions = "binary log positions from SHOW MASTER STATUS"
-	}
-	d.printf("  broker     %s at %s, %d topics x %d partitions\n", broker, strings.Join(s.Broker.Addrs(), ","), len(s.Topics), s.Opts.Partitions)
-	if s.Registry != nil {
-		d.printf("  registry   in-process schema registry at %s (Confluent REST API); kafka.format %s reads the Avro by its magic byte\n", s.Registry.URL(), cfg.Kafka.Format)
-	}
-	d.printf("  memcached  %s\n", p.Memcached)
-	d.printf("  database   %s (%s)\n", p.Database, positions)
-	d.printf("  rules      %s: %s\n", strings.Join(cfg.Rules, ", "), describeRuleKinds(s.Rules))
-	d.printf("  workload   seed %d, ids from %d on (keys of earlier runs are not reused)\n", s.Workload.Seed(), s.Workload.IDBase()+1)
+	d.printSetup(p, cfg, s)
 
 	d.section("initial data: %s", countChangesByTable(s.Snapshot))
 	if d.format.SupportsSnapshot() {
@@ -175,6 +160,47 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 	d.section("daemon running in this process (group %s): caught up in %s", cfg.Kafka.Group, demoElapsed(start))
 	d.printCounts(counts)
 
+	if err := d.showReads(ctx, s); err != nil {
+		return err
+	}
+
+	for r := 1; r <= p.Rounds; r++ {
+		if err := d.round(ctx, s, daemon, r, p.Size); err != nil {
+			return err
+		}
+	}
+
+	if err := d.poison(ctx, s, cfg, daemon); err != nil {
+		return err
+	}
+
+	return d.check(ctx, s, daemon, p, began)
+}
+
+// printSetup shows what the demo runs on: the broker, the schema
+// registry, memcached, the database, the rules and the workload's seed.
+func (d *demo) printSetup(p DemoParams, cfg *config.Config, s *Scenario) {
+	broker := "in-process Kafka-protocol broker"
+	if !s.Broker.InProcess() {
+		broker = "Kafka"
+	}
+	positions := "binary log off: event positions are made up"
+	if s.Workload.BinlogPositions() {
+		positions = "binary log positions from SHOW MASTER STATUS"
+	}
+	d.printf("  broker     %s at %s, %d topics x %d partitions\n", broker, strings.Join(s.Broker.Addrs(), ","), len(s.Topics), s.Opts.Partitions)
+	if s.Registry != nil {
+		d.printf("  registry   in-process schema registry at %s (Confluent REST API); kafka.format %s reads the Avro by its magic byte\n", s.Registry.URL(), cfg.Kafka.Format)
+	}
+	d.printf("  memcached  %s\n", p.Memcached)
+	d.printf("  database   %s (%s)\n", p.Database, positions)
+	d.printf("  rules      %s: %s\n", strings.Join(cfg.Rules, ", "), describeRuleKinds(s.Rules))
+	d.printf("  workload   seed %d, ids from %d on (keys of earlier runs are not reused)\n", s.Workload.Seed(), s.Workload.IDBase()+1)
+}
+
+// showReads reads the cache as an application would and shows a
+// namespace, a set and a counter.
+func (d *demo) showReads(ctx context.Context, s *Scenario) error {
 	if err := s.Warm(ctx); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -202,17 +228,12 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 	for _, k := range samples {
 		d.printf("   %-34s %s\n", k, values[k])
 	}
+	return nil
+}
 
-	for r := 1; r <= p.Rounds; r++ {
-		if err := d.round(ctx, s, daemon, r, p.Size); err != nil {
-			return err
-		}
-	}
-
-	if err := d.poison(ctx, s, cfg, daemon); err != nil {
-		return err
-	}
-
+// check compares memcached with the database, stops the daemon and
+// reports the verdict: ErrDemoFailed when they disagree.
+func (d *demo) check(ctx context.Context, s *Scenario, daemon *Daemon, p DemoParams, began time.Time) error {
 	d.section("check: memcached against %s", p.Database)
 	rep, ns, err := s.Check(ctx)
 	if err != nil {

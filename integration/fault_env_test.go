@@ -3,7 +3,6 @@ package integration
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -36,9 +35,6 @@ import (
 // loopback TCP proxy that cuts MariaDB off, and `cachewarden run` in child
 // processes, so that SIGKILL and SIGTERM are real.
 
-// memcachedBinary is the memcached the suite starts.
-const memcachedBinary = "/usr/bin/memcached"
-
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -50,16 +46,11 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// memcachedProc is a memcached server in a child process, on a fixed
-// loopback port that survives restarts.
+// memcachedProc is a memcached of the test's own (testsvc.MemcachedServer),
+// on a loopback port that survives restarts.
 type memcachedProc struct {
-	t    *testing.T
+	*testsvc.MemcachedServer
 	addr string
-	args []string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan error
 }
 
 // startMemcached starts a memcached of the test's own on a free loopback
@@ -72,97 +63,10 @@ func startMemcached(t *testing.T) *memcachedProc {
 // startMemcachedWith is startMemcached with extra memcached arguments.
 func startMemcachedWith(t *testing.T, extra ...string) *memcachedProc {
 	t.Helper()
-	if _, err := os.Stat(memcachedBinary); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is needed by the fault suite: %v", memcachedBinary, err)
-		}
-		t.Skipf("%s is needed by the fault suite: %v", memcachedBinary, err)
-	}
-	port := freePort(t)
-	m := &memcachedProc{t: t, addr: fmt.Sprintf("127.0.0.1:%d", port)}
-	m.args = []string{"-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0", "-m", "64", "-t", "2", "-c", "1024"}
-	if os.Geteuid() == 0 {
-		m.args = append(m.args, "-u", "nobody")
-	}
-	m.args = append(m.args, extra...)
-	m.start()
-	t.Cleanup(func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if m.cmd != nil {
-			m.cmd.Process.Signal(syscall.SIGCONT)
-			m.cmd.Process.Kill()
-			<-m.done
-			m.cmd = nil
-		}
+	s := testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{
+		MemoryMB: 64, Threads: 2, Args: append([]string{"-c", "1024"}, extra...),
 	})
-	return m
-}
-
-// start runs the server and waits until it accepts connections.
-func (m *memcachedProc) start() {
-	m.t.Helper()
-	m.mu.Lock()
-	cmd := exec.Command(memcachedBinary, m.args...)
-	if err := cmd.Start(); err != nil {
-		m.mu.Unlock()
-		m.t.Fatalf("start memcached: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	m.cmd, m.done = cmd, done
-	m.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if m.ready() {
-			return
-		}
-		select {
-		case err := <-done:
-			m.t.Fatalf("memcached exited at start-up: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			m.t.Fatalf("memcached on %s does not answer", m.addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// ready reports whether the server answers: a "version" command, or over
-// TLS (-Z) a completed handshake.
-func (m *memcachedProc) ready() bool {
-	if !slices.Contains(m.args, "-Z") {
-		_, err := memcachedCommand(m.addr, "version\r\n", "VERSION")
-		return err == nil
-	}
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", m.addr, &tls.Config{InsecureSkipVerify: true})
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
-}
-
-// signal sends sig to the server (SIGSTOP freezes it, SIGCONT resumes it).
-func (m *memcachedProc) signal(sig syscall.Signal) {
-	m.t.Helper()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.cmd.Process.Signal(sig); err != nil {
-		m.t.Fatalf("memcached: send %v: %v", sig, err)
-	}
-}
-
-// kill stops the server with SIGKILL and waits for it to exit: every
-// item is gone.
-func (m *memcachedProc) kill() {
-	m.t.Helper()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.cmd.Process.Kill()
-	<-m.done
-	m.cmd = nil
+	return &memcachedProc{MemcachedServer: s, addr: s.Addr}
 }
 
 // memcachedCommand sends one raw command and reads the reply up to the

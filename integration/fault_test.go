@@ -130,10 +130,10 @@ func TestFaultMemcachedStop(t *testing.T) {
 	var notReady bool
 	var resumed time.Time
 	fs.round(ctx, sz.RoundTxs, roundHooks{
-		before: func([]Tx) { fs.mc.signal(syscall.SIGSTOP) },
+		before: func([]Tx) { fs.mc.Signal(syscall.SIGSTOP) },
 		during: func([]Tx) {
 			waiting, notReady = fs.holdDown(ctx, d, addr, sz.Outage)
-			fs.mc.signal(syscall.SIGCONT)
+			fs.mc.Signal(syscall.SIGCONT)
 			resumed = time.Now()
 		},
 	})
@@ -166,12 +166,12 @@ func TestFaultMemcachedRestart(t *testing.T) {
 	fs.round(ctx, sz.RoundTxs, roundHooks{
 		mid: func([]Tx) {
 			time.Sleep(time.Duration(fs.rng.IntN(20)) * time.Millisecond)
-			fs.mc.kill()
+			fs.mc.Kill()
 			fs.emptied = true
 		},
 		during: func([]Tx) {
 			waiting, notReady = fs.holdDown(ctx, d, addr, sz.MemcachedDown)
-			fs.mc.start()
+			fs.mc.Start()
 			restarted = time.Now()
 		},
 	})

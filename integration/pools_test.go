@@ -144,7 +144,7 @@ func TestPoolsOneDaemonEach(t *testing.T) {
 	poolDaemon(t, ctx, b, "cw-pool-a", topic, []string{a.addr})
 	poolDaemon(t, ctx, b, "cw-pool-b", topic, []string{bpool.addr})
 
-	bpool.signal(syscall.SIGSTOP)
+	bpool.Signal(syscall.SIGSTOP)
 	publishUpdates(t, ctx, b, topic, names)
 	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -163,7 +163,7 @@ func TestPoolsOneDaemonEach(t *testing.T) {
 	}
 	t.Logf("pool B down: pool A current (%d keys), pool B's group %d messages behind", len(keysA), lag.Total)
 
-	bpool.signal(syscall.SIGCONT)
+	bpool.Signal(syscall.SIGCONT)
 	if err := b.WaitCaughtUp(waitCtx, "cw-pool-b", 50*time.Millisecond, topic); err != nil {
 		t.Fatalf("pool B's daemon did not catch up after it returned: %v", err)
 	}
@@ -214,7 +214,7 @@ func TestPoolServerCut(t *testing.T) {
 	}
 	poolDaemon(t, ctx, b, "cw-cut", topic, servers)
 
-	procs[2].signal(syscall.SIGSTOP)
+	procs[2].Signal(syscall.SIGSTOP)
 	cutAt := time.Now()
 	publishUpdates(t, ctx, b, topic, names)
 	time.Sleep(2 * time.Second) // the cut lasts at least this long
@@ -233,7 +233,7 @@ func TestPoolServerCut(t *testing.T) {
 	}
 	healthy := len(healthyKeys)
 	healthyStale := len(staleKeys(mc, healthyKeys))
-	procs[2].signal(syscall.SIGCONT)
+	procs[2].Signal(syscall.SIGCONT)
 	returnedAt := time.Now()
 	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 )
 
 // writeSelfSigned writes a self-signed certificate for 127.0.0.1 and its
@@ -64,7 +65,7 @@ func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 
 // memcachedHasTLS reports whether the memcached binary was built with TLS.
 func memcachedHasTLS() bool {
-	out, _ := exec.Command(memcachedBinary, "-h").CombinedOutput()
+	out, _ := exec.Command(testsvc.MemcachedBinary(), "-h").CombinedOutput()
 	return strings.Contains(string(out), "--enable-ssl")
 }
 
@@ -73,9 +74,9 @@ func memcachedHasTLS() bool {
 func TestMemcachedTLS(t *testing.T) {
 	if !memcachedHasTLS() {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is built without TLS", memcachedBinary)
+			t.Fatalf("%s is built without TLS", testsvc.MemcachedBinary())
 		}
-		t.Skipf("%s is built without TLS", memcachedBinary)
+		t.Skipf("%s is built without TLS", testsvc.MemcachedBinary())
 	}
 	dir := t.TempDir()
 	certFile, keyFile := writeSelfSigned(t, dir)

@@ -310,114 +310,148 @@ func postOf(c map[string]any) (int64, bool) {
 // step picks one transaction's statements. posts lists the posts whose
 // comment count it may change.
 func (w *Workload) step() (desc string, stmts []stmt, posts []int64) {
-	s := w.schema
-	one := func(st stmt) []stmt { return []stmt{st} }
 	r := w.rng.IntN(100)
 	switch {
-	case r < 16: // users
-		u := w.pick(s.Users)
-		switch {
-		case r < 3 || u == nil:
-			st := w.newUser()
-			return fmt.Sprintf("new user %d", st.values["id"]), one(st), nil
-		case r < 9:
-			name := fmt.Sprintf("user %d v%d", u["id"], w.rng.IntN(1000))
-			vals := map[string]any{"name": name}
-			if w.chance(50) {
-				vals["email"] = fmt.Sprintf("u%d.%d@example.com", u["id"], w.rng.IntN(1000))
-			}
-			if w.chance(30) {
-				vals["avatar_url"] = fmt.Sprintf("https://img.example.com/%d.png", w.rng.IntN(1000))
-			}
-			return fmt.Sprintf("user %d edits the profile", u["id"]), one(stmt{t: s.Users, op: rules.Update, pk: pkOf(s.Users, u), values: vals}), nil
-		case r < 14:
-			at := time.Unix(1714557600+w.rng.Int64N(1e7), 0).UTC().Format(time.DateTime)
-			return fmt.Sprintf("user %d logs in (last_seen_at only)", u["id"]),
-				one(stmt{t: s.Users, op: rules.Update, pk: pkOf(s.Users, u), values: map[string]any{"last_seen_at": at}}), nil
-		default:
-			if len(w.rows[s.Users]) < 4 {
-				return "", nil, nil
-			}
-			return fmt.Sprintf("delete user %d", u["id"]), one(stmt{t: s.Users, op: rules.Delete, pk: pkOf(s.Users, u)}), nil
+	case r < 16:
+		return w.userStep(r)
+	case r < 38:
+		return w.interestStep(r)
+	case r < 54:
+		return w.productStep(r)
+	case r < 60:
+		return w.postStep(r)
+	}
+	return w.commentStep(r)
+}
+
+// one is a transaction of one statement.
+func one(st stmt) []stmt { return []stmt{st} }
+
+// userStep is step for r in [0, 16): a user is created, edited, logs in or
+// is deleted.
+func (w *Workload) userStep(r int) (desc string, stmts []stmt, posts []int64) {
+	s := w.schema
+	u := w.pick(s.Users)
+	switch {
+	case r < 3 || u == nil:
+		st := w.newUser()
+		return fmt.Sprintf("new user %d", st.values["id"]), one(st), nil
+	case r < 9:
+		name := fmt.Sprintf("user %d v%d", u["id"], w.rng.IntN(1000))
+		vals := map[string]any{"name": name}
+		if w.chance(50) {
+			vals["email"] = fmt.Sprintf("u%d.%d@example.com", u["id"], w.rng.IntN(1000))
 		}
-	case r < 38: // interests
-		in := w.pick(s.Interests)
-		switch {
-		case r < 23 || in == nil:
-			st, ok := w.newInterest()
-			if !ok {
-				return "", nil, nil
-			}
-			return fmt.Sprintf("user %d takes up %q (active %d)", st.values["user_id"], st.values["interest"], st.values["active"]), one(st), nil
-		case r < 30:
-			active := in["active"].(int64)
-			return fmt.Sprintf("user %d interest %q active %d -> %d", in["user_id"], in["interest"], active, 1-active),
-				one(stmt{t: s.Interests, op: rules.Update, pk: pkOf(s.Interests, in), values: map[string]any{"active": 1 - active}}), nil
-		case r < 33:
-			u := w.pick(s.Users)
-			if u == nil {
-				return "", nil, nil
-			}
-			to := u["id"].(int64)
-			if to == in["user_id"] || w.rows[s.Interests][pkText(s.Interests, map[string]any{"user_id": to, "interest": in["interest"]})] != nil {
-				return "", nil, nil
-			}
-			return fmt.Sprintf("interest %q moves from user %d to user %d (primary key change)", in["interest"], in["user_id"], to),
-				one(stmt{t: s.Interests, op: rules.Update, pk: pkOf(s.Interests, in), values: map[string]any{"user_id": to}}), nil
-		case r < 35:
-			word := interestWords[w.rng.IntN(len(interestWords))]
-			if w.rows[s.Interests][pkText(s.Interests, map[string]any{"user_id": in["user_id"], "interest": word})] != nil {
-				return "", nil, nil
-			}
-			return fmt.Sprintf("user %d renames interest %q to %q (primary key change)", in["user_id"], in["interest"], word),
-				one(stmt{t: s.Interests, op: rules.Update, pk: pkOf(s.Interests, in), values: map[string]any{"interest": word}}), nil
-		default:
-			return fmt.Sprintf("user %d drops interest %q", in["user_id"], in["interest"]),
-				one(stmt{t: s.Interests, op: rules.Delete, pk: pkOf(s.Interests, in)}), nil
+		if w.chance(30) {
+			vals["avatar_url"] = fmt.Sprintf("https://img.example.com/%d.png", w.rng.IntN(1000))
 		}
-	case r < 54: // products
-		p := w.pick(s.Products)
-		switch {
-		case r < 41 || p == nil:
-			st := w.newProduct()
-			return fmt.Sprintf("new product %d in category %d (%s)", st.values["id"], st.values["category_id"], st.values["status"]), one(st), nil
-		case r < 46:
-			status := productStatuses[w.rng.IntN(len(productStatuses))]
-			if status == p["status"] {
-				return "", nil, nil
-			}
-			return fmt.Sprintf("product %d status %s -> %s", p["id"], p["status"], status),
-				one(stmt{t: s.Products, op: rules.Update, pk: pkOf(s.Products, p), values: map[string]any{"status": status}}), nil
-		case r < 49:
-			price := fmt.Sprintf("%d.%02d", 1+w.rng.IntN(200), w.rng.IntN(100))
-			return fmt.Sprintf("product %d price %s -> %s", p["id"], p["price"], price),
-				one(stmt{t: s.Products, op: rules.Update, pk: pkOf(s.Products, p), values: map[string]any{"price": price}}), nil
-		case r < 52:
-			cat := w.category()
-			if !w.opts.KeyMoves || cat == p["category_id"] {
-				return "", nil, nil
-			}
-			return fmt.Sprintf("product %d moves from category %d to %d", p["id"], p["category_id"], cat),
-				one(stmt{t: s.Products, op: rules.Update, pk: pkOf(s.Products, p), values: map[string]any{"category_id": cat}}), nil
-		default:
-			return fmt.Sprintf("delete product %d", p["id"]), one(stmt{t: s.Products, op: rules.Delete, pk: pkOf(s.Products, p)}), nil
-		}
-	case r < 60: // posts
-		p := w.pick(s.Posts)
-		if p == nil {
+		return fmt.Sprintf("user %d edits the profile", u["id"]), one(stmt{t: s.Users, op: rules.Update, pk: pkOf(s.Users, u), values: vals}), nil
+	case r < 14:
+		at := time.Unix(1714557600+w.rng.Int64N(1e7), 0).UTC().Format(time.DateTime)
+		return fmt.Sprintf("user %d logs in (last_seen_at only)", u["id"]),
+			one(stmt{t: s.Users, op: rules.Update, pk: pkOf(s.Users, u), values: map[string]any{"last_seen_at": at}}), nil
+	default:
+		if len(w.rows[s.Users]) < 4 {
 			return "", nil, nil
 		}
-		switch {
-		case r < 58:
-			return fmt.Sprintf("edit post %d", p["id"]), one(stmt{t: s.Posts, op: rules.Update, pk: pkOf(s.Posts, p),
-				values: map[string]any{"title": fmt.Sprintf("Post %d, take %d", p["id"], w.rng.IntN(100))}}), nil
-		default:
-			pub := p["published"].(int64)
-			return fmt.Sprintf("post %d published %d -> %d", p["id"], pub, 1-pub),
-				one(stmt{t: s.Posts, op: rules.Update, pk: pkOf(s.Posts, p), values: map[string]any{"published": 1 - pub}}), nil
-		}
+		return fmt.Sprintf("delete user %d", u["id"]), one(stmt{t: s.Users, op: rules.Delete, pk: pkOf(s.Users, u)}), nil
 	}
-	// comments
+}
+
+// interestStep is step for r in [16, 38): an interest is taken up,
+// flipped, moved to another user, renamed or dropped.
+func (w *Workload) interestStep(r int) (desc string, stmts []stmt, posts []int64) {
+	s := w.schema
+	in := w.pick(s.Interests)
+	switch {
+	case r < 23 || in == nil:
+		st, ok := w.newInterest()
+		if !ok {
+			return "", nil, nil
+		}
+		return fmt.Sprintf("user %d takes up %q (active %d)", st.values["user_id"], st.values["interest"], st.values["active"]), one(st), nil
+	case r < 30:
+		active := in["active"].(int64)
+		return fmt.Sprintf("user %d interest %q active %d -> %d", in["user_id"], in["interest"], active, 1-active),
+			one(stmt{t: s.Interests, op: rules.Update, pk: pkOf(s.Interests, in), values: map[string]any{"active": 1 - active}}), nil
+	case r < 33:
+		u := w.pick(s.Users)
+		if u == nil {
+			return "", nil, nil
+		}
+		to := u["id"].(int64)
+		if to == in["user_id"] || w.rows[s.Interests][pkText(s.Interests, map[string]any{"user_id": to, "interest": in["interest"]})] != nil {
+			return "", nil, nil
+		}
+		return fmt.Sprintf("interest %q moves from user %d to user %d (primary key change)", in["interest"], in["user_id"], to),
+			one(stmt{t: s.Interests, op: rules.Update, pk: pkOf(s.Interests, in), values: map[string]any{"user_id": to}}), nil
+	case r < 35:
+		word := interestWords[w.rng.IntN(len(interestWords))]
+		if w.rows[s.Interests][pkText(s.Interests, map[string]any{"user_id": in["user_id"], "interest": word})] != nil {
+			return "", nil, nil
+		}
+		return fmt.Sprintf("user %d renames interest %q to %q (primary key change)", in["user_id"], in["interest"], word),
+			one(stmt{t: s.Interests, op: rules.Update, pk: pkOf(s.Interests, in), values: map[string]any{"interest": word}}), nil
+	default:
+		return fmt.Sprintf("user %d drops interest %q", in["user_id"], in["interest"]),
+			one(stmt{t: s.Interests, op: rules.Delete, pk: pkOf(s.Interests, in)}), nil
+	}
+}
+
+// productStep is step for r in [38, 54): a product is created, changes
+// status, price or category, or is deleted.
+func (w *Workload) productStep(r int) (desc string, stmts []stmt, posts []int64) {
+	s := w.schema
+	p := w.pick(s.Products)
+	switch {
+	case r < 41 || p == nil:
+		st := w.newProduct()
+		return fmt.Sprintf("new product %d in category %d (%s)", st.values["id"], st.values["category_id"], st.values["status"]), one(st), nil
+	case r < 46:
+		status := productStatuses[w.rng.IntN(len(productStatuses))]
+		if status == p["status"] {
+			return "", nil, nil
+		}
+		return fmt.Sprintf("product %d status %s -> %s", p["id"], p["status"], status),
+			one(stmt{t: s.Products, op: rules.Update, pk: pkOf(s.Products, p), values: map[string]any{"status": status}}), nil
+	case r < 49:
+		price := fmt.Sprintf("%d.%02d", 1+w.rng.IntN(200), w.rng.IntN(100))
+		return fmt.Sprintf("product %d price %s -> %s", p["id"], p["price"], price),
+			one(stmt{t: s.Products, op: rules.Update, pk: pkOf(s.Products, p), values: map[string]any{"price": price}}), nil
+	case r < 52:
+		cat := w.category()
+		if !w.opts.KeyMoves || cat == p["category_id"] {
+			return "", nil, nil
+		}
+		return fmt.Sprintf("product %d moves from category %d to %d", p["id"], p["category_id"], cat),
+			one(stmt{t: s.Products, op: rules.Update, pk: pkOf(s.Products, p), values: map[string]any{"category_id": cat}}), nil
+	default:
+		return fmt.Sprintf("delete product %d", p["id"]), one(stmt{t: s.Products, op: rules.Delete, pk: pkOf(s.Products, p)}), nil
+	}
+}
+
+// postStep is step for r in [54, 60): a post is edited or (un)published.
+func (w *Workload) postStep(r int) (desc string, stmts []stmt, posts []int64) {
+	s := w.schema
+	p := w.pick(s.Posts)
+	if p == nil {
+		return "", nil, nil
+	}
+	switch {
+	case r < 58:
+		return fmt.Sprintf("edit post %d", p["id"]), one(stmt{t: s.Posts, op: rules.Update, pk: pkOf(s.Posts, p),
+			values: map[string]any{"title": fmt.Sprintf("Post %d, take %d", p["id"], w.rng.IntN(100))}}), nil
+	default:
+		pub := p["published"].(int64)
+		return fmt.Sprintf("post %d published %d -> %d", p["id"], pub, 1-pub),
+			one(stmt{t: s.Posts, op: rules.Update, pk: pkOf(s.Posts, p), values: map[string]any{"published": 1 - pub}}), nil
+	}
+}
+
+// commentStep is step for r in [60, 100): comments are written (some
+// several in one transaction), (un)approved, moved, edited or deleted.
+func (w *Workload) commentStep(r int) (desc string, stmts []stmt, posts []int64) {
+	s := w.schema
 	c := w.pick(s.Comments)
 	switch {
 	case r < 72 || c == nil:

@@ -25,6 +25,9 @@
 // The results are counted in cachewarden_consistency_checks_total, logged
 // with the nines every ReportEvery, and served by StatusHandler; each
 // inconsistent item is logged once with its evidence.
+//
+// It only reads and repairs nothing; the full, one-off comparison of every
+// set and counter with MySQL is package verify (`cachewarden verify`).
 package observer
 
 import (

@@ -8,6 +8,9 @@
 // so rule files can be checked and unit-tested without Kafka, memcached or
 // MySQL. Everything in it is safe for concurrent use once constructed unless
 // a doc comment says otherwise.
+//
+// It decodes no CDC message (package cdc turns messages into Events) and
+// applies nothing (packages cacheops and counters apply the Ops).
 package rules
 
 // Kind is the type of a column value as the change event carried it.

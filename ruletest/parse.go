@@ -1,6 +1,6 @@
 // Package ruletest runs rule unit tests: YAML files that list CDC message
 // values and the cache operations they must produce. Messages go through
-// the same decoder (package consumer) and planner (package rules) as in the
+// the same decoder (package cdc) and planner (package rules) as in the
 // daemon, so a passing test says what the daemon will do.
 //
 // A test file looks like this (paths are relative to the test file):
@@ -18,6 +18,10 @@
 //	      - {event: 2, contains: "missing column"}
 //
 // The format is described for users in docs/rules.md.
+//
+// It talks to no service: it checks what the rules plan, not what memcached
+// or MySQL then hold (packages verify and observer do), nor the rules
+// against a live schema (package check).
 package ruletest
 
 import (
@@ -651,19 +655,13 @@ func isJSONNumber(s string) bool {
 	case i < len(s) && s[i] == '0':
 		i++
 	case i < len(s) && s[i] >= '1' && s[i] <= '9':
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
+		i = skipDigits(s, i)
 	default:
 		return false
 	}
 	if i < len(s) && s[i] == '.' {
-		i++
-		start := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		if i == start {
+		start := i + 1
+		if i = skipDigits(s, start); i == start {
 			return false
 		}
 	}
@@ -673,12 +671,18 @@ func isJSONNumber(s string) bool {
 			i++
 		}
 		start := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		if i == start {
+		if i = skipDigits(s, start); i == start {
 			return false
 		}
 	}
 	return i == len(s)
+}
+
+// skipDigits returns the index of the first byte from i on in s that is
+// not a decimal digit.
+func skipDigits(s string, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
 }

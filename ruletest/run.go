@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
@@ -132,7 +134,7 @@ func (t *Test) compare(n int, want []ExpectedOp, wantErr *ExpectedError, got out
 	for i := range got.ops {
 		gotLines[i] = formatOp(n, &got.ops[i], t.checkArgs)
 	}
-	if !equalLines(wantLines, gotLines) {
+	if !slices.Equal(wantLines, gotLines) {
 		fmt.Fprintf(&b, "event %d (line %d): ops differ (- expected, + got):\n", n, t.Events[n-1].Line)
 		if len(wantLines) == 0 {
 			b.WriteString("  (no op expected)\n")
@@ -147,18 +149,6 @@ func (t *Test) compare(n int, want []ExpectedOp, wantErr *ExpectedError, got out
 		}
 	}
 	return b.String()
-}
-
-func equalLines(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // formatExpected and formatOp render ops as YAML flow mappings in the

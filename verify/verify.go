@@ -18,6 +18,10 @@
 // On a live system an item can be checked between a database commit and
 // the moment the daemon applies it. Options.Recheck re-reads mismatched
 // keys (both sides) after a delay and counts only those still wrong.
+//
+// It only reads and repairs nothing. It is not the daemon's continuous,
+// sampling check (package observer), nor a check of the deployment before
+// it runs (package check).
 package verify
 
 import (
@@ -28,6 +32,7 @@ import (
 	"log/slog"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -625,7 +630,7 @@ func (v *Verifier) compare(ctx context.Context, r *rules.Rule, t target, value [
 		got := itemformat.DecodeSet(value).Members
 		gotSet, wantSet := sortedUnique(got), sortedUnique(want)
 		return verdict{
-			wrong:  !equalStrings(gotSet, wantSet),
+			wrong:  !slices.Equal(gotSet, wantSet),
 			cached: "{" + strings.Join(gotSet, " ") + "}",
 			truthS: "{" + strings.Join(wantSet, " ") + "}",
 		}, nil
@@ -644,16 +649,4 @@ func sortedUnique(in []string) []string {
 		}
 	}
 	return out[:n]
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

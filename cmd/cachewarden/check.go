@@ -26,10 +26,9 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 			"--config-dsn checks against the config's mysql.dsn, whose password may\n"+
 			"come from the environment (${NAME}) rather than the command line.",
 		stderr)
-	var path, dsn, format string
+	var dsn, format string
 	var tests, databases stringList
-	fs.StringVar(&path, "c", "", "config file (required)")
-	fs.StringVar(&path, "config", "", "same as -c")
+	path := configFlag(fs)
 	fs.StringVar(&dsn, "dsn", "", "go-sql-driver/mysql DSN of the database the rules query; none: no schema check")
 	fs.Var(&tests, "tests", "rule test file or directory (repeatable); default: tests/ beside each rule directory")
 	fs.Var(&databases, "database", "NAME=SCHEMA: look up tables of rules' database NAME in SCHEMA (repeatable)")
@@ -40,19 +39,16 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
 	}
+	if err := checkConfigArgs(fs, "check", *path); err != nil {
+		return err
+	}
 	switch {
-	case fs.NArg() > 0:
-		fs.Usage()
-		return usageErrorf("check: unexpected argument %q", fs.Arg(0))
-	case path == "":
-		fs.Usage()
-		return usageErrorf("check: -c FILE is required")
 	case dsn != "" && *configDSN:
 		return usageErrorf("check: give --dsn or --config-dsn, not both")
 	case format != "text" && format != "json":
 		return usageErrorf("check: --format %q: want text or json", format)
 	}
-	opts := check.Options{Config: path, DSN: dsn, ConfigDSN: *configDSN, Timeout: *timeout, Log: a.log}
+	opts := check.Options{Config: *path, DSN: dsn, ConfigDSN: *configDSN, Timeout: *timeout, Log: a.log}
 	if len(tests) > 0 {
 		opts.Tests = tests
 	}

@@ -8,26 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kfake"
-
-	"github.com/cachewarden/cachewarden/internal/testsvc"
 )
-
-// testBrokers returns the test Kafka, or an in-process broker seeded with
-// topics (one partition each), closed when the test ends.
-func testBrokers(t *testing.T, topics ...string) []string {
-	t.Helper()
-	if brokers := testsvc.Kafka(); brokers != nil {
-		return brokers
-	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	return cluster.ListenAddrs()
-}
 
 // runningDaemon is `cachewarden run` started in-process by startDaemon.
 type runningDaemon struct {

@@ -173,7 +173,7 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 		}
 	}
 	topic := "cdc-" + testsvc.Unique()
-	brokers := testBrokers(t, topic, topic+".dlq")
+	brokers := testsvc.KafkaTopics(t, 1, topic, topic+".dlq")
 	d := startDaemon(t, writeCountConfig(t, brokers, topic, mc, strings.TrimSuffix(dsn, "/")+"/"+database))
 
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchTimeout: time.Millisecond, AllowAutoTopicCreation: true}

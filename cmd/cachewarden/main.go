@@ -4,6 +4,11 @@
 //
 // Exit status: 0 on success, 1 when a command fails, 2 on a command-line
 // mistake.
+//
+// It only wires: each subcommand (one file each: run.go, replay.go,
+// check.go, verify.go, plan.go, rules.go, observe.go, demo.go,
+// version.go) parses its flags, loads the config and calls the packages
+// that do the work (consumer, check, verify, ruletest, integration).
 package main
 
 import (
@@ -17,6 +22,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/cachewarden/cachewarden/config"
 )
 
 // command is one subcommand: an entry of app.commands.
@@ -205,6 +212,52 @@ func exitCode(err error) int {
 
 // newFlagSet returns a flag set for a subcommand whose messages go to
 // stderr. synopsis is the usage line after "Usage: cachewarden ".
+// configFlag adds -c and its long form --config to fs: the config file
+// that run, observe, replay and check require.
+func configFlag(fs *flag.FlagSet) *string {
+	path := fs.String("c", "", "config file (required)")
+	fs.StringVar(path, "config", "", "same as -c")
+	return path
+}
+
+// checkConfigArgs reports the mistakes every command that reads a config
+// file can make after its flags: an argument, or no -c.
+func checkConfigArgs(fs *flag.FlagSet, command, path string) error {
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return usageErrorf("%s: unexpected argument %q", command, fs.Arg(0))
+	}
+	if path == "" {
+		fs.Usage()
+		return usageErrorf("%s: -c FILE is required", command)
+	}
+	return nil
+}
+
+// parseConfigOnly parses args for a command whose one flag is -c and
+// loads that config file.
+func parseConfigOnly(fs *flag.FlagSet, command string, args []string, stderr io.Writer) (*config.Config, error) {
+	path := configFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, flagError(err)
+	}
+	if err := checkConfigArgs(fs, command, *path); err != nil {
+		return nil, err
+	}
+	return loadConfig(*path, stderr)
+}
+
+// loadConfig loads the config file at path. Its problems go to stderr,
+// one "file:line:col: message" per line, and errReported comes back.
+func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, errReported
+	}
+	return cfg, nil
+}
+
 func newFlagSet(name, synopsis, description string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/cachewarden/cachewarden/consumer"
 )
@@ -21,7 +22,7 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 			"distribution (docs/operations.md, \"The consistency observer\").\n"+
 			"Serves /metrics and /status on http.listen. SIGINT or SIGTERM stops it.",
 		stderr)
-	cfg, err := loadConfigFlag(fs, args, stderr)
+	cfg, err := parseConfigOnly(fs, "observe", args, stderr)
 	if err != nil {
 		return err
 	}
@@ -39,12 +40,12 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return fmt.Errorf("observe: %w", err)
 	}
-	runErr := serveWhileRunning(ctx, daemon, stack.HTTPHandler(daemon.NotReady), cfg.HTTP.Listen, log, func(addr string) {
+	err = serveWhileRunning(ctx, daemon, cfg.HTTP.Listen, stack.HTTPHandler(daemon.NotReady), log, func(addr net.Addr) {
 		log.Info("observing", "group", dc.Group, "sample", stack.Observer.Config().Sample,
-			"windows", fmt.Sprint(stack.Observer.Config().Windows), "addr", addr)
+			"windows", fmt.Sprint(stack.Observer.Config().Windows), "addr", addr.String())
 	})
-	if runErr != nil {
-		return fmt.Errorf("observe: %w", runErr)
+	if err != nil {
+		return fmt.Errorf("observe: %w", err)
 	}
 	return nil
 }

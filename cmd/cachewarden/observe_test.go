@@ -14,7 +14,6 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 )
@@ -39,15 +38,7 @@ func TestObserveUsage(t *testing.T) {
 func TestObserveCommand(t *testing.T) {
 	mcAddr := testsvc.Memcached(t)
 	topic := "cdc-" + testsvc.Unique()
-	var brokers []string
-	if brokers = testsvc.Kafka(); brokers == nil {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cluster.Close()
-		brokers = cluster.ListenAddrs()
-	}
+	brokers := testsvc.KafkaTopics(t, 1, topic)
 	prefix := "cwobs:" + testsvc.Unique() + ":"
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(fmt.Sprintf(`version: 1

@@ -3,9 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"io"
 	"strings"
+
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )

@@ -55,7 +55,7 @@ http:
 func TestReadyzNamesUnreachableMySQL(t *testing.T) {
 	mc := testsvc.Memcached(t)
 	topic := "cdc-" + testsvc.Unique()
-	brokers := testBrokers(t, topic, topic+".dlq")
+	brokers := testsvc.KafkaTopics(t, 1, topic, topic+".dlq")
 	closed := closedAddr(t)
 
 	t.Run("unreachable", func(t *testing.T) {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 
@@ -18,6 +21,115 @@ import (
 // replayCmd implements `replay`: re-apply a range of the CDC stream, or
 // an NDJSON file of messages.
 func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o replayOptions
+	fs := o.flagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		return flagError(err)
+	}
+	if err := o.check(fs); err != nil {
+		return err
+	}
+
+	cfg, err := loadConfig(*o.path, stderr)
+	if err != nil {
+		return err
+	}
+	interval := o.progressEvery
+	if interval == 0 {
+		interval = -1 // ReplayProgress: no periodic lines
+	}
+	progress := consumer.NewReplayProgress(stderr, isTerminal(stderr), interval)
+	out := progress.Writer()
+	log := a.configLogger(cfg.Log, out)
+
+	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true})
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer stack.Close()
+
+	in, closeInput, err := a.replayInput(ctx, &o, cfg, stack, log)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer closeInput()
+
+	// Appending old set tokens is safe only to the live end with no
+	// daemon applying newer ones; checked again when the replay ends.
+	checkSetAppend := func() error {
+		if !o.setAppend || o.dryRun {
+			return nil
+		}
+		return consumer.CheckSetAppend(ctx, stack.Kafka, cfg.Kafka.Group, o.to, o.file != "")
+	}
+	if err := checkSetAppend(); err != nil {
+		if errors.Is(err, consumer.ErrSetAppendUnsafe) {
+			return usageErrorf("replay: --sets append refused: %v (without --sets append the sets are rebuilt)", err)
+		}
+		return fmt.Errorf("replay: --sets append: %w", err)
+	}
+
+	batchSize := o.batch
+	if batchSize == 0 {
+		batchSize = cfg.Batch.MaxEvents
+	}
+	replayer, err := consumer.NewReplayer(consumer.ReplayConfig{
+		Pipeline:           stack.Pipeline,
+		Kafka:              stack.Kafka,
+		BatchSize:          batchSize,
+		Parallel:           o.parallel,
+		MaxPendingRecounts: o.maxRecounts,
+		SetAppend:          o.setAppend,
+		Report:             out,
+		Progress:           progress,
+		Logger:             log,
+	})
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	var sum consumer.ReplaySummary
+	what := "replay"
+	if o.dryRun {
+		what = "replay (dry run)"
+		sum, err = replayer.DryRun(ctx, in, stdout)
+	} else {
+		sum, err = replayer.Replay(ctx, in)
+	}
+	if err != nil {
+		fmt.Fprintf(out, "%s stopped: %s\n", what, sum)
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return fmt.Errorf("replay: interrupted: %w", context.Cause(ctx))
+		}
+		return fmt.Errorf("replay: %w", err)
+	}
+	fmt.Fprintf(out, "%s done: %s\n", what, sum)
+	if err := checkSetAppend(); err != nil {
+		return fmt.Errorf("replay: --sets append: after the replay: %w; the sets it touched may be wrong: replay the same range without --sets append to rebuild them", err)
+	}
+	if o.strict && sum.Failures() > 0 {
+		return fmt.Errorf("replay: %d poison messages and %d failed ops (--strict)", sum.Poison, sum.Failed)
+	}
+	return nil
+}
+
+// replayOptions are replay's flags (fromFlag to setsMode as given), and
+// what check makes of them.
+type replayOptions struct {
+	path                                   *string
+	fromFlag, toFlag, topicsFlag, setsMode string
+	file, formatName, table                string
+	dryRun, strict                         bool
+	batch, parallel, maxRecounts           int
+	progressEvery                          time.Duration
+
+	// Set by check.
+	from, to  consumer.ReplayBound
+	topics    []string
+	setAppend bool
+}
+
+// flagSet returns replay's flags, bound to o.
+func (o *replayOptions) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("replay",
 		"replay -c FILE --from START [--to END] [--topics T,...] [--sets rebuild|append] [--dry-run] [--strict]\n"+
 			"       cachewarden replay -c FILE --file NDJSON [--format FORMAT] [--table db.table] [--dry-run] [--strict]",
@@ -52,213 +164,141 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 			"the config's log section; the global --log-format and --log-level, when\n"+
 			"given, override it.",
 		stderr)
-	var path string
-	fs.StringVar(&path, "c", "", "config file (required)")
-	fs.StringVar(&path, "config", "", "same as -c")
-	fromFlag := fs.String("from", "", "where to start: earliest, an RFC 3339 time, or topic:partition:offset,...")
-	toFlag := fs.String("to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start)")
-	topicsFlag := fs.String("topics", "", "comma-separated topics to replay (default: the config's kafka.topics); with --file, the one topic the file comes from (its topic_formats/topic_tables apply)")
-	file := fs.String("file", "", "replay this file of JSON lines (\"-\": stdin) instead of Kafka")
-	formatName := fs.String("format", "", "JSON message format of --file: auto, debezium, debezium-flat, maxwell or canal (default: the config's)")
-	table := fs.String("table", "", "db.table of --file's flattened rows that name no table")
-	dryRun := fs.Bool("dry-run", false, "print the planned ops on stdout instead of applying them")
-	setsMode := fs.String("sets", "rebuild", "rebuild: rebuild (or delete) every set the replay touches; append: append its set tokens (only to the live end with the daemons stopped)")
-	strict := fs.Bool("strict", false, "exit with status 1 when any message or op failed")
-	batch := fs.Int("batch", 0, "messages per batch (default: the config's batch.max_events)")
-	parallel := fs.Int("parallel", consumer.DefaultReplayParallel, "partitions read and applied at once")
-	maxRecounts := fs.Int("max-recount-keys", consumer.DefaultMaxPendingRecounts, "counter keys collected before their recounts run early (bounds memory)")
-	progressEvery := fs.Duration("progress", consumer.DefaultProgressInterval, "interval of progress lines when stderr is not a terminal (0: none); a terminal gets one line updated in place")
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
+	o.path = configFlag(fs)
+	fs.StringVar(&o.fromFlag, "from", "", "where to start: earliest, an RFC 3339 time, or topic:partition:offset,...")
+	fs.StringVar(&o.toFlag, "to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start)")
+	fs.StringVar(&o.topicsFlag, "topics", "", "comma-separated topics to replay (default: the config's kafka.topics); with --file, the one topic the file comes from (its topic_formats/topic_tables apply)")
+	fs.StringVar(&o.file, "file", "", "replay this file of JSON lines (\"-\": stdin) instead of Kafka")
+	fs.StringVar(&o.formatName, "format", "", "JSON message format of --file: auto, debezium, debezium-flat, maxwell or canal (default: the config's)")
+	fs.StringVar(&o.table, "table", "", "db.table of --file's flattened rows that name no table")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print the planned ops on stdout instead of applying them")
+	fs.StringVar(&o.setsMode, "sets", "rebuild", "rebuild: rebuild (or delete) every set the replay touches; append: append its set tokens (only to the live end with the daemons stopped)")
+	fs.BoolVar(&o.strict, "strict", false, "exit with status 1 when any message or op failed")
+	fs.IntVar(&o.batch, "batch", 0, "messages per batch (default: the config's batch.max_events)")
+	fs.IntVar(&o.parallel, "parallel", consumer.DefaultReplayParallel, "partitions read and applied at once")
+	fs.IntVar(&o.maxRecounts, "max-recount-keys", consumer.DefaultMaxPendingRecounts, "counter keys collected before their recounts run early (bounds memory)")
+	fs.DurationVar(&o.progressEvery, "progress", consumer.DefaultProgressInterval, "interval of progress lines when stderr is not a terminal (0: none); a terminal gets one line updated in place")
+	return fs
+}
+
+// check reports the first usage mistake in the parsed flags, and sets
+// from, to, topics and setAppend.
+func (o *replayOptions) check(fs *flag.FlagSet) error {
+	if err := checkConfigArgs(fs, "replay", *o.path); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return usageErrorf("replay: unexpected argument %q", fs.Arg(0))
-	}
-	if path == "" {
-		fs.Usage()
-		return usageErrorf("replay: -c FILE is required")
-	}
-	var from, to consumer.ReplayBound
-	var err error
 	switch {
-	case *file != "" && (*fromFlag != "" || *toFlag != ""):
+	case o.file != "" && (o.fromFlag != "" || o.toFlag != ""):
 		return usageErrorf("replay: --file replays a file; --from and --to are for Kafka")
-	case *file == "" && *fromFlag == "":
+	case o.file == "" && o.fromFlag == "":
 		fs.Usage()
 		return usageErrorf("replay: give --from (Kafka) or --file")
-	case *file == "" && (*formatName != "" || *table != ""):
+	case o.file == "" && (o.formatName != "" || o.table != ""):
 		return usageErrorf("replay: --format and --table apply to --file only; Kafka topics use the config's formats")
-	case *formatName == "avro":
+	case o.formatName == "avro":
 		return usageErrorf("replay: --format avro: a --file holds JSON lines; replay an Avro topic from Kafka with --from")
-	case *batch < 0 || *parallel < 1 || *maxRecounts < 1:
+	case o.batch < 0 || o.parallel < 1 || o.maxRecounts < 1:
 		return usageErrorf("replay: --batch must not be negative, --parallel and --max-recount-keys must be at least 1")
-	case *progressEvery < 0:
+	case o.progressEvery < 0:
 		return usageErrorf("replay: --progress must not be negative")
-	case *setsMode != "rebuild" && *setsMode != "append":
-		return usageErrorf("replay: --sets %q: want rebuild or append", *setsMode)
+	case o.setsMode != "rebuild" && o.setsMode != "append":
+		return usageErrorf("replay: --sets %q: want rebuild or append", o.setsMode)
 	}
-	setAppend := *setsMode == "append"
-	if *fromFlag != "" {
-		if from, err = consumer.ParseReplayBound(*fromFlag); err != nil {
+	o.setAppend = o.setsMode == "append"
+	var err error
+	if o.fromFlag != "" {
+		if o.from, err = consumer.ParseReplayBound(o.fromFlag); err != nil {
 			return usageErrorf("replay: --from: %v; %s", err, replayStartForms)
 		}
 	}
-	if *toFlag != "" {
-		if to, err = consumer.ParseReplayBound(*toFlag); err != nil {
+	if o.toFlag != "" {
+		if o.to, err = consumer.ParseReplayBound(o.toFlag); err != nil {
 			return usageErrorf("replay: --to: %v; %s", err, replayEndForms)
 		}
-		if to.Earliest {
+		if o.to.Earliest {
 			return usageErrorf("replay: --to: earliest is not an end; %s", replayEndForms)
 		}
-		if err := checkReplayOrder(from, to); err != nil {
+		if err := checkReplayOrder(o.from, o.to); err != nil {
 			return usageErrorf("replay: %v", err)
 		}
 	}
-	if setAppend && !*dryRun {
-		if err := consumer.SetAppendRange(to, *file != ""); err != nil {
+	if o.setAppend && !o.dryRun {
+		if err := consumer.SetAppendRange(o.to, o.file != ""); err != nil {
 			return usageErrorf("replay: --sets append refused: %v (without --sets append the sets are rebuilt)", err)
 		}
 	}
-	var topics []string
-	if *topicsFlag != "" {
-		for t := range strings.SplitSeq(*topicsFlag, ",") {
+	if o.topicsFlag != "" {
+		for t := range strings.SplitSeq(o.topicsFlag, ",") {
 			if t = strings.TrimSpace(t); t != "" {
-				topics = append(topics, t)
+				o.topics = append(o.topics, t)
 			}
 		}
 	}
-	if *file != "" && len(topics) > 1 {
-		return usageErrorf("replay: --file comes from one topic; --topics names %d", len(topics))
+	if o.file != "" && len(o.topics) > 1 {
+		return usageErrorf("replay: --file comes from one topic; --topics names %d", len(o.topics))
 	}
-	if *table != "" {
-		if db, tbl, ok := strings.Cut(*table, "."); !ok || db == "" || tbl == "" {
-			return usageErrorf("replay: --table %q: want db.table", *table)
+	if o.table != "" {
+		if db, tbl, ok := strings.Cut(o.table, "."); !ok || db == "" || tbl == "" {
+			return usageErrorf("replay: --table %q: want db.table", o.table)
 		}
 	}
-	if *formatName != "" {
-		if _, err := cdc.ParseFormat(*formatName); err != nil {
+	if o.formatName != "" {
+		if _, err := cdc.ParseFormat(o.formatName); err != nil {
 			return usageErrorf("replay: --format: %v", err)
 		}
 	}
+	return nil
+}
 
-	cfg, err := config.Load(path)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errReported
-	}
-	interval := *progressEvery
-	if interval == 0 {
-		interval = -1 // ReplayProgress: no periodic lines
-	}
-	progress := consumer.NewReplayProgress(stderr, isTerminal(stderr), interval)
-	out := progress.Writer()
-	log := a.configLogger(cfg.Log, out)
-
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true})
-	if err != nil {
-		return fmt.Errorf("replay: %w", err)
-	}
-	defer stack.Close()
-
+// replayInput opens what o replays: the --file (with its line count, the
+// progress total, when it is a regular file), or the Kafka ranges between
+// --from and --to. The returned function closes the file.
+func (a *app) replayInput(ctx context.Context, o *replayOptions, cfg *config.Config, stack *consumer.Stack, log *slog.Logger) (consumer.ReplayInput, func(), error) {
 	var in consumer.ReplayInput
-	if *file != "" {
-		topic := ""
-		if len(topics) == 1 {
-			topic = topics[0]
-		}
-		if in.Decoder, err = consumer.ReplayFileDecoder(cfg.Kafka, topic, *formatName, *table); err != nil {
-			return fmt.Errorf("replay: %w", err)
-		}
-		if *file == "-" {
-			in.File = a.stdin
-		} else {
-			f, err := os.Open(*file)
-			if err != nil {
-				return fmt.Errorf("replay: %w", err)
-			}
-			defer f.Close()
-			// The line count is the progress total; a pipe has none.
-			if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-				if in.FileLines, err = countLines(f); err != nil {
-					return fmt.Errorf("replay: %s: %w", *file, err)
-				}
-			}
-			in.File = f
-		}
-	} else {
-		if len(topics) == 0 && len(from.Offsets) == 0 {
+	if o.file == "" {
+		topics := o.topics
+		if len(topics) == 0 && len(o.from.Offsets) == 0 {
 			topics = cfg.Kafka.Topics
 		}
-		if in.Ranges, err = consumer.ResolveReplayRanges(ctx, stack.Kafka, topics, from, to, log); err != nil {
-			return fmt.Errorf("replay: %w", err)
+		var err error
+		if in.Ranges, err = consumer.ResolveReplayRanges(ctx, stack.Kafka, topics, o.from, o.to, log); err != nil {
+			return in, nil, err
 		}
 		var n int64
 		for _, r := range in.Ranges {
 			n += r.Len()
 		}
-		log.Info("replay ranges", "partitions", len(in.Ranges), "messages", n, "from", from.String(), "to", to.String())
+		log.Info("replay ranges", "partitions", len(in.Ranges), "messages", n, "from", o.from.String(), "to", o.to.String())
 		for _, r := range in.Ranges {
 			log.Debug("replay range", "range", r.String())
 		}
+		return in, func() {}, nil
 	}
-
-	// Appending old set tokens is safe only to the live end with no
-	// daemon applying newer ones; checked again when the replay ends.
-	checkSetAppend := func() error {
-		if !setAppend || *dryRun {
-			return nil
-		}
-		return consumer.CheckSetAppend(ctx, stack.Kafka, cfg.Kafka.Group, to, *file != "")
+	topic := ""
+	if len(o.topics) == 1 {
+		topic = o.topics[0]
 	}
-	if err := checkSetAppend(); err != nil {
-		if errors.Is(err, consumer.ErrSetAppendUnsafe) {
-			return usageErrorf("replay: --sets append refused: %v (without --sets append the sets are rebuilt)", err)
-		}
-		return fmt.Errorf("replay: --sets append: %w", err)
+	var err error
+	if in.Decoder, err = consumer.ReplayFileDecoder(cfg.Kafka, topic, o.formatName, o.table); err != nil {
+		return in, nil, err
 	}
-
-	batchSize := *batch
-	if batchSize == 0 {
-		batchSize = cfg.Batch.MaxEvents
+	if o.file == "-" {
+		in.File = a.stdin
+		return in, func() {}, nil
 	}
-	replayer, err := consumer.NewReplayer(consumer.ReplayConfig{
-		Pipeline:           stack.Pipeline,
-		Kafka:              stack.Kafka,
-		BatchSize:          batchSize,
-		Parallel:           *parallel,
-		MaxPendingRecounts: *maxRecounts,
-		SetAppend:          setAppend,
-		Report:             out,
-		Progress:           progress,
-		Logger:             log,
-	})
+	f, err := os.Open(o.file)
 	if err != nil {
-		return fmt.Errorf("replay: %w", err)
+		return in, nil, err
 	}
-	var sum consumer.ReplaySummary
-	what := "replay"
-	if *dryRun {
-		what = "replay (dry run)"
-		sum, err = replayer.DryRun(ctx, in, stdout)
-	} else {
-		sum, err = replayer.Replay(ctx, in)
-	}
-	if err != nil {
-		fmt.Fprintf(out, "%s stopped: %s\n", what, sum)
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return fmt.Errorf("replay: interrupted: %w", context.Cause(ctx))
+	// The line count is the progress total; a pipe has none.
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+		if in.FileLines, err = countLines(f); err != nil {
+			f.Close()
+			return in, nil, fmt.Errorf("%s: %w", o.file, err)
 		}
-		return fmt.Errorf("replay: %w", err)
 	}
-	fmt.Fprintf(out, "%s done: %s\n", what, sum)
-	if err := checkSetAppend(); err != nil {
-		return fmt.Errorf("replay: --sets append: after the replay: %w; the sets it touched may be wrong: replay the same range without --sets append to rebuild them", err)
-	}
-	if *strict && sum.Failures() > 0 {
-		return fmt.Errorf("replay: %d poison messages and %d failed ops (--strict)", sum.Poison, sum.Failed)
-	}
-	return nil
+	in.File = f
+	return in, func() { f.Close() }, nil
 }
 
 // isTerminal reports whether w is a terminal (a character device).

@@ -17,7 +17,6 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
@@ -398,15 +397,7 @@ func TestReplayKafkaCommand(t *testing.T) {
 func publishMinutes(t *testing.T, values ...string) (brokers []string, topic string, t0 time.Time) {
 	t.Helper()
 	topic = "cdc-" + testsvc.Unique()
-	brokers = testsvc.Kafka()
-	if brokers == nil {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cluster.Close)
-		brokers = cluster.ListenAddrs()
-	}
+	brokers = testsvc.KafkaTopics(t, 1, topic)
 	t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	var msgs []kafka.Message
 	for i, v := range values {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer"
 )
 
@@ -29,7 +27,7 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			"log format and level; the global --log-format and --log-level, when\n"+
 			"given, override it.",
 		stderr)
-	cfg, err := loadConfigFlag(fs, args, stderr)
+	cfg, err := parseConfigOnly(fs, "run", args, stderr)
 	if err != nil {
 		return err
 	}
@@ -46,46 +44,21 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return fmt.Errorf("run: %w", err)
 	}
 
-	runErr := serveWhileRunning(ctx, daemon, stack.HTTPHandler(daemon.NotReady), cfg.HTTP.Listen, log,
-		func(addr string) { log.Info("serving /metrics, /healthz and /readyz", "addr", addr) })
-	if runErr != nil {
-		return fmt.Errorf("run: %w", runErr)
+	err = serveWhileRunning(ctx, daemon, cfg.HTTP.Listen, stack.HTTPHandler(daemon.NotReady), log, func(addr net.Addr) {
+		log.Info("serving /metrics, /healthz and /readyz", "addr", addr.String())
+	})
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
 	}
 	log.Info("stopped")
 	return nil
 }
 
-// loadConfigFlag parses the -c/--config flag of a command that takes only
-// a config file, and loads it. A config with problems is printed to
-// stderr, every problem one "file:line:col: message" line (errReported).
-func loadConfigFlag(fs *flag.FlagSet, args []string, stderr io.Writer) (*config.Config, error) {
-	var path string
-	fs.StringVar(&path, "c", "", "config file (required)")
-	fs.StringVar(&path, "config", "", "same as -c")
-	if err := fs.Parse(args); err != nil {
-		return nil, flagError(err)
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return nil, usageErrorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
-	}
-	if path == "" {
-		fs.Usage()
-		return nil, usageErrorf("%s: -c FILE is required", fs.Name())
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return nil, errReported
-	}
-	return cfg, nil
-}
-
-// serveWhileRunning serves handler on listen while daemon runs, then
-// shuts the server down (in-flight scrapes get httpShutdownTimeout) and
-// returns what Run returned. listening is told the address once the
-// server listens.
-func serveWhileRunning(ctx context.Context, daemon *consumer.Daemon, handler http.Handler, listen string, log *slog.Logger, listening func(addr string)) error {
+// serveWhileRunning serves handler on listen while daemon runs, then shuts
+// the server down, giving requests in flight httpShutdownTimeout. started
+// is called once the server listens. The error is the listener's or the
+// daemon's; a failing server is logged.
+func serveWhileRunning(ctx context.Context, daemon *consumer.Daemon, listen string, handler http.Handler, log *slog.Logger, started func(net.Addr)) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("http.listen: %w", err)
@@ -93,7 +66,7 @@ func serveWhileRunning(ctx context.Context, daemon *consumer.Daemon, handler htt
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	listening(ln.Addr().String())
+	started(ln.Addr())
 
 	runErr := daemon.Run(ctx)
 

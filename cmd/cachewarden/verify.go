@@ -8,7 +8,6 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/verify"
 )
@@ -37,13 +36,10 @@ func (a *app) verifyCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
 	}
+	if err := checkConfigArgs(fs, "verify", *configPath); err != nil {
+		return err
+	}
 	switch {
-	case fs.NArg() > 0:
-		fs.Usage()
-		return usageErrorf("verify: unexpected argument %q", fs.Arg(0))
-	case *configPath == "":
-		fs.Usage()
-		return usageErrorf("verify: -c FILE is required")
 	case *sample < 0:
 		return usageErrorf("verify: --sample must not be negative")
 	case *recheck < 0:
@@ -58,10 +54,9 @@ func (a *app) verifyCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	if *maxMismatches == 0 {
 		*maxMismatches = -1 // verify.Options: negative keeps none
 	}
-	cfg, err := config.Load(*configPath)
+	cfg, err := loadConfig(*configPath, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return errReported
+		return err
 	}
 	if cfg.MySQL.DSN == "" {
 		return fmt.Errorf("verify: %s has no mysql.dsn; verification needs the database", *configPath)

@@ -6,6 +6,10 @@
 // under the topic's subjects, and messages encoded with the hamba/avro
 // encoder and framed as the Confluent serializer frames them (magic byte
 // 0, the schema id, the body).
+//
+// It is not the daemon's decoder: the daemon reads Avro messages with
+// package cdc (the schema registry tests in consumer and the integration
+// workload publish what this package encodes).
 package debeziumavro
 
 import (

@@ -19,6 +19,14 @@
 //
 // Containers are started at most once per test binary and are reused by
 // every test in it; the helpers are safe for concurrent use.
+//
+// A test that stops, freezes or flushes memcached starts one of its own
+// with PrivateMemcached instead of using the shared one; a test that needs
+// topics gets its brokers from KafkaTopics (Kafka's, or an in-process
+// broker's).
+//
+// Only tests import it: it is not the integration harness (package
+// integration), which takes service addresses from its callers.
 package testsvc
 
 import (

@@ -18,6 +18,9 @@
 //
 // It only parses bytes (no I/O), so the pure packages may use it. Its
 // functions are safe for concurrent use.
+//
+// It knows no file's keys: config, rulefile and ruletest each declare the
+// keys of their own files and what their values mean.
 package yamlfile
 
 import (

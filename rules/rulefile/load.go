@@ -4,6 +4,9 @@
 // It is the only part of the rules that needs a YAML parser: the planner
 // and the types live in package rules, so that programs which build their
 // rules another way (rules.NewRuleSet) link no YAML.
+//
+// It plans nothing (package rules does) and runs no rule tests (package
+// ruletest).
 package rulefile
 
 import (

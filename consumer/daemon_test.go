@@ -22,7 +22,6 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cachewarden/cachewarden/cacheops"
@@ -32,41 +31,6 @@ import (
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
-
-// testKafka returns brokers on which topics exist with the given number
-// of partitions: CACHEWARDEN_TEST_KAFKA's brokers when set, else an
-// in-process Kafka-protocol broker.
-func testKafka(t *testing.T, partitions int, topics ...string) []string {
-	t.Helper()
-	if brokers := testsvc.Kafka(); brokers != nil {
-		conn, err := kafka.Dial("tcp", brokers[0])
-		if err != nil {
-			t.Fatalf("dial Kafka %s: %v", brokers[0], err)
-		}
-		defer conn.Close()
-		ctrl, err := conn.Controller()
-		if err != nil {
-			t.Fatalf("Kafka controller: %v", err)
-		}
-		cc, err := kafka.Dial("tcp", net.JoinHostPort(ctrl.Host, strconv.Itoa(ctrl.Port)))
-		if err != nil {
-			t.Fatalf("dial Kafka controller: %v", err)
-		}
-		defer cc.Close()
-		for _, topic := range topics {
-			if err := cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}); err != nil {
-				t.Fatalf("create topic %s: %v", topic, err)
-			}
-		}
-		return brokers
-	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(partitions), topics...))
-	if err != nil {
-		t.Fatalf("start in-process Kafka: %v", err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()
-}
 
 func produce(t *testing.T, brokers []string, topic string, msgs ...kafka.Message) {
 	t.Helper()
@@ -422,7 +386,7 @@ func TestDaemonAppliesDebeziumEvents(t *testing.T) {
 	r := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn})
 	topic := "cdc-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 1, topic)
+	brokers := testsvc.KafkaTopics(t, 1, topic)
 
 	createComments(t, db, 9, 3)
 	r.set("ns:user:1", "10")
@@ -506,7 +470,7 @@ func TestDaemonAppliesDebeziumEvents(t *testing.T) {
 func TestNoCommitWithoutMemcached(t *testing.T) {
 	topic := "cdc-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 1, topic)
+	brokers := testsvc.KafkaTopics(t, 1, topic)
 	down := newRig(t, daemonRules, rigOptions{mcAddr: deadAddr(t)})
 	produce(t, brokers, topic,
 		debezium("c", "shop", "users", nil, row("id", 1)),
@@ -552,7 +516,7 @@ func TestPoisonGoesToDLQ(t *testing.T) {
 	topic := "cdc-" + testsvc.Unique()
 	dlqTopic := "dlq-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 1, topic, dlqTopic)
+	brokers := testsvc.KafkaTopics(t, 1, topic, dlqTopic)
 	dlq, err := NewDLQ(KafkaConn{Brokers: brokers}, dlqTopic, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -633,7 +597,7 @@ rules:
 func TestShutdownAppliesDelayedBumps(t *testing.T) {
 	topic := "cdc-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 1, topic)
+	brokers := testsvc.KafkaTopics(t, 1, topic)
 	r := newRig(t, rebumpRules, rigOptions{})
 	r.set("ns:user:5", "40")
 	produce(t, brokers, topic, debezium("u", "shop", "users", row("id", 5), row("id", 5)))
@@ -661,7 +625,7 @@ func TestShutdownAppliesDelayedBumps(t *testing.T) {
 func TestPartitionsConsumedIndependently(t *testing.T) {
 	topic := "cdc-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 3, topic)
+	brokers := testsvc.KafkaTopics(t, 3, topic)
 	r := newRig(t, daemonRules, rigOptions{})
 	var msgs []kafka.Message
 	for id := range 30 {
@@ -700,7 +664,7 @@ func TestRebalance(t *testing.T) {
 	db, dsn := testsvc.MySQL(t)
 	topic := "cdc-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
-	brokers := testKafka(t, 2, topic)
+	brokers := testsvc.KafkaTopics(t, 2, topic)
 	a := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn})
 	b := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn, prefix: a.prefix})
 	createComments(t, db, 1, 4)
