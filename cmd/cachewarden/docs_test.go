@@ -4,8 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/cachewarden/cachewarden/config"
 )
@@ -155,5 +158,105 @@ func TestREADMESendsApplicationsToClient(t *testing.T) {
 	_, layout, ok := strings.Cut(readme, "Layout: ")
 	if !ok || !strings.Contains(layout, "`client` (what applications import") {
 		t.Errorf("README's layout does not list package client")
+	}
+}
+
+// configSection matches the first line of a YAML block that is (part of) a
+// daemon config: a top-level key of the config file.
+var configSection = regexp.MustCompile(`^(kafka|memcached|mysql|counters|batch|http|log|observer):`)
+
+// docConfigBlock is one ```yaml block of a markdown file that shows daemon
+// config settings.
+type docConfigBlock struct {
+	where string // file:line of the block's first line
+	text  string
+}
+
+// docConfigBlocks returns every ```yaml block of README.md and docs/*.md
+// whose first line that is not a comment is a top-level config key.
+func docConfigBlocks(t *testing.T) []docConfigBlock {
+	t.Helper()
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []docConfigBlock
+	for _, path := range append([]string{"../../README.md"}, docs...) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(data), "\n")
+		for i := 0; i < len(lines); i++ {
+			if lines[i] != "```yaml" {
+				continue
+			}
+			start := i + 1
+			var block []string
+			for i++; i < len(lines) && lines[i] != "```"; i++ {
+				block = append(block, lines[i])
+			}
+			for _, l := range block {
+				if l == "" || strings.HasPrefix(l, "#") {
+					continue
+				}
+				if configSection.MatchString(l) {
+					out = append(out, docConfigBlock{
+						where: strings.TrimPrefix(path, "../../") + ":" + strconv.Itoa(start+1),
+						text:  strings.Join(block, "\n") + "\n",
+					})
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// TestDocConfigExamplesLoad loads every config example of README.md and
+// docs/*.md: each block's sections laid over a minimal valid config (a
+// block that shows part of a section keeps the minimal config's other
+// settings), parsed and validated as the daemon does.
+func TestDocConfigExamplesLoad(t *testing.T) {
+	const minimal = "kafka: {brokers: [b:9092], group: g, topics: [t]}\nmemcached: {servers: [m:11211]}\nrules: [r]\n"
+	lookup := func(name string) (string, bool) {
+		if strings.HasSuffix(name, "_DSN") {
+			return "u:p@tcp(localhost:3306)/shop", true
+		}
+		return "value-of-" + name, true
+	}
+	blocks := docConfigBlocks(t)
+	if len(blocks) < 8 {
+		t.Fatalf("found %d config examples in README.md and docs/, want at least 8", len(blocks))
+	}
+	for _, b := range blocks {
+		var base, shown map[string]any
+		if err := yaml.Unmarshal([]byte(minimal), &base); err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal([]byte(b.text), &shown); err != nil {
+			t.Errorf("%s: not YAML: %v\n%s", b.where, err, b.text)
+			continue
+		}
+		for key, v := range shown {
+			section, isMap := v.(map[string]any)
+			baseSection, baseIsMap := base[key].(map[string]any)
+			if !isMap || !baseIsMap {
+				base[key] = v
+				continue
+			}
+			for k, sv := range section {
+				baseSection[k] = sv
+			}
+		}
+		merged, err := yaml.Marshal(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := config.Parse(b.where, merged, lookup); err != nil {
+			t.Errorf("%s: the config example does not load: %v\n%s", b.where, err, b.text)
+			continue
+		}
+		t.Logf("%s: loads", b.where)
 	}
 }
