@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // fencedBlock returns the first ```lang block of the markdown file path
@@ -258,5 +259,54 @@ func TestDocConfigExamplesLoad(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: loads", b.where)
+	}
+}
+
+// TestDocRuleFilesLoad loads every rule file example of README.md and
+// docs/*.md: the ```yaml blocks that start with `version:` as they are, and
+// those that show rules only (a block starting with `  - name:`) inside a
+// file of their own.
+func TestDocRuleFilesLoad(t *testing.T) {
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, path := range append([]string{"../../README.md"}, docs...) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(data), "\n")
+		for i := 0; i < len(lines); i++ {
+			if lines[i] != "```yaml" {
+				continue
+			}
+			where := strings.TrimPrefix(path, "../../") + ":" + strconv.Itoa(i+2)
+			var block []string
+			for i++; i < len(lines) && lines[i] != "```"; i++ {
+				block = append(block, lines[i])
+			}
+			if len(block) == 0 {
+				continue
+			}
+			text := strings.Join(block, "\n") + "\n"
+			switch {
+			case strings.HasPrefix(block[0], "version:"):
+			case strings.HasPrefix(block[0], "  - name:"):
+				text = "version: 1\nrules:\n" + text
+			default:
+				continue
+			}
+			found++
+			if _, err := rulefile.Parse(where, []byte(text)); err != nil {
+				t.Errorf("%s: the rule file example does not load: %v\n%s", where, err, text)
+				continue
+			}
+			t.Logf("%s: loads", where)
+		}
+	}
+	if found < 4 {
+		t.Errorf("found %d rule file examples in README.md and docs/, want at least 4", found)
 	}
 }
