@@ -166,22 +166,22 @@ func TestREADMESendsApplicationsToClient(t *testing.T) {
 // daemon config: a top-level key of the config file.
 var configSection = regexp.MustCompile(`^(kafka|memcached|mysql|counters|batch|http|log|observer):`)
 
-// docConfigBlock is one ```yaml block of a markdown file that shows daemon
-// config settings.
-type docConfigBlock struct {
-	where string // file:line of the block's first line
-	text  string
+// docYAMLBlock is one ```yaml block of README.md or docs/*.md.
+type docYAMLBlock struct {
+	where string   // file:line of the block's first line
+	lines []string // the block's lines, without the fences
 }
 
-// docConfigBlocks returns every ```yaml block of README.md and docs/*.md
-// whose first line that is not a comment is a top-level config key.
-func docConfigBlocks(t *testing.T) []docConfigBlock {
+func (b docYAMLBlock) text() string { return strings.Join(b.lines, "\n") + "\n" }
+
+// docYAMLBlocks returns every ```yaml block of README.md and docs/*.md.
+func docYAMLBlocks(t *testing.T) []docYAMLBlock {
 	t.Helper()
 	docs, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []docConfigBlock
+	var out []docYAMLBlock
 	for _, path := range append([]string{"../../README.md"}, docs...) {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -192,26 +192,25 @@ func docConfigBlocks(t *testing.T) []docConfigBlock {
 			if lines[i] != "```yaml" {
 				continue
 			}
-			start := i + 1
-			var block []string
+			b := docYAMLBlock{where: strings.TrimPrefix(path, "../../") + ":" + strconv.Itoa(i+2)}
 			for i++; i < len(lines) && lines[i] != "```"; i++ {
-				block = append(block, lines[i])
+				b.lines = append(b.lines, lines[i])
 			}
-			for _, l := range block {
-				if l == "" || strings.HasPrefix(l, "#") {
-					continue
-				}
-				if configSection.MatchString(l) {
-					out = append(out, docConfigBlock{
-						where: strings.TrimPrefix(path, "../../") + ":" + strconv.Itoa(start+1),
-						text:  strings.Join(block, "\n") + "\n",
-					})
-				}
-				break
-			}
+			out = append(out, b)
 		}
 	}
 	return out
+}
+
+// isConfigExample reports whether b's first line that is not a comment is
+// a top-level config key.
+func (b docYAMLBlock) isConfigExample() bool {
+	for _, l := range b.lines {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			return configSection.MatchString(l)
+		}
+	}
+	return false
 }
 
 // TestDocConfigExamplesLoad loads every config example of README.md and
@@ -226,17 +225,18 @@ func TestDocConfigExamplesLoad(t *testing.T) {
 		}
 		return "value-of-" + name, true
 	}
-	blocks := docConfigBlocks(t)
-	if len(blocks) < 8 {
-		t.Fatalf("found %d config examples in README.md and docs/, want at least 8", len(blocks))
-	}
-	for _, b := range blocks {
+	found := 0
+	for _, b := range docYAMLBlocks(t) {
+		if !b.isConfigExample() {
+			continue
+		}
+		found++
 		var base, shown map[string]any
 		if err := yaml.Unmarshal([]byte(minimal), &base); err != nil {
 			t.Fatal(err)
 		}
-		if err := yaml.Unmarshal([]byte(b.text), &shown); err != nil {
-			t.Errorf("%s: not YAML: %v\n%s", b.where, err, b.text)
+		if err := yaml.Unmarshal([]byte(b.text()), &shown); err != nil {
+			t.Errorf("%s: not YAML: %v\n%s", b.where, err, b.text())
 			continue
 		}
 		for key, v := range shown {
@@ -255,10 +255,13 @@ func TestDocConfigExamplesLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, err := config.Parse(b.where, merged, lookup); err != nil {
-			t.Errorf("%s: the config example does not load: %v\n%s", b.where, err, b.text)
+			t.Errorf("%s: the config example does not load: %v\n%s", b.where, err, b.text())
 			continue
 		}
 		t.Logf("%s: loads", b.where)
+	}
+	if found < 8 {
+		t.Errorf("found %d config examples in README.md and docs/, want at least 8", found)
 	}
 }
 
@@ -267,44 +270,25 @@ func TestDocConfigExamplesLoad(t *testing.T) {
 // those that show rules only (a block starting with `  - name:`) inside a
 // file of their own.
 func TestDocRuleFilesLoad(t *testing.T) {
-	docs, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	found := 0
-	for _, path := range append([]string{"../../README.md"}, docs...) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
+	for _, b := range docYAMLBlocks(t) {
+		if len(b.lines) == 0 {
+			continue
 		}
-		lines := strings.Split(string(data), "\n")
-		for i := 0; i < len(lines); i++ {
-			if lines[i] != "```yaml" {
-				continue
-			}
-			where := strings.TrimPrefix(path, "../../") + ":" + strconv.Itoa(i+2)
-			var block []string
-			for i++; i < len(lines) && lines[i] != "```"; i++ {
-				block = append(block, lines[i])
-			}
-			if len(block) == 0 {
-				continue
-			}
-			text := strings.Join(block, "\n") + "\n"
-			switch {
-			case strings.HasPrefix(block[0], "version:"):
-			case strings.HasPrefix(block[0], "  - name:"):
-				text = "version: 1\nrules:\n" + text
-			default:
-				continue
-			}
-			found++
-			if _, err := rulefile.Parse(where, []byte(text)); err != nil {
-				t.Errorf("%s: the rule file example does not load: %v\n%s", where, err, text)
-				continue
-			}
-			t.Logf("%s: loads", where)
+		text := b.text()
+		switch {
+		case strings.HasPrefix(b.lines[0], "version:"):
+		case strings.HasPrefix(b.lines[0], "  - name:"):
+			text = "version: 1\nrules:\n" + text
+		default:
+			continue
 		}
+		found++
+		if _, err := rulefile.Parse(b.where, []byte(text)); err != nil {
+			t.Errorf("%s: the rule file example does not load: %v\n%s", b.where, err, text)
+			continue
+		}
+		t.Logf("%s: loads", b.where)
 	}
 	if found < 4 {
 		t.Errorf("found %d rule file examples in README.md and docs/, want at least 4", found)
