@@ -4,10 +4,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // fencedBlock returns the first ```lang block of the markdown file path
@@ -155,5 +159,138 @@ func TestREADMESendsApplicationsToClient(t *testing.T) {
 	_, layout, ok := strings.Cut(readme, "Layout: ")
 	if !ok || !strings.Contains(layout, "`client` (what applications import") {
 		t.Errorf("README's layout does not list package client")
+	}
+}
+
+// configSection matches the first line of a YAML block that is (part of) a
+// daemon config: a top-level key of the config file.
+var configSection = regexp.MustCompile(`^(kafka|memcached|mysql|counters|batch|http|log|observer):`)
+
+// docYAMLBlock is one ```yaml block of README.md or docs/*.md.
+type docYAMLBlock struct {
+	where string   // file:line of the block's first line
+	lines []string // the block's lines, without the fences
+}
+
+func (b docYAMLBlock) text() string { return strings.Join(b.lines, "\n") + "\n" }
+
+// docYAMLBlocks returns every ```yaml block of README.md and docs/*.md.
+func docYAMLBlocks(t *testing.T) []docYAMLBlock {
+	t.Helper()
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []docYAMLBlock
+	for _, path := range append([]string{"../../README.md"}, docs...) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(data), "\n")
+		for i := 0; i < len(lines); i++ {
+			if lines[i] != "```yaml" {
+				continue
+			}
+			b := docYAMLBlock{where: strings.TrimPrefix(path, "../../") + ":" + strconv.Itoa(i+2)}
+			for i++; i < len(lines) && lines[i] != "```"; i++ {
+				b.lines = append(b.lines, lines[i])
+			}
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// isConfigExample reports whether b's first line that is not a comment is
+// a top-level config key.
+func (b docYAMLBlock) isConfigExample() bool {
+	for _, l := range b.lines {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			return configSection.MatchString(l)
+		}
+	}
+	return false
+}
+
+// TestDocConfigExamplesLoad loads every config example of README.md and
+// docs/*.md: each block's sections laid over a minimal valid config (a
+// block that shows part of a section keeps the minimal config's other
+// settings), parsed and validated as the daemon does.
+func TestDocConfigExamplesLoad(t *testing.T) {
+	const minimal = "kafka: {brokers: [b:9092], group: g, topics: [t]}\nmemcached: {servers: [m:11211]}\nrules: [r]\n"
+	lookup := func(name string) (string, bool) {
+		if strings.HasSuffix(name, "_DSN") {
+			return "u:p@tcp(localhost:3306)/shop", true
+		}
+		return "value-of-" + name, true
+	}
+	found := 0
+	for _, b := range docYAMLBlocks(t) {
+		if !b.isConfigExample() {
+			continue
+		}
+		found++
+		var base, shown map[string]any
+		if err := yaml.Unmarshal([]byte(minimal), &base); err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal([]byte(b.text()), &shown); err != nil {
+			t.Errorf("%s: not YAML: %v\n%s", b.where, err, b.text())
+			continue
+		}
+		for key, v := range shown {
+			section, isMap := v.(map[string]any)
+			baseSection, baseIsMap := base[key].(map[string]any)
+			if !isMap || !baseIsMap {
+				base[key] = v
+				continue
+			}
+			for k, sv := range section {
+				baseSection[k] = sv
+			}
+		}
+		merged, err := yaml.Marshal(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := config.Parse(b.where, merged, lookup); err != nil {
+			t.Errorf("%s: the config example does not load: %v\n%s", b.where, err, b.text())
+			continue
+		}
+		t.Logf("%s: loads", b.where)
+	}
+	if found < 8 {
+		t.Errorf("found %d config examples in README.md and docs/, want at least 8", found)
+	}
+}
+
+// TestDocRuleFilesLoad loads every rule file example of README.md and
+// docs/*.md: the ```yaml blocks that start with `version:` as they are, and
+// those that show rules only (a block starting with `  - name:`) inside a
+// file of their own.
+func TestDocRuleFilesLoad(t *testing.T) {
+	found := 0
+	for _, b := range docYAMLBlocks(t) {
+		if len(b.lines) == 0 {
+			continue
+		}
+		text := b.text()
+		switch {
+		case strings.HasPrefix(b.lines[0], "version:"):
+		case strings.HasPrefix(b.lines[0], "  - name:"):
+			text = "version: 1\nrules:\n" + text
+		default:
+			continue
+		}
+		found++
+		if _, err := rulefile.Parse(b.where, []byte(text)); err != nil {
+			t.Errorf("%s: the rule file example does not load: %v\n%s", b.where, err, text)
+			continue
+		}
+		t.Logf("%s: loads", b.where)
+	}
+	if found < 4 {
+		t.Errorf("found %d rule file examples in README.md and docs/, want at least 4", found)
 	}
 }
