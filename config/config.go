@@ -33,7 +33,7 @@ import (
 // memcached, mysql and counters settings are the packages' that use them
 // (cacheops.DefaultMaxConcurrency, metaproto.DefaultTimeout,
 // itemformat.DefaultCompactRatio, cacheops.DefaultCompactSample,
-// cacheops.DefaultDistribution, counters.DefaultMaxOpenConns,
+// itemformat.DefaultDistribution, counters.DefaultMaxOpenConns,
 // counters.DefaultQueryTimeout, counters.DefaultFenceTTL). The batch,
 // client ID and schema registry defaults are declared here because
 // consumer, which uses them, imports config; consumer refers to them.
