@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -105,9 +104,4 @@ func fallbackFor(rs *rules.RuleSet, op *rules.Op) (rules.Op, bool) {
 		return rules.Op{}, false
 	}
 	return rs.FallbackOp(op.Rule.Fallback, op.Source), true
-}
-
-// permanent reports whether res failed in a way no retry mends.
-func permanent(res cacheops.Result) bool {
-	return res.Err != nil && !cacheops.Retryable(res.Err)
 }
