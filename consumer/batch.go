@@ -131,7 +131,8 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 			log.Error("records of the partition were never read: "+reason+"; bumping the fallback namespaces of the topic's tables",
 				"expected_offset", expect, "first_offset", msgs[0].Pos.Offset, "log_start", src.logStart)
 			if !d.coverGap(guarded, release, log, w.member, topic, gapReason(expect, msgs[0].Pos.Offset), msgs[0].Pos) {
-				return partitionResult{next: res.next, clean: false}
+				res.clean = false
+				return res
 			}
 			recount = true // deltas around a gap cannot be trusted
 		}
