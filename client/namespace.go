@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -267,17 +266,12 @@ func (c *Client) createVersion(key string, ttl time.Duration) (version uint64, c
 	return 0, false, fmt.Errorf("client: namespace %q: add: %w", key, err)
 }
 
-// versionTrim are the bytes parseVersion ignores around a version.
-const versionTrim = " \t\r\n"
-
-// parseVersion reads an ASCII decimal version, an unsigned 64-bit number
-// (docs/formats.md). memcached pads a number with trailing spaces when an
-// incr or decr shortens it; ASCII spaces, tabs, CR and LF on either side
-// are ignored (versionTrim), and nothing else.
+// parseVersion reads a namespace version (itemformat.ParseVersion), or
+// says why key's value is not one.
 func parseVersion(key string, value []byte) (uint64, error) {
-	v, err := strconv.ParseUint(strings.Trim(string(value), versionTrim), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("client: namespace %q: value %q is not a version: %w", key, value, err)
+	v, ok := itemformat.ParseVersion(value)
+	if !ok {
+		return 0, fmt.Errorf("client: namespace %q: value %q is not a version (docs/formats.md, \"Namespace versions\")", key, value)
 	}
 	return v, nil
 }

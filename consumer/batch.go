@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 // consumePartition consumes one assigned partition in order until it is
@@ -129,12 +130,9 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		if gap, reason := logGap(expect, msgs[0].Pos.Offset, src.logStart); gap {
 			log.Error("records of the partition were never read: "+reason+"; bumping the fallback namespaces of the topic's tables",
 				"expected_offset", expect, "first_offset", msgs[0].Pos.Offset, "log_start", src.logStart)
-			covered, err := d.p.CoverGap(guarded, topic, gapReason(expect, msgs[0].Pos.Offset), msgs[0].Pos)
-			if err != nil {
-				return partitionResult{next: res.next, clean: false}
-			}
-			if !covered {
-				log.Error("no rule file of the topic's tables has a fallback namespace: keys of the lost changes may serve stale data until they expire")
+			if !d.coverGap(guarded, release, log, w.member, topic, gapReason(expect, msgs[0].Pos.Offset), msgs[0].Pos) {
+				res.clean = false
+				return res
 			}
 			recount = true // deltas around a gap cannot be trusted
 		}
@@ -180,6 +178,36 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 			return res
 		}
 	}
+}
+
+// coverGap bumps the fallback namespaces of topic's tables for records
+// its partition lost before they were read (Pipeline.CoverGap). When the
+// write guard refuses because member's session may have expired, nothing
+// more is sent and, as for a batch, it waits for the lease and tries
+// again. It reports false when the partition must stop: guarded or
+// release ended.
+func (d *Daemon) coverGap(guarded, release context.Context, log *slog.Logger, member, topic, reason string, at rules.Position) bool {
+	var covered bool
+	for {
+		var err error
+		covered, err = d.p.CoverGap(guarded, topic, reason, at)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrMembershipExpired) {
+			return false
+		}
+		d.m.abandoned.Inc()
+		log.Warn("group membership may have expired; fallback bumps of the gap abandoned, nothing more of them sent, nothing committed",
+			"reason", err.Error())
+		if d.lease.wait(release, member) != nil {
+			return false
+		}
+	}
+	if !covered {
+		log.Error("no rule file of the topic's tables has a fallback namespace: keys of the lost changes may serve stale data until they expire")
+	}
+	return true
 }
 
 // replaceHandoffMarker commits offset, the partition's handoff commit

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -175,5 +176,35 @@ func TestLogGap(t *testing.T) {
 		if gap != tc.gap || (gap && gapReason(tc.expect, tc.first) != tc.reason) {
 			t.Errorf("%s: logGap = %v (%s), reason %s; want %v, %s", tc.name, gap, why, gapReason(tc.expect, tc.first), tc.gap, tc.reason)
 		}
+	}
+}
+
+// TestCoverGapWaitsForLease: the fallback bumps of a log gap that the
+// write guard refuses (the membership may have expired) are not given up,
+// which would leave the partition unconsumed while it stays assigned: the
+// partition waits for its lease, as a refused batch does, then sends them,
+// and counts the lost changes once.
+func TestCoverGapWaitsForLease(t *testing.T) {
+	r := newRig(t, fallbackRules, rigOptions{})
+	r.set("fb:shop.users", "5")
+	d := &Daemon{p: r.pipeline, lease: newMemberLease(time.Minute), m: r.metrics, log: r.log}
+	release, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	guarded := cacheops.WithGuard(release, func() error { return d.lease.check("m1", time.Now()) })
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		d.lease.ack("m1", time.Now())
+	}()
+	if !d.coverGap(guarded, release, r.log, "m1", "t", lostRetention, rules.Position{Topic: "t", Offset: 7}) {
+		t.Fatal("coverGap gave up on a refused write while the partition is still assigned")
+	}
+	if got := r.get("fb:shop.users"); got != "6" {
+		t.Errorf("fb:shop.users = %q, want 6 (bumped once the lease held)", got)
+	}
+	if n := metricValue(r.metrics.abandoned); n != 1 {
+		t.Errorf("abandoned = %v, want 1", n)
+	}
+	if n := metricValue(r.metrics.lost.WithLabelValues(lostRetention, "fallback")); n != 1 {
+		t.Errorf("lost retention/fallback = %v, want 1", n)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -82,19 +81,25 @@ func (p *Pipeline) countLost(reason string, covered bool) {
 
 // CoverGap bumps the fallback namespaces of every table of topic because
 // records of its partition were never read (reason lostRetention or
-// lostOffsetReset), retrying until the bumps are applied or ctx ends. It
-// reports whether any fallback namespace covered the gap.
+// lostOffsetReset), retrying until the bumps are applied, ctx ends or
+// ctx's write guard refuses (cacheops.WithGuard; the error is then ctx's
+// or the refusal, and the gap is not counted: whoever covers it later
+// counts it). It reports whether any fallback namespace covered the gap.
 func (p *Pipeline) CoverGap(ctx context.Context, topic, reason string, src rules.Position) (bool, error) {
 	keys := p.fallbackKeysOfTopic(nil, topic)
-	p.countLost(reason, len(keys) > 0)
 	if len(keys) == 0 {
+		p.countLost(reason, false)
 		return false, nil
 	}
 	b := &Batch{}
 	for _, k := range keys {
 		b.Ops = append(b.Ops, p.cfg.Rules.FallbackOp(k, src))
 	}
-	return true, p.applyOps(ctx, b)
+	if err := p.applyOps(ctx, b); err != nil {
+		return true, err
+	}
+	p.countLost(reason, true)
+	return true, nil
 }
 
 // fallbackFor returns the fallback bump that covers op when op failed
@@ -105,9 +110,4 @@ func fallbackFor(rs *rules.RuleSet, op *rules.Op) (rules.Op, bool) {
 		return rules.Op{}, false
 	}
 	return rs.FallbackOp(op.Rule.Fallback, op.Source), true
-}
-
-// permanent reports whether res failed in a way no retry mends.
-func permanent(res cacheops.Result) bool {
-	return res.Err != nil && !cacheops.Retryable(res.Err)
 }

@@ -2,13 +2,16 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -147,5 +150,40 @@ func TestRetentionGap(t *testing.T) {
 				t.Errorf("lost retention/fallback = %v, want 1", n)
 			}
 		})
+	}
+}
+
+// TestRefusedWriteIsNoFailure: ops the write guard refuses inside the
+// applier (the membership expired after the pipeline's own check) are
+// not op failures: the batch returns the refusal at once, with no
+// fallback bump, no retry and nothing counted as lost.
+func TestRefusedWriteIsNoFailure(t *testing.T) {
+	r := newRig(t, fallbackRules, rigOptions{})
+	rule := r.pipeline.cfg.Rules.Rule("user-profile")
+	r.set("fb:shop.users", "5")
+	r.set("ns:user:8", "1")
+	expired := errors.New("session expired")
+	var checks atomic.Int32
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = cacheops.WithGuard(ctx, func() error {
+		if checks.Add(1) == 1 {
+			return nil // the pipeline's check before the attempt
+		}
+		return expired
+	})
+	b := Batch{Ops: []rules.Op{{Kind: rules.OpBump, Rule: rule, Key: r.key("ns:user:8")}}}
+	err := r.pipeline.Apply(ctx, &b)
+	if !errors.Is(err, cacheops.ErrWriteRefused) || !errors.Is(err, expired) {
+		t.Fatalf("Apply = %v, want the refusal", err)
+	}
+	if got := r.get("ns:user:8") + " " + r.get("fb:shop.users"); got != "1 5" {
+		t.Errorf("ns:user:8 fb:shop.users = %s, want 1 5 (nothing sent)", got)
+	}
+	if n := metricValue(r.metrics.lost.WithLabelValues(lostOpFailed, "fallback")); n != 0 {
+		t.Errorf("lost op_failed/fallback = %v for a refused write", n)
+	}
+	if n := metricValue(r.metrics.applyRetries); n != 0 {
+		t.Errorf("%v retries of a refused write", n)
 	}
 }

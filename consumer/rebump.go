@@ -125,7 +125,9 @@ func (r *Rebumper) Schedule(op rules.Op) {
 // returns nil. Transient memcached errors are retried with backoff until
 // ctx ends (it then returns ctx's error: the batch must not be
 // committed); a permanent one (a journal item that cannot grow) is logged
-// and counted, and the bumps wait in memory only.
+// and counted, and the bumps wait in memory only. Each journal write asks
+// ctx's write guard first (cacheops.WithGuard): when it refuses, nothing
+// is recorded or scheduled and the refusal (ErrWriteRefused) is returned.
 func (r *Rebumper) ScheduleBatch(ctx context.Context, ops []rules.Op) error {
 	type planned struct {
 		op    rules.Op
@@ -166,9 +168,13 @@ func (r *Rebumper) ScheduleBatch(ctx context.Context, ops []rules.Op) error {
 }
 
 // record adds entries to the journal, retrying transient errors until
-// ctx ends.
+// ctx ends or ctx's write guard refuses (its error is returned: a refused
+// write is not a journal failure).
 func (r *Rebumper) record(ctx context.Context, entries []journalEntry) error {
 	for attempt := 0; ; attempt++ {
+		if err := cacheops.CheckGuard(ctx); err != nil {
+			return err
+		}
 		err := r.journal.write(entries, true)
 		switch {
 		case err == nil:

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +219,31 @@ func TestRebumpMember(t *testing.T) {
 	}
 	if k := RebumpJournalKey("shop:", "cache warden", 3); k != "shop:%rebump:cache%20warden:3" {
 		t.Errorf("RebumpJournalKey = %q", k)
+	}
+}
+
+// TestRebumpJournalGuarded checks that ScheduleBatch asks the caller's
+// write guard (cacheops.WithGuard) before recording bumps in the journal:
+// a member whose session may have expired records nothing, schedules
+// nothing, and returns the refusal, so that its batch is not committed.
+func TestRebumpJournalGuarded(t *testing.T) {
+	r := newRig(t, rebumpRules, rigOptions{})
+	rs := r.pipeline.cfg.Rules
+	group := "cw-" + testsvc.Unique()
+	store := cacheops.NewTokenLog(r.mc, r.log)
+	rb := NewRebumper(r.pipeline.cfg.Writer, NewMetrics(nil), r.log)
+	rb.EnableJournal(store, rs, group)
+	expired := errors.New("session expired")
+	ctx := cacheops.WithGuard(context.Background(), func() error { return expired })
+	op := rules.Op{Kind: rules.OpBump, Rule: rs.Rules()[0], Key: r.key("ns:user:1"), Source: rules.Position{Topic: "t", Partition: 1}}
+	err := rb.ScheduleBatch(ctx, []rules.Op{op})
+	if !errors.Is(err, cacheops.ErrWriteRefused) || !errors.Is(err, expired) {
+		t.Fatalf("ScheduleBatch under a refusing guard = %v, want the refusal", err)
+	}
+	if pending, err := PendingRebumps(store, rs, group); err != nil || len(pending) != 0 {
+		t.Fatalf("journal holds %+v, %v; want nothing recorded", pending, err)
+	}
+	if n := rb.Pending(); n != 0 {
+		t.Errorf("%d bumps scheduled in memory for a refused batch, want 0", n)
 	}
 }

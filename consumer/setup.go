@@ -53,7 +53,8 @@ type Stack struct {
 	// Counters does every counter recount when mysql.dsn is set, fenced
 	// for exact counters (docs/exact-counters.md): a delta whose counter
 	// needs one comes back from Applier as OutcomeRecountNeeded and the
-	// pipeline recounts it here. nil without mysql.dsn.
+	// pipeline recounts it here. nil without mysql.dsn, and with
+	// StackOptions.ObserveOnly.
 	Counters *counters.Counters
 	Rebump   *Rebumper
 	// DLQ receives poison messages; nil without kafka.dlq_topic or with
@@ -88,7 +89,8 @@ type StackOptions struct {
 	MemoryRebumps bool
 	// ObserveOnly builds the stack of `cachewarden observe`: the
 	// observer checks every op the pipeline plans and nothing is written
-	// (no appliers, delayed bumps, DLQ or fences).
+	// (no op reaches the Applier; no Counters, delayed bumps, DLQ or
+	// fences, and counters.fencing is not checked: nothing recounts).
 	ObserveOnly bool
 	// DropOps, for fault-injection tests only (no config setting reaches
 	// it), loses the ops it selects as if memcached never got them,
@@ -107,7 +109,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Stack{Config: cfg, Logger: logger, Registry: prometheus.NewRegistry()}
+	s := &Stack{Config: cfg, Logger: logger, Registry: prometheus.NewRegistry(), observeOnly: opts.ObserveOnly}
 	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.Metrics = NewMetrics(s.Registry)
 
@@ -131,13 +133,14 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		writer = droppingApplier{Applier: writer, drop: opts.DropOps}
 	}
 	if opts.ObserveOnly {
-		s.observeOnly = true
 		writer, opts.MemoryRebumps, opts.NoDLQ = observeOnly{}, true, true
 	}
 	s.registerClientStats()
-	if err := checkFencing(s.Counters, cfg); err != nil {
-		s.Close()
-		return nil, err
+	if !opts.ObserveOnly {
+		if err := checkFencing(s.Counters, cfg); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 
 	s.Rebump = NewRebumper(writer, s.Metrics, logger.With("component", "rebump"))
@@ -182,7 +185,8 @@ func (s *Stack) openMemcached() (*itemformat.Selector, func(ctx context.Context,
 
 // openAppliers opens MySQL when the config names it, and makes the one
 // Applier (Stack.Applier, on the configured protocol) and, with MySQL,
-// the Counters that do the exact recounts.
+// the Counters that do the exact recounts (not for a stack that only
+// observes: it recounts nothing).
 func (s *Stack) openAppliers(servers *itemformat.Selector, dial func(ctx context.Context, network, addr string) (net.Conn, error)) error {
 	cfg, logger, mc := s.Config, s.Logger, s.Memcache
 	var err error
@@ -228,7 +232,7 @@ func (s *Stack) openAppliers(servers *itemformat.Selector, dial func(ctx context
 			RecountElsewhere: recountElsewhere,
 		}, logger.With("component", "cacheops"))
 	}
-	if recounter != nil {
+	if recounter != nil && !s.observeOnly {
 		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
 	}
 	return nil
@@ -256,14 +260,14 @@ func (s *Stack) buildPipeline(writer Applier, servers *itemformat.Selector, opts
 		Decoder:        dec,
 		TopicDecoders:  topicDecoders,
 		Writer:         writer,
-		DeltasToWriter: s.Counters != nil && !opts.ObserveOnly,
+		DeltasToWriter: s.Counters != nil,
 		Rebump:         s.Rebump,
 		Metrics:        s.Metrics,
 		Logger:         logger.With("component", "pipeline"),
 		RecountReason:  opts.RecountReason,
 		UnorderedSets:  cfg.Kafka.UnorderedSets,
 	}
-	if s.Counters != nil && !opts.ObserveOnly {
+	if s.Counters != nil {
 		pc.Counters, pc.Fences = s.Counters, s.Counters
 	}
 	if cfg.Observer.Enabled || opts.ObserveOnly {

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,4 +200,82 @@ func loadStackConfig(t *testing.T, ruleFile, configFile string) *config.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// TestStackObserveOnly: the stack of `cachewarden observe` builds no
+// counters (it recounts nothing, so counters.fencing: required asks
+// nothing of the database, which may even be down at start), no DLQ, no
+// delayed bumps and no fences, and what its pipeline applies reaches no
+// memcached item.
+func TestStackObserveOnly(t *testing.T) {
+	mc := testsvc.Memcached(t)
+	// A port nothing listens on: observe must not need the database to
+	// start.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close()
+	cfg := loadStackConfig(t, `version: 1
+rules:
+  - name: u
+    table: shop.users
+    bump: "ns:{id}"
+    rebump_after: 1s
+  - name: tags
+    table: shop.tags
+    set:
+      key: "tags:{user_id}"
+      member: "{tag}"
+      load: "SELECT tag FROM tags WHERE user_id = ?"
+      args: [user_id]
+  - name: comments
+    table: shop.comments
+    count:
+      key: "comments:{post_id}"
+      recount: "SELECT COUNT(*) FROM comments WHERE post_id = ?"
+      args: [post_id]
+`, fmt.Sprintf(`kafka: {brokers: [127.0.0.1:9092], group: g, topics: [cdc], dlq_topic: dead}
+memcached: {servers: [%s]}
+mysql: {dsn: "root@tcp(%s)/shop", query_timeout: 1s}
+counters: {fencing: required}
+rules: [rules.yaml]
+`, mc, down))
+	if _, err := NewStack(cfg, nil, StackOptions{}); err == nil {
+		t.Fatal("the daemon's stack started with counters.fencing: required and the database down")
+	}
+	s, err := NewStack(cfg, nil, StackOptions{ObserveOnly: true})
+	if err != nil {
+		t.Fatalf("observe stack: %v", err)
+	}
+	defer s.Close()
+	pc := s.Pipeline.cfg
+	if s.Counters != nil || pc.Counters != nil || pc.Fences != nil || pc.DeltasToWriter || pc.Rebump != nil || s.DLQ != nil || pc.Poison != nil {
+		t.Errorf("observe stack: Counters %v, pipeline Counters %v, Fences %v, DeltasToWriter %v, Rebump %v, DLQ %v",
+			s.Counters, pc.Counters, pc.Fences, pc.DeltasToWriter, pc.Rebump, s.DLQ)
+	}
+	rs := cfg.RuleSet.Rules()
+	prefix := "cwobserve:" + testsvc.Unique() + ":"
+	b := &Batch{Ops: []rules.Op{
+		{Kind: rules.OpBump, Rule: rs[0], Key: prefix + "ns:1"},
+		{Kind: rules.OpSetAppend, Rule: rs[1], Key: prefix + "tags:1", Tokens: "+a "},
+		{Kind: rules.OpSetDelete, Rule: rs[1], Key: prefix + "tags:2"},
+		{Kind: rules.OpCount, Rule: rs[2], Key: prefix + "comments:1", Delta: 1},
+		{Kind: rules.OpRecount, Rule: rs[2], Key: prefix + "comments:2"},
+	}}
+	if err := s.Memcache.Set(&memcache.Item{Key: prefix + "tags:2", Value: []byte("+b ")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pipeline.Apply(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"ns:1", "tags:1", "comments:1", "comments:2"} {
+		if it, err := s.Memcache.Get(prefix + key); err != memcache.ErrCacheMiss {
+			t.Errorf("%s: %v, %v; want it missing (observe writes nothing)", key, it, err)
+		}
+	}
+	if it, err := s.Memcache.Get(prefix + "tags:2"); err != nil || string(it.Value) != "+b " {
+		t.Errorf("tags:2: %v, %v; want it as it was", it, err)
+	}
 }

@@ -1,6 +1,10 @@
 package itemformat
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // namespaceStartShift is the number of low bits a namespace's starting
 // version leaves free for its bumps.
@@ -18,4 +22,18 @@ const namespaceStartShift = 20
 // signed 64-bit integer are fine, until the year 2248.
 func NamespaceStart(t time.Time) uint64 {
 	return uint64(max(t.UnixMilli(), 0)) << namespaceStartShift
+}
+
+// versionTrim are the bytes ParseVersion ignores around a version.
+const versionTrim = " \t\r\n"
+
+// ParseVersion reads a namespace version (docs/formats.md, "Namespace
+// versions"): ASCII decimal digits worth an unsigned 64-bit number.
+// memcached pads a number with trailing spaces when an incr or decr
+// shortens it; ASCII spaces, tabs, CR and LF on either side are ignored,
+// and nothing else (no sign, no other white space). ok is false for
+// anything else.
+func ParseVersion(value []byte) (v uint64, ok bool) {
+	v, err := strconv.ParseUint(strings.Trim(string(value), versionTrim), 10, 64)
+	return v, err == nil
 }

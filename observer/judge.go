@@ -65,17 +65,6 @@ func (it Item) text() string {
 	return strconv.Quote(string(it.Value))
 }
 
-// parseVersion reads a namespace version (docs/formats.md: decimal
-// digits, surrounding spaces ignored).
-func parseVersion(v []byte) (uint64, bool) {
-	s := strings.TrimSpace(string(v))
-	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	return n, err == nil
-}
-
 // judgeVersion judges a namespace version (or one hot-key copy) read at
 // the check against the one read before the bump (docs/formats.md,
 // "Namespace versions"). The version must have moved past the value read
@@ -87,12 +76,12 @@ func judgeVersion(before, now Item, beforeAt time.Time, skew time.Duration, deta
 	if !now.Present {
 		return verdict{result: Missing}
 	}
-	v, ok := parseVersion(now.Value)
+	v, ok := itemformat.ParseVersion(now.Value)
 	if !ok {
 		return verdict{Inconsistent, "a decimal version", now.text()}
 	}
 	if before.Present {
-		if b, ok := parseVersion(before.Value); ok {
+		if b, ok := itemformat.ParseVersion(before.Value); ok {
 			switch {
 			case v > b:
 				return verdict{result: Consistent}
@@ -201,15 +190,14 @@ func judgeCounter(now Item, truth int64) verdict {
 		return verdict{result: Missing}
 	}
 	want := strconv.FormatInt(truth, 10)
-	got := strings.TrimSpace(string(now.Value))
-	n, err := strconv.ParseInt(got, 10, 64)
-	if err != nil {
+	n, ok := itemformat.ParseCount(now.Value)
+	if !ok {
 		return verdict{Inconsistent, want, now.text()}
 	}
 	if n == truth {
 		return verdict{result: Consistent}
 	}
-	return verdict{Inconsistent, want, got}
+	return verdict{Inconsistent, want, strconv.FormatInt(n, 10)}
 }
 
 // diff returns the members of got not in want, and of want not in got.

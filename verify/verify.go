@@ -610,14 +610,14 @@ func (v *Verifier) compare(ctx context.Context, r *rules.Rule, t target, value [
 		if err != nil {
 			return verdict{}, fmt.Errorf("verify: rule %q key %q: %w", r.Name, t.key, err)
 		}
-		// memcached pads a decremented number with spaces.
-		text := strings.TrimSpace(string(value))
-		got, err := strconv.ParseInt(text, 10, 64)
+		// As readers parse it (memcached pads a decremented number
+		// with spaces).
+		got, ok := itemformat.ParseCount(value)
 		wantS := strconv.FormatInt(want, 10)
-		if err != nil {
+		if !ok {
 			return verdict{wrong: true, cached: strconv.Quote(string(value)), truthS: wantS}, nil
 		}
-		return verdict{wrong: got != want, cached: text, truthS: wantS}, nil
+		return verdict{wrong: got != want, cached: strconv.FormatInt(got, 10), truthS: wantS}, nil
 	case rules.SetRule:
 		loaded, err := v.truth.LoadMembers(ctx, r.Query, t.args)
 		if err != nil {

@@ -206,6 +206,17 @@ func TestVerify(t *testing.T) {
 	if !rep.OK() || rep.Checked != 9 || rep.ConsistencyText() != "100.000% (all)" {
 		t.Errorf("after the fix: %+v", rep)
 	}
+
+	// A signed number is no counter to readers (client.Count recounts
+	// it, docs/formats.md): wrong, though its digits equal the truth.
+	f.set(t, "comments:4", "+0")
+	rep, err = f.v.Verify(context.Background(), f.rs.Rules(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Mismatch{Key: f.prefix + "comments:4", Rule: "post-comments", Cached: `"+0"`, Truth: "0"}); rep.Wrong != 1 || len(rep.Mismatches) != 1 || rep.Mismatches[0] != want {
+		t.Errorf("signed counter: wrong %d, mismatches %+v; want %+v", rep.Wrong, rep.Mismatches, want)
+	}
 }
 
 func TestVerifyNamedRulesAndSample(t *testing.T) {

@@ -37,9 +37,10 @@ type ClientConfig struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// Defaults of the connections to memcached: the meta client's, the
-// pipelined writer's and the read side's (config's memcached.timeout
-// refers to DefaultTimeout).
+// Defaults of the connections to memcached: the meta client's and the
+// read side's, and the pipelined writer's connections per server (its
+// own Timeout defaults to 1s; the daemon passes memcached.timeout, whose
+// default is DefaultTimeout).
 const (
 	// DefaultConnsPerServer is the number of connections kept to each
 	// server.
