@@ -140,22 +140,7 @@ func waitCommitted(t *testing.T, brokers []string, group, topic string, want int
 }
 
 // lockedBuffer collects log output from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = testsvc.LogBuffer
 
 // testLogger logs into a buffer that is printed when the test fails or
 // runs with -v; it never writes to the test after it ended.

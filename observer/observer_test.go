@@ -1,14 +1,12 @@
 package observer
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,22 +20,7 @@ import (
 )
 
 // syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testsvc.LogBuffer
 
 // observed is a test bed: a real memcached, the daemon's text writer and
 // an observer at 100% sampling with one short window.
