@@ -10,53 +10,80 @@ import (
 	"time"
 )
 
-// runningDaemon is `cachewarden run` started in-process by startDaemon.
+// runningDaemon is a serving command (`run`, `observe`) started
+// in-process by startDaemon or startCommand.
 type runningDaemon struct {
 	t      *testing.T
 	addr   string
 	stderr *syncBuffer
+	// ready is the log record that named the HTTP address.
+	ready  map[string]any
+	cancel context.CancelFunc
+	done   chan error
+	// stopped and err: stop was called, and what the command returned.
+	stopped bool
+	err     error
 }
 
 // startDaemon runs `cachewarden --log-format json run -c cfgPath` until the
 // test ends, and waits for its HTTP address.
 func startDaemon(t *testing.T, cfgPath string) *runningDaemon {
 	t.Helper()
+	return startCommand(t, "serving", "run", "-c", cfgPath)
+}
+
+// startCommand runs `cachewarden --log-format json ARGS...` until the test
+// ends or stop is called, and waits for its log record whose message
+// starts with ready and names the HTTP address (addr).
+func startCommand(t *testing.T, ready string, args ...string) *runningDaemon {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &runningDaemon{t: t, stderr: &syncBuffer{}}
-	done := make(chan error, 1)
+	d := &runningDaemon{t: t, stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		done <- runWithInput(ctx, strings.NewReader(""), []string{"--log-format", "json", "run", "-c", cfgPath}, io.Discard, d.stderr)
+		d.done <- runWithInput(ctx, strings.NewReader(""), append([]string{"--log-format", "json"}, args...), io.Discard, d.stderr)
 	}()
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run: %v", err)
+		if !d.stopped {
+			if err := d.stop(); err != nil {
+				t.Errorf("%s: %v", args[0], err)
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("run did not stop")
 		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.stderr.String())
+		if t.Failed() || testing.Verbose() {
+			t.Logf("%s log:\n%s", args[0], d.stderr.String())
 		}
 	})
 	waitUntil(t, 10*time.Second, func() string {
 		recs, _ := jsonRecords(d.stderr.String())
 		for _, r := range recs {
-			if addr, ok := r["addr"].(string); ok && strings.HasPrefix(fmt.Sprint(r["msg"]), "serving") {
-				d.addr = addr
+			if addr, ok := r["addr"].(string); ok && strings.HasPrefix(fmt.Sprint(r["msg"]), ready) {
+				d.addr, d.ready = addr, r
 				return ""
 			}
 		}
 		select {
-		case err := <-done:
-			t.Fatalf("run returned early: %v\n%s", err, d.stderr.String())
+		case err := <-d.done:
+			t.Fatalf("%s returned early: %v\n%s", args[0], err, d.stderr.String())
 		default:
 		}
 		return "no HTTP address logged yet"
 	})
 	return d
+}
+
+// stop cancels the command, as SIGINT or SIGTERM do in main, and returns
+// what it returned; the test fails if it does not stop within 30s.
+func (d *runningDaemon) stop() error {
+	if d.stopped {
+		return d.err
+	}
+	d.stopped = true
+	d.cancel()
+	select {
+	case d.err = <-d.done:
+	case <-time.After(30 * time.Second):
+		d.t.Fatal("the command did not stop")
+	}
+	return d.err
 }
 
 // get returns the status and body of GET path on the daemon.

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,47 +67,14 @@ observer:
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- runWithInput(ctx, strings.NewReader(""), []string{"observe", "-c", cfgPath}, &stdout, &stderr)
-	}()
-	defer func() {
-		if t.Failed() || testing.Verbose() {
-			t.Logf("stderr:\n%s", stderr.String())
-		}
-	}()
-	var addr string
-	waitUntil(t, 10*time.Second, func() string {
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			var rec struct {
-				Msg, Addr, Group string
-			}
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "observing" {
-				if !strings.HasSuffix(rec.Group, "-observer") {
-					t.Errorf("observing in group %q, want kafka.group-observer", rec.Group)
-				}
-				addr = rec.Addr
-				return ""
-			}
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("observe returned early: %v", err)
-		default:
-		}
-		return "no start-up record yet"
-	})
+	ctx := t.Context()
+	d := startCommand(t, "observing", "observe", "-c", cfgPath)
+	if group := fmt.Sprint(d.ready["group"]); !strings.HasSuffix(group, "-observer") {
+		t.Errorf("observing in group %q, want kafka.group-observer", group)
+	}
 	httpGet := func(path string) string {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
+		_, body := d.get(path)
+		return body
 	}
 	waitUntil(t, 20*time.Second, func() string {
 		if body := httpGet("/metrics"); !strings.Contains(body, "cachewarden_assigned_partitions 1") {
@@ -147,13 +111,7 @@ observer:
 	if it, err := mc.Get(key); err != nil || string(it.Value) != "1782579200000000005" {
 		t.Errorf("observe changed %s: %v %v", key, it, err)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("observe returned %v after the signal, want nil", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("observe did not stop")
+	if err := d.stop(); err != nil {
+		t.Fatalf("observe returned %v after the signal, want nil", err)
 	}
 }

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,48 +72,9 @@ log:
 `, testsvc.Unique(), topic, mcAddr)), 0o644)
 	t.Setenv("CW_TEST_BROKERS", strings.Join(brokers, ","))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- runWithInput(ctx, strings.NewReader(""), []string{"run", "-c", cfgPath}, &stdout, &stderr)
-	}()
-	defer func() {
-		if t.Failed() || testing.Verbose() {
-			t.Logf("stderr:\n%s", stderr.String())
-		}
-	}()
-
-	// The HTTP address is in the start-up log.
-	var addr string
-	waitUntil(t, 10*time.Second, func() string {
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			var rec struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Addr != "" && strings.HasPrefix(rec.Msg, "serving") {
-				addr = rec.Addr
-				return ""
-			}
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("run returned early: %v", err)
-		default:
-		}
-		return "no HTTP address logged yet"
-	})
-	httpGet := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	ctx := t.Context()
+	d := startDaemon(t, cfgPath)
+	httpGet := d.get
 	if code, _ := httpGet("/healthz"); code != 200 {
 		t.Errorf("/healthz = %d", code)
 	}
@@ -156,16 +113,10 @@ log:
 		return ""
 	})
 
-	cancel() // what SIGINT/SIGTERM do in main
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run returned %v after the signal, want nil (exit 0)", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not stop")
+	if err := d.stop(); err != nil { // what SIGINT/SIGTERM do in main
+		t.Fatalf("run returned %v after the signal, want nil (exit 0)", err)
 	}
-	logs := stderr.String()
+	logs := d.stderr.String()
 	if strings.Contains(logs, "s3cr3t-pw") {
 		t.Errorf("the MySQL password was logged")
 	}
