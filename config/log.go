@@ -3,6 +3,7 @@ package config
 import (
 	"io"
 	"log/slog"
+	"strings"
 )
 
 func parseLevel(s string) (slog.Level, bool) {
@@ -31,8 +32,15 @@ func (l Log) SlogLevel() slog.Level {
 // NewLogger returns a logger writing to w in the configured format and at
 // the configured level.
 func (l Log) NewLogger(w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: l.SlogLevel()}
-	if l.Format == "json" {
+	return NewLogger(w, l.Format, l.SlogLevel())
+}
+
+// NewLogger returns a logger writing to w at lvl: JSON lines when format
+// is "json" (in any case), else slog's text format. Every logger of the
+// commands is built here.
+func NewLogger(w io.Writer, format string, lvl slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: lvl}
+	if strings.EqualFold(format, "json") {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))

@@ -29,12 +29,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"math/big"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 
 	"go.yaml.in/yaml/v3"
 
@@ -175,14 +176,12 @@ func (p *parser) result() error {
 // fields walks a mapping node, calling set for each known key, in file
 // order; yamlfile reports unknown, duplicate and merge keys. It returns
 // the keys seen, and false when n is not a mapping.
-func (p *parser) fields(n *yaml.Node, what string, known []string, set func(key string, k, v *yaml.Node)) (map[string]bool, bool) {
+func (p *parser) fields(n *yaml.Node, what string, known []string, set func(key string, k, v *yaml.Node)) (yamlfile.Fields, bool) {
 	fs, ok := yamlfile.Mapping(n, what, known, p.errorf)
-	seen := make(map[string]bool, len(fs))
 	for _, f := range fs {
-		seen[f.Key.Value] = true
 		set(f.Key.Value, f.Key, f.Value)
 	}
-	return seen, ok
+	return fs, ok
 }
 
 // str decodes a scalar as text; numbers and booleans give their literal.
@@ -223,7 +222,7 @@ func (p *parser) suite(s *Suite, n *yaml.Node) {
 	if !isMapping {
 		return
 	}
-	if !seen["rule_files"] {
+	if !seen.Has("rule_files") {
 		p.errorf(n, "test file: %s", yamlfile.MissingKey("rule_files"))
 	}
 	if tests == nil {
@@ -322,7 +321,7 @@ func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 	if !isMapping {
 		return nil
 	}
-	if !seen["name"] {
+	if !seen.Has("name") {
 		p.errorf(n, "test: %s", yamlfile.MissingKey("name"))
 	} else if nameOK && t.Name == "" {
 		p.errorf(n, "test: name must not be empty")
@@ -458,7 +457,7 @@ func (p *parser) expectedOp(n *yaml.Node, what string, nEvents int) (ExpectedOp,
 		return op, false
 	}
 	for _, req := range []string{"event", "rule", "op", "key"} {
-		if !seen[req] {
+		if !seen.Has(req) {
 			p.errorf(n, "%s: expected op: %s", what, yamlfile.MissingKey(req))
 			ok = false
 		}
@@ -524,7 +523,7 @@ func (p *parser) expectedError(n *yaml.Node, what string, nEvents int) (Expected
 		return ee, false
 	}
 	for _, req := range []string{"event", "contains"} {
-		if !seen[req] {
+		if !seen.Has(req) {
 			p.errorf(n, "%s: expected error: %s", what, yamlfile.MissingKey(req))
 			ok = false
 		}

@@ -48,10 +48,7 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	case format != "text" && format != "json":
 		return usageErrorf("check: --format %q: want text or json", format)
 	}
-	opts := check.Options{Config: *path, DSN: dsn, ConfigDSN: *configDSN, Timeout: *timeout, Log: a.log}
-	if len(tests) > 0 {
-		opts.Tests = tests
-	}
+	opts := check.Options{Config: *path, DSN: dsn, ConfigDSN: *configDSN, Tests: tests, Timeout: *timeout, Log: a.log}
 	for _, d := range databases {
 		name, schema, ok := strings.Cut(d, "=")
 		if !ok || name == "" || schema == "" {

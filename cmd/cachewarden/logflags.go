@@ -4,7 +4,6 @@ import (
 	"flag"
 	"io"
 	"log/slog"
-	"strings"
 
 	"github.com/cachewarden/cachewarden/config"
 )
@@ -41,11 +40,7 @@ func (a *app) configLogger(l config.Log, w io.Writer) *slog.Logger {
 	}
 	format := l.Format
 	if a.logFlags.format != "" {
-		format = strings.ToLower(a.logFlags.format)
+		format = a.logFlags.format
 	}
-	opts := &slog.HandlerOptions{Level: level}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return config.NewLogger(w, format, level)
 }

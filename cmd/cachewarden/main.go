@@ -150,12 +150,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
 	switch strings.ToLower(format) {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text", "json":
+		return config.NewLogger(w, format, lvl), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
@@ -210,8 +207,6 @@ func exitCode(err error) int {
 	return 1
 }
 
-// newFlagSet returns a flag set for a subcommand whose messages go to
-// stderr. synopsis is the usage line after "Usage: cachewarden ".
 // configFlag adds -c and its long form --config to fs: the config file
 // that run, observe, replay and check require.
 func configFlag(fs *flag.FlagSet) *string {
@@ -258,6 +253,8 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	return cfg, nil
 }
 
+// newFlagSet returns a flag set for a subcommand whose messages go to
+// stderr. synopsis is the usage line after "Usage: cachewarden ".
 func newFlagSet(name, synopsis, description string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -212,20 +213,11 @@ func Mapping(n *yaml.Node, where string, known []string, errorf Errorf) (fs Fiel
 			continue
 		}
 		first[k.Value] = k.Line
-		if !contains(known, k.Value) {
+		if !slices.Contains(known, k.Value) {
 			errorf(k, "%s", In(where, UnknownKey(k.Value, known)))
 			continue
 		}
 		fs = append(fs, Field{Key: k, Value: v})
 	}
 	return fs, true
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
