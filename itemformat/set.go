@@ -107,6 +107,17 @@ func DecodeSet(value []byte) SetState {
 // isSetTokenSeparator reports whether b separates set tokens.
 func isSetTokenSeparator(b byte) bool { return b <= ' ' || b == 0x7f }
 
+// SetTokens returns the tokens of a set's value, or of tokens to append,
+// split as DecodeSet splits them: on bytes up to space and DEL only, so
+// that other Unicode spaces stay inside a member.
+func SetTokens(b []byte) [][]byte {
+	var toks [][]byte
+	for tok, rest := nextSetToken(b); tok != nil; tok, rest = nextSetToken(rest) {
+		toks = append(toks, tok)
+	}
+	return toks
+}
+
 // nextSetToken returns the first token of b and what follows it; tok is nil
 // when b holds no more tokens.
 func nextSetToken(b []byte) (tok, rest []byte) {

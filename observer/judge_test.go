@@ -2,6 +2,7 @@ package observer
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"testing"
@@ -127,5 +128,16 @@ func TestStatusHandlerOff(t *testing.T) {
 		if b, _ := json.Marshal(c.n); string(b) != c.want {
 			t.Errorf("nines %v in JSON: %s, want %s", float64(c.n), b, c.want)
 		}
+	}
+}
+
+// TestTokenMembersSplitAsSets: the members of a sampled append are split
+// as a set's value is (itemformat.SetTokens): only bytes up to space and
+// DEL separate tokens, so a member with a no-break or em space stays one.
+func TestTokenMembersSplitAsSets(t *testing.T) {
+	got := tokenMembers("+caf\u00a0x -a\u2003b\t+c ")
+	want := map[string]bool{"caf\u00a0x": true, "a\u2003b": false, "c": true}
+	if !maps.Equal(got, want) {
+		t.Errorf("tokenMembers = %v, want %v", got, want)
 	}
 }

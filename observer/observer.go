@@ -46,6 +46,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -402,9 +403,9 @@ func newChange(op *rules.Op, i int) *change {
 // last token of each adds it.
 func tokenMembers(tokens string) map[string]bool {
 	m := make(map[string]bool)
-	for _, t := range strings.Fields(tokens) {
+	for _, t := range itemformat.SetTokens([]byte(tokens)) {
 		if len(t) > 1 && (t[0] == '+' || t[0] == '-') {
-			m[strings.Clone(t[1:])] = t[0] == '+'
+			m[string(t[1:])] = t[0] == '+'
 		}
 	}
 	return m
