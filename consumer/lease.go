@@ -75,10 +75,10 @@ func (l *memberLease) check(member string, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
+	case l.member == "":
+		return fmt.Errorf("%w: no heartbeat acknowledged yet", ErrMembershipExpired)
 	case member == "" || member != l.member:
 		return fmt.Errorf("%w: no heartbeat of member %q acknowledged (the member joined again since)", ErrMembershipExpired, member)
-	case l.sentAt.IsZero():
-		return fmt.Errorf("%w: no heartbeat acknowledged yet", ErrMembershipExpired)
 	}
 	if age := now.Sub(l.sentAt); age >= l.valid {
 		return fmt.Errorf("%w: the last heartbeat acknowledged was sent %v ago (lease %v)", ErrMembershipExpired, age.Round(time.Millisecond), l.valid)

@@ -62,9 +62,6 @@ type ReplayConfig struct {
 	// newer ones (CheckSetAppend): otherwise an old "+m" appended after a
 	// newer "-m" makes m a member again.
 	SetAppend bool
-	// SetRebuilder applies the set rebuilds (OpSetRebuild, OpSetDelete).
-	// nil means the Pipeline's Writer (Stack.Applier handles them).
-	SetRebuilder Applier
 	// IdleTimeout is how long a partition may deliver nothing before the
 	// end of its range before the replay fails; default
 	// DefaultReplayIdleTimeout.
@@ -166,11 +163,8 @@ func (s ReplaySummary) String() string {
 //
 // A Replayer may run several replays one after the other, not at once.
 type Replayer struct {
-	cfg ReplayConfig
-	p   *Pipeline
-	// sets applies the final set rebuilds: p with SetRebuilder as its
-	// Writer.
-	sets     *Pipeline
+	cfg      ReplayConfig
+	p        *Pipeline
 	log      *slog.Logger
 	progress *ReplayProgress
 
@@ -209,13 +203,7 @@ func NewReplayer(cfg ReplayConfig) (*Replayer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rp := &Replayer{cfg: cfg, p: cfg.Pipeline, sets: cfg.Pipeline, log: log, progress: cfg.Progress}
-	if cfg.SetRebuilder != nil {
-		cp := *cfg.Pipeline
-		cp.cfg.Writer = cfg.SetRebuilder
-		rp.sets = &cp
-	}
-	return rp, nil
+	return &Replayer{cfg: cfg, p: cfg.Pipeline, log: log, progress: cfg.Progress}, nil
 }
 
 // Replay replays in and returns what it did. It returns an error when the
@@ -621,7 +609,7 @@ func (rp *Replayer) flushRecounts(ctx context.Context) error {
 			p *Pipeline
 			b *Batch
 			n *atomic.Int64
-		}{{rp.p, &counters, &rp.sum.recounts}, {rp.sets, &sets, &rp.sum.setRebuilds}} {
+		}{{rp.p, &counters, &rp.sum.recounts}, {rp.p, &sets, &rp.sum.setRebuilds}} {
 			if len(run.b.Ops) == 0 {
 				continue
 			}

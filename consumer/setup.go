@@ -133,7 +133,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		writer = droppingApplier{Applier: writer, drop: opts.DropOps}
 	}
 	if opts.ObserveOnly {
-		writer, opts.MemoryRebumps, opts.NoDLQ = observeOnly{}, true, true
+		writer, opts.NoDLQ = observeOnly{}, true
 	}
 	s.registerClientStats()
 	if !opts.ObserveOnly {
@@ -143,9 +143,11 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 		}
 	}
 
-	s.Rebump = NewRebumper(writer, s.Metrics, logger.With("component", "rebump"))
-	if !opts.MemoryRebumps {
-		s.Rebump.EnableJournal(cacheops.NewTokenLog(s.Memcache, logger.With("component", "rebump")), cfg.RuleSet, cfg.Kafka.Group)
+	if !opts.ObserveOnly { // observing delays no bump
+		s.Rebump = NewRebumper(writer, s.Metrics, logger.With("component", "rebump"))
+		if !opts.MemoryRebumps {
+			s.Rebump.EnableJournal(cacheops.NewTokenLog(s.Memcache, logger.With("component", "rebump")), cfg.RuleSet, cfg.Kafka.Group)
+		}
 	}
 	if cfg.Kafka.DLQTopic != "" && !opts.NoDLQ {
 		if s.DLQ, err = NewDLQ(kc, cfg.Kafka.DLQTopic, logger.With("component", "dlq")); err != nil {
@@ -275,9 +277,6 @@ func (s *Stack) buildPipeline(writer Applier, servers *itemformat.Selector, opts
 			return err
 		}
 		pc.Observer = s.Observer
-	}
-	if opts.ObserveOnly {
-		pc.Rebump = nil
 	}
 	if s.DLQ != nil {
 		pc.Poison = s.DLQ
