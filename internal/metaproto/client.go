@@ -119,12 +119,28 @@ func (c *Client) Get(ctx context.Context, gets []Get) ([]Item, error) {
 	replies, err := c.pool.Do(ctx, c.timeout, cmds)
 	// A restarted memcached leaves the pooled connections dead: each
 	// failed exchange closes its connection, and a read is safe to send
-	// again on another or a new one.
+	// again on another or a new one. Only the failed reads go again: a
+	// vivifying read another server answered has won or lost its lease,
+	// and sent again it would find its own placeholder.
 	for range c.pool.connsPerServer {
 		if err == nil || !connectionClosed(err) || ctx.Err() != nil {
 			break
 		}
-		replies, err = c.pool.Do(ctx, c.timeout, cmds)
+		var again []int
+		for i := range replies {
+			if replies[i].Status == Failed {
+				again = append(again, i)
+			}
+		}
+		resend := make([]Cmd, len(again))
+		for j, i := range again {
+			resend[j] = cmds[i]
+		}
+		var sent []Reply
+		sent, err = c.pool.Do(ctx, c.timeout, resend)
+		for j, i := range again {
+			replies[i] = sent[j]
+		}
 	}
 	items := make([]Item, len(gets))
 	for i := range replies {
