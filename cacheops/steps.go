@@ -304,7 +304,7 @@ func (a *Applier) advanceBump(p *opState, cmd *metaproto.Cmd, rep *metaproto.Rep
 	case p.step == stepBump && rep.Status == metaproto.HD:
 		a.finish(p, OutcomeIncr)
 	case p.step == stepBump && rep.Status == metaproto.VA:
-		if string(rep.Value) == strconv.FormatUint(p.initial, 10) {
+		if v, ok := itemformat.ParseVersion(rep.Value); ok && v == p.initial {
 			a.finish(p, OutcomeAdded)
 		} else {
 			a.finish(p, OutcomeIncr)

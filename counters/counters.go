@@ -153,8 +153,8 @@ func (c *Counters) Stats() Stats {
 	a := c.applier.Stats()
 	return Stats{
 		Calls:         c.calls.Load() + a.Commands,
-		Recounts:      c.recounts.Load() + a.Recounts,
-		RecountErrors: c.recountErrors.Load() + a.RecountErrors,
+		Recounts:      c.recounts.Load(),
+		RecountErrors: c.recountErrors.Load(),
 		Drifts:        c.drifts.Load() + a.Drifts,
 		Deletes:       c.deletes.Load() + a.Deletes,
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -236,9 +237,10 @@ func (c *Counters) notePlainRecount() {
 // recount will replace, so that the old value never matches the new
 // fence).
 func newFenceID(avoid ...uint32) uint32 {
-	const shift = 16 // itemformat.CounterFlagsMask
+	shift := bits.TrailingZeros32(itemformat.CounterFlagsMask)
+	ids := itemformat.CounterFlagsMask >> shift // the ids the mask leaves
 	for {
-		id := uint32(2+rand.IntN(1<<16-2)) << shift
+		id := uint32(1+rand.Uint32N(ids)) << shift // never 0
 		if id != itemformat.ReaderCountFlags && !slices.Contains(avoid, id) {
 			return id
 		}
@@ -308,9 +310,6 @@ func (c *Counters) addFenced(ctx context.Context, op *rules.Op, n int64, fence F
 // fence, as without fences. err is a recount that failed (the caller
 // deletes the counter); memcached failures fail res.
 func (c *Counters) recountExact(ctx context.Context, op *rules.Op) (res cacheops.Result, err error) {
-	if op.Rule.Query == "" || c.rc == nil {
-		return c.deleteItem(op.Key, "recount: no recount query"), nil
-	}
 	for range maxExactAttempts {
 		var (
 			cur *memcache.Item

@@ -150,10 +150,8 @@ func (c *Client) Get(ctx context.Context, gets []Get) ([]Item, error) {
 			items[i] = Item{Found: true, Value: rep.Value, CAS: rep.CAS, TTL: rep.TTL,
 				Won: rep.Won, Stale: rep.Stale, WinSent: rep.WinSent}
 		case EN:
-		case Failed:
-			err = errors.Join(err, fmt.Errorf("metaproto: mg %q: %w", gets[i].Key, rep.Err))
 		default:
-			err = errors.Join(err, fmt.Errorf("metaproto: mg %q: %w: status %d", gets[i].Key, ErrProtocol, rep.Status))
+			err = errors.Join(err, fmt.Errorf("metaproto: mg %q: %w", gets[i].Key, ReplyError(rep)))
 		}
 	}
 	return items, err
@@ -248,10 +246,8 @@ func storeError(verb, key string, rep *Reply) error {
 		err = memcache.ErrCacheMiss
 	case NS:
 		err = memcache.ErrNotStored
-	case Failed:
-		err = rep.Err
 	default:
-		err = fmt.Errorf("%w: status %d", ErrProtocol, rep.Status)
+		err = ReplyError(rep)
 	}
 	return fmt.Errorf("metaproto: %s %q: %w", verb, key, err)
 }

@@ -145,6 +145,32 @@ const (
 	Failed
 )
 
+// String names the status as memcached's reply does (HD, VA, EN, NF, NS,
+// EX), or says what it stands for.
+func (s Status) String() string {
+	switch s {
+	case Pending:
+		return "no reply"
+	case QuietOK:
+		return "quiet success"
+	case HD:
+		return "HD"
+	case VA:
+		return "VA"
+	case EN:
+		return "EN"
+	case NF:
+		return "NF"
+	case NS:
+		return "NS"
+	case EX:
+		return "EX"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("status %d", uint8(s))
+}
+
 // Reply is the outcome of one command.
 type Reply struct {
 	Status Status
@@ -628,5 +654,5 @@ func ReplyError(rep *Reply) error {
 	if rep.Err != nil {
 		return rep.Err
 	}
-	return fmt.Errorf("%w: status %d", ErrProtocol, rep.Status)
+	return fmt.Errorf("%w: unexpected reply %v", ErrProtocol, rep.Status)
 }
