@@ -128,11 +128,8 @@ func (d *Daemon) restartExpired(ctx context.Context, cl *kgo.Client, member stri
 	}
 	results := d.stopPartitions(expired, false)
 	fctx, cancel := context.WithTimeout(ctx, d.cfg.HandoffTimeout)
-	offsets, err := kadm.NewClient(cl).FetchOffsets(fctx, d.cfg.Group)
+	offsets, err := d.groupCommits(fctx, cl)
 	cancel()
-	if err == nil {
-		err = offsets.Error()
-	}
 	out := make(map[string][]int32, len(assigned)+1)
 	for t, ps := range assigned {
 		out[t] = append([]int32(nil), ps...)
@@ -329,10 +326,7 @@ func (d *Daemon) commitHandoffs(cl *kgo.Client, results map[topicPartition]parti
 	if len(commit) == 0 {
 		return
 	}
-	current, err := kadm.NewClient(cl).FetchOffsets(ctx, d.cfg.Group)
-	if err == nil {
-		err = current.Error()
-	}
+	current, err := d.groupCommits(ctx, cl)
 	if err != nil {
 		d.log.Warn("reading the group's committed offsets before a handoff failed; not committing the released partitions, their next owners recount",
 			"error", err.Error())
@@ -364,4 +358,14 @@ func (d *Daemon) commitHandoffs(cl *kgo.Client, results map[topicPartition]parti
 		})
 	}
 	wg.Wait()
+}
+
+// groupCommits reads the offsets the group has committed; an error of any
+// partition fails the whole read.
+func (d *Daemon) groupCommits(ctx context.Context, cl *kgo.Client) (kadm.OffsetResponses, error) {
+	offsets, err := kadm.NewClient(cl).FetchOffsets(ctx, d.cfg.Group)
+	if err == nil {
+		err = offsets.Error()
+	}
+	return offsets, err
 }

@@ -176,8 +176,8 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 // for concurrent use.
 func (p *Pipeline) SetPartitionCounts(counts map[string]int) {
 	p.order.setPartitions(counts)
-	if o, ok := p.cfg.Observer.(interface{ SetPartitionCounts(map[string]int) }); ok {
-		o.SetPartitionCounts(counts) // counters judged at a position need them
+	if p.cfg.Observer != nil {
+		p.cfg.Observer.SetPartitionCounts(counts)
 	}
 }
 

@@ -658,7 +658,7 @@ func (h *taskHeap) Pop() any {
 }
 
 // bucket is a token bucket: rate tokens a second, at most max(rate, 1)
-// kept. It is not safe for concurrent use on its own; take locks.
+// kept. It is safe for concurrent use.
 type bucket struct {
 	mu     sync.Mutex
 	rate   float64
