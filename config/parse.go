@@ -435,29 +435,14 @@ func (d *decoder) stringMap(n *yaml.Node, path string) map[string]string {
 		return nil
 	}
 	out := make(map[string]string, len(n.Content)/2)
-	first := make(map[string]int, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, val := yamlfile.Resolve(n.Content[i]), n.Content[i+1]
-		switch {
-		case key.Kind != yaml.ScalarNode:
-			d.problem(at(key), "%s", yamlfile.In(path, yamlfile.NonScalarKey))
-			continue
-		case key.Tag == "!!merge":
-			d.problem(at(key), "%s", yamlfile.In(path, yamlfile.MergeKey))
-			continue
-		}
-		full := path + "[" + strconv.Quote(key.Value) + "]"
-		if line, dup := first[key.Value]; dup {
-			d.problem(at(key), "%s", yamlfile.In(path, yamlfile.DuplicateKey(key.Value, line)))
-			continue
-		}
-		first[key.Value] = key.Line
-		s, ok := d.scalar(val, full)
+	for _, f := range yamlfile.Keys(n, path, d.errorf) {
+		full := path + "[" + strconv.Quote(f.Key.Value) + "]"
+		s, ok := d.scalar(f.Value, full)
 		if !ok {
 			continue
 		}
-		out[key.Value] = s
-		d.remember(full, key, val)
+		out[f.Key.Value] = s
+		d.remember(full, f.Key, f.Value)
 	}
 	return out
 }

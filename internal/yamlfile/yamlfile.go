@@ -197,6 +197,22 @@ func Mapping(n *yaml.Node, where string, known []string, errorf Errorf) (fs Fiel
 		errorf(n, "%s", WrongKind(what, "a mapping", n))
 		return nil, false
 	}
+	return keys(n, where, known, errorf), true
+}
+
+// Keys returns the keys of mapping n (its values' aliases followed),
+// first occurrence only, in file order, whatever their names: for
+// mappings whose keys are data (a map of addresses to weights, say). It
+// reports through errorf, each prefixed with where: keys that are not
+// plain names, merge keys and duplicate keys.
+func Keys(n *yaml.Node, where string, errorf Errorf) Fields {
+	return keys(n, where, nil, errorf)
+}
+
+// keys is Keys, reporting keys not in known too unless known is nil, every
+// problem in file order.
+func keys(n *yaml.Node, where string, known []string, errorf Errorf) Fields {
+	var fs Fields
 	first := make(map[string]int, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := Resolve(n.Content[i]), Resolve(n.Content[i+1])
@@ -213,11 +229,11 @@ func Mapping(n *yaml.Node, where string, known []string, errorf Errorf) (fs Fiel
 			continue
 		}
 		first[k.Value] = k.Line
-		if !slices.Contains(known, k.Value) {
+		if known != nil && !slices.Contains(known, k.Value) {
 			errorf(k, "%s", In(where, UnknownKey(k.Value, known)))
 			continue
 		}
 		fs = append(fs, Field{Key: k, Value: v})
 	}
-	return fs, true
+	return fs
 }
