@@ -140,6 +140,8 @@ type applierConfig struct {
 	recountElsewhere bool
 	// noCounters refuses OpCount and OpRecount (NewWriter's applier).
 	noCounters bool
+	// countersOnly refuses every other kind (ApplierConfig.CountersOnly).
+	countersOnly bool
 }
 
 // ApplierConfig tunes an Applier made with NewTextApplier. The zero value
@@ -151,6 +153,9 @@ type ApplierConfig struct {
 	WriterConfig
 	// RecountElsewhere: see PipelineConfig.RecountElsewhere.
 	RecountElsewhere bool
+	// CountersOnly fails every op but OpCount and OpRecount, sending
+	// nothing for it (ErrInvalidOp): the counters package's applier.
+	CountersOnly bool
 }
 
 // ApplierStats are cumulative counts since the Applier was created.
@@ -201,7 +206,7 @@ func NewTextApplier(mc *memcache.Client, loader SetLoader, recounter Recounter, 
 	}
 	warnIdleConns(mc, wc.MaxConcurrency, logger)
 	return newApplier(newTextTransport(mc, wc.MaxConcurrency, wc.ObserveRoundTrip), loader, recounter,
-		applierConfig{WriterConfig: wc, recountElsewhere: cfg.RecountElsewhere}, logger)
+		applierConfig{WriterConfig: wc, recountElsewhere: cfg.RecountElsewhere, countersOnly: cfg.CountersOnly}, logger)
 }
 
 // warnIdleConns warns when mc keeps fewer idle connections than the

@@ -103,6 +103,10 @@ func (a *Applier) start(p *opState, initial uint64) {
 		a.fail(p, "", err)
 		return
 	}
+	if a.cfg.countersOnly && op.Kind != rules.OpCount && op.Kind != rules.OpRecount {
+		a.fail(p, "", fmt.Errorf("not a counter op: %w", ErrInvalidOp))
+		return
+	}
 	switch op.Kind {
 	case rules.OpBump:
 		p.initial = initial

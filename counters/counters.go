@@ -137,7 +137,7 @@ func New(mc *memcache.Client, rc Recounter, cfg Config, logger *slog.Logger) *Co
 		MaxConcurrency:   cfg.MaxConcurrency,
 		Now:              cfg.Now,
 		ObserveRoundTrip: cfg.ObserveRoundTrip,
-	}}, logger)
+	}, CountersOnly: true}, logger)
 	return c
 }
 
@@ -169,7 +169,8 @@ func (c *Counters) Stats() Stats {
 // OpRecount. Ops of different keys run concurrently, at most
 // MaxConcurrency keys at a time; ops that share a key run one after the
 // other in slice order. results[i] receives the outcome of ops[i];
-// len(results) must be at least len(ops).
+// len(results) must be at least len(ops). An op of any other kind fails
+// (cacheops.ErrInvalidOp) without a request.
 //
 // OpCount adds Delta with incr (Delta > 0) or decr (Delta < 0); a zero
 // Delta sends nothing and reports cacheops.OutcomeIncr. On a miss, when
@@ -208,41 +209,7 @@ func (c *Counters) Stats() Stats {
 // joining the failures (see cacheops.Retryable). A cancelled ctx fails the
 // ops not yet started.
 func (c *Counters) Apply(ctx context.Context, ops []rules.Op, results []cacheops.Result) error {
-	if len(results) < len(ops) {
-		return fmt.Errorf("counters: apply: %d results for %d ops: %w", len(results), len(ops), cacheops.ErrInvalidOp)
-	}
-	counterOps := true
-	for i := range ops {
-		if k := ops[i].Kind; k != rules.OpCount && k != rules.OpRecount {
-			counterOps = false
-			break
-		}
-	}
-	if counterOps {
-		return c.applier.Apply(ctx, ops, results)
-	}
-	// Some ops are not counter ops: fail them, apply the others.
-	var idx []int
-	var sub []rules.Op
-	for i := range ops {
-		if k := ops[i].Kind; k == rules.OpCount || k == rules.OpRecount {
-			idx, sub = append(idx, i), append(sub, ops[i])
-			continue
-		}
-		results[i] = failed(fmt.Errorf("counters: %s %q: not a counter op: %w", ops[i].Kind, ops[i].Key, cacheops.ErrInvalidOp))
-	}
-	subResults := make([]cacheops.Result, len(sub))
-	c.applier.Apply(ctx, sub, subResults)
-	for j, i := range idx {
-		results[i] = subResults[j]
-	}
-	var errs []error
-	for i := range ops {
-		if results[i].Err != nil {
-			errs = append(errs, results[i].Err)
-		}
-	}
-	return &cacheops.ApplyError{Ops: len(ops), Errs: errs}
+	return c.applier.Apply(ctx, ops, results)
 }
 
 func failed(err error) cacheops.Result {
