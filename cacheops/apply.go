@@ -185,11 +185,9 @@ type ApplierStats struct {
 	Deletes uint64
 }
 
+// newApplier returns the Applier over tr. Its constructors have filled in
+// cfg's defaults and a logger (they need them before, for tr).
 func newApplier(tr transport, loader SetLoader, recounter Recounter, cfg applierConfig, logger *slog.Logger) *Applier {
-	cfg.WriterConfig = cfg.WriterConfig.withDefaults()
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	return &Applier{tr: tr, loader: loader, recounter: recounter, cfg: cfg, log: logger}
 }
 
