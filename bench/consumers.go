@@ -214,6 +214,10 @@ type DaemonCounts struct {
 	// EventAge is cachewarden_event_age_seconds: how old each applied row
 	// change was (now minus its source time).
 	EventAge Histogram
+	// FetchToApply is cachewarden_fetch_to_apply_seconds: how long each
+	// record waited in the daemon from its fetch until its batch was
+	// applied.
+	FetchToApply Histogram
 	// RecountsFenced and RecountsUnfenced are
 	// cachewarden_recount_fenced_total and
 	// cachewarden_recount_unfenced_total (all reasons): the counter
@@ -326,6 +330,8 @@ func ParseDaemonMetrics(r io.Reader) (DaemonCounts, error) {
 			out.RecountsUnfenced += v
 		case "cachewarden_event_age_seconds_bucket":
 			out.EventAge.add(labels, v)
+		case "cachewarden_fetch_to_apply_seconds_bucket":
+			out.FetchToApply.add(labels, v)
 		case "cachewarden_coalesce_saved_ops_total":
 			out.CoalesceSaved += v
 		case "cachewarden_memcached_round_trip_duration_seconds_count":

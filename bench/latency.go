@@ -57,6 +57,10 @@ type LatencyResult struct {
 	// row change was, now minus its source time, which the paced producer
 	// sets to the moment it hands the event to the producer client.
 	EventAge Histogram
+	// FetchToApply is the daemon's cachewarden_fetch_to_apply_seconds
+	// histogram at the end of the measurement (warm-up included): the
+	// daemon's own latency, from each record's fetch to its batch applied.
+	FetchToApply Histogram
 }
 
 // sampler polls memcached for the namespace keys of sample events and
@@ -361,6 +365,7 @@ func (e *env) runLatency(ctx context.Context, run int, bare bool) (LatencyResult
 		res.BatchP99 = seconds(counts.BatchDuration.Quantile(0.99))
 		res.CommitP99 = seconds(counts.CommitDuration.Quantile(0.99))
 		res.EventAge = counts.EventAge
+		res.FetchToApply = counts.FetchToApply
 	}
 	if err := proc.Stop(15 * time.Second); err != nil {
 		e.log.Warn("daemon did not stop cleanly", "error", err.Error())

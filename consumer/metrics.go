@@ -19,12 +19,14 @@ import (
 // given up on after a permanent error; retried attempts are counted in
 // cachewarden_apply_retries_total, not as outcomes.
 type Metrics struct {
-	events          *prometheus.CounterVec
-	ops             *prometheus.CounterVec
-	batchMessages   prometheus.Histogram
-	batchOps        prometheus.Histogram
-	batchDuration   prometheus.Histogram
-	eventAge        prometheus.Histogram
+	events        *prometheus.CounterVec
+	ops           *prometheus.CounterVec
+	batchMessages prometheus.Histogram
+	batchOps      prometheus.Histogram
+	batchDuration prometheus.Histogram
+	eventAge      *runHistogram
+	// fetchToApply is the daemon's own latency (Pipeline.Process).
+	fetchToApply    *runHistogram
 	coalesceSaved   prometheus.Counter
 	applyDuration   *prometheus.HistogramVec
 	applyRetries    prometheus.Counter
@@ -65,6 +67,14 @@ type Metrics struct {
 // latencyBuckets span 0.5ms to ~16s.
 var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 
+// fetchToApplyBuckets span 0.5 ms to 30 s (seconds), finer than
+// latencyBuckets where a daemon keeping up lies, with bounds at the round
+// figures latency goals are written in (10, 25, 50, 100 ms).
+var fetchToApplyBuckets = []float64{
+	0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+	0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 30,
+}
+
 // NewMetrics creates the metrics and registers them with reg (which must
 // not hold them already). A nil reg leaves them unregistered.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -85,7 +95,8 @@ func (m *Metrics) makeBatchMetrics(b metricMaker) {
 	m.batchMessages = b.histogram("cachewarden_batch_messages", prometheus.ExponentialBuckets(1, 4, 9), "Messages per batch.")
 	m.batchOps = b.histogram("cachewarden_batch_ops", prometheus.ExponentialBuckets(1, 4, 9), "Cache ops per batch after coalescing.")
 	m.batchDuration = b.histogram("cachewarden_batch_duration_seconds", latencyBuckets, "Time to decode, plan, coalesce and apply one batch, retries and DLQ writes included.")
-	m.eventAge = b.histogram("cachewarden_event_age_seconds", prometheus.ExponentialBuckets(0.001, 2, 22), "Age of each applied row change when its batch was applied: now minus the source timestamp (Debezium ts_ms of the source, Maxwell ts, Canal es). The staleness readers see; it includes the connector's and Kafka's delay and any clock difference with the database.")
+	m.eventAge = made(b, newRunHistogram("cachewarden_event_age_seconds", "Age of each applied row change when its batch was applied: now minus the source timestamp (Debezium ts_ms of the source, Maxwell ts, Canal es). The staleness readers see; it includes the connector's and Kafka's delay and any clock difference with the database.", prometheus.ExponentialBuckets(0.001, 2, 22)))
+	m.fetchToApply = made(b, newRunHistogram("cachewarden_fetch_to_apply_seconds", "Time from the fetch of each record (when the Kafka client handed it to the daemon) until its batch was applied to memcached: the daemon's own latency, queueing behind earlier batches of the partition included, the connector's and the broker's delay not.", fetchToApplyBuckets))
 	m.coalesceSaved = b.counter("cachewarden_coalesce_saved_ops_total", "Planned ops that coalescing merged away (memcached operations saved).")
 	m.applyDuration = b.histogramVec("cachewarden_apply_duration_seconds", latencyBuckets, "Time of one apply call, by applier (cacheops: bumps and sets in memcached; counters: memcached incr/decr and MySQL recounts).", "applier")
 	m.applyRetries = b.counter("cachewarden_apply_retries_total", "Apply attempts repeated after a transient memcached or MySQL error.")

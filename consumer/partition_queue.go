@@ -66,9 +66,10 @@ func newPartitionQueue(topic string, partition int, pause, resume func()) *parti
 // logStart are the fetch's last stable and log start offsets (-1 when
 // unknown).
 func (q *partitionQueue) push(recs []*kgo.Record, stable, logStart int64) {
+	fetched := time.Now()
 	q.mu.Lock()
 	for _, r := range recs {
-		q.msgs = append(q.msgs, messageFromRecord(r))
+		q.msgs = append(q.msgs, messageFromRecord(r, fetched))
 		q.bytes += len(r.Key) + len(r.Value)
 	}
 	if stable >= 0 {
@@ -128,14 +129,15 @@ func (q *partitionQueue) waiting() bool {
 	return len(q.msgs) > 0 || q.err != nil
 }
 
-// messageFromRecord converts a fetched record; the message shares the
-// record's key, value and headers.
-func messageFromRecord(r *kgo.Record) Message {
+// messageFromRecord converts a record fetched at fetched; the message
+// shares the record's key, value and headers.
+func messageFromRecord(r *kgo.Record, fetched time.Time) Message {
 	return Message{
 		Key:     r.Key,
 		Value:   r.Value,
 		Headers: r.Headers,
 		Time:    r.Timestamp,
+		Fetched: fetched,
 		Pos:     rules.Position{Topic: r.Topic, Partition: int(r.Partition), Offset: r.Offset},
 	}
 }

@@ -26,6 +26,10 @@ type Message struct {
 	Headers []kgo.RecordHeader
 	// Time is the record's timestamp; zero when unknown.
 	Time time.Time
+	// Fetched is when the Kafka client handed the record to the daemon
+	// (the poll that returned it); zero for messages not fetched by the
+	// daemon's consumer (replay, tests).
+	Fetched time.Time
 	// Pos is where the message came from; it becomes the events' Source.
 	Pos rules.Position
 }
@@ -389,9 +393,28 @@ func (p *Pipeline) Process(ctx context.Context, b *Batch, msgs []Message, opts C
 	p.coalesce(b, opts)
 	err = p.Apply(ctx, b)
 	if err == nil {
-		p.m.batchDuration.Observe(time.Since(start).Seconds())
+		now := time.Now()
+		p.m.batchDuration.Observe(now.Sub(start).Seconds())
+		p.observeFetchToApply(msgs, now)
 	}
 	return err
+}
+
+// observeFetchToApply records how long each message of a batch applied
+// at now waited since it was fetched. The messages of one fetch are
+// adjacent and share their fetch time: each run is one observation.
+func (p *Pipeline) observeFetchToApply(msgs []Message, now time.Time) {
+	for i := 0; i < len(msgs); {
+		t := msgs[i].Fetched
+		j := i + 1
+		for j < len(msgs) && msgs[j].Fetched.Equal(t) {
+			j++
+		}
+		if !t.IsZero() {
+			p.m.fetchToApply.ObserveN(now.Sub(t).Seconds(), j-i)
+		}
+		i = j
+	}
 }
 
 // Apply handles a planned batch:
@@ -462,8 +485,14 @@ func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 // was applied.
 func (p *Pipeline) observeEventAges(b *Batch, now time.Time) {
 	nowMs := now.UnixMilli()
-	for _, ts := range b.sourceTsMs {
-		p.m.eventAge.Observe(float64(max(nowMs-ts, 0)) / 1000)
+	ts := b.sourceTsMs
+	for i := 0; i < len(ts); {
+		j := i + 1
+		for j < len(ts) && ts[j] == ts[i] {
+			j++
+		}
+		p.m.eventAge.ObserveN(float64(max(nowMs-ts[i], 0))/1000, j-i)
+		i = j
 	}
 }
 

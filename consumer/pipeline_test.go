@@ -276,6 +276,48 @@ func TestEventAge(t *testing.T) {
 	}
 }
 
+// TestFetchToApply: every message the daemon fetched is observed in
+// cachewarden_fetch_to_apply_seconds when its batch has been applied, as
+// the time since its fetch; messages without a fetch time (replay) are
+// not.
+func TestFetchToApply(t *testing.T) {
+	r := newRig(t, daemonRules, rigOptions{})
+	early, late := time.Now().Add(-2*time.Second), time.Now()
+	var msgs []Message
+	for i := range 6 {
+		fetched := early
+		switch {
+		case i >= 3 && i < 5:
+			fetched = late
+		case i == 5:
+			fetched = time.Time{}
+		}
+		v := fmt.Appendf(nil, `{"op":"c","after":{"id":%d},"source":{"db":"shop","table":"users"}}`, i+1)
+		msgs = append(msgs, Message{Value: v, Fetched: fetched, Pos: rules.Position{Topic: "t", Offset: int64(i)}})
+	}
+	var b Batch
+	if err := r.pipeline.Process(context.Background(), &b, msgs, CoalesceOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var m dto.Metric
+	if err := r.metrics.fetchToApply.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	h := m.GetHistogram()
+	if h.GetSampleCount() != 5 {
+		t.Errorf("%d messages observed, want 5 (the one without a fetch time is not)", h.GetSampleCount())
+	}
+	// Three waited about 2 s, two almost nothing.
+	if sum := h.GetSampleSum(); sum < 6 || sum > 6+5*60 {
+		t.Errorf("sum of waits %.3fs, want about 6s", sum)
+	}
+	for _, bk := range h.GetBucket() {
+		if bk.GetUpperBound() == 1 && bk.GetCumulativeCount() != 2 {
+			t.Errorf("%d messages waited at most 1s, want 2", bk.GetCumulativeCount())
+		}
+	}
+}
+
 // TestLabelCounts: runs of one label and labels that come back later are
 // all counted, and reset forgets them.
 func TestLabelCounts(t *testing.T) {
