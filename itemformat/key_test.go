@@ -27,3 +27,51 @@ func TestCheckKey(t *testing.T) {
 		}
 	}
 }
+
+// TestHasKeySeparator: every byte value at every position of a word and
+// of the tail is judged as isSetTokenSeparator judges it alone, and
+// beside others (a borrow from one byte must not hide or invent another).
+func TestHasKeySeparator(t *testing.T) {
+	for n := 1; n <= 19; n++ {
+		for pos := range n {
+			for c := 0; c < 256; c++ {
+				for _, fill := range []byte{'k', 0x80, 0xff, 0x21} {
+					var b []byte
+					for range n {
+						b = append(b, fill)
+					}
+					b[pos] = byte(c)
+					want := isSetTokenSeparator(byte(c))
+					if got := hasKeySeparator(string(b)); got != want {
+						t.Fatalf("hasKeySeparator(%q) = %v, want %v", b, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+func FuzzCheckKey(f *testing.F) {
+	f.Add("ns:user:42")
+	f.Add("a\x7fb")
+	f.Fuzz(func(t *testing.T, key string) {
+		want := key != "" && len(key) <= 250
+		for i := 0; i < len(key); i++ {
+			if key[i] <= ' ' || key[i] == 0x7f {
+				want = false
+			}
+		}
+		if err := CheckKey(key); (err == nil) != want {
+			t.Fatalf("CheckKey(%q) = %v, want ok %v", key, err, want)
+		}
+	})
+}
+
+func BenchmarkCheckKey(b *testing.B) {
+	key := "bench:ns:user:1234567"
+	for b.Loop() {
+		if CheckKey(key) != nil {
+			b.Fatal("rejected")
+		}
+	}
+}
