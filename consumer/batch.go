@@ -174,6 +174,7 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		// offset of the latest fetch.
 		d.m.setLag(topic, partition, max(src.stable-next, 0))
 		clear(msgs) // do not pin message values until the next batch fills
+		b.Release()
 		if release.Err() != nil {
 			return res
 		}

@@ -240,6 +240,22 @@ type Batch struct {
 	apply applyScratch
 }
 
+// Release drops what b keeps of the messages of the batch just handled
+// and keeps its scratch memory. Decoded row images and poison messages
+// share the memory of the fetch responses their messages came in (the
+// planned ops do not: the planner copies what they keep): a Batch kept
+// for the next batch, or by a partition that has gone quiet, must not
+// keep those responses alive. Call it once the batch has been applied
+// (or abandoned).
+func (b *Batch) Release() {
+	b.decoded.Release()
+	clear(b.Poison)
+	b.Poison = b.Poison[:0]
+	if r := b.fence.recounts; r != nil {
+		r.Release()
+	}
+}
+
 // applyScratch is the memory applyOps reuses from batch to batch: the
 // indexes of the ops still to apply, and the ops and results of each
 // applier when they are split between two.

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"runtime"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/segmentio/kafka-go"
@@ -316,6 +318,30 @@ func TestFetchToApply(t *testing.T) {
 			t.Errorf("%d messages waited at most 1s, want 2", bk.GetCumulativeCount())
 		}
 	}
+}
+
+// TestBatchReleaseDropsMessages: after Release a reused Batch keeps no
+// message of the batch alive, decoded or poison, so that the fetch
+// responses they share can be collected while the partition is quiet.
+func TestBatchReleaseDropsMessages(t *testing.T) {
+	r := newRig(t, daemonRules, rigOptions{})
+	good := []byte(`{"op":"c","after":{"id":7,"name":"x"},"source":{"db":"shop","table":"users"}}`)
+	poison := []byte(`{"op":"c","after":{"id":`)
+	wGood, wPoison := weak.Make(&good[0]), weak.Make(&poison[0])
+	msgs := []Message{{Value: good, Pos: rules.Position{Topic: "t", Offset: 0}}, {Value: poison, Pos: rules.Position{Topic: "t", Offset: 1}}}
+	var b Batch
+	r.pipeline.Plan(&b, msgs, CoalesceOptions{})
+	if len(b.Ops) == 0 || len(b.Poison) != 1 {
+		t.Fatalf("planned %d ops, %d poison", len(b.Ops), len(b.Poison))
+	}
+	msgs, good, poison = nil, nil, nil
+	b.Release()
+	runtime.GC()
+	runtime.GC()
+	if wGood.Value() != nil || wPoison.Value() != nil {
+		t.Errorf("messages still reachable after Release: decoded %v, poison %v", wGood.Value() != nil, wPoison.Value() != nil)
+	}
+	runtime.KeepAlive(&b)
 }
 
 // TestLabelCounts: runs of one label and labels that come back later are
