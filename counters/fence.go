@@ -41,6 +41,9 @@ const FenceKeySuffix = "%fence"
 
 // FenceKey returns the key of the fence item of the counter at key.
 func FenceKey(key string) string {
+	if len(key)+len(FenceKeySuffix) <= rules.MaxKeyLen {
+		return key + FenceKeySuffix // FinishKey would keep it as it is
+	}
 	b := make([]byte, 0, len(key)+len(FenceKeySuffix))
 	b = append(b, key...)
 	b = append(b, FenceKeySuffix...)
