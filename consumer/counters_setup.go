@@ -3,17 +3,30 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/itemformat"
 )
 
 // countersConfig translates the settings the counters package takes.
-func countersConfig(cfg *config.Config, m *Metrics) counters.Config {
+// servers and dial are the stack's memcached selector and dialer, so that
+// the counters' pipelined stores (meta protocol, so not with
+// memcached.protocol: text) land where every other client looks.
+func countersConfig(cfg *config.Config, m *Metrics, servers *itemformat.Selector, dial func(ctx context.Context, network, addr string) (net.Conn, error)) counters.Config {
+	var sel memcache.ServerSelector
+	if servers != nil && cfg.Memcached.Protocol != "text" {
+		sel = servers
+	}
 	return counters.Config{
+		Servers:          sel,
+		Dial:             dial,
+		Timeout:          cfg.Memcached.Timeout,
 		MaxConcurrency:   cfg.Memcached.MaxConcurrency,
 		ObserveRoundTrip: m.ObserveMemcached,
 		Fencing:          counters.FencingMode(cfg.Counters.Fencing),

@@ -235,7 +235,7 @@ func (s *Stack) openAppliers(servers *itemformat.Selector, dial func(ctx context
 		}, logger.With("component", "cacheops"))
 	}
 	if recounter != nil && !s.observeOnly {
-		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics), logger.With("component", "counters"))
+		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics, servers, dial), logger.With("component", "counters"))
 	}
 	return nil
 }
@@ -404,6 +404,9 @@ func (s *Stack) Close() error {
 	if s.DLQ != nil {
 		errs = append(errs, s.DLQ.Close())
 	}
+	if s.Counters != nil {
+		s.Counters.Close()
+	}
 	if s.MySQL != nil {
 		errs = append(errs, s.MySQL.Close())
 	}
@@ -540,6 +543,19 @@ func (t *timedMySQL) CountInSnapshot(ctx context.Context, query string, args []r
 	sc, err := t.db.CountInSnapshot(ctx, query, args, opts)
 	t.m.ObserveMySQL("recount", time.Since(start), err)
 	return sc, err
+}
+
+// CountAllInSnapshot makes timedMySQL a counters.SnapshotBatchCounter,
+// so that the recounts of one batch share a snapshot. Each recount is
+// recorded with its own outcome and the time they all took.
+func (t *timedMySQL) CountAllInSnapshot(ctx context.Context, qs []counters.SnapshotQuery, opts counters.SnapshotOptions) ([]counters.SnapshotCount, []error) {
+	start := time.Now()
+	counts, errs := t.db.CountAllInSnapshot(ctx, qs, opts)
+	d := time.Since(start)
+	for _, err := range errs {
+		t.m.ObserveMySQL("recount", d, err)
+	}
+	return counts, errs
 }
 
 func (t *timedMySQL) Count(ctx context.Context, query string, args []rules.Value) (int64, error) {

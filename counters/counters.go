@@ -23,12 +23,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -68,6 +71,19 @@ type Config struct {
 	// ObserveRoundTrip, when set, receives the duration of every
 	// memcached round trip; it must be safe for concurrent use.
 	ObserveRoundTrip cacheops.RoundTripObserver
+	// Servers, when set, must pick the same server for every key as the
+	// memcache.Client given to New (the daemon passes the selector it
+	// builds that client from): the recounts of one Apply then store
+	// their fences and their values in one pipelined exchange per server
+	// each (meta protocol), instead of one text request per item. Nil:
+	// text requests only.
+	Servers memcache.ServerSelector
+	// Dial opens the pipelined connections to Servers; default
+	// net.Dialer.DialContext.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Timeout bounds dialing and each pipelined exchange with Servers;
+	// default metaproto.DefaultTimeout (500ms).
+	Timeout time.Duration
 }
 
 // Counters applies counter ops to memcached and reads counters. It is safe
@@ -85,6 +101,11 @@ type Counters struct {
 	calls, recounts, recountErrors, drifts, deletes atomic.Uint64
 
 	fence fencing
+
+	// meta sends the pipelined stores of applyRecounts (Config.Servers);
+	// nil without Servers. metaTimeout bounds each exchange.
+	meta        *metaproto.Pool
+	metaTimeout time.Duration
 
 	// faultPoint, when set (by tests only), runs before every memcached
 	// round trip with the request's verb and first key: the place where a
@@ -129,6 +150,19 @@ func New(mc *memcache.Client, rc Recounter, cfg Config, logger *slog.Logger) *Co
 	}
 	c := &Counters{mc: mc, rc: rc, cfg: cfg, log: logger}
 	c.initFencing()
+	if cfg.Servers != nil {
+		c.metaTimeout = cfg.Timeout
+		if c.metaTimeout <= 0 {
+			c.metaTimeout = metaproto.DefaultTimeout
+		}
+		dial := cfg.Dial
+		if dial == nil {
+			var d net.Dialer
+			dial = d.DialContext
+		}
+		c.meta = metaproto.NewPool(cfg.Servers, metaproto.PoolConfig{
+			ConnsPerServer: metaproto.DefaultConnsPerServer, Timeout: c.metaTimeout, Dial: dial})
+	}
 	var recounter cacheops.Recounter
 	if rc != nil {
 		recounter = applierRecounter{c}
@@ -139,6 +173,15 @@ func New(mc *memcache.Client, rc Recounter, cfg Config, logger *slog.Logger) *Co
 		ObserveRoundTrip: cfg.ObserveRoundTrip,
 	}, CountersOnly: true}, logger)
 	return c
+}
+
+// Close closes the pipelined connections to Config.Servers (those in use
+// when their exchanges end); the memcache.Client given to New is the
+// caller's to close. Apply must not be called after it.
+func (c *Counters) Close() {
+	if c.meta != nil {
+		c.meta.Close()
+	}
 }
 
 // Stats returns the counts so far.
@@ -200,6 +243,12 @@ func (c *Counters) Stats() Stats {
 // is recounted exactly. Callers filter deltas against the fences with
 // CheckDeltas and RecheckDeltas.
 //
+// The OpRecount ops of one Apply (two or more, each the only op of its
+// key) are recounted together, step by step: one gets of them all, their
+// counts in one snapshot (SnapshotBatchCounter), their fences, then their
+// values (pipelined with Config.Servers). Per counter the steps and their
+// order are those of a recount alone (recount_batch.go).
+//
 // Whenever a recount is needed and cannot be done (no query, no
 // Recounter, MySQL down or failing, a negative result) the counter is
 // deleted (cacheops.OutcomeDeleted): a missing counter is correct, a
@@ -209,7 +258,45 @@ func (c *Counters) Stats() Stats {
 // joining the failures (see cacheops.Retryable). A cancelled ctx fails the
 // ops not yet started.
 func (c *Counters) Apply(ctx context.Context, ops []rules.Op, results []cacheops.Result) error {
-	return c.applier.Apply(ctx, ops, results)
+	idx := c.batchable(ops)
+	if idx == nil {
+		return c.applier.Apply(ctx, ops, results)
+	}
+	// The recounts together (recount_batch.go), beside the other ops,
+	// none of which shares a key with them.
+	var wg sync.WaitGroup
+	wg.Go(func() { c.applyRecounts(ctx, ops, results, idx) })
+	var rest []int
+	if len(idx) < len(ops) {
+		rest = make([]int, 0, len(ops)-len(idx))
+		for i, j := 0, 0; i < len(ops); i++ {
+			if j < len(idx) && idx[j] == i {
+				j++
+				continue
+			}
+			rest = append(rest, i)
+		}
+		restOps := make([]rules.Op, len(rest))
+		restRes := make([]cacheops.Result, len(rest))
+		for k, i := range rest {
+			restOps[k] = ops[i]
+		}
+		c.applier.Apply(ctx, restOps, restRes)
+		for k, i := range rest {
+			results[i] = restRes[k]
+		}
+	}
+	wg.Wait()
+	var errs []error
+	for i := range ops {
+		if err := results[i].Err; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return &cacheops.ApplyError{Ops: len(ops), Errs: errs}
 }
 
 func failed(err error) cacheops.Result {
@@ -329,7 +416,7 @@ func (c *Counters) Get(ctx context.Context, key, query string, args ...any) (int
 // have 16 bits), and our fence would pass for its own. Missing is correct.
 func (c *Counters) dropLookalike(key string, fence Fence) {
 	views := make(map[string]FenceView, 1)
-	if err := c.viewFences([]string{key}, views); err != nil {
+	if err := c.viewFences([]string{key}, views, nil); err != nil {
 		c.log.Debug("counter fence check failed", "key", key, "err", err)
 		return
 	}

@@ -41,6 +41,9 @@ const FenceKeySuffix = "%fence"
 
 // FenceKey returns the key of the fence item of the counter at key.
 func FenceKey(key string) string {
+	if len(key)+len(FenceKeySuffix) <= rules.MaxKeyLen {
+		return key + FenceKeySuffix // FinishKey would keep it as it is
+	}
 	b := make([]byte, 0, len(key)+len(FenceKeySuffix))
 	b = append(b, key...)
 	b = append(b, FenceKeySuffix...)
@@ -160,36 +163,56 @@ func encodeFence(f Fence) []byte {
 }
 
 func parseFence(v []byte) (Fence, error) {
-	bad := fmt.Errorf("%w: %.60q", errBadFence, v)
-	parts := strings.SplitN(string(v), " ", 6)
-	var f Fence
-	switch {
-	case len(parts) >= 4 && parts[0] == "1":
-		parts = strings.SplitN(string(v), " ", 4)
-		f.At.File = parts[3]
-	case len(parts) == 6 && parts[0] == fenceFormat:
-		sid, err := strconv.ParseUint(parts[3], 10, 32)
+	f, ok := parseFenceFields(string(v))
+	if !ok {
+		return Fence{}, fmt.Errorf("%w: %.60q", errBadFence, v)
+	}
+	return f, nil
+}
+
+// parseFenceFields reads a fence item's value (encodeFence, or version 1);
+// ok is false when it is not one.
+func parseFenceFields(v string) (f Fence, ok bool) {
+	version, rest, ok := strings.Cut(v, " ")
+	if !ok {
+		return Fence{}, false
+	}
+	idField, rest, ok1 := strings.Cut(rest, " ")
+	posField, rest, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 {
+		return Fence{}, false
+	}
+	switch version {
+	case "1":
+		f.At.File = rest
+	case fenceFormat:
+		sidField, rest, ok1 := strings.Cut(rest, " ")
+		gtidField, file, ok2 := strings.Cut(rest, " ")
+		if !ok1 || !ok2 {
+			return Fence{}, false
+		}
+		sid, err := strconv.ParseUint(sidField, 10, 32)
 		if err != nil {
-			return Fence{}, bad
+			return Fence{}, false
 		}
 		f.ServerID = uint32(sid)
-		if parts[4] != "-" {
-			if _, ok := parseGTIDSet(parts[4]); !ok {
-				return Fence{}, bad
+		if gtidField != "-" {
+			if _, ok := parseGTIDSet(gtidField); !ok {
+				return Fence{}, false
 			}
-			f.GTID = strings.Join(strings.Fields(parts[4]), "")
+			f.GTID = strings.Join(strings.Fields(gtidField), "")
 		}
-		f.At.File = parts[5]
+		f.At.File = file
 	default:
-		return Fence{}, bad
+		return Fence{}, false
 	}
-	id, err1 := strconv.ParseUint(parts[1], 10, 32)
-	pos, err2 := strconv.ParseInt(parts[2], 10, 64)
+	id, err1 := strconv.ParseUint(idField, 10, 32)
+	pos, err2 := strconv.ParseInt(posField, 10, 64)
 	if err1 != nil || err2 != nil || id == 0 || pos < 0 || f.At.File == "" {
-		return Fence{}, bad
+		return Fence{}, false
 	}
 	f.ID, f.At.Pos = uint32(id), pos
-	return f, nil
+	return f, true
 }
 
 // Why says why a delta could not be decided by its position alone.

@@ -185,27 +185,34 @@ func (c *Counters) noteFencing(sc SnapshotCount) {
 // name the snapshot's position, or fencing is off.
 func (c *Counters) recountAt(ctx context.Context, query string, args []rules.Value, avoid ...uint32) (int64, Fence, error) {
 	c.recounts.Add(1)
-	var (
-		n     int64
-		fence Fence
-		err   error
-	)
-	if c.fence.snap == nil {
-		n, err = c.rc.Count(ctx, query, args)
-		if err == nil {
-			c.notePlainRecount()
-		}
-	} else {
-		var sc SnapshotCount
-		sc, err = c.fence.snap.CountInSnapshot(ctx, query, args, SnapshotOptions{GTID: c.fence.wantGTID.Load()})
-		n = sc.N
-		if err == nil {
-			c.noteFencing(sc)
-			if sc.At.Known() {
-				fence = Fence{At: sc.At, ServerID: sc.ServerID, GTID: sc.GTID, ID: newFenceID(avoid...)}
-			}
+	if c.fence.snap != nil {
+		sc, err := c.fence.snap.CountInSnapshot(ctx, query, args, SnapshotOptions{GTID: c.fence.wantGTID.Load()})
+		return c.snapshotRecount(ctx, sc, err, avoid...)
+	}
+	n, err := c.rc.Count(ctx, query, args)
+	if err == nil {
+		c.notePlainRecount()
+	}
+	return c.checkRecount(ctx, n, Fence{}, err)
+}
+
+// snapshotRecount is recountAt's result for a count in a snapshot (sc, or
+// err): the fence to store with it (a fresh random ID, none of avoid)
+// when the snapshot's position is known.
+func (c *Counters) snapshotRecount(ctx context.Context, sc SnapshotCount, err error, avoid ...uint32) (int64, Fence, error) {
+	var fence Fence
+	if err == nil {
+		c.noteFencing(sc)
+		if sc.At.Known() {
+			fence = Fence{At: sc.At, ServerID: sc.ServerID, GTID: sc.GTID, ID: newFenceID(avoid...)}
 		}
 	}
+	return c.checkRecount(ctx, sc.N, fence, err)
+}
+
+// checkRecount ends a recount: a failed or negative count is an error
+// (counted), and so is a guard that no longer allows writing.
+func (c *Counters) checkRecount(ctx context.Context, n int64, fence Fence, err error) (int64, Fence, error) {
 	if err == nil && n < 0 {
 		err = fmt.Errorf("counters: recount returned %d, a counter cannot be negative", n)
 	}
@@ -310,7 +317,13 @@ func (c *Counters) addFenced(ctx context.Context, op *rules.Op, n int64, fence F
 // fence, as without fences. err is a recount that failed (the caller
 // deletes the counter); memcached failures fail res.
 func (c *Counters) recountExact(ctx context.Context, op *rules.Op) (res cacheops.Result, err error) {
-	for range maxExactAttempts {
+	return c.recountExactN(ctx, op, maxExactAttempts)
+}
+
+// recountExactN is recountExact with at most attempts tries (at least
+// one).
+func (c *Counters) recountExactN(ctx context.Context, op *rules.Op, attempts int) (res cacheops.Result, err error) {
+	for range max(attempts, 1) {
 		var (
 			cur *memcache.Item
 			err error
@@ -358,7 +371,7 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) (res cacheops
 			// that value holds everything ours would: done. Else (a
 			// delta landed) count again.
 			views := make(map[string]FenceView, 1)
-			if err := c.viewFences([]string{op.Key}, views); err != nil {
+			if err := c.viewFences([]string{op.Key}, views, nil); err != nil {
 				return failed(err), nil
 			}
 			// Our own fence over a counter we did not store: whatever
@@ -376,23 +389,52 @@ func (c *Counters) recountExact(ctx context.Context, op *rules.Op) (res cacheops
 		}
 	}
 	c.fence.giveUps.Add(1)
-	c.log.Debug("counter kept changing during its recounts; deleting it", "key", op.Key, "rule", op.Rule.Name, "attempts", maxExactAttempts)
+	c.log.Debug("counter kept changing during its recounts; deleting it", "key", op.Key, "rule", op.Rule.Name, "attempts", max(attempts, 1))
 	return c.deleteItem(op.Key, "recount: the counter kept changing"), nil
 }
 
+// viewScratch is what viewFences reuses from call to call: the keys it
+// asks for, and the fence keys of the counters seen (kept until reset, so
+// that a batch's recheck finds those of its check).
+type viewScratch struct {
+	all []string
+	// fenceKey maps counter keys to their fence keys, counterOf the
+	// other way.
+	fenceKey, counterOf map[string]string
+}
+
+func (sc *viewScratch) reset() {
+	clear(sc.all[:cap(sc.all)]) // drop the references to keys
+	sc.all = sc.all[:0]
+	clear(sc.fenceKey)
+	clear(sc.counterOf)
+}
+
 // viewFences reads the counters at keys and their fences in one GetMulti
-// and records what it saw in into (every key gets an entry).
-func (c *Counters) viewFences(keys []string, into map[string]FenceView) error {
+// and records what it saw in into (every key gets an entry). sc may be
+// nil (nothing reused).
+func (c *Counters) viewFences(keys []string, into map[string]FenceView, sc *viewScratch) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	all := make([]string, 0, 2*len(keys))
-	fenceOf := make(map[string]string, len(keys))
+	if sc == nil {
+		sc = &viewScratch{}
+	}
+	if sc.fenceKey == nil {
+		sc.fenceKey = make(map[string]string, len(keys))
+		sc.counterOf = make(map[string]string, len(keys))
+	}
+	all := sc.all[:0]
 	for _, k := range keys {
-		fk := FenceKey(k)
-		fenceOf[fk] = k
+		fk, ok := sc.fenceKey[k]
+		if !ok {
+			fk = FenceKey(k)
+			sc.fenceKey[k], sc.counterOf[fk] = fk, k
+		}
 		all = append(all, k, fk)
 	}
+	sc.all = all
+	fenceOf := sc.counterOf
 	items, err := c.getMulti(all)
 	if err != nil {
 		return fmt.Errorf("counters: get %d counters and fences: %w", len(keys), err)
@@ -448,27 +490,53 @@ type DeltaFence struct {
 	// Stats are the current batch's counts.
 	Stats FenceStats
 
-	keys    []string
-	before  map[string]FenceView
-	after   map[string]FenceView
-	sources map[string][]rules.Position
+	keys   []string
+	before map[string]FenceView
+	after  map[string]FenceView
+	// applied holds the keys of the deltas CheckDeltas kept to apply,
+	// and sources those deltas' keys and event positions, in op order
+	// (RecheckVerdict needs them only for a counter that changed).
+	applied map[string]struct{}
+	sources []keyedPosition
 	recount map[string]bool
+	scratch viewScratch
+}
+
+// keyedPosition is the event position of a delta to the counter at key.
+type keyedPosition struct {
+	key string
+	pos rules.Position
 }
 
 // reset forgets the previous batch.
 func (d *DeltaFence) reset() {
 	d.Stats = FenceStats{}
+	clear(d.keys[:cap(d.keys)])
 	d.keys = d.keys[:0]
 	if d.before == nil {
 		d.before = make(map[string]FenceView)
 		d.after = make(map[string]FenceView)
-		d.sources = make(map[string][]rules.Position)
+		d.applied = make(map[string]struct{})
 		d.recount = make(map[string]bool)
 	}
 	clear(d.before)
 	clear(d.after)
+	clear(d.applied)
 	clear(d.sources)
+	d.sources = d.sources[:0]
 	clear(d.recount)
+	d.scratch.reset()
+}
+
+// sourcesOf returns the event positions of the applied deltas to key.
+func (d *DeltaFence) sourcesOf(key string) []rules.Position {
+	var out []rules.Position
+	for i := range d.sources {
+		if d.sources[i].key == key {
+			out = append(out, d.sources[i].pos)
+		}
+	}
+	return out
 }
 
 // CheckDeltas filters a batch's planned (not yet coalesced) ops against the
@@ -507,7 +575,7 @@ func (c *Counters) CheckDeltas(ctx context.Context, d *DeltaFence, ops []rules.O
 	if err := ctx.Err(); err != nil {
 		return ops, fmt.Errorf("counters: check fences: %w", err)
 	}
-	if err := c.viewFences(d.keys, d.before); err != nil {
+	if err := c.viewFences(d.keys, d.before, &d.scratch); err != nil {
 		clear(d.before)
 		d.keys = d.keys[:0]
 		return ops, err
@@ -542,7 +610,8 @@ func (c *Counters) CheckDeltas(ctx context.Context, d *DeltaFence, ops []rules.O
 			if why == NoPosition {
 				d.Stats.Unfenced++
 			}
-			d.sources[op.Key] = append(d.sources[op.Key], op.Source)
+			d.applied[op.Key] = struct{}{}
+			d.sources = append(d.sources, keyedPosition{op.Key, op.Source})
 		}
 		out = append(out, op)
 	}
@@ -568,7 +637,7 @@ func (c *Counters) RecheckDeltas(ctx context.Context, d *DeltaFence, dst, ops []
 		if o := results[i].Outcome; o != cacheops.OutcomeIncr && o != cacheops.OutcomeDecr {
 			continue // loaded or recounted: the recount saw the change
 		}
-		if _, ok := d.sources[op.Key]; !ok {
+		if _, ok := d.applied[op.Key]; !ok {
 			continue
 		}
 		if _, ok := d.after[op.Key]; !ok {
@@ -582,7 +651,7 @@ func (c *Counters) RecheckDeltas(ctx context.Context, d *DeltaFence, dst, ops []
 	if err := ctx.Err(); err != nil {
 		return dst, fmt.Errorf("counters: recheck fences: %w", err)
 	}
-	if err := c.viewFences(d.keys, d.after); err != nil {
+	if err := c.viewFences(d.keys, d.after, &d.scratch); err != nil {
 		return dst, err
 	}
 	d.Stats.Rechecked = len(d.keys)
@@ -593,7 +662,11 @@ func (c *Counters) RecheckDeltas(ctx context.Context, d *DeltaFence, dst, ops []
 			continue
 		}
 		delete(d.after, op.Key) // one recount per key
-		if RecheckVerdict(d.before[op.Key], after, d.sources[op.Key]) != Recount {
+		before := d.before[op.Key]
+		if before.same(after) || !after.Counter {
+			continue // RecheckVerdict's Apply, without collecting the sources
+		}
+		if RecheckVerdict(before, after, d.sourcesOf(op.Key)) != Recount {
 			continue
 		}
 		d.Stats.RecheckRecounts++

@@ -89,7 +89,7 @@ func sumByKey(ops []rules.Op) []rules.Op {
 func (e *env) view(c *Counters, key string) FenceView {
 	e.t.Helper()
 	views := map[string]FenceView{}
-	if err := c.viewFences([]string{key}, views); err != nil {
+	if err := c.viewFences([]string{key}, views, nil); err != nil {
 		e.t.Fatal(err)
 	}
 	return views[key]

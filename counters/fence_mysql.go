@@ -121,7 +121,9 @@ type SnapshotOptions struct {
 // on a connection whose session is REPEATABLE READ and which keeps the
 // queries prepared (see snapshotConns). Recounts asked while every
 // snapshot connection is busy share the next snapshot (see snapshotAsks):
-// reading a snapshot's position costs the server more than a count. A
+// reading a snapshot's position costs the server more than a count; the
+// recounts of one query that share a snapshot run up to 16 to a
+// statement, SELECT (<query>), (<query>), ... (countAsks). A
 // server without that status table (MySQL 8) is asked SHOW SESSION STATUS
 // and SELECT @@server_id instead.
 //
@@ -150,6 +152,65 @@ func (m *MySQL) CountInSnapshot(ctx context.Context, query string, args []rules.
 	defer cancel()
 	ask := &snapshotAsk{query: query, args: bound, gtid: opts.GTID, done: make(chan snapshotAnswer, 1)}
 	m.snapAsks.push(ask)
+	return m.awaitSnapshot(ctx, ask)
+}
+
+// SnapshotQuery is one recount of CountAllInSnapshot: a recount query
+// and the values bound to its placeholders.
+type SnapshotQuery struct {
+	Query string
+	Args  []rules.Value
+}
+
+// SnapshotBatchCounter is a SnapshotCounter that also takes several
+// recounts at once. *MySQL is one; Counters uses it for the recounts of
+// one Apply. Implementations must be safe for concurrent use.
+type SnapshotBatchCounter interface {
+	SnapshotCounter
+	// CountAllInSnapshot answers qs as CountInSnapshot answers each
+	// (counts[i] and errs[i] for qs[i]), in as few snapshots as it can.
+	CountAllInSnapshot(ctx context.Context, qs []SnapshotQuery, opts SnapshotOptions) (counts []SnapshotCount, errs []error)
+}
+
+// CountAllInSnapshot runs every recount of qs as CountInSnapshot does, but
+// asks for them all at once: the first snapshot connection free takes
+// them together (up to 256), so they share one snapshot, whose start
+// follows every ask and whose position fences each count. The time limit
+// (DBConfig.QueryTimeout) bounds the whole call. Safe for concurrent use.
+func (m *MySQL) CountAllInSnapshot(ctx context.Context, qs []SnapshotQuery, opts SnapshotOptions) ([]SnapshotCount, []error) {
+	counts := make([]SnapshotCount, len(qs))
+	errs := make([]error, len(qs))
+	if why, reason, ok := m.snapshots.unsupported(time.Now()); ok {
+		for i, q := range qs {
+			n, err := m.Count(ctx, q.Query, q.Args)
+			counts[i], errs[i] = SnapshotCount{N: n, NoPosition: why, Unfenced: reason}, err
+		}
+		return counts, errs
+	}
+	ctx, cancel := m.queryContext(ctx)
+	defer cancel()
+	asks := make([]*snapshotAsk, len(qs))
+	for i, q := range qs {
+		bound, err := bindArgs(q.Args)
+		if err != nil {
+			errs[i] = fmt.Errorf("counters: recount: %w", err)
+			continue
+		}
+		asks[i] = &snapshotAsk{query: q.Query, args: bound, gtid: opts.GTID, done: make(chan snapshotAnswer, 1)}
+	}
+	m.snapAsks.pushAll(asks)
+	for i, a := range asks {
+		if a != nil {
+			counts[i], errs[i] = m.awaitSnapshot(ctx, a)
+		}
+	}
+	return counts, errs
+}
+
+// awaitSnapshot waits for the answer to ask, queued in m.snapAsks: from
+// a snapshot under way on another connection, or from one it takes on a
+// connection of its own for every ask waiting then.
+func (m *MySQL) awaitSnapshot(ctx context.Context, ask *snapshotAsk) (SnapshotCount, error) {
 	for {
 		c, answer, err := m.snapConns.getOr(ctx, ask.done)
 		switch {
@@ -221,28 +282,8 @@ func (m *MySQL) countInSnapshot(ctx context.Context, c *snapshotConn, asks []*sn
 		m.snapshots.remember(snap.why, snap.reason, time.Now())
 	}
 	m.snapshotsTaken.Add(1)
-	for i, a := range asks {
-		var n int64
-		stmt, err := c.stmt(ctx, a.query)
-		if err != nil {
-			err = fmt.Errorf("counters: recount query: prepare: %w", err)
-		} else {
-			n, err = scanCount(stmt.QueryContext(ctx, a.args...))
-		}
-		switch {
-		case err != nil && connLost(err):
-			// Neither this count nor the rest can run on c.
-			for _, rest := range asks[i:] {
-				rest.answer(SnapshotCount{}, err)
-			}
-			return true, false
-		case err != nil:
-			a.answer(SnapshotCount{}, err)
-		case !snap.at.Known():
-			a.answer(SnapshotCount{N: n, NoPosition: snap.why, Unfenced: snap.reason}, nil)
-		default:
-			a.answer(SnapshotCount{N: n, At: snap.at, ServerID: snap.serverID, GTID: snap.gtid}, nil)
-		}
+	if broken := m.countAsks(ctx, c, asks, snap); broken {
+		return true, false
 	}
 	if _, err := c.conn.ExecContext(ctx, "COMMIT"); err != nil {
 		// The counts stand (they were read in the snapshot); the
@@ -251,6 +292,156 @@ func (m *MySQL) countInSnapshot(ctx context.Context, c *snapshotConn, asks []*sn
 		return true, false
 	}
 	return false, false
+}
+
+// combineSizes are how many recounts of one query a snapshot runs in one
+// statement, "SELECT (q), (q), ...": one round trip and one statement
+// for the server to run instead of several. Each size is prepared once
+// per connection and query; a run of asks is cut greedily into them.
+var combineSizes = [...]int{16, 4}
+
+// countAsks runs the counts of asks in the snapshot open on c and answers
+// them (snap is its position). Asks of one query are combined
+// (combineSizes) unless the server refused the combined statement for
+// that query before (m.noCombine): a query that cannot be a scalar
+// subquery is then run alone. broken reports that c is lost (every ask
+// not answered yet is then answered with the error).
+func (m *MySQL) countAsks(ctx context.Context, c *snapshotConn, asks []*snapshotAsk, snap snapshotAt) (broken bool) {
+	answer := func(a *snapshotAsk, n int64, err error) {
+		switch {
+		case err != nil:
+			a.answer(SnapshotCount{}, err)
+		case !snap.at.Known():
+			a.answer(SnapshotCount{N: n, NoPosition: snap.why, Unfenced: snap.reason}, nil)
+		default:
+			a.answer(SnapshotCount{N: n, At: snap.at, ServerID: snap.serverID, GTID: snap.gtid}, nil)
+		}
+	}
+	// The asks by query, in the order of each query's first ask.
+	var order []string
+	byQuery := make(map[string][]*snapshotAsk)
+	for _, a := range asks {
+		if _, ok := byQuery[a.query]; !ok {
+			order = append(order, a.query)
+		}
+		byQuery[a.query] = append(byQuery[a.query], a)
+	}
+	for qi, query := range order {
+		group := byQuery[query]
+		_, single := m.noCombine.Load(query)
+		for len(group) > 0 {
+			k := 1
+			if !single {
+				for _, size := range combineSizes {
+					if len(group) >= size {
+						k = size
+						break
+					}
+				}
+			}
+			var (
+				ns  []int64
+				err error
+			)
+			if k == 1 {
+				var n int64
+				n, err = m.countOne(ctx, c, group[0])
+				ns = []int64{n}
+			} else {
+				ns, err = m.countCombined(ctx, c, group[:k])
+				if err != nil && !connLost(err) {
+					// Not a query that reads as a scalar subquery (or
+					// one the server refuses combined): alone from now
+					// on.
+					m.log.Debug("recount query cannot be combined; running it alone", "err", err)
+					m.noCombine.Store(query, true)
+					single = true
+					continue
+				}
+			}
+			if err != nil && connLost(err) {
+				// Neither these counts nor the rest can run on c.
+				for _, q := range order[qi:] {
+					rest := byQuery[q]
+					if q == query {
+						rest = group
+					}
+					for _, a := range rest {
+						a.answer(SnapshotCount{}, err)
+					}
+				}
+				return true
+			}
+			for i, a := range group[:k] {
+				if err != nil {
+					answer(a, 0, err)
+				} else {
+					answer(a, ns[i], nil)
+				}
+			}
+			group = group[k:]
+		}
+	}
+	return false
+}
+
+// countOne runs one ask's query on c.
+func (m *MySQL) countOne(ctx context.Context, c *snapshotConn, a *snapshotAsk) (int64, error) {
+	stmt, err := c.stmt(ctx, a.query)
+	if err != nil {
+		return 0, fmt.Errorf("counters: recount query: prepare: %w", err)
+	}
+	return scanCount(stmt.QueryContext(ctx, a.args...))
+}
+
+// countCombined runs the queries of asks (all the same) as one statement
+// on c, "SELECT (q), (q), ...", and returns their counts in order.
+func (m *MySQL) countCombined(ctx context.Context, c *snapshotConn, asks []*snapshotAsk) ([]int64, error) {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	var args []any
+	for i, a := range asks {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(")
+		b.WriteString(a.query)
+		b.WriteString(")")
+		args = append(args, a.args...)
+	}
+	stmt, err := c.stmt(ctx, b.String())
+	if err != nil {
+		return nil, fmt.Errorf("counters: recount query: prepare %d together: %w", len(asks), err)
+	}
+	rows, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("counters: recount query, %d together: %w", len(asks), err)
+	}
+	defer rows.Close()
+	raw := make([]sql.RawBytes, len(asks))
+	dst := make([]any, len(asks))
+	for i := range raw {
+		dst[i] = &raw[i]
+	}
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("counters: recount query, %d together: %w", len(asks), err)
+		}
+		return nil, fmt.Errorf("counters: recount query, %d together, returned no row", len(asks))
+	}
+	if err := rows.Scan(dst...); err != nil {
+		return nil, fmt.Errorf("counters: recount query, %d together: %w", len(asks), err)
+	}
+	ns := make([]int64, len(asks))
+	for i := range raw {
+		if ns[i], err = parseCount(raw[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("counters: recount query, %d together: %w", len(asks), err)
+	}
+	return ns, nil
 }
 
 // snapshotAt is what snapshotPosition learned.

@@ -80,6 +80,9 @@ type MySQL struct {
 	stmts   map[string]*sql.Stmt
 	// noStatusTable: the server has no information_schema.SESSION_STATUS.
 	noStatusTable atomic.Bool
+	// noCombine holds the recount queries the server refused to run
+	// several at once in one statement (countAsks).
+	noCombine sync.Map
 }
 
 // OpenMySQL opens a pool for a go-sql-driver DSN. It does not connect: a
@@ -199,12 +202,9 @@ func scanCount(rows *sql.Rows, err error) (int64, error) {
 	if err := rows.Scan(&raw); err != nil {
 		return 0, fmt.Errorf("counters: recount query: %w", err)
 	}
-	if raw == nil {
-		return 0, errors.New("counters: recount query returned NULL, want an integer")
-	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
+	n, err := parseCount(raw)
 	if err != nil {
-		return 0, fmt.Errorf("counters: recount query returned %q, want an integer", raw)
+		return 0, err
 	}
 	if rows.Next() {
 		return 0, errors.New("counters: recount query returned more than one row, want 1")
@@ -285,3 +285,15 @@ func (m *MySQL) Close() error {
 // bindArgs converts event values to driver arguments for '?'
 // placeholders, as rules.Value.SQLArg describes.
 func bindArgs(args []rules.Value) ([]any, error) { return rules.SQLArgs(args) }
+
+// parseCount reads one count a recount query returned.
+func parseCount(raw sql.RawBytes) (int64, error) {
+	if raw == nil {
+		return 0, errors.New("counters: recount query returned NULL, want an integer")
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("counters: recount query returned %q, want an integer", raw)
+	}
+	return n, nil
+}

@@ -208,6 +208,17 @@ func (q *snapshotAsks) push(a *snapshotAsk) {
 	q.mu.Unlock()
 }
 
+// pushAll queues the asks of asks that are not nil, together.
+func (q *snapshotAsks) pushAll(asks []*snapshotAsk) {
+	q.mu.Lock()
+	for _, a := range asks {
+		if a != nil {
+			q.pending = append(q.pending, a)
+		}
+	}
+	q.mu.Unlock()
+}
+
 // take removes and returns the oldest waiting asks.
 func (q *snapshotAsks) take() []*snapshotAsk {
 	q.mu.Lock()
