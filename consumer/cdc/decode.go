@@ -135,6 +135,7 @@ type evRows struct{ before, after span }
 // decodeState is the scratch space of one Decoded.
 type decodeState struct {
 	sc       scanner
+	keys     keyCache
 	top      []field
 	inner    []field
 	topIdx   keyIndex
@@ -283,6 +284,7 @@ func isBlank(s string) bool {
 
 func (st *decodeState) reset(s string, b []byte) {
 	st.sc.reset(s, b)
+	st.keys.reset(st.keep)
 	st.top = st.top[:0]
 	st.inner = st.inner[:0]
 	st.topIdx.reset()

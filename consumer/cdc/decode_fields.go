@@ -230,21 +230,50 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 	if !sc.beginObject() {
 		return false
 	}
-	for first := true; ; first = false {
-		key, ok := sc.nextKey(first)
-		if !ok {
-			return !sc.failed
+	s := sc.s
+	i := wsEnd(s, sc.i)
+	if i < len(s) && s[i] == '}' {
+		sc.i = i + 1
+		sc.leave()
+		return true
+	}
+	b := sc.b
+	kc := &st.keys
+	cur := int32(objPayload)
+	if envelope {
+		cur = objTop
+	}
+	for {
+		var key string
+		var k, klo, khi int
+		if c := kc.lookup(b, cur, i); c >= 0 {
+			nd := &kc.nodes[c]
+			key, k, cur = nd.name, int(nd.id), c
+			klo = i + 1
+			i += nd.n
+			khi = i - 2
+		} else {
+			var ok bool
+			if key, cur, klo, khi, i, ok = st.memberName(i, cur, objPayload); !ok {
+				return false
+			}
+			k = keyID(key)
 		}
-		sc.pushKey(sc.keyLo, sc.keyHi)
-		f := field{name: key, off: int32(sc.i)}
-		start := sc.i
+		if i < len(s) && s[i] <= ' ' {
+			i = wsEnd(s, i)
+		}
+		sc.i = i
+		sc.pushKey(klo, khi)
+		f := field{name: key, off: int32(i)}
+		start := i
+		var ok bool
 		var c byte
-		if sc.i < len(sc.s) {
-			c = sc.s[sc.i]
+		if i < len(s) {
+			c = s[i]
 		}
 		switch c {
 		case '{':
-			if envelope && key == "payload" {
+			if envelope && k == kPayload {
 				if len(st.inner) != 0 {
 					return sc.fail(sc.i, "duplicate payload member")
 				}
@@ -252,7 +281,7 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 					return false
 				}
 				f.shape, f.lo, f.hi = shapeFields, 0, int32(len(st.inner))
-			} else if key == "source" {
+			} else if k == kSource {
 				// Only its position fields matter: read them without
 				// storing the block as a row.
 				if !st.source() {
@@ -279,7 +308,7 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 		}
 		sc.pop()
 		n := len(*dst)
-		if k := keyID(key); k >= 0 {
+		if k >= 0 {
 			idx[k] = int32(n)
 		}
 		// Copy field by field (see addColumn).
@@ -293,6 +322,25 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 		d.val.Kind = f.val.Kind
 		d.val.Text = f.val.Text
 		d.off, d.shape, d.lo, d.hi = f.off, f.shape, f.lo, f.hi
+		i = sc.i
+		if i < len(s) && s[i] <= ' ' {
+			i = wsEnd(s, i)
+		}
+		if i < len(s) {
+			if s[i] == ',' {
+				if i++; i < len(s) && s[i] <= ' ' {
+					i = wsEnd(s, i)
+				}
+				continue
+			}
+			if s[i] == '}' {
+				sc.i = i + 1
+				sc.leave()
+				return true
+			}
+		}
+		sc.i = i
+		return sc.failAt("expected ',' or '}' after object member")
 	}
 }
 
@@ -324,33 +372,56 @@ func (st *decodeState) source() bool {
 		sc.leave()
 		return true
 	}
+	b := sc.b
+	kc := &st.keys
+	cur := int32(objSource)
 	for {
-		if i >= len(s) || s[i] != '"' {
-			sc.i = i
-			return sc.failAt("expected member name")
-		}
-		sc.i = i
-		key, ok := sc.str()
-		if !ok {
-			return false
-		}
-		klo, khi := i+1, sc.i-1
-		i = sc.i
-		if i >= len(s) || s[i] != ':' {
-			if i = wsEnd(s, i); i >= len(s) || s[i] != ':' {
-				sc.i = i
-				return sc.failAt("expected ':' after member name")
+		var k, klo, khi int
+		if c := kc.lookup(b, cur, i); c >= 0 {
+			nd := &kc.nodes[c]
+			k, cur = int(nd.id), c
+			klo = i + 1
+			i += nd.n
+			khi = i - 2
+		} else {
+			key, node, lo, hi, end, ok := st.memberName(i, cur, objSource)
+			if !ok {
+				return false
 			}
+			k, cur, klo, khi, i = sourceKey(key), node, lo, hi, end
 		}
-		if i++; i < len(s) && s[i] <= ' ' {
+		if i < len(s) && s[i] <= ' ' {
 			i = wsEnd(s, i)
 		}
 		sc.i = i
-		if k := sourceKey(key); k == srcOther {
-			if !sc.skip() {
+		var c byte
+		if i < len(s) {
+			c = s[i]
+		}
+		switch {
+		case k == srcOther:
+			// Validated only; its key stays out of the error path.
+			if c == '"' {
+				if !sc.skipStr() {
+					return false
+				}
+			} else if !sc.skip() {
 				return false
 			}
-		} else {
+		case c == '"' && k != srcSnapshot:
+			t, ok := sc.str()
+			if !ok {
+				return sc.failedIn(klo, khi)
+			}
+			si.set(k, rules.Value{Kind: rules.KindString, Text: t})
+		case c-'0' <= 9 && k >= srcPos:
+			if n, end, ok := plainInt(s, i); ok {
+				sc.i = end
+				si.setInt(k, n)
+				break
+			}
+			fallthrough
+		default:
 			sc.pushKey(klo, khi)
 			v, ok := sc.value()
 			if !ok {
@@ -389,10 +460,11 @@ const (
 	srcTable
 	srcFile
 	srcGTID
+	srcSnapshot
+	// The numeric members, last.
 	srcPos
 	srcTsMs
 	srcTsSec
-	srcSnapshot
 	srcServerID
 )
 
@@ -448,6 +520,39 @@ func (si *sourceInfo) set(k int, v rules.Value) {
 	case srcSnapshot:
 		si.snapshot = isSnapshotMarker(v)
 	}
+}
+
+// setInt records n, read from JSON as an integer, as the value of the
+// numeric member k (srcPos, srcTsMs, srcTsSec or srcServerID), as set
+// does.
+func (si *sourceInfo) setInt(k int, n int64) {
+	if k == srcServerID && (n <= 0 || n > math.MaxUint32) {
+		si.serverID = 0
+		return
+	}
+	si.setNumber(k, n)
+}
+
+// plainInt reads the JSON number at s[i] when it is an integer of 1 to 18
+// digits without a sign, fraction or exponent (what shortDigits reads),
+// and returns it with the offset after it; ok is false for any other
+// number, valid or not, which the caller reads the ordinary way.
+func plainInt(s string, i int) (n int64, end int, ok bool) {
+	j := i
+	for ; j < len(s); j++ {
+		d := s[j] - '0'
+		if d > 9 {
+			break
+		}
+		n = n*10 + int64(d)
+	}
+	if d := j - i; d == 0 || d > 18 || (d > 1 && s[i] == '0') {
+		return 0, i, false
+	}
+	if j < len(s) && (s[j] == '.' || s[j]|0x20 == 'e') {
+		return 0, i, false
+	}
+	return n, j, true
 }
 
 // setNumber records n as the value of the numeric member k (srcPos,
@@ -519,32 +624,39 @@ func (st *decodeState) row() (span, bool) {
 		sc.leave()
 		return span{lo, lo}, true
 	}
+	b := sc.b
+	kc := &st.keys
+	cur := int32(objRow)
 	for {
-		if i >= len(s) || s[i] != '"' {
-			sc.i = i
-			return absent, sc.failAt("expected member name")
-		}
-		sc.i = i
-		key, ok := sc.str()
-		if !ok {
-			return absent, false
-		}
-		klo, khi := i+1, sc.i-1
-		i = sc.i
-		if i >= len(s) || s[i] != ':' {
-			if i = wsEnd(s, i); i >= len(s) || s[i] != ':' {
-				sc.i = i
-				return absent, sc.failAt("expected ':' after member name")
+		var key string
+		var klo, khi int
+		var keep bool
+		if c := kc.lookup(b, cur, i); c >= 0 {
+			nd := &kc.nodes[c]
+			key, keep, cur = nd.name, nd.keep, c
+			klo = i + 1
+			i += nd.n
+			khi = i - 2
+		} else {
+			var ok bool
+			if key, cur, klo, khi, i, ok = st.memberName(i, cur, objRow); !ok {
+				return absent, false
+			}
+			if cur >= 0 {
+				keep = kc.nodes[cur].keep
+			} else {
+				keep = st.keep == nil || st.keep.Has(key)
 			}
 		}
-		if i++; i < len(s) && s[i] <= ' ' {
+		if i < len(s) && s[i] <= ' ' {
 			i = wsEnd(s, i)
 		}
 		// The column's key joins the error path only when its value
 		// fails (failedIn): reading a value pushes no path of its own.
-		if st.keep != nil && !st.keep.Has(key) {
+		if !keep {
 			// A column no rule reads: validated, not stored.
 			sc.i = i
+			var ok bool
 			if i < len(s) && s[i] == '"' {
 				ok = sc.skipStr()
 			} else {
@@ -555,8 +667,8 @@ func (st *decodeState) row() (span, bool) {
 			}
 			i = sc.i
 		} else {
-			var v rules.Value
-			if v, i, ok = st.columnValue(i); !ok {
+			v, end, ok := st.columnValue(i)
+			if i = end; !ok {
 				return absent, sc.failedIn(klo, khi)
 			}
 			st.addColumn(key, v)
