@@ -246,9 +246,13 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 	for {
 		var key string
 		var k, klo, khi int
-		if c := kc.lookup(b, cur, i); c >= 0 {
-			nd := &kc.nodes[c]
-			key, k, cur = nd.name, int(nd.id), c
+		node := kc.first(b, cur, i)
+		if node < 0 {
+			node = kc.lookup(b, cur, i)
+		}
+		if node >= 0 {
+			nd := &kc.nodes[node]
+			key, k, cur = nd.name, int(nd.id), node
 			klo = i + 1
 			i += nd.n
 			khi = i - 2
@@ -377,9 +381,13 @@ func (st *decodeState) source() bool {
 	cur := int32(objSource)
 	for {
 		var k, klo, khi int
-		if c := kc.lookup(b, cur, i); c >= 0 {
-			nd := &kc.nodes[c]
-			k, cur = int(nd.id), c
+		node := kc.first(b, cur, i)
+		if node < 0 {
+			node = kc.lookup(b, cur, i)
+		}
+		if node >= 0 {
+			nd := &kc.nodes[node]
+			k, cur = int(nd.id), node
 			klo = i + 1
 			i += nd.n
 			khi = i - 2
@@ -631,9 +639,13 @@ func (st *decodeState) row() (span, bool) {
 		var key string
 		var klo, khi int
 		var keep bool
-		if c := kc.lookup(b, cur, i); c >= 0 {
-			nd := &kc.nodes[c]
-			key, keep, cur = nd.name, nd.keep, c
+		node := kc.first(b, cur, i)
+		if node < 0 {
+			node = kc.lookup(b, cur, i)
+		}
+		if node >= 0 {
+			nd := &kc.nodes[node]
+			key, keep, cur = nd.name, nd.keep, node
 			klo = i + 1
 			i += nd.n
 			khi = i - 2

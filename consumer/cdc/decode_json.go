@@ -335,8 +335,19 @@ func specialBytes(w uint64) uint64 {
 // '"', '\\' or a control character (len(s) if none).
 func (sc *scanner) plainEnd(j int) int {
 	if b := sc.b; j <= len(b) {
-		for rest := b[j:]; len(rest) >= 8; rest = rest[8:] {
-			if m := specialBytes(binary.LittleEndian.Uint64(rest)); m != 0 {
+		// Two words per round: long values (URLs, text) are common.
+		for ; j+16 <= len(b); j += 16 {
+			m0 := specialBytes(binary.LittleEndian.Uint64(b[j : j+8]))
+			m1 := specialBytes(binary.LittleEndian.Uint64(b[j+8 : j+16]))
+			if m0|m1 != 0 {
+				if m0 != 0 {
+					return j + bits.TrailingZeros64(m0)>>3
+				}
+				return j + 8 + bits.TrailingZeros64(m1)>>3
+			}
+		}
+		if j+8 <= len(b) {
+			if m := specialBytes(binary.LittleEndian.Uint64(b[j : j+8])); m != 0 {
 				return j + bits.TrailingZeros64(m)>>3
 			}
 			j += 8

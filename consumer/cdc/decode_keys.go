@@ -40,6 +40,9 @@ type keyNode struct {
 	// last 8 bytes when it is longer than 8, w2 the 8 after the first
 	// when it is longer than 16.
 	w0, m0, w1, w2 uint64
+	// v1 and m1 give the bytes 8 to 15 of pat (masked, zero when it is
+	// not longer than 8).
+	v1, m1 uint64
 	// n is len(pat).
 	n int
 	// pat is `"name":` (owned, not the message's memory).
@@ -74,6 +77,22 @@ func (kc *keyCache) reset(keep *ColumnSet) {
 	for range nObjKinds {
 		kc.nodes = append(kc.nodes, keyNode{child: -1, sib: -1})
 	}
+}
+
+// first returns the first child of node cur when its text `"name":` is
+// at b[i:] and not longer than 16 bytes, else -1 (lookup then tries all
+// children): the first child is usually the one wanted, and first is
+// small enough to be inlined.
+func (kc *keyCache) first(b []byte, cur int32, i int) int32 {
+	if cur >= 0 && i+16 <= len(b) {
+		if c := kc.nodes[cur].child; c >= 0 {
+			nd := &kc.nodes[c]
+			if (binary.LittleEndian.Uint64(b[i:i+8])^nd.w0)&nd.m0|(binary.LittleEndian.Uint64(b[i+8:i+16])^nd.v1)&nd.m1 == 0 && nd.n <= 16 {
+				return c
+			}
+		}
+	}
+	return -1
 }
 
 // lookup returns the child of node cur whose text `"name":` is at b[i:],
@@ -127,6 +146,15 @@ func (kc *keyCache) learn(cur int32, key string, raw bool, kind int) int32 {
 		nd.m0 = 1<<(8*len(pat)) - 1
 	} else {
 		nd.w1 = binary.LittleEndian.Uint64([]byte(pat[len(pat)-8:]))
+	}
+	if len(pat) > 8 {
+		w = [8]byte{}
+		copy(w[:], pat[8:min(16, len(pat))])
+		nd.v1 = binary.LittleEndian.Uint64(w[:])
+		nd.m1 = ^uint64(0)
+		if len(pat) < 16 {
+			nd.m1 = 1<<(8*(len(pat)-8)) - 1
+		}
 	}
 	if len(pat) > 16 {
 		nd.w2 = binary.LittleEndian.Uint64([]byte(pat[8:16]))
