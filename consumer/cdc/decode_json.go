@@ -321,13 +321,14 @@ func (sc *scanner) str() (string, bool) {
 // Only the lowest flagged byte is exact (borrows can flag bytes above a
 // special one), which is the one wanted.
 //
-// Per byte, the high bit of x-0x01 (x-0x20) is set when x is zero (below
-// 0x20), given no borrow from below; w^'"' and w^'\\' are zero exactly at
-// the quotes and backslashes; bytes >= 0x80 are masked out by &^ w, as the
-// xors keep w's high bits.
+// Per byte, x^0x02 is below 0x21 exactly when x is a control character
+// or '"' (the xor swaps '"' and ' ' and keeps the bytes below 0x20 among
+// themselves), which the high bit of (x^0x02)-0x21 shows given no borrow
+// from below; likewise (x^'\\')-0x01 for x == '\\'. Bytes >= 0x80 are
+// masked out by &^ w, as the xors keep w's high bits.
 func specialBytes(w uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	m := ((w ^ (ones * '"')) - ones) | ((w ^ (ones * '\\')) - ones) | (w - ones*0x20)
+	m := ((w ^ (ones * 0x02)) - ones*0x21) | ((w ^ (ones * '\\')) - ones)
 	return m &^ w & highs
 }
 
