@@ -305,8 +305,21 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 				return false
 			}
 			f.val = rules.Value{Kind: rules.KindJSON, Text: sc.s[start:sc.i]}
+		case '"':
+			t, ok := sc.str()
+			if !ok {
+				return false
+			}
+			f.val = rules.Value{Kind: rules.KindString, Text: t}
 		default:
-			if f.val, ok = sc.value(); !ok {
+			if c == '-' || c-'0' <= 9 {
+				end, kind, problem := numberEnd(s, i)
+				if problem != "" {
+					return sc.fail(i, problem)
+				}
+				sc.i = end
+				f.val = rules.Value{Kind: kind, Text: s[i:end]}
+			} else if f.val, ok = sc.value(); !ok {
 				return false
 			}
 		}

@@ -518,17 +518,22 @@ func numberEnd(s string, i int) (end int, kind rules.Kind, problem string) {
 	if j < len(s) && s[j] == '-' {
 		j++
 	}
-	if j >= len(s) {
-		return 0, 0, "invalid number: no digits"
-	}
-	switch c := s[j]; {
-	case c == '0':
-		j++
-	case c >= '1' && c <= '9':
+	switch {
+	case j < len(s) && s[j]-'1' <= 8:
 		j = digitsEnd(s, j+1)
+	case j < len(s) && s[j] == '0':
+		j++
 	default:
 		return 0, 0, "invalid number: no digits"
 	}
+	if j >= len(s) || (s[j] != '.' && s[j]|0x20 != 'e') {
+		return j, rules.KindInt, "" // most numbers are integers
+	}
+	return numberTail(s, j)
+}
+
+// numberTail scans the fraction and exponent of a number from s[j].
+func numberTail(s string, j int) (end int, kind rules.Kind, problem string) {
 	kind = rules.KindInt
 	if j < len(s) && s[j] == '.' {
 		j++
