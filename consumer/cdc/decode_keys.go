@@ -6,27 +6,31 @@ import (
 	"github.com/cachewarden/cachewarden/rules"
 )
 
-// Many members repeat with their values from message to message: a
-// source block's version, connector, database, table and binlog file,
-// a row's unchanged columns. A key node also remembers the text of its
-// member with a short scalar value, as `"name":value,`; when the next
-// message has the same bytes there, the value is valid as it was then
-// and is taken without being scanned. A node whose members keep changing
-// stops remembering them.
-//
 // The member names of a producer's messages come in the same order in
 // every message of a table: Debezium writes before, after, source, op,
 // ... and each table's columns in table order. keyCache remembers the
 // sequences of names seen so far as a tree per kind of object, so that
 // the next message's names are recognised by comparing their raw text
-// `"name":` with the one or two names that followed the previous name
-// last time, a word or two at a time, instead of scanning each name as a
-// string and looking it up.
+// `"name":` with that of the names that followed the previous name last
+// time (the most recent first), a word or three at a time, instead of
+// scanning each name as a string and looking it up.
 //
 // A name is only remembered when it has no escapes, is at most
-// maxKeyName bytes long and its ':' follows the closing quote directly; a name that matches the remembered text is
-// therefore valid JSON as it stands. Anything else is read the ordinary
-// way (and the rest of that object too, when the tree cannot grow).
+// maxKeyName bytes long and its ':' follows the closing quote directly;
+// a name that matches the remembered text is therefore valid JSON as it
+// stands. Anything else is read the ordinary way (and the rest of that
+// object too, when the tree cannot grow).
+//
+// In a Debezium source block most members also repeat their values from
+// message to message: version, connector, database, table, binlog file,
+// server id, and the timestamps of all the events of one second (MySQL's
+// binary log keeps seconds). A source member's node remembers the text of
+// the member with a short scalar value and the byte after it,
+// `"name":value,`; when the next message has the same bytes there, the
+// value is valid as it was then and is taken without being scanned. A
+// node whose member differs maxValueMisses times in a row stops
+// remembering. (Row columns are not remembered this way: too few repeat
+// for the comparisons to pay.)
 
 // Kinds of objects, each with its own tree (the roots of keyCache.nodes).
 const (
@@ -37,8 +41,9 @@ const (
 	nObjKinds
 )
 
-// maxKeyNodes bounds the names a keyCache remembers (about 100 bytes
-// each, with their text). Names beyond it are read the ordinary way.
+// maxKeyNodes bounds the names a keyCache remembers (about 200 bytes
+// each with their text, so at most about 1 MB per Decoded). Names beyond
+// it are read the ordinary way.
 const maxKeyNodes = 4096
 
 // maxKeyName bounds the length of the names a keyCache remembers: their
