@@ -230,21 +230,54 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 	if !sc.beginObject() {
 		return false
 	}
-	for first := true; ; first = false {
-		key, ok := sc.nextKey(first)
-		if !ok {
-			return !sc.failed
+	s := sc.s
+	i := wsEnd(s, sc.i)
+	if i < len(s) && s[i] == '}' {
+		sc.i = i + 1
+		sc.leave()
+		return true
+	}
+	b := sc.b
+	kc := &st.keys
+	cur := int32(objPayload)
+	if envelope {
+		cur = objTop
+	}
+	for {
+		var key string
+		var k, klo, khi int
+		node := kc.first(b, cur, i)
+		if node < 0 {
+			node = kc.lookup(b, cur, i)
 		}
-		sc.pushKey(sc.keyLo, sc.keyHi)
-		f := field{name: key, off: int32(sc.i)}
-		start := sc.i
+		if node >= 0 {
+			nd := &kc.nodes[node]
+			key, k, cur = nd.name, int(nd.id), node
+			klo = i + 1
+			i += nd.n
+			khi = i - 2
+		} else {
+			var ok bool
+			if key, cur, klo, khi, i, ok = st.memberName(i, cur, objPayload); !ok {
+				return false
+			}
+			k = keyID(key)
+		}
+		if i < len(s) && s[i] <= ' ' {
+			i = wsEnd(s, i)
+		}
+		sc.i = i
+		sc.pushKey(klo, khi)
+		f := field{name: key, off: int32(i)}
+		start := i
+		var ok bool
 		var c byte
-		if sc.i < len(sc.s) {
-			c = sc.s[sc.i]
+		if i < len(s) {
+			c = s[i]
 		}
 		switch c {
 		case '{':
-			if envelope && key == "payload" {
+			if envelope && k == kPayload {
 				if len(st.inner) != 0 {
 					return sc.fail(sc.i, "duplicate payload member")
 				}
@@ -252,7 +285,7 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 					return false
 				}
 				f.shape, f.lo, f.hi = shapeFields, 0, int32(len(st.inner))
-			} else if key == "source" {
+			} else if k == kSource {
 				// Only its position fields matter: read them without
 				// storing the block as a row.
 				if !st.source() {
@@ -272,14 +305,27 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 				return false
 			}
 			f.val = rules.Value{Kind: rules.KindJSON, Text: sc.s[start:sc.i]}
+		case '"':
+			t, ok := sc.str()
+			if !ok {
+				return false
+			}
+			f.val = rules.Value{Kind: rules.KindString, Text: t}
 		default:
-			if f.val, ok = sc.value(); !ok {
+			if c == '-' || c-'0' <= 9 {
+				end, kind, problem := numberEnd(s, i)
+				if problem != "" {
+					return sc.fail(i, problem)
+				}
+				sc.i = end
+				f.val = rules.Value{Kind: kind, Text: s[i:end]}
+			} else if f.val, ok = sc.value(); !ok {
 				return false
 			}
 		}
 		sc.pop()
 		n := len(*dst)
-		if k := keyID(key); k >= 0 {
+		if k >= 0 {
 			idx[k] = int32(n)
 		}
 		// Copy field by field (see addColumn).
@@ -293,6 +339,25 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 		d.val.Kind = f.val.Kind
 		d.val.Text = f.val.Text
 		d.off, d.shape, d.lo, d.hi = f.off, f.shape, f.lo, f.hi
+		i = sc.i
+		if i < len(s) && s[i] <= ' ' {
+			i = wsEnd(s, i)
+		}
+		if i < len(s) {
+			if s[i] == ',' {
+				if i++; i < len(s) && s[i] <= ' ' {
+					i = wsEnd(s, i)
+				}
+				continue
+			}
+			if s[i] == '}' {
+				sc.i = i + 1
+				sc.leave()
+				return true
+			}
+		}
+		sc.i = i
+		return sc.failAt("expected ',' or '}' after object member")
 	}
 }
 
@@ -324,40 +389,20 @@ func (st *decodeState) source() bool {
 		sc.leave()
 		return true
 	}
+	b := sc.b
+	kc := &st.keys
+	cur := int32(objSource)
 	for {
-		if i >= len(s) || s[i] != '"' {
-			sc.i = i
-			return sc.failAt("expected member name")
-		}
-		sc.i = i
-		key, ok := sc.str()
-		if !ok {
+		// A member that repeats the last one is taken as it stands (see
+		// keyCache).
+		if node := kc.repeat(b, cur, i); node >= 0 {
+			nd := &kc.nodes[node]
+			if cur = node; nd.id != srcOther {
+				si.set(int(nd.id), nd.repeated(s, i))
+			}
+			sc.i = i + nd.kvn - 1
+		} else if !st.sourceMember(si, &cur, i) {
 			return false
-		}
-		klo, khi := i+1, sc.i-1
-		i = sc.i
-		if i >= len(s) || s[i] != ':' {
-			if i = wsEnd(s, i); i >= len(s) || s[i] != ':' {
-				sc.i = i
-				return sc.failAt("expected ':' after member name")
-			}
-		}
-		if i++; i < len(s) && s[i] <= ' ' {
-			i = wsEnd(s, i)
-		}
-		sc.i = i
-		if k := sourceKey(key); k == srcOther {
-			if !sc.skip() {
-				return false
-			}
-		} else {
-			sc.pushKey(klo, khi)
-			v, ok := sc.value()
-			if !ok {
-				return false
-			}
-			sc.pop()
-			si.set(k, v)
 		}
 		i = sc.i
 		if i < len(s) && s[i] <= ' ' {
@@ -381,6 +426,93 @@ func (st *decodeState) source() bool {
 	}
 }
 
+// sourceMember reads the member at s[i] of a source block into si the
+// ordinary way, leaving sc.i after its value; *cur is the node of the
+// member before, and becomes this one's.
+func (st *decodeState) sourceMember(si *sourceInfo, cur *int32, i int) bool {
+	sc := &st.sc
+	s := sc.s
+	b := sc.b
+	kc := &st.keys
+	var k, klo, khi, v int // v: the value's offset
+	node := kc.first(b, *cur, i)
+	if node < 0 {
+		node = kc.lookup(b, *cur, i)
+	}
+	matched := node >= 0
+	if matched {
+		nd := &kc.nodes[node]
+		k = int(nd.id)
+		klo = i + 1
+		v = i + nd.n
+		khi = v - 2
+	} else {
+		key, n, lo, hi, end, ok := st.memberName(i, *cur, objSource)
+		if !ok {
+			return false
+		}
+		k, node, klo, khi, v = sourceKey(key), n, lo, hi, end
+	}
+	*cur = node
+	if v < len(s) && s[v] <= ' ' {
+		v = wsEnd(s, v)
+	}
+	sc.i = v
+	var c byte
+	if v < len(s) {
+		c = s[v]
+	}
+	kind := rules.KindJSON // not remembered
+	switch {
+	case k == srcOther:
+		// Validated only; its key stays out of the error path.
+		if c == '"' {
+			if !sc.skipStr() {
+				return false
+			}
+		} else if !sc.skip() {
+			return false
+		}
+		if c != '{' && c != '[' {
+			kind = rules.KindNull // a scalar, whose value is not read
+		}
+	case c == '"' && k != srcSnapshot:
+		t, ok := sc.str()
+		if !ok {
+			return sc.failedIn(klo, khi)
+		}
+		si.set(k, rules.Value{Kind: rules.KindString, Text: t})
+		if len(t) == sc.i-v-2 {
+			kind = rules.KindString
+		}
+	case c-'0' <= 9 && k >= srcPos:
+		if n, end, ok := plainInt(s, v); ok {
+			sc.i = end
+			si.setInt(k, n)
+			kind = rules.KindInt
+			break
+		}
+		fallthrough
+	default:
+		sc.pushKey(klo, khi)
+		val, ok := sc.value()
+		if !ok {
+			return false
+		}
+		sc.pop()
+		si.set(k, val)
+		switch {
+		case val.Kind == rules.KindString && len(val.Text) == sc.i-v-2,
+			val.Kind == rules.KindInt, val.Kind == rules.KindFloat, val.Kind == rules.KindNull:
+			kind = val.Kind
+		}
+	}
+	if matched && kind != rules.KindJSON && v == i+kc.nodes[node].n {
+		kc.remember(node, b, i, sc.i, kind)
+	}
+	return true
+}
+
 // Members of a Debezium "source" block that sourceInfo keeps.
 const (
 	srcOther = iota
@@ -389,10 +521,11 @@ const (
 	srcTable
 	srcFile
 	srcGTID
+	srcSnapshot
+	// The numeric members, last.
 	srcPos
 	srcTsMs
 	srcTsSec
-	srcSnapshot
 	srcServerID
 )
 
@@ -448,6 +581,39 @@ func (si *sourceInfo) set(k int, v rules.Value) {
 	case srcSnapshot:
 		si.snapshot = isSnapshotMarker(v)
 	}
+}
+
+// setInt records n, read from JSON as an integer, as the value of the
+// numeric member k (srcPos, srcTsMs, srcTsSec or srcServerID), as set
+// does.
+func (si *sourceInfo) setInt(k int, n int64) {
+	if k == srcServerID && (n <= 0 || n > math.MaxUint32) {
+		si.serverID = 0
+		return
+	}
+	si.setNumber(k, n)
+}
+
+// plainInt reads the JSON number at s[i] when it is an integer of 1 to 18
+// digits without a sign, fraction or exponent (what shortDigits reads),
+// and returns it with the offset after it; ok is false for any other
+// number, valid or not, which the caller reads the ordinary way.
+func plainInt(s string, i int) (n int64, end int, ok bool) {
+	j := i
+	for ; j < len(s); j++ {
+		d := s[j] - '0'
+		if d > 9 {
+			break
+		}
+		n = n*10 + int64(d)
+	}
+	if d := j - i; d == 0 || d > 18 || (d > 1 && s[i] == '0') {
+		return 0, i, false
+	}
+	if j < len(s) && (s[j] == '.' || s[j]|0x20 == 'e') {
+		return 0, i, false
+	}
+	return n, j, true
 }
 
 // setNumber records n as the value of the numeric member k (srcPos,
@@ -519,32 +685,43 @@ func (st *decodeState) row() (span, bool) {
 		sc.leave()
 		return span{lo, lo}, true
 	}
+	b := sc.b
+	kc := &st.keys
+	cur := int32(objRow)
 	for {
-		if i >= len(s) || s[i] != '"' {
-			sc.i = i
-			return absent, sc.failAt("expected member name")
+		var key string
+		var klo, khi int
+		var keep bool
+		node := kc.first(b, cur, i)
+		if node < 0 {
+			node = kc.lookup(b, cur, i)
 		}
-		sc.i = i
-		key, ok := sc.str()
-		if !ok {
-			return absent, false
-		}
-		klo, khi := i+1, sc.i-1
-		i = sc.i
-		if i >= len(s) || s[i] != ':' {
-			if i = wsEnd(s, i); i >= len(s) || s[i] != ':' {
-				sc.i = i
-				return absent, sc.failAt("expected ':' after member name")
+		if node >= 0 {
+			nd := &kc.nodes[node]
+			key, keep, cur = nd.name, nd.keep, node
+			klo = i + 1
+			i += nd.n
+			khi = i - 2
+		} else {
+			var ok bool
+			if key, cur, klo, khi, i, ok = st.memberName(i, cur, objRow); !ok {
+				return absent, false
+			}
+			if cur >= 0 {
+				keep = kc.nodes[cur].keep
+			} else {
+				keep = st.keep == nil || st.keep.Has(key)
 			}
 		}
-		if i++; i < len(s) && s[i] <= ' ' {
+		if i < len(s) && s[i] <= ' ' {
 			i = wsEnd(s, i)
 		}
 		// The column's key joins the error path only when its value
 		// fails (failedIn): reading a value pushes no path of its own.
-		if st.keep != nil && !st.keep.Has(key) {
+		if !keep {
 			// A column no rule reads: validated, not stored.
 			sc.i = i
+			var ok bool
 			if i < len(s) && s[i] == '"' {
 				ok = sc.skipStr()
 			} else {
@@ -555,8 +732,8 @@ func (st *decodeState) row() (span, bool) {
 			}
 			i = sc.i
 		} else {
-			var v rules.Value
-			if v, i, ok = st.columnValue(i); !ok {
+			v, end, ok := st.columnValue(i)
+			if i = end; !ok {
 				return absent, sc.failedIn(klo, khi)
 			}
 			st.addColumn(key, v)

@@ -321,13 +321,14 @@ func (sc *scanner) str() (string, bool) {
 // Only the lowest flagged byte is exact (borrows can flag bytes above a
 // special one), which is the one wanted.
 //
-// Per byte, the high bit of x-0x01 (x-0x20) is set when x is zero (below
-// 0x20), given no borrow from below; w^'"' and w^'\\' are zero exactly at
-// the quotes and backslashes; bytes >= 0x80 are masked out by &^ w, as the
-// xors keep w's high bits.
+// Per byte, x^0x02 is below 0x21 exactly when x is a control character
+// or '"' (the xor swaps '"' and ' ' and keeps the bytes below 0x20 among
+// themselves), which the high bit of (x^0x02)-0x21 shows given no borrow
+// from below; likewise (x^'\\')-0x01 for x == '\\'. Bytes >= 0x80 are
+// masked out by &^ w, as the xors keep w's high bits.
 func specialBytes(w uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	m := ((w ^ (ones * '"')) - ones) | ((w ^ (ones * '\\')) - ones) | (w - ones*0x20)
+	m := ((w ^ (ones * 0x02)) - ones*0x21) | ((w ^ (ones * '\\')) - ones)
 	return m &^ w & highs
 }
 
@@ -335,8 +336,19 @@ func specialBytes(w uint64) uint64 {
 // '"', '\\' or a control character (len(s) if none).
 func (sc *scanner) plainEnd(j int) int {
 	if b := sc.b; j <= len(b) {
-		for rest := b[j:]; len(rest) >= 8; rest = rest[8:] {
-			if m := specialBytes(binary.LittleEndian.Uint64(rest)); m != 0 {
+		// Two words per round: long values (URLs, text) are common.
+		for ; j+16 <= len(b); j += 16 {
+			m0 := specialBytes(binary.LittleEndian.Uint64(b[j : j+8]))
+			m1 := specialBytes(binary.LittleEndian.Uint64(b[j+8 : j+16]))
+			if m0|m1 != 0 {
+				if m0 != 0 {
+					return j + bits.TrailingZeros64(m0)>>3
+				}
+				return j + 8 + bits.TrailingZeros64(m1)>>3
+			}
+		}
+		if j+8 <= len(b) {
+			if m := specialBytes(binary.LittleEndian.Uint64(b[j : j+8])); m != 0 {
 				return j + bits.TrailingZeros64(m)>>3
 			}
 			j += 8
@@ -506,17 +518,22 @@ func numberEnd(s string, i int) (end int, kind rules.Kind, problem string) {
 	if j < len(s) && s[j] == '-' {
 		j++
 	}
-	if j >= len(s) {
-		return 0, 0, "invalid number: no digits"
-	}
-	switch c := s[j]; {
-	case c == '0':
-		j++
-	case c >= '1' && c <= '9':
+	switch {
+	case j < len(s) && s[j]-'1' <= 8:
 		j = digitsEnd(s, j+1)
+	case j < len(s) && s[j] == '0':
+		j++
 	default:
 		return 0, 0, "invalid number: no digits"
 	}
+	if j >= len(s) || (s[j] != '.' && s[j]|0x20 != 'e') {
+		return j, rules.KindInt, "" // most numbers are integers
+	}
+	return numberTail(s, j)
+}
+
+// numberTail scans the fraction and exponent of a number from s[j].
+func numberTail(s string, j int) (end int, kind rules.Kind, problem string) {
 	kind = rules.KindInt
 	if j < len(s) && s[j] == '.' {
 		j++

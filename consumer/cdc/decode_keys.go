@@ -1,0 +1,304 @@
+package cdc
+
+import (
+	"encoding/binary"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// The member names of a producer's messages come in the same order in
+// every message of a table: Debezium writes before, after, source, op,
+// ... and each table's columns in table order. keyCache remembers the
+// sequences of names seen so far as a tree per kind of object, so that
+// the next message's names are recognised by comparing their raw text
+// `"name":` with that of the names that followed the previous name last
+// time (the most recent first), a word or three at a time, instead of
+// scanning each name as a string and looking it up.
+//
+// A name is only remembered when it has no escapes, is at most
+// maxKeyName bytes long and its ':' follows the closing quote directly;
+// a name that matches the remembered text is therefore valid JSON as it
+// stands. Anything else is read the ordinary way (and the rest of that
+// object too, when the tree cannot grow).
+//
+// In a Debezium source block most members also repeat their values from
+// message to message: version, connector, database, table, binlog file,
+// server id, and the timestamps of all the events of one second (MySQL's
+// binary log keeps seconds). A source member's node remembers the text of
+// the member with a short scalar value and the byte after it,
+// `"name":value,`; when the next message has the same bytes there, the
+// value is valid as it was then and is taken without being scanned. A
+// node whose member differs maxValueMisses times in a row stops
+// remembering. (Row columns are not remembered this way: too few repeat
+// for the comparisons to pay.)
+
+// Kinds of objects, each with its own tree (the roots of keyCache.nodes).
+const (
+	objTop     = iota // the top level of a message
+	objPayload        // an envelope's payload
+	objSource         // a Debezium source block
+	objRow            // a row image
+	nObjKinds
+)
+
+// maxKeyNodes bounds the names a keyCache remembers (about 200 bytes
+// each with their text, so at most about 1 MB per Decoded). Names beyond
+// it are read the ordinary way.
+const maxKeyNodes = 4096
+
+// maxKeyName bounds the length of the names a keyCache remembers: their
+// text `"name":` is compared in up to three words.
+const maxKeyName = 24 - len(`"":`)
+
+// keyNode is one remembered member name, a child of the name that came
+// before it in its object (or of its kind's root).
+type keyNode struct {
+	// w0 and m0 give the first up to 8 bytes of pat (masked), w1 its
+	// last 8 bytes when it is longer than 8, w2 the 8 after the first
+	// when it is longer than 16.
+	w0, m0, w1, w2 uint64
+	// v1 and m1 give the bytes 8 to 15 of pat (masked, zero when it is
+	// not longer than 8).
+	v1, m1 uint64
+	// n is len(pat).
+	n int
+	// pat is `"name":` (owned, not the message's memory).
+	pat string
+	// name is the member name, pat[1:len(pat)-2].
+	name string
+	// child is the first of the names seen after this one, sib the next
+	// name seen after this one's parent; -1 for none.
+	child, sib int32
+	// id is keyID(name) in top-level and payload objects, sourceKey(name)
+	// in source blocks.
+	id int8
+	// keep tells, in rows, whether the column is kept (ColumnSet.Has).
+	keep bool
+
+	// kv and km give the text of this member with its value of last time
+	// and the ',' or '}' after it, `"name":value,`, when remembered (kvn
+	// bytes, at most 32, masked); kvn is 0 otherwise. vkind is the kind of
+	// the value: a string without escapes, a number or null (for members
+	// whose value is not read, any). vmiss counts the times in a row the
+	// member did not repeat: at maxValueMisses, noKV stops remembering.
+	kv, km [4]uint64
+	kvn    int
+	vkind  rules.Kind
+	vmiss  uint8
+	noKV   bool
+}
+
+// maxValueMisses is how many times in a row a member may differ from the
+// one before it until its values are no longer remembered.
+const maxValueMisses = 4
+
+// keyCache is the memory of member names of one decodeState.
+type keyCache struct {
+	nodes []keyNode
+	// keep is the ColumnSet the rows' keep flags were computed with.
+	keep *ColumnSet
+}
+
+// reset empties the cache when it is new or keep differs from the set
+// its row flags were computed with.
+func (kc *keyCache) reset(keep *ColumnSet) {
+	if len(kc.nodes) != 0 && kc.keep == keep {
+		return
+	}
+	kc.keep = keep
+	kc.nodes = kc.nodes[:0]
+	for range nObjKinds {
+		kc.nodes = append(kc.nodes, keyNode{child: -1, sib: -1})
+	}
+}
+
+// first returns the first child of node cur when its text `"name":` is
+// at b[i:] and not longer than 16 bytes, else -1 (lookup then tries all
+// children): the first child is usually the one wanted, and first is
+// small enough to be inlined.
+func (kc *keyCache) first(b []byte, cur int32, i int) int32 {
+	if cur >= 0 && i+16 <= len(b) {
+		if c := kc.nodes[cur].child; c >= 0 {
+			nd := &kc.nodes[c]
+			if (binary.LittleEndian.Uint64(b[i:i+8])^nd.w0)&nd.m0|(binary.LittleEndian.Uint64(b[i+8:i+16])^nd.v1)&nd.m1 == 0 && nd.n <= 16 {
+				return c
+			}
+		}
+	}
+	return -1
+}
+
+// lookup returns the child of node cur whose text `"name":` is at b[i:],
+// or -1 (also when cur is -1).
+func (kc *keyCache) lookup(b []byte, cur int32, i int) int32 {
+	if cur < 0 || i+8 > len(b) {
+		return -1
+	}
+	w := binary.LittleEndian.Uint64(b[i : i+8])
+	nodes := kc.nodes
+	c := nodes[cur].child
+	for c >= 0 {
+		nd := &nodes[c]
+		if (w^nd.w0)&nd.m0 == 0 {
+			n := nd.n
+			if n <= 8 {
+				return c
+			}
+			if j := i + n; j <= len(b) && binary.LittleEndian.Uint64(b[j-8:j]) == nd.w1 &&
+				(n <= 16 || binary.LittleEndian.Uint64(b[i+8:i+16]) == nd.w2) {
+				return c
+			}
+		}
+		c = nd.sib
+	}
+	return -1
+}
+
+// learn returns the child of cur named key, adding it when there is none
+// and raw says the name was read from `"key":` as it stands; -1 when cur
+// is -1 or the name cannot be added.
+func (kc *keyCache) learn(cur int32, key string, raw bool, kind int) int32 {
+	if cur < 0 {
+		return -1
+	}
+	for c := kc.nodes[cur].child; c >= 0; c = kc.nodes[c].sib {
+		if kc.nodes[c].name == key {
+			return c
+		}
+	}
+	if !raw || len(key) > maxKeyName || len(kc.nodes) >= maxKeyNodes {
+		return -1
+	}
+	pat := `"` + key + `":`
+	nd := keyNode{pat: pat, n: len(pat), name: pat[1 : len(pat)-2], child: -1, sib: kc.nodes[cur].child}
+	var w [8]byte
+	copy(w[:], pat)
+	nd.w0 = binary.LittleEndian.Uint64(w[:])
+	nd.m0 = ^uint64(0)
+	if len(pat) < 8 {
+		nd.m0 = 1<<(8*len(pat)) - 1
+	} else {
+		nd.w1 = binary.LittleEndian.Uint64([]byte(pat[len(pat)-8:]))
+	}
+	if len(pat) > 8 {
+		w = [8]byte{}
+		copy(w[:], pat[8:min(16, len(pat))])
+		nd.v1 = binary.LittleEndian.Uint64(w[:])
+		nd.m1 = ^uint64(0)
+		if len(pat) < 16 {
+			nd.m1 = 1<<(8*(len(pat)-8)) - 1
+		}
+	}
+	if len(pat) > 16 {
+		nd.w2 = binary.LittleEndian.Uint64([]byte(pat[8:16]))
+	}
+	switch kind {
+	case objTop, objPayload:
+		nd.id = int8(keyID(key))
+	case objSource:
+		nd.id = int8(sourceKey(key))
+	case objRow:
+		nd.keep = kc.keep == nil || kc.keep.Has(key)
+	}
+	kc.nodes = append(kc.nodes, nd)
+	c := int32(len(kc.nodes) - 1)
+	kc.nodes[cur].child = c
+	return c
+}
+
+// memberName reads the member name at s[i] and the ':' after it the
+// ordinary way, for an object of the given kind whose previous name is
+// node cur. It returns the name, its node (or -1), the offsets of its raw
+// text and the offset after the ':'.
+func (st *decodeState) memberName(i int, cur int32, kind int) (key string, node int32, klo, khi, end int, ok bool) {
+	sc := &st.sc
+	s := sc.s
+	if i >= len(s) || s[i] != '"' {
+		sc.i = i
+		return "", -1, 0, 0, i, sc.failAt("expected member name")
+	}
+	sc.i = i
+	if key, ok = sc.str(); !ok {
+		return "", -1, 0, 0, i, false
+	}
+	klo, khi = i+1, sc.i-1
+	i = sc.i
+	raw := i < len(s) && s[i] == ':' && khi-klo == len(key)
+	if !raw {
+		if i = wsEnd(s, i); i >= len(s) || s[i] != ':' {
+			sc.i = i
+			return "", -1, 0, 0, i, sc.failAt("expected ':' after member name")
+		}
+	}
+	return key, st.keys.learn(cur, key, raw, kind), klo, khi, i + 1, true
+}
+
+// repeat returns the first child of node cur when the member at b[i:]
+// repeats, name, value and the byte after it, the one the child
+// remembers; else -1.
+func (kc *keyCache) repeat(b []byte, cur int32, i int) int32 {
+	if cur < 0 || i+32 > len(b) {
+		return -1
+	}
+	c := kc.nodes[cur].child
+	if c < 0 {
+		return -1
+	}
+	nd := &kc.nodes[c]
+	if nd.kvn == 0 {
+		return -1
+	}
+	x := (binary.LittleEndian.Uint64(b[i:i+8])^nd.kv[0])&nd.km[0] |
+		(binary.LittleEndian.Uint64(b[i+8:i+16])^nd.kv[1])&nd.km[1] |
+		(binary.LittleEndian.Uint64(b[i+16:i+24])^nd.kv[2])&nd.km[2] |
+		(binary.LittleEndian.Uint64(b[i+24:i+32])^nd.kv[3])&nd.km[3]
+	if x != 0 {
+		if nd.vmiss++; nd.vmiss >= maxValueMisses {
+			nd.kvn, nd.noKV = 0, true
+		}
+		return -1
+	}
+	nd.vmiss = 0
+	return c
+}
+
+// repeated returns the value of the member at s[i:] that repeat found.
+func (nd *keyNode) repeated(s string, i int) rules.Value {
+	lo, hi := i+nd.n, i+nd.kvn-1
+	switch nd.vkind {
+	case rules.KindString:
+		return rules.Value{Kind: rules.KindString, Text: s[lo+1 : hi-1]}
+	case rules.KindNull:
+		return rules.Value{}
+	}
+	return rules.Value{Kind: nd.vkind, Text: s[lo:hi]}
+}
+
+// remember records at node c the member b[i:end] whose name matched the
+// node's text, with a value of kind k right after the ':', when it and
+// the byte after it fit in 32 bytes and that byte is ',' or '}'.
+func (kc *keyCache) remember(c int32, b []byte, i, end int, k rules.Kind) {
+	nd := &kc.nodes[c]
+	if nd.noKV {
+		return
+	}
+	n := end + 1 - i
+	if n > 32 || end >= len(b) || (b[end] != ',' && b[end] != '}') {
+		nd.kvn = 0
+		return
+	}
+	var t [32]byte
+	copy(t[:], b[i:end+1])
+	for w := range 4 {
+		nd.kv[w] = binary.LittleEndian.Uint64(t[8*w:])
+		switch m := n - 8*w; {
+		case m >= 8:
+			nd.km[w] = ^uint64(0)
+		case m <= 0:
+			nd.km[w] = 0
+		default:
+			nd.km[w] = 1<<(8*m) - 1
+		}
+	}
+	nd.kvn, nd.vkind = n, k
+}
