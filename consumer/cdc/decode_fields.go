@@ -393,16 +393,63 @@ func (st *decodeState) source() bool {
 	kc := &st.keys
 	cur := int32(objSource)
 	for {
-		// A member that repeats the last one is taken as it stands (see
-		// keyCache).
-		if node := kc.repeat(b, cur, i); node >= 0 {
+		var k, klo, khi int
+		node := kc.first(b, cur, i)
+		if node < 0 {
+			node = kc.lookup(b, cur, i)
+		}
+		if node >= 0 {
 			nd := &kc.nodes[node]
-			if cur = node; nd.id != srcOther {
-				si.set(int(nd.id), nd.repeated(s, i))
+			k, cur = int(nd.id), node
+			klo = i + 1
+			i += nd.n
+			khi = i - 2
+		} else {
+			key, node, lo, hi, end, ok := st.memberName(i, cur, objSource)
+			if !ok {
+				return false
 			}
-			sc.i = i + nd.kvn - 1
-		} else if !st.sourceMember(si, &cur, i) {
-			return false
+			k, cur, klo, khi, i = sourceKey(key), node, lo, hi, end
+		}
+		if i < len(s) && s[i] <= ' ' {
+			i = wsEnd(s, i)
+		}
+		sc.i = i
+		var c byte
+		if i < len(s) {
+			c = s[i]
+		}
+		switch {
+		case k == srcOther:
+			// Validated only; its key stays out of the error path.
+			if c == '"' {
+				if !sc.skipStr() {
+					return false
+				}
+			} else if !sc.skip() {
+				return false
+			}
+		case c == '"' && k != srcSnapshot:
+			t, ok := sc.str()
+			if !ok {
+				return sc.failedIn(klo, khi)
+			}
+			si.set(k, rules.Value{Kind: rules.KindString, Text: t})
+		case c-'0' <= 9 && k >= srcPos:
+			if n, end, ok := plainInt(s, i); ok {
+				sc.i = end
+				si.setInt(k, n)
+				break
+			}
+			fallthrough
+		default:
+			sc.pushKey(klo, khi)
+			v, ok := sc.value()
+			if !ok {
+				return false
+			}
+			sc.pop()
+			si.set(k, v)
 		}
 		i = sc.i
 		if i < len(s) && s[i] <= ' ' {
@@ -424,93 +471,6 @@ func (st *decodeState) source() bool {
 		sc.i = i
 		return sc.failAt("expected ',' or '}' after object member")
 	}
-}
-
-// sourceMember reads the member at s[i] of a source block into si the
-// ordinary way, leaving sc.i after its value; *cur is the node of the
-// member before, and becomes this one's.
-func (st *decodeState) sourceMember(si *sourceInfo, cur *int32, i int) bool {
-	sc := &st.sc
-	s := sc.s
-	b := sc.b
-	kc := &st.keys
-	var k, klo, khi, v int // v: the value's offset
-	node := kc.first(b, *cur, i)
-	if node < 0 {
-		node = kc.lookup(b, *cur, i)
-	}
-	matched := node >= 0
-	if matched {
-		nd := &kc.nodes[node]
-		k = int(nd.id)
-		klo = i + 1
-		v = i + nd.n
-		khi = v - 2
-	} else {
-		key, n, lo, hi, end, ok := st.memberName(i, *cur, objSource)
-		if !ok {
-			return false
-		}
-		k, node, klo, khi, v = sourceKey(key), n, lo, hi, end
-	}
-	*cur = node
-	if v < len(s) && s[v] <= ' ' {
-		v = wsEnd(s, v)
-	}
-	sc.i = v
-	var c byte
-	if v < len(s) {
-		c = s[v]
-	}
-	kind := rules.KindJSON // not remembered
-	switch {
-	case k == srcOther:
-		// Validated only; its key stays out of the error path.
-		if c == '"' {
-			if !sc.skipStr() {
-				return false
-			}
-		} else if !sc.skip() {
-			return false
-		}
-		if c != '{' && c != '[' {
-			kind = rules.KindNull // a scalar, whose value is not read
-		}
-	case c == '"' && k != srcSnapshot:
-		t, ok := sc.str()
-		if !ok {
-			return sc.failedIn(klo, khi)
-		}
-		si.set(k, rules.Value{Kind: rules.KindString, Text: t})
-		if len(t) == sc.i-v-2 {
-			kind = rules.KindString
-		}
-	case c-'0' <= 9 && k >= srcPos:
-		if n, end, ok := plainInt(s, v); ok {
-			sc.i = end
-			si.setInt(k, n)
-			kind = rules.KindInt
-			break
-		}
-		fallthrough
-	default:
-		sc.pushKey(klo, khi)
-		val, ok := sc.value()
-		if !ok {
-			return false
-		}
-		sc.pop()
-		si.set(k, val)
-		switch {
-		case val.Kind == rules.KindString && len(val.Text) == sc.i-v-2,
-			val.Kind == rules.KindInt, val.Kind == rules.KindFloat, val.Kind == rules.KindNull:
-			kind = val.Kind
-		}
-	}
-	if matched && kind != rules.KindJSON && v == i+kc.nodes[node].n {
-		kc.remember(node, b, i, sc.i, kind)
-	}
-	return true
 }
 
 // Members of a Debezium "source" block that sourceInfo keeps.

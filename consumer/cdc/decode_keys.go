@@ -1,10 +1,6 @@
 package cdc
 
-import (
-	"encoding/binary"
-
-	"github.com/cachewarden/cachewarden/rules"
-)
+import "encoding/binary"
 
 // The member names of a producer's messages come in the same order in
 // every message of a table: Debezium writes before, after, source, op,
@@ -74,23 +70,7 @@ type keyNode struct {
 	id int8
 	// keep tells, in rows, whether the column is kept (ColumnSet.Has).
 	keep bool
-
-	// kv and km give the text of this member with its value of last time
-	// and the ',' or '}' after it, `"name":value,`, when remembered (kvn
-	// bytes, at most 32, masked); kvn is 0 otherwise. vkind is the kind of
-	// the value: a string without escapes, a number or null (for members
-	// whose value is not read, any). vmiss counts the times in a row the
-	// member did not repeat: at maxValueMisses, noKV stops remembering.
-	kv, km [4]uint64
-	kvn    int
-	vkind  rules.Kind
-	vmiss  uint8
-	noKV   bool
 }
-
-// maxValueMisses is how many times in a row a member may differ from the
-// one before it until its values are no longer remembered.
-const maxValueMisses = 4
 
 // keyCache is the memory of member names of one decodeState.
 type keyCache struct {
@@ -231,74 +211,4 @@ func (st *decodeState) memberName(i int, cur int32, kind int) (key string, node 
 		}
 	}
 	return key, st.keys.learn(cur, key, raw, kind), klo, khi, i + 1, true
-}
-
-// repeat returns the first child of node cur when the member at b[i:]
-// repeats, name, value and the byte after it, the one the child
-// remembers; else -1.
-func (kc *keyCache) repeat(b []byte, cur int32, i int) int32 {
-	if cur < 0 || i+32 > len(b) {
-		return -1
-	}
-	c := kc.nodes[cur].child
-	if c < 0 {
-		return -1
-	}
-	nd := &kc.nodes[c]
-	if nd.kvn == 0 {
-		return -1
-	}
-	x := (binary.LittleEndian.Uint64(b[i:i+8])^nd.kv[0])&nd.km[0] |
-		(binary.LittleEndian.Uint64(b[i+8:i+16])^nd.kv[1])&nd.km[1] |
-		(binary.LittleEndian.Uint64(b[i+16:i+24])^nd.kv[2])&nd.km[2] |
-		(binary.LittleEndian.Uint64(b[i+24:i+32])^nd.kv[3])&nd.km[3]
-	if x != 0 {
-		if nd.vmiss++; nd.vmiss >= maxValueMisses {
-			nd.kvn, nd.noKV = 0, true
-		}
-		return -1
-	}
-	nd.vmiss = 0
-	return c
-}
-
-// repeated returns the value of the member at s[i:] that repeat found.
-func (nd *keyNode) repeated(s string, i int) rules.Value {
-	lo, hi := i+nd.n, i+nd.kvn-1
-	switch nd.vkind {
-	case rules.KindString:
-		return rules.Value{Kind: rules.KindString, Text: s[lo+1 : hi-1]}
-	case rules.KindNull:
-		return rules.Value{}
-	}
-	return rules.Value{Kind: nd.vkind, Text: s[lo:hi]}
-}
-
-// remember records at node c the member b[i:end] whose name matched the
-// node's text, with a value of kind k right after the ':', when it and
-// the byte after it fit in 32 bytes and that byte is ',' or '}'.
-func (kc *keyCache) remember(c int32, b []byte, i, end int, k rules.Kind) {
-	nd := &kc.nodes[c]
-	if nd.noKV {
-		return
-	}
-	n := end + 1 - i
-	if n > 32 || end >= len(b) || (b[end] != ',' && b[end] != '}') {
-		nd.kvn = 0
-		return
-	}
-	var t [32]byte
-	copy(t[:], b[i:end+1])
-	for w := range 4 {
-		nd.kv[w] = binary.LittleEndian.Uint64(t[8*w:])
-		switch m := n - 8*w; {
-		case m >= 8:
-			nd.km[w] = ^uint64(0)
-		case m <= 0:
-			nd.km[w] = 0
-		default:
-			nd.km[w] = 1<<(8*m) - 1
-		}
-	}
-	nd.kvn, nd.vkind = n, k
 }
