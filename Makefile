@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/cachewarden
 SERVICES_ENV := .services/env
 
-.PHONY: all build test unit services services-demo services-bench services-stop services-status demo bench pgo soak fuzz vet static image clean
+.PHONY: all build test unit services services-demo services-bench services-stop services-status demo bench soak fuzz vet static image clean
 
 all: build
 
@@ -69,19 +69,6 @@ bench: services-bench build
 	$(GO) build -o bin/cwbench ./bench/cmd/cwbench
 	$(GO) build -o bin/cwbroker ./bench/cmd/cwbroker
 	set -a && . ./$(SERVICES_ENV) && set +a && ./bin/cwbench -events 300000 -doc docs/benchmarks.md $(BENCH_FLAGS)
-
-# pgo refreshes cmd/cachewarden/default.pgo, the CPU profile `go build`
-# optimizes the daemon with (profile-guided optimization, on by default for
-# a main package): the daemon's CPU profiles from one throughput run of
-# each benchmark workload, merged. Refresh it after changes to the hot
-# path (docs/benchmarks.md, "Profile-guided optimization").
-pgo: services-bench build
-	$(GO) build -o bin/cwbench ./bench/cmd/cwbench
-	$(GO) build -o bin/cwbroker ./bench/cmd/cwbroker
-	rm -rf .pgo && mkdir -p .pgo
-	set -a && . ./$(SERVICES_ENV) && set +a && ./bin/cwbench -events 300000 -skip-baselines -runs 1 -latency-rate -1 -profile .pgo
-	$(GO) tool pprof -proto $$(ls .pgo/*-cachewarden-*-r1-[0-9]*.pprof) > cmd/cachewarden/default.pgo
-	rm -rf .pgo
 
 # soak runs the fault suite (integration/fault*_test.go) at its long size:
 # 200,000 events with 10 SIGKILLs of the daemon, 30 s memcached and MariaDB
