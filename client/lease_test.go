@@ -254,7 +254,7 @@ func TestLeaseRaceWithDatabase(t *testing.T) {
 		rows      = 16
 		readers   = 32
 		writeFor  = 2 * time.Second
-		maxRounds = 3
+		maxRounds = 6
 		settle    = 500 * time.Millisecond
 	)
 	db := testDB(t)
