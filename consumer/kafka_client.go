@@ -74,7 +74,7 @@ const (
 	// (docs/benchmarks.md, "Where the time goes"). Responses of 2 MiB
 	// instead of 4 MiB lowered the benchmark's peak RSS by 20 to 28 MB
 	// (110-130 MB against 132-151 MB) at events/s within the runs' spread
-	// (docs/benchmarks.md, "Fetch size and memory").
+	// (docs/benchmarks.md, "The ratio goals").
 	fetchMaxBytes          = 2 << 20
 	fetchMaxPartitionBytes = 512 << 10
 )
