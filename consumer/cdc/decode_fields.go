@@ -340,24 +340,16 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 		d.val.Text = f.val.Text
 		d.off, d.shape, d.lo, d.hi = f.off, f.shape, f.lo, f.hi
 		i = sc.i
-		if i < len(s) && s[i] <= ' ' {
-			i = wsEnd(s, i)
+		if i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
+			i++ // the next member follows at once
+			continue
 		}
-		if i < len(s) {
-			if s[i] == ',' {
-				if i++; i < len(s) && s[i] <= ' ' {
-					i = wsEnd(s, i)
-				}
-				continue
-			}
-			if s[i] == '}' {
-				sc.i = i + 1
-				sc.leave()
-				return true
-			}
+		next, more := sc.memberEnd(i)
+		if more {
+			i = next
+			continue
 		}
-		sc.i = i
-		return sc.failAt("expected ',' or '}' after object member")
+		return !sc.failed
 	}
 }
 
@@ -452,24 +444,16 @@ func (st *decodeState) source() bool {
 			si.set(k, v)
 		}
 		i = sc.i
-		if i < len(s) && s[i] <= ' ' {
-			i = wsEnd(s, i)
+		if i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
+			i++ // the next member follows at once
+			continue
 		}
-		if i < len(s) {
-			if s[i] == ',' {
-				if i++; i < len(s) && s[i] <= ' ' {
-					i = wsEnd(s, i)
-				}
-				continue
-			}
-			if s[i] == '}' {
-				sc.i = i + 1
-				sc.leave()
-				return true
-			}
+		next, more := sc.memberEnd(i)
+		if more {
+			i = next
+			continue
 		}
-		sc.i = i
-		return sc.failAt("expected ',' or '}' after object member")
+		return !sc.failed
 	}
 }
 
@@ -698,24 +682,19 @@ func (st *decodeState) row() (span, bool) {
 			}
 			st.addColumn(key, v)
 		}
-		if i < len(s) && s[i] <= ' ' {
-			i = wsEnd(s, i)
+		if i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
+			i++ // the next member follows at once
+			continue
 		}
-		if i < len(s) {
-			if s[i] == ',' {
-				if i++; i < len(s) && s[i] <= ' ' {
-					i = wsEnd(s, i)
-				}
-				continue
-			}
-			if s[i] == '}' {
-				sc.i = i + 1
-				sc.leave()
-				return span{lo, int32(len(st.cols))}, true
-			}
+		next, more := sc.memberEnd(i)
+		if more {
+			i = next
+			continue
 		}
-		sc.i = i
-		return absent, sc.failAt("expected ',' or '}' after object member")
+		if sc.failed {
+			return absent, false
+		}
+		return span{lo, int32(len(st.cols))}, true
 	}
 }
 

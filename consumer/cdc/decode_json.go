@@ -259,6 +259,34 @@ func (sc *scanner) nextKey(first bool) (key string, ok bool) {
 	return key, true
 }
 
+// memberEnd reads what follows an object member's value at i. At ','
+// it returns the offset after it (and any space) with more set; at '}'
+// it leaves the object (sc.i after it); at anything else it records the
+// error. The object loops of fields, source and row share it, after
+// taking a ',' followed by the next member inline.
+func (sc *scanner) memberEnd(i int) (next int, more bool) {
+	s := sc.s
+	if i < len(s) && s[i] <= ' ' {
+		i = wsEnd(s, i)
+	}
+	if i < len(s) {
+		if s[i] == ',' {
+			if i++; i < len(s) && s[i] <= ' ' {
+				i = wsEnd(s, i)
+			}
+			return i, true
+		}
+		if s[i] == '}' {
+			sc.i = i + 1
+			sc.leave()
+			return i + 1, false
+		}
+	}
+	sc.i = i
+	sc.failAt("expected ',' or '}' after object member")
+	return i, false
+}
+
 // nextElem prepares the next element of an array whose '[' was consumed.
 // It returns false with sc.failed unset at the closing ']'.
 func (sc *scanner) nextElem(first bool) bool {
