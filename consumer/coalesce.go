@@ -47,6 +47,7 @@ const (
 	classBump opClass = iota
 	classSet
 	classCounter
+	nClasses
 )
 
 func classOf(k rules.OpKind) (opClass, bool) {
@@ -59,11 +60,6 @@ func classOf(k rules.OpKind) (opClass, bool) {
 		return classCounter, true
 	}
 	return 0, false
-}
-
-type slotKey struct {
-	class opClass
-	key   string
 }
 
 // setToken is one token of a coalesced set; dead once a later token for
@@ -112,7 +108,9 @@ func (c *Coalescer) newSlot(op *rules.Op) int {
 // value is ready; it keeps scratch memory between calls, so one Coalescer
 // serves one goroutine (one partition) at a time.
 type Coalescer struct {
-	index map[slotKey]int
+	// index maps each class's keys to their slots: a map per class, keyed
+	// by the key alone (hashing a string key is cheaper than a struct).
+	index [nClasses]map[string]int
 	slots []slot
 	// strs holds the joined tokens of set ops; buf is where they are
 	// joined.
@@ -143,10 +141,12 @@ type Coalescer struct {
 // keys are independent, so this order does not matter when applying; it
 // only keeps results deterministic.
 func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules.Op, CoalesceStats) {
-	if c.index == nil {
-		c.index = make(map[slotKey]int)
+	for i := range c.index {
+		if c.index[i] == nil {
+			c.index[i] = make(map[string]int)
+		}
+		clear(c.index[i])
 	}
-	clear(c.index)
 	c.slots = c.slots[:0]
 	st := CoalesceStats{In: len(ops)}
 
@@ -163,11 +163,11 @@ func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules
 			c.newSlot(op)
 			continue
 		}
-		k := slotKey{class, op.Key}
-		si, seen := c.index[k]
+		index := c.index[class]
+		si, seen := index[op.Key]
 		if !seen {
 			si = c.newSlot(op)
-			c.index[k] = si
+			index[op.Key] = si
 		}
 		s := &c.slots[si]
 		switch class {

@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 // Metrics are the daemon's Prometheus metrics. Create them with NewMetrics
@@ -211,4 +214,25 @@ func boolGauge(g prometheus.Gauge, v bool) {
 	} else {
 		g.Set(0)
 	}
+}
+
+// outcomeCounts counts applied ops by kind and outcome, the labels of
+// cachewarden_ops_total, in an array: a batch counts thousands of ops and
+// adding to an array costs no hashing. Kinds and outcomes are small
+// numbers (rules.OpKind, cacheops.Outcome, both below 16; a test checks
+// it).
+type outcomeCounts [16][16]int
+
+func (c *outcomeCounts) add(k rules.OpKind, o cacheops.Outcome) { c[k&15][o&15]++ }
+
+// flush adds the counts to ops (labels kind, outcome) and resets them.
+func (c *outcomeCounts) flush(ops *prometheus.CounterVec) {
+	for k := range c {
+		for o, n := range c[k] {
+			if n != 0 {
+				ops.WithLabelValues(rules.OpKind(k).String(), cacheops.Outcome(o).String()).Add(float64(n))
+			}
+		}
+	}
+	*c = outcomeCounts{}
 }

@@ -104,7 +104,11 @@ func (q *partitionQueue) take(given []Message) (msgs []Message, stable, logStart
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if given != nil && cap(given) > cap(q.spare) {
-		clear(given[:cap(given)]) // do not pin message values
+		// Do not pin message values. Beyond len(given) nothing was
+		// written since the slice was last cleared (push only appends):
+		// clearing its whole capacity would cost as much for a few
+		// messages as for a backlog's worth.
+		clear(given)
 		q.spare = given[:0]
 	}
 	msgs, err = q.msgs, q.err

@@ -225,7 +225,7 @@ type Batch struct {
 	coalescer Coalescer
 	results   []cacheops.Result
 	events    labelCounts[eventLabels]
-	outcomes  labelCounts[opLabels]
+	outcomes  outcomeCounts
 	// sourceTsMs are the source timestamps (Unix ms) of the batch's row
 	// changes that carry one, for cachewarden_event_age_seconds.
 	sourceTsMs []int64
@@ -307,8 +307,6 @@ func (c *labelCounts[L]) reset() {
 	clear(c.m)
 	c.n = 0
 }
-
-type opLabels struct{ kind, outcome string }
 
 func (p *Pipeline) decoderFor(topic string) *cdc.Decoder {
 	if d, ok := p.cfg.TopicDecoders[topic]; ok {
@@ -603,12 +601,8 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 		clear(sc.writerOps[:cap(sc.writerOps)])
 		clear(sc.counterOps[:cap(sc.counterOps)])
 	}()
-	b.outcomes.reset()
-	defer func() {
-		for l, c := range b.outcomes.all() {
-			p.m.ops.WithLabelValues(l.kind, l.outcome).Add(float64(c))
-		}
-	}()
+	b.outcomes = outcomeCounts{}
+	defer b.outcomes.flush(p.m.ops)
 	permanentLogged := 0
 	for attempt := 0; ; attempt++ {
 		if err := cacheops.CheckGuard(ctx); err != nil {
@@ -637,7 +631,6 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 		var firstErr error
 		for _, i := range pending {
 			res := b.results[i]
-			kind := b.Ops[i].Kind.String()
 			switch {
 			case res.Err == nil && res.Outcome == cacheops.OutcomeRecountNeeded:
 				// A delta the Writer left for Counters to recount (see
@@ -645,7 +638,7 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 				b.Ops[i].Kind, b.Ops[i].Delta = rules.OpRecount, 0
 				retry = append(retry, i)
 			case res.Err == nil:
-				b.outcomes.add(opLabels{kind, res.Outcome.String()})
+				b.outcomes.add(b.Ops[i].Kind, res.Outcome)
 			case cacheops.Retryable(res.Err):
 				retry = append(retry, i)
 				if b.Ops[i].Kind == rules.OpCount {
@@ -660,7 +653,8 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 					firstErr = res.Err
 				}
 			default:
-				b.outcomes.add(opLabels{kind, "failed"})
+				b.outcomes.add(b.Ops[i].Kind, cacheops.OutcomeFailed)
+				kind := b.Ops[i].Kind.String()
 				op := &b.Ops[i]
 				fb, covered := fallbackFor(p.cfg.Rules, op)
 				if permanentLogged < maxPermanentLogs || (!covered && logAttempt(attempt)) {

@@ -341,3 +341,41 @@ func TestPollRecyclesRecords(t *testing.T) {
 		t.Errorf("the client took %d record slices from the pool and gave %d back, want at least %d and all but the last", gets, puts, batches)
 	}
 }
+
+// TestPartitionQueueReusesClearedSlices: a slice handed back to take is
+// reused for the next messages and holds none of the old ones, within
+// its length or beyond it (take clears only the length it handed out).
+func TestPartitionQueueReusesClearedSlices(t *testing.T) {
+	q := newPartitionQueue("t", 0, nil, nil)
+	recs := func(n int, from int64) []*kgo.Record {
+		var rs []*kgo.Record
+		for i := range n {
+			rs = append(rs, &kgo.Record{Topic: "t", Offset: from + int64(i), Value: []byte("v")})
+		}
+		return rs
+	}
+	var given []Message
+	reused := false
+	var next int64
+	for round, n := range []int{5, 2, 1, 3, 1, 6, 1} {
+		q.push(recs(n, next), -1, -1)
+		next += int64(n)
+		msgs, _, _, err := q.take(given)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) != n || msgs[0].Pos.Offset != next-int64(n) {
+			t.Fatalf("round %d: took %d messages from %d, want %d from %d", round, len(msgs), msgs[0].Pos.Offset, n, next-int64(n))
+		}
+		for i, m := range msgs[:cap(msgs)][n:] {
+			if m.Value != nil {
+				t.Errorf("round %d: slot %d beyond the %d messages taken still holds offset %d", round, n+i, n, m.Pos.Offset)
+			}
+		}
+		reused = reused || cap(msgs) > n
+		given = msgs
+	}
+	if !reused {
+		t.Error("no slice was reused with room beyond its messages; the test shows nothing")
+	}
+}

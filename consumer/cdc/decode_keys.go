@@ -16,17 +16,6 @@ import "encoding/binary"
 // a name that matches the remembered text is therefore valid JSON as it
 // stands. Anything else is read the ordinary way (and the rest of that
 // object too, when the tree cannot grow).
-//
-// In a Debezium source block most members also repeat their values from
-// message to message: version, connector, database, table, binlog file,
-// server id, and the timestamps of all the events of one second (MySQL's
-// binary log keeps seconds). A source member's node remembers the text of
-// the member with a short scalar value and the byte after it,
-// `"name":value,`; when the next message has the same bytes there, the
-// value is valid as it was then and is taken without being scanned. A
-// node whose member differs maxValueMisses times in a row stops
-// remembering. (Row columns are not remembered this way: too few repeat
-// for the comparisons to pay.)
 
 // Kinds of objects, each with its own tree (the roots of keyCache.nodes).
 const (
