@@ -42,7 +42,7 @@ const (
 	DefaultClientID          = "cachewarden"
 	DefaultMemcachedProtocol = "meta"
 	DefaultBatchMaxEvents    = 2000
-	DefaultBatchMaxWait      = 10 * time.Millisecond
+	DefaultBatchMaxWait      = 5 * time.Millisecond
 	DefaultHTTPListen        = "127.0.0.1:9464"
 	DefaultLogFormat         = "text"
 	DefaultLogLevel          = "info"
@@ -270,7 +270,7 @@ type Batch struct {
 	// MaxEvents is the most messages in one batch; default 2000.
 	MaxEvents int
 	// MaxWait is how long a batch stays open after its first message;
-	// default 10ms.
+	// default 5ms.
 	MaxWait time.Duration
 }
 

@@ -109,7 +109,7 @@ func TestDefaults(t *testing.T) {
 		{"mysql.max_open_conns", cfg.MySQL.MaxOpenConns, counters.DefaultMaxOpenConns},
 		{"mysql.query_timeout", cfg.MySQL.QueryTimeout, counters.DefaultQueryTimeout},
 		{"batch.max_events", cfg.Batch.MaxEvents, 2000},
-		{"batch.max_wait", cfg.Batch.MaxWait, 10 * time.Millisecond},
+		{"batch.max_wait", cfg.Batch.MaxWait, 5 * time.Millisecond},
 		{"http.listen", cfg.HTTP.Listen, "127.0.0.1:9464"},
 		{"http.pprof", cfg.HTTP.Pprof, false},
 		{"log.format", cfg.Log.Format, "text"},

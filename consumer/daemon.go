@@ -64,7 +64,7 @@ type Config struct {
 	// MaxEvents is the most messages in one batch; default 2000.
 	MaxEvents int
 	// MaxWait is how long a batch stays open after its first message;
-	// default 10ms. After a crash, the first batch of a partition's next
+	// default 5ms. After a crash, the first batch of a partition's next
 	// owner stays open until it reaches MaxEvents, reaches the end of the
 	// partition, or 2s (at least MaxWait) pass: it must cover every
 	// message the crashed owner may have applied without committing,

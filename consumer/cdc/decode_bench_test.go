@@ -1,6 +1,7 @@
 package cdc
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/cachewarden/cachewarden/rules"
@@ -64,6 +65,44 @@ func BenchmarkDecode(b *testing.B) {
 			b.ReportMetric(float64(len(in)), "B/msg")
 		})
 	}
+}
+
+// BenchmarkValidateFloor sets the decoder against checking the same
+// Debezium message's JSON and nothing else: with this package's own
+// validating skip (the least work the decoder's contract allows: every
+// byte checked, nothing extracted) and with encoding/json.Valid
+// (docs/benchmarks.md, "The ratio goals").
+func BenchmarkValidateFloor(b *testing.B) {
+	in := []byte(benchDebezium)
+	pos := rules.Position{Topic: "shop.orders", Partition: 3, Offset: 1}
+	b.Run("decode", func(b *testing.B) {
+		dec := Decoder{Format: FormatDebezium}
+		var out Decoded
+		b.SetBytes(int64(len(in)))
+		for b.Loop() {
+			if err := dec.Decode(in, pos, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("skip", func(b *testing.B) {
+		var sc scanner
+		b.SetBytes(int64(len(in)))
+		for b.Loop() {
+			sc.reset(benchDebezium, in)
+			if !sc.skip() || sc.i != len(in) {
+				b.Fatal("skip stopped early")
+			}
+		}
+	})
+	b.Run("encoding-json-valid", func(b *testing.B) {
+		b.SetBytes(int64(len(in)))
+		for b.Loop() {
+			if !json.Valid(in) {
+				b.Fatal("invalid")
+			}
+		}
+	})
 }
 
 // benchOrderRules are two rules that every bench message matches: a
