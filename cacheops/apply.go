@@ -341,7 +341,7 @@ func (a *Applier) Apply(ctx context.Context, ops []rules.Op, results []Result) e
 		results[i] = states[i].result
 	}
 	a.markEvidence(ctx, evidenceTargets(ops, results), results)
-	return applyError(ops, results)
+	return ResultsError(ops, results)
 }
 
 // run applies one wave of ops (no two share a key) round by round.

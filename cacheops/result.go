@@ -115,9 +115,10 @@ func (e *ApplyError) Error() string {
 
 func (e *ApplyError) Unwrap() []error { return e.Errs }
 
-// applyError returns nil when every op succeeded, else an *ApplyError
-// joining the failures.
-func applyError(ops []rules.Op, results []Result) error {
+// ResultsError returns nil when every op succeeded (results[i] is the
+// result of ops[i]), else an *ApplyError joining the failures: what an
+// applier's Apply returns.
+func ResultsError(ops []rules.Op, results []Result) error {
 	var errs []error
 	for i := range ops {
 		if results[i].Err != nil {

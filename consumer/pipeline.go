@@ -418,15 +418,22 @@ func (p *Pipeline) Process(ctx context.Context, b *Batch, msgs []Message, opts C
 // at now waited since it was fetched. The messages of one fetch are
 // adjacent and share their fetch time: each run is one observation.
 func (p *Pipeline) observeFetchToApply(msgs []Message, now time.Time) {
-	for i := 0; i < len(msgs); {
-		t := msgs[i].Fetched
+	eachRun(msgs, func(a, b *Message) bool { return a.Fetched.Equal(b.Fetched) }, func(m *Message, n int) {
+		if !m.Fetched.IsZero() {
+			p.m.fetchToApply.ObserveN(now.Sub(m.Fetched).Seconds(), n)
+		}
+	})
+}
+
+// eachRun calls f once for each run of adjacent elements of xs that same
+// says are alike, with the run's first element and its length.
+func eachRun[T any](xs []T, same func(a, b *T) bool, f func(first *T, n int)) {
+	for i := 0; i < len(xs); {
 		j := i + 1
-		for j < len(msgs) && msgs[j].Fetched.Equal(t) {
+		for j < len(xs) && same(&xs[i], &xs[j]) {
 			j++
 		}
-		if !t.IsZero() {
-			p.m.fetchToApply.ObserveN(now.Sub(t).Seconds(), j-i)
-		}
+		f(&xs[i], j-i)
 		i = j
 	}
 }
@@ -499,15 +506,9 @@ func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 // was applied.
 func (p *Pipeline) observeEventAges(b *Batch, now time.Time) {
 	nowMs := now.UnixMilli()
-	ts := b.sourceTsMs
-	for i := 0; i < len(ts); {
-		j := i + 1
-		for j < len(ts) && ts[j] == ts[i] {
-			j++
-		}
-		p.m.eventAge.ObserveN(float64(max(nowMs-ts[i], 0))/1000, j-i)
-		i = j
-	}
+	eachRun(b.sourceTsMs, func(a, b *int64) bool { return *a == *b }, func(ts *int64, n int) {
+		p.m.eventAge.ObserveN(float64(max(nowMs-*ts, 0))/1000, n)
+	})
 }
 
 // recordPlan adds a planned batch's counts to the metrics.
@@ -601,8 +602,7 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 		clear(sc.writerOps[:cap(sc.writerOps)])
 		clear(sc.counterOps[:cap(sc.counterOps)])
 	}()
-	b.outcomes = outcomeCounts{}
-	defer b.outcomes.flush(p.m.ops)
+	defer b.outcomes.flush(p.m.ops) // flush leaves the counts zero for the next batch
 	permanentLogged := 0
 	for attempt := 0; ; attempt++ {
 		if err := cacheops.CheckGuard(ctx); err != nil {

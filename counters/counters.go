@@ -287,16 +287,7 @@ func (c *Counters) Apply(ctx context.Context, ops []rules.Op, results []cacheops
 		}
 	}
 	wg.Wait()
-	var errs []error
-	for i := range ops {
-		if err := results[i].Err; err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return &cacheops.ApplyError{Ops: len(ops), Errs: errs}
+	return cacheops.ResultsError(ops, results)
 }
 
 func failed(err error) cacheops.Result {

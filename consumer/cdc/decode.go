@@ -64,7 +64,7 @@ type Decoder struct {
 
 // Decoded is the reusable output of Decoder.Decode. Decode resets and
 // refills it; reusing one Decoded across calls avoids allocations, and
-// lets Decode recognise the member names (and repeated source values) of
+// lets Decode recognise the member names of
 // the messages it read before (decode_keys.go), which it keeps in up to
 // about 1 MB and forgets when used with a Decoder of another Keep.
 //
