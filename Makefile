@@ -2,13 +2,18 @@
 GO ?= go
 BIN := bin/cachewarden
 SERVICES_ENV := .services/env
+# VERSION is stamped into the binary (`cachewarden version`, --version,
+# the start-up log, cachewarden_build_info, /version): git's description of
+# the checkout unless given, e.g. make build VERSION=v1.4.0.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+LDFLAGS_VERSION := -X main.buildVersion=$(VERSION)
 
 .PHONY: all build test unit services services-demo services-bench services-stop services-status demo bench soak fuzz vet static image clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/cachewarden
+	$(GO) build -ldflags="$(LDFLAGS_VERSION)" -o $(BIN) ./cmd/cachewarden
 
 # services starts what `make test` needs (scripts/services.sh start:
 # memcached, a MariaDB, two private MariaDBs with the binary log on, the
@@ -83,17 +88,17 @@ soak: services build
 # static builds the binary as the container image does: no cgo, so it
 # needs no C library and runs on a distroless or scratch base.
 static:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o bin/cachewarden-static ./cmd/cachewarden
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w $(LDFLAGS_VERSION)" -o bin/cachewarden-static ./cmd/cachewarden
 
 # image builds the container image (deploy/container/Dockerfile) where a
 # Docker engine answers; elsewhere it says how else to build it.
 IMAGE ?= cachewarden:latest
 image:
 	@if docker info >/dev/null 2>&1; then \
-		docker build -f deploy/container/Dockerfile -t $(IMAGE) . ; \
+		docker build -f deploy/container/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) . ; \
 	else \
 		echo "make image: no Docker engine answers here. Build deploy/container/Dockerfile elsewhere" >&2; \
-		echo "  (docker build -f deploy/container/Dockerfile -t $(IMAGE) . ; or podman/buildah the same way)," >&2; \
+		echo "  (docker build -f deploy/container/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) . ; or podman/buildah the same way)," >&2; \
 		echo "  or run the static binary of 'make static' directly (deploy/systemd)." >&2; \
 		exit 1; \
 	fi

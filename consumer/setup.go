@@ -72,6 +72,8 @@ type Stack struct {
 	// observeOnly is StackOptions.ObserveOnly: readiness pings memcached
 	// without the meta probe, which writes a key.
 	observeOnly bool
+	// build is StackOptions.Build, served at /version.
+	build BuildInfo
 }
 
 // StackOptions adjust NewStack for commands other than `run`.
@@ -96,6 +98,9 @@ type StackOptions struct {
 	// it), loses the ops it selects as if memcached never got them,
 	// while the pipeline takes them for applied.
 	DropOps func(*rules.Op) bool
+	// Build identifies the binary: exported as cachewarden_build_info and
+	// served at /version. An empty Version is reported as "unknown".
+	Build BuildInfo
 }
 
 // NewStack builds the stack for cfg, which must come from config.Load (its
@@ -109,8 +114,12 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Stack{Config: cfg, Logger: logger, Registry: prometheus.NewRegistry(), observeOnly: opts.ObserveOnly}
+	if opts.Build.Version == "" {
+		opts.Build.Version = "unknown"
+	}
+	s := &Stack{Config: cfg, Logger: logger, Registry: prometheus.NewRegistry(), observeOnly: opts.ObserveOnly, build: opts.Build}
 	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(s.Registry, opts.Build)
 	s.Metrics = NewMetrics(s.Registry)
 
 	kc, err := KafkaConnFromConfig(cfg.Kafka)
@@ -385,10 +394,11 @@ func (p *metaPinger) Ping() error {
 // http.pprof, /debug/pprof/.
 //
 // It also serves /status: the consistency observer's counts and nines as
-// JSON (observer.StatusHandler).
+// JSON (observer.StatusHandler), and /version: StackOptions.Build as JSON.
 func (s *Stack) HTTPHandler(ready func() []string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /status", observer.StatusHandler(s.Observer))
+	mux.Handle("GET /version", versionHandler(s.build))
 	mux.Handle("/", NewHTTPHandler(s.Registry, ready, s.Config.HTTP.Pprof))
 	return mux
 }

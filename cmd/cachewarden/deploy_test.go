@@ -376,16 +376,37 @@ func TestKubernetesExample(t *testing.T) {
 	}
 }
 
-// buildStatic builds the binary as deploy/container/Dockerfile does.
+// imageVersion is the VERSION build argument buildStatic gives the
+// Dockerfile's build command.
+const imageVersion = "v0.0.0-image-test"
+
+// buildStatic builds the binary with deploy/container/Dockerfile's own
+// build command (its build stage's RUN that calls go build), run by sh from
+// the repository root with the build argument VERSION=imageVersion and the
+// output moved into a temporary folder.
 func buildStatic(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "cachewarden")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("static build: %v\n%s", err, out)
+	data, err := os.ReadFile("../../deploy/container/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return bin
+	var run string
+	for _, line := range strings.Split(strings.ReplaceAll(string(data), "\\\n", " "), "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "RUN ") && strings.Contains(line, "go build") {
+			run = strings.TrimPrefix(line, "RUN ")
+		}
+	}
+	if run == "" || !strings.Contains(run, "/out/cachewarden") {
+		t.Fatalf("the Dockerfile has no RUN that builds /out/cachewarden")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("sh", "-c", strings.ReplaceAll(run, "/out/cachewarden", filepath.Join(dir, "cachewarden")))
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "VERSION="+imageVersion)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the Dockerfile's build command: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "cachewarden")
 }
 
 // TestContainerBuild checks what can be checked of the container build
@@ -562,6 +583,14 @@ func TestVersion(t *testing.T) {
 		t.Errorf("--short lists modules:\n%s", short)
 	}
 
+	if want := "cachewarden " + imageVersion + "\n"; !strings.HasPrefix(string(out), want) {
+		t.Errorf("the image's binary does not report the VERSION it was built with, %q:\n%s", imageVersion, out)
+	}
+	flagOut, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil || string(flagOut) != string(short) {
+		t.Errorf("--version: %v\n%s\nwant the output of version --short:\n%s", err, flagOut, short)
+	}
+
 	var buf bytes.Buffer
 	writeVersion(&buf, &debug.BuildInfo{
 		GoVersion: "go1.26.0",
@@ -571,7 +600,7 @@ func TestVersion(t *testing.T) {
 			{Path: "b.example/y", Version: "v1.0.0", Replace: &debug.Module{Path: "../y", Version: ""}},
 		},
 		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "true"}, {Key: "CGO_ENABLED", Value: "0"}},
-	}, true)
+	}, "", true)
 	want := `cachewarden v1.2.3
 module      github.com/cachewarden/cachewarden
 go          go1.26.0
@@ -583,5 +612,43 @@ modules:
 `
 	if buf.String() != want {
 		t.Errorf("writeVersion:\n%s\nwant:\n%s", buf.String(), want)
+	}
+
+	for _, c := range []struct {
+		name    string
+		bi      *debug.BuildInfo
+		stamped string
+		want    string
+	}{
+		{"stamped wins", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, "v1.4.0-3-gabc", "v1.4.0-3-gabc"},
+		{"module version", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, "", "v1.2.3"},
+		{"devel with revision", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.modified", Value: "true"}}}, "", "devel-0123456789ab-dirty"},
+		{"nothing known", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "", "unknown"},
+		{"no build information", nil, "", "unknown"},
+	} {
+		if got := buildOf(c.bi, c.stamped).Version; got != c.want {
+			t.Errorf("%s: version %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestMakeBuildVersion builds the binary with `make build` and checks that
+// it reports the checkout's `git describe`, as its start-up log,
+// cachewarden_build_info and /version do.
+func TestMakeBuildVersion(t *testing.T) {
+	describe, err := exec.Command("git", "-C", "../..", "describe", "--tags", "--always", "--dirty").Output()
+	if err != nil {
+		t.Fatalf("git describe: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "cachewarden")
+	if out, err := exec.Command("make", "-C", "../..", "build", "BIN="+bin).CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version", "--short").CombinedOutput()
+	if err != nil {
+		t.Fatalf("version: %v\n%s", err, out)
+	}
+	if want := "cachewarden " + strings.TrimSpace(string(describe)) + "\n"; !strings.HasPrefix(string(out), want) {
+		t.Errorf("make build's binary says:\n%s\nwant it to begin %q", out, want)
 	}
 }

@@ -85,6 +85,7 @@ func runWithInput(ctx context.Context, stdin io.Reader, args []string, stdout, s
 	fs.SetOutput(stderr)
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "minimum log level: debug, info, warn or error")
+	showVersion := fs.Bool("version", false, "print the version (as `cachewarden version --short` does) and exit")
 	fs.Usage = func() { a.usage(fs.Output(), fs) }
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
@@ -97,6 +98,9 @@ func runWithInput(ctx context.Context, stdin io.Reader, args []string, stdout, s
 	a.logFlags = givenLogFlags(fs)
 
 	rest := fs.Args()
+	if *showVersion {
+		return a.versionCmd(ctx, []string{"--short"}, stdout, stderr)
+	}
 	if len(rest) == 0 {
 		a.usage(stderr, fs)
 		return usageErrorf("no command given")

@@ -27,7 +27,7 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 		return err
 	}
 	log := a.configLogger(cfg.Log, stderr)
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{ObserveOnly: true})
+	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{ObserveOnly: true, Build: binaryBuild()})
 	if err != nil {
 		return fmt.Errorf("observe: %w", err)
 	}

@@ -42,7 +42,7 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	out := progress.Writer()
 	log := a.configLogger(cfg.Log, out)
 
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true})
+	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true, Build: binaryBuild()})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}

@@ -32,9 +32,11 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	log := a.configLogger(cfg.Log, stderr)
+	build := binaryBuild()
+	log.Info("starting", "version", build.Version, "revision", build.Revision, "go_version", build.GoVersion)
 	log.Info("config loaded", "config", cfg, "rule_count", len(cfg.RuleSet.Rules()))
 
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{})
+	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{Build: build})
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}

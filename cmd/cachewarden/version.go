@@ -4,9 +4,63 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/cachewarden/cachewarden/consumer"
 )
+
+// buildVersion is the version text the build stamps into the binary:
+// `make build`, `make static` and deploy/container/Dockerfile link with
+// -ldflags "-X main.buildVersion=$(VERSION)", VERSION being
+// `git describe --tags --always --dirty` unless given. Empty in a plain
+// `go build`; see binaryBuild for what is reported then. Set only by the
+// linker, read only.
+var buildVersion string
+
+// binaryBuild identifies this binary: the stamped buildVersion, else the
+// module version Go recorded (a `go install ...@version`), else "devel"
+// and the VCS revision when the toolchain recorded one, else "unknown".
+func binaryBuild() consumer.BuildInfo {
+	bi, _ := debug.ReadBuildInfo()
+	return buildOf(bi, buildVersion)
+}
+
+// buildOf is binaryBuild for a given build information (nil when the
+// binary carries none) and stamped version.
+func buildOf(bi *debug.BuildInfo, stamped string) consumer.BuildInfo {
+	b := consumer.BuildInfo{Version: stamped, GoVersion: runtime.Version()}
+	if bi == nil {
+		if b.Version == "" {
+			b.Version = "unknown"
+		}
+		return b
+	}
+	b.GoVersion = bi.GoVersion
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.Revision = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if b.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		b.Version = bi.Main.Version
+	}
+	if b.Version == "" && b.Revision != "" {
+		b.Version = "devel-" + b.Revision[:min(12, len(b.Revision))]
+		if modified {
+			b.Version += "-dirty"
+		}
+	}
+	if b.Version == "" {
+		b.Version = "unknown"
+	}
+	return b
+}
 
 // versionCmd implements `version`: the build's version and module
 // versions, from the information the Go toolchain embeds in the binary.
@@ -29,20 +83,17 @@ func (a *app) versionCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if !ok {
 		return fmt.Errorf("version: the binary carries no build information")
 	}
-	return writeVersion(stdout, bi, !*short)
+	return writeVersion(stdout, bi, buildVersion, !*short)
 }
 
-// writeVersion writes bi as `cachewarden version` prints it.
-func writeVersion(w io.Writer, bi *debug.BuildInfo, modules bool) error {
+// writeVersion writes bi, with the stamped version text (buildVersion),
+// as `cachewarden version` prints it.
+func writeVersion(w io.Writer, bi *debug.BuildInfo, stamped string, modules bool) error {
 	settings := map[string]string{}
 	for _, s := range bi.Settings {
 		settings[s.Key] = s.Value
 	}
-	version := bi.Main.Version
-	if version == "" {
-		version = "(unknown)"
-	}
-	fmt.Fprintf(w, "cachewarden %s\n", version)
+	fmt.Fprintf(w, "cachewarden %s\n", buildOf(bi, stamped).Version)
 	fmt.Fprintf(w, "module      %s\n", bi.Main.Path)
 	fmt.Fprintf(w, "go          %s\n", bi.GoVersion)
 	if rev := settings["vcs.revision"]; rev != "" {
