@@ -258,46 +258,79 @@ ENV
   cat "$state/env"
 }
 
-# pid_alive FILE reports whether FILE names a running process.
+# pid_alive FILE [PATTERN] reports whether FILE names a running process
+# and, given PATTERN (a shell pattern), whether that process's command line
+# matches it: a stale pid file whose number the kernel has given to some
+# other process names no service of ours.
 pid_alive() {
-  [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+  [ -s "$1" ] || return 1
+  local pid cmd
+  pid=$(cat "$1")
+  case "$pid" in ''|*[!0-9]*) return 1 ;; esac
+  kill -0 "$pid" 2>/dev/null || return 1
+  [ -z "${2:-}" ] && return 0
+  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  # shellcheck disable=SC2254 # $2 is a pattern on purpose
+  case "$cmd" in $2) return 0 ;; esac
+  return 1
 }
 
-# stop_pid FILE NAME stops the process FILE names and removes FILE.
+# stop_pid FILE NAME PATTERN stops the process FILE names, if its command
+# line matches PATTERN, and removes FILE. A process that is something else
+# (a stale pid file) is left alone; one that outlives the wait is reported
+# and makes the script fail.
 stop_pid() {
-  local file=$1 name=$2
+  local file=$1 name=$2 pattern=$3
   [ -f "$file" ] || return 0
-  if pid_alive "$file"; then
-    local pid
-    pid=$(cat "$file")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    log "stopped $name (pid $pid)"
+  if ! pid_alive "$file"; then
+    rm -f "$file"
+    return 0
   fi
+  local pid
+  pid=$(cat "$file")
+  if ! pid_alive "$file" "$pattern"; then
+    log "not stopping pid $pid: $file names it, but it is not $name (a stale pid file); removed the file"
+    rm -f "$file"
+    return 0
+  fi
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 150); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "$name (pid $pid) still runs 15 s after SIGTERM; stop it by hand (kill -9 $pid)"
+    return 1
+  fi
+  log "stopped $name (pid $pid)"
   rm -f "$file"
 }
 
+# The command lines of what this script starts, for stop_pid and status.
+mc_pattern="memcached -d * -l 127.0.0.1 -p $mc_port *"
+mysql_pattern() { echo "*mariadbd *--pid-file=$state/$1.pid *"; }
+machine_mysql_pattern="*mariadbd*"
+
 stop() {
-  stop_pid "$mc_pid_file" "memcached on 127.0.0.1:$mc_port"
+  local failed=0
+  stop_pid "$mc_pid_file" "memcached on 127.0.0.1:$mc_port" "$mc_pattern" || failed=1
   # The pid file of earlier versions of this script, if memcached could
   # write it.
-  stop_pid "$state/memcached.pid" "memcached"
-  stop_pid "$state/mysql.pid" "the private MariaDB on 127.0.0.1:$private_mysql_port"
-  stop_pid "$state/mysql2.pid" "the private MariaDB on 127.0.0.1:$second_mysql_port"
-  stop_pid "$state/machine-mariadb.pid" "the machine's MariaDB on 127.0.0.1:3306"
+  stop_pid "$state/memcached.pid" "memcached" "memcached *" || failed=1
+  stop_pid "$state/mysql.pid" "the private MariaDB on 127.0.0.1:$private_mysql_port" "$(mysql_pattern mysql)" || failed=1
+  stop_pid "$state/mysql2.pid" "the private MariaDB on 127.0.0.1:$second_mysql_port" "$(mysql_pattern mysql2)" || failed=1
+  stop_pid "$state/machine-mariadb.pid" "the machine's MariaDB on 127.0.0.1:3306" "$machine_mysql_pattern" || failed=1
+  return "$failed"
 }
 
 # status says what answers on the services' ports and who started it.
 status() {
   local line
-  describe() { # PORT NAME PIDFILE
+  describe() { # PORT NAME PIDFILE PATTERN
     if ! port_open "$1"; then
       return 0
     fi
-    if pid_alive "$3"; then
+    if pid_alive "$3" "$4"; then
       line="$2 on 127.0.0.1:$1 (started by scripts/services.sh, pid $(cat "$3"))"
     else
       line="$2 on 127.0.0.1:$1 (not started by this checkout's scripts/services.sh: services-stop leaves it)"
@@ -306,10 +339,10 @@ status() {
   }
   echo "Services left running (stop them with \`make services-stop\`; it stops only those scripts/services.sh started):"
   {
-    describe "$mc_port" memcached "$mc_pid_file"
-    describe 3306 MariaDB "$state/machine-mariadb.pid"
-    describe "$private_mysql_port" "MariaDB (private, binary log on)" "$state/mysql.pid"
-    describe "$second_mysql_port" "MariaDB (private, binary log on, failover target)" "$state/mysql2.pid"
+    describe "$mc_port" memcached "$mc_pid_file" "$mc_pattern"
+    describe 3306 MariaDB "$state/machine-mariadb.pid" "$machine_mysql_pattern"
+    describe "$private_mysql_port" "MariaDB (private, binary log on)" "$state/mysql.pid" "$(mysql_pattern mysql)"
+    describe "$second_mysql_port" "MariaDB (private, binary log on, failover target)" "$state/mysql2.pid" "$(mysql_pattern mysql2)"
   } | grep . || echo "  none"
 }
 

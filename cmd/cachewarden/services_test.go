@@ -1,11 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,5 +80,65 @@ func TestServicesScript(t *testing.T) {
 	}
 	if status := services(t, dir, port, "status"); strings.Contains(status, addr) {
 		t.Errorf("status after stop:\n%s", status)
+	}
+}
+
+// TestServicesStopChecksWhatItKills gives `scripts/services.sh stop` pid
+// files that name processes it did not start: a stale file whose number
+// now belongs to some other process is removed and that process left
+// alone; a process that is the script's memcached but outlives SIGTERM
+// makes stop fail, naming it, instead of reporting it stopped.
+func TestServicesStopChecksWhatItKills(t *testing.T) {
+	dir := t.TempDir()
+	port := strings.TrimPrefix(closedAddr(t), "127.0.0.1:")
+	pidFile := filepath.Join(dir, "memcached-"+port+".pid")
+
+	other := exec.Command("sleep", "300")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(other.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := services(t, dir, port, "stop")
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("stop killed pid %d, which a stale pid file named but is no memcached:\n%s", other.Process.Pid, out)
+	}
+	if !strings.Contains(out, "stale pid file") || strings.Contains(out, "stopped memcached") {
+		t.Errorf("stop's output does not say the pid file was stale:\n%s", out)
+	}
+	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+		t.Errorf("the stale pid file is still there (%v)", err)
+	}
+
+	// A process with memcached's command line that ignores SIGTERM.
+	stubborn := exec.Command("bash", "-c", `trap '' TERM; exec -a "memcached -d -u nobody -l 127.0.0.1 -p `+port+` -U 0" sleep 300`)
+	if err := stubborn.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stubborn.Process.Kill(); stubborn.Wait() })
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(stubborn.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for { // until bash has exec'd the process with its new command line
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", stubborn.Process.Pid))
+		if strings.HasPrefix(string(cmdline), "memcached -d") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stand-in never took memcached's command line: %q", cmdline)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd := exec.Command("../../scripts/services.sh", "stop")
+	cmd.Env = append(os.Environ(), "CACHEWARDEN_SERVICES_DIR="+dir, "CACHEWARDEN_MEMCACHED_PORT="+port)
+	stopOut, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Errorf("stop succeeded although pid %d outlived SIGTERM:\n%s", stubborn.Process.Pid, stopOut)
+	}
+	if !strings.Contains(string(stopOut), "still runs") || strings.Contains(string(stopOut), "stopped memcached") {
+		t.Errorf("stop's output does not say the process outlived the wait:\n%s", stopOut)
 	}
 }
