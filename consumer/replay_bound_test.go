@@ -73,7 +73,8 @@ func TestReplayRange(t *testing.T) {
 	}{
 		{"earliest to the end", o, ReplayBound{Earliest: true}, ReplayBound{}, 100, 200, 0},
 		{"time to time", o, at, at, 150, 180, 0},
-		{"time with nothing that recent", none, at, ReplayBound{}, 200, 200, 0},
+		{"time with nothing that recent", none, at, ReplayBound{}, 200, 200, 1},
+		{"time on an empty partition", partitionOffsets{first: 200, end: 200, fromAt: -1, toAt: -1}, at, ReplayBound{}, 200, 200, 0},
 		{"end time with nothing that recent", none, ReplayBound{Earliest: true}, at, 100, 200, 0},
 		{"offsets", o, offs(PartitionOffset{"cdc", 1, 120}), offs(PartitionOffset{"cdc", 1, 130}), 120, 130, 0},
 		{"end offset of another partition", o, offs(PartitionOffset{"cdc", 1, 120}), offs(PartitionOffset{"cdc", 0, 130}), 120, 200, 0},

@@ -319,6 +319,8 @@ func replayRange(tp topicPartition, o partitionOffsets, from, to ReplayBound) (P
 	case !from.Time.IsZero():
 		if o.fromAt >= 0 {
 			start = o.fromAt
+		} else if o.end > o.first {
+			notes = append(notes, fmt.Sprintf("no message at or after the replay start %s (every message of the partition is older); nothing to replay", from))
 		}
 	default:
 		if off, ok := from.offsetOf(tp); ok {

@@ -103,6 +103,9 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		return fmt.Errorf("replay: %w", err)
 	}
 	fmt.Fprintf(out, "%s done: %s\n", what, sum)
+	if sum.Messages == 0 {
+		fmt.Fprintf(out, "%s: the range holds no messages: nothing was replayed (the lines above name each partition's bounds)\n", what)
+	}
 	if err := checkSetAppend(); err != nil {
 		return fmt.Errorf("replay: --sets append: after the replay: %w; the sets it touched may be wrong: replay the same range without --sets append to rebuild them", err)
 	}
@@ -209,6 +212,9 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 	if o.fromFlag != "" {
 		if o.from, err = consumer.ParseReplayBound(o.fromFlag); err != nil {
 			return usageErrorf("replay: --from: %v; %s", err, replayStartForms)
+		}
+		if err := checkReplayStart(o.from, time.Now()); err != nil {
+			return usageErrorf("replay: %v", err)
 		}
 	}
 	if o.toFlag != "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/cachewarden/cachewarden/consumer"
 )
@@ -11,6 +12,15 @@ const (
 	replayStartForms = `--from takes "earliest", an RFC 3339 time such as 2026-05-01T12:00:00Z (or 2026-05-01T12:00:00+02:00), or topic:partition:offset[,topic:partition:offset...]`
 	replayEndForms   = `--to takes an RFC 3339 time such as 2026-05-01T12:00:00Z (or 2026-05-01T12:00:00+02:00), or topic:partition:offset[,topic:partition:offset...]`
 )
+
+// checkReplayStart reports a --from time after now: no message can have
+// been written there yet, so the range is empty.
+func checkReplayStart(from consumer.ReplayBound, now time.Time) error {
+	if !from.Time.IsZero() && from.Time.After(now) {
+		return fmt.Errorf("--from %s is in the future (now %s): no message is there to replay", from, now.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
 
 // checkReplayOrder reports a range that selects nothing because its end
 // is not after its start: two times, or the two offsets of one partition.

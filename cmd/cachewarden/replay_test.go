@@ -55,6 +55,7 @@ func TestReplayUsage(t *testing.T) {
 		{"file and from", []string{"replay", "-c", cfg, "--file", "x", "--from", "earliest"}, "--from and --to are for Kafka"},
 		{"format without file", []string{"replay", "-c", cfg, "--from", "earliest", "--format", "maxwell"}, "apply to --file only"},
 		{"bad from", []string{"replay", "-c", cfg, "--from", "2026-05-01"}, "--from: \"2026-05-01\" is not an RFC 3339 time"},
+		{"from in the future", []string{"replay", "-c", cfg, "--from", "2099-01-01T00:00:00Z"}, "--from 2099-01-01T00:00:00Z is in the future"},
 		{"bad to", []string{"replay", "-c", cfg, "--from", "earliest", "--to", "cdc:0"}, "--to: \"cdc:0\": want topic:partition:offset"},
 		{"to earliest", []string{"replay", "-c", cfg, "--from", "earliest", "--to", "earliest"}, "earliest is not an end"},
 		{"avro file", []string{"replay", "-c", cfg, "--file", "x", "--format", "avro"}, "a --file holds JSON lines"},
