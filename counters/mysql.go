@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,10 @@ func OpenMySQL(dsn string, cfg DBConfig, logger *slog.Logger) (*MySQL, error) {
 		// ParseDSN's errors name the malformed part, never the password.
 		return nil, fmt.Errorf("counters: parse MySQL DSN: %w", err)
 	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	mcfg.Logger = DriverLogger(logger)
 	connector, err := mysql.NewConnector(mcfg)
 	if err != nil {
 		return nil, fmt.Errorf("counters: MySQL %s@%s/%s: %w", mcfg.User, mcfg.Addr, mcfg.DBName, err)
@@ -296,4 +301,19 @@ func parseCount(raw sql.RawBytes) (int64, error) {
 		return 0, fmt.Errorf("counters: recount query returned %q, want an integer", raw)
 	}
 	return n, nil
+}
+
+// DriverLogger routes what go-sql-driver/mysql prints about a connection
+// (a packet cut short, a connection the server closed) into logger as
+// warnings of component "mysql-driver", instead of its own
+// "[mysql] ..." lines on standard error, which a JSON log would not parse.
+// Safe for concurrent use.
+func DriverLogger(logger *slog.Logger) mysql.Logger {
+	return driverLogger{logger.With("component", "mysql-driver")}
+}
+
+type driverLogger struct{ log *slog.Logger }
+
+func (l driverLogger) Print(v ...any) {
+	l.log.Warn(strings.TrimSpace(fmt.Sprint(v...)))
 }
