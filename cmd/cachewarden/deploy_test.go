@@ -523,6 +523,9 @@ func TestSystemdUnit(t *testing.T) {
 		"PrivateTmp":            "yes",
 		"CapabilityBoundingSet": "",
 		"KillSignal":            "SIGTERM",
+		// A config that does not load is not retried forever.
+		"RestartPreventExitStatus": strconv.Itoa(exitConfig),
+		"StartLimitBurst":          "5",
 	} {
 		if got := settings[k]; len(got) != 1 || got[0] != want {
 			t.Errorf("%s=%q, want %q", k, got, want)

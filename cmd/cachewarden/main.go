@@ -3,7 +3,9 @@
 // changes. Run `cachewarden help` for the subcommands.
 //
 // Exit status: 0 on success, 1 when a command fails, 2 on a command-line
-// mistake.
+// mistake, 78 (EX_CONFIG of sysexits.h) when the config file or its rule
+// files cannot be loaded: a service manager should not restart a daemon
+// whose configuration is wrong (deploy/systemd: RestartPreventExitStatus).
 //
 // It only wires: each subcommand (one file each: run.go, replay.go,
 // check.go, verify.go, plan.go, rules.go, observe.go, demo.go,
@@ -166,6 +168,14 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // written to stderr; main adds nothing and exits with status 1.
 var errReported = errors.New("failed (reported above)")
 
+// errConfigReported is errReported for a config file or rule files that
+// do not load; main exits with status exitConfig.
+var errConfigReported = fmt.Errorf("the configuration does not load: %w", errReported)
+
+// exitConfig is the exit status of a configuration that does not load:
+// EX_CONFIG of sysexits.h.
+const exitConfig = 78
+
 // usageError is a command-line mistake; main exits with status 2.
 type usageError struct {
 	msg string
@@ -208,6 +218,8 @@ func exitCode(err error) int {
 		return 0
 	case errors.As(err, &ue):
 		return 2
+	case errors.Is(err, errConfigReported):
+		return exitConfig
 	}
 	return 1
 }
@@ -248,12 +260,12 @@ func parseConfigOnly(fs *flag.FlagSet, command string, args []string, stderr io.
 }
 
 // loadConfig loads the config file at path. Its problems go to stderr,
-// one "file:line:col: message" per line, and errReported comes back.
+// one "file:line:col: message" per line, and errConfigReported comes back.
 func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return nil, errReported
+		return nil, errConfigReported
 	}
 	return cfg, nil
 }

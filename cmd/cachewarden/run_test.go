@@ -22,8 +22,8 @@ func TestRunConfigProblems(t *testing.T) {
 	cfg := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(cfg, []byte("kafka:\n  brokers: []\n  group: g\n  topics: [t]\nmemcached:\n  servers: [localhost:11211]\n  timeout: 5\nrules: [nowhere.yaml]\n"), 0o644)
 	_, errOut, err := invoke(t, "", "run", "-c", cfg)
-	if code := exitCode(err); code != 1 {
-		t.Fatalf("exit code %d (%v), want 1", code, err)
+	if code := exitCode(err); code != exitConfig {
+		t.Fatalf("exit code %d (%v), want %d", code, err, exitConfig)
 	}
 	for _, want := range []string{
 		cfg + ":2:12: kafka.brokers: list at least one broker address",
