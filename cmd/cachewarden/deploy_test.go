@@ -235,8 +235,14 @@ func TestKubernetesExample(t *testing.T) {
 	type container struct {
 		Args []string `yaml:"args"`
 		Env  []struct {
-			Name string `yaml:"name"`
+			Name  string `yaml:"name"`
+			Value string `yaml:"value"`
 		} `yaml:"env"`
+		Resources struct {
+			Limits struct {
+				Memory string `yaml:"memory"`
+			} `yaml:"limits"`
+		} `yaml:"resources"`
 		Ports []struct {
 			Name          string `yaml:"name"`
 			ContainerPort int    `yaml:"containerPort"`
@@ -253,11 +259,27 @@ func TestKubernetesExample(t *testing.T) {
 		} `yaml:"metadata"`
 		Data map[string]string `yaml:"data"`
 		Spec struct {
+			// Selector: a PodDisruptionBudget's or a PodMonitor's.
+			Selector struct {
+				MatchLabels map[string]string `yaml:"matchLabels"`
+			} `yaml:"selector"`
+			PodMetricsEndpoints []struct {
+				Port        string `yaml:"port"`
+				Path        string `yaml:"path"`
+				Relabelings []struct {
+					SourceLabels []string `yaml:"sourceLabels"`
+					TargetLabel  string   `yaml:"targetLabel"`
+				} `yaml:"relabelings"`
+			} `yaml:"podMetricsEndpoints"`
 			Template struct {
 				Metadata struct {
+					Labels      map[string]string `yaml:"labels"`
 					Annotations map[string]string `yaml:"annotations"`
 				} `yaml:"metadata"`
 				Spec struct {
+					TopologySpreadConstraints []struct {
+						TopologyKey string `yaml:"topologyKey"`
+					} `yaml:"topologySpreadConstraints"`
 					Containers []yaml.Node `yaml:"containers"`
 					Volumes    []struct {
 						Name      string `yaml:"name"`
@@ -270,7 +292,7 @@ func TestKubernetesExample(t *testing.T) {
 		} `yaml:"spec"`
 	}
 	configMaps := map[string]map[string]string{}
-	var deployments []object
+	var deployments, budgets, monitors []object
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
 		var o object
@@ -285,17 +307,62 @@ func TestKubernetesExample(t *testing.T) {
 			configMaps[o.Metadata.Name] = o.Data
 		case "Deployment":
 			deployments = append(deployments, o)
+		case "PodDisruptionBudget":
+			budgets = append(budgets, o)
+		case "PodMonitor":
+			monitors = append(monitors, o)
 		}
 	}
 	if len(deployments) < 2 {
 		t.Fatalf("%d Deployments, want one per memcached pool (at least 2)", len(deployments))
 	}
+	// selects reports whether a selector's labels all hold in labels.
+	selects := func(sel, labels map[string]string) bool {
+		for k, v := range sel {
+			if labels[k] != v {
+				return false
+			}
+		}
+		return len(sel) > 0
+	}
+	// One way to be scraped: a PodMonitor that labels series with the pool.
+	if len(monitors) != 1 || len(monitors[0].Spec.PodMetricsEndpoints) != 1 {
+		t.Fatalf("%d PodMonitors: want one, with one endpoint", len(monitors))
+	}
+	endpoint := monitors[0].Spec.PodMetricsEndpoints[0]
+	poolLabel := false
+	for _, r := range endpoint.Relabelings {
+		poolLabel = poolLabel || (r.TargetLabel == "pool" && slices.Equal(r.SourceLabels, []string{"__meta_kubernetes_pod_label_cachewarden_pool"}))
+	}
+	if endpoint.Path != "/metrics" || !poolLabel {
+		t.Errorf("PodMonitor endpoint %+v: want /metrics, relabelled with the pod's cachewarden/pool as pool", endpoint)
+	}
 	groups := map[string]string{}
 	for _, dep := range deployments {
 		t.Run(dep.Metadata.Name, func(t *testing.T) {
 			pod := dep.Spec.Template
-			if pod.Metadata.Annotations["prometheus.io/scrape"] != "true" || pod.Metadata.Annotations["prometheus.io/path"] != "/metrics" {
-				t.Errorf("pod annotations do not ask for /metrics to be scraped: %v", pod.Metadata.Annotations)
+			for k := range pod.Metadata.Annotations {
+				if strings.HasPrefix(k, "prometheus.io/") {
+					t.Errorf("pod annotation %s: with the PodMonitor, a Prometheus honouring annotations scrapes the pod twice", k)
+				}
+			}
+			if !selects(monitors[0].Spec.Selector.MatchLabels, pod.Metadata.Labels) || pod.Metadata.Labels["cachewarden/pool"] == "" {
+				t.Errorf("pod labels %v: the PodMonitor does not select them, or no cachewarden/pool", pod.Metadata.Labels)
+			}
+			budgeted := 0
+			for _, b := range budgets {
+				if selects(b.Spec.Selector.MatchLabels, pod.Metadata.Labels) {
+					budgeted++
+					if b.Spec.Selector.MatchLabels["cachewarden/pool"] != pod.Metadata.Labels["cachewarden/pool"] {
+						t.Errorf("PodDisruptionBudget %s spans pools", b.Metadata.Name)
+					}
+				}
+			}
+			if budgeted != 1 {
+				t.Errorf("%d PodDisruptionBudgets select the pool's pods, want 1", budgeted)
+			}
+			if len(pod.Spec.TopologySpreadConstraints) == 0 {
+				t.Errorf("no topologySpreadConstraints: the pool's replicas may share a node")
 			}
 			if len(pod.Spec.Containers) != 1 {
 				t.Fatalf("%d containers", len(pod.Spec.Containers))
@@ -366,14 +433,41 @@ func TestKubernetesExample(t *testing.T) {
 			}
 			groups[cfg.Kafka.Group] = dep.Metadata.Name
 			port := strings.TrimPrefix(cfg.HTTP.Listen, ":")
-			if !strings.HasPrefix(cfg.HTTP.Listen, ":") || pod.Metadata.Annotations["prometheus.io/port"] != port {
-				t.Errorf("http.listen %q: want all interfaces, on the scraped port %q", cfg.HTTP.Listen, pod.Metadata.Annotations["prometheus.io/port"])
+			if !strings.HasPrefix(cfg.HTTP.Listen, ":") {
+				t.Errorf("http.listen %q: want all interfaces", cfg.HTTP.Listen)
 			}
-			if len(c.Ports) == 0 || fmt.Sprint(c.Ports[0].ContainerPort) != port {
-				t.Errorf("container ports %v do not expose %s", c.Ports, port)
+			if len(c.Ports) == 0 || fmt.Sprint(c.Ports[0].ContainerPort) != port || c.Ports[0].Name != endpoint.Port {
+				t.Errorf("container ports %v do not expose %s as the PodMonitor's port %q", c.Ports, port, endpoint.Port)
+			}
+			limit, err := mebibytes(c.Resources.Limits.Memory)
+			if err != nil {
+				t.Fatalf("memory limit: %v", err)
+			}
+			var soft float64 = -1
+			for _, e := range c.Env {
+				if e.Name == "GOMEMLIMIT" {
+					if soft, err = mebibytes(e.Value); err != nil {
+						t.Fatalf("GOMEMLIMIT: %v", err)
+					}
+				}
+			}
+			if soft <= 0 || soft > 0.9*limit {
+				t.Errorf("GOMEMLIMIT %v MiB: want one under 90%% of the memory limit, %v MiB", soft, limit)
 			}
 		})
 	}
+}
+
+// mebibytes reads a Kubernetes quantity in Mi or a GOMEMLIMIT in MiB.
+func mebibytes(q string) (float64, error) {
+	num, ok := strings.CutSuffix(q, "MiB")
+	if !ok {
+		num, ok = strings.CutSuffix(q, "Mi")
+	}
+	if !ok {
+		return 0, fmt.Errorf("%q: want a number of Mi or MiB", q)
+	}
+	return strconv.ParseFloat(num, 64)
 }
 
 // imageVersion is the VERSION build argument buildStatic gives the
@@ -653,5 +747,24 @@ func TestMakeBuildVersion(t *testing.T) {
 	}
 	if want := "cachewarden " + strings.TrimSpace(string(describe)) + "\n"; !strings.HasPrefix(string(out), want) {
 		t.Errorf("make build's binary says:\n%s\nwant it to begin %q", out, want)
+	}
+}
+
+// TestDashboardSplitsPools checks that every dashboard query keeps to the
+// chosen pools and instances, and that per-topic figures are split by
+// pool: each pool's daemons report the same topics.
+func TestDashboardSplitsPools(t *testing.T) {
+	for _, q := range dashboardQueries(t) {
+		if strings.HasPrefix(q, "label_values(") {
+			continue
+		}
+		for _, sel := range regexp.MustCompile(`cachewarden_\w+\{[^}]*\}`).FindAllString(q, -1) {
+			if !strings.Contains(sel, `pool=~"$pool"`) || !strings.Contains(sel, `instance=~"$instance"`) {
+				t.Errorf("%s: does not keep to $pool and $instance", sel)
+			}
+		}
+		if strings.Contains(q, "by (topic)") {
+			t.Errorf("%s: a topic's figures mix the pools", q)
+		}
 	}
 }
