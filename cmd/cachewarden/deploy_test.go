@@ -768,3 +768,62 @@ func TestDashboardSplitsPools(t *testing.T) {
 		}
 	}
 }
+
+// TestAlertRunbooks checks that every alert's runbook_url points at a
+// section of docs/operations.md's "Runbooks" named after the alert, and
+// that each section gives commands to run (a sh block).
+func TestAlertRunbooks(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(data, &rules); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, runbooks, ok := strings.Cut(string(doc), "\n## Runbooks\n")
+	if !ok {
+		t.Fatal("docs/operations.md has no Runbooks section")
+	}
+	runbooks, _, _ = strings.Cut(runbooks, "\n## ")
+	sections := map[string]string{} // anchor -> body
+	for _, part := range strings.Split(runbooks, "\n### ")[1:] {
+		title, body, _ := strings.Cut(part, "\n")
+		sections[strings.ToLower(title)] = body
+	}
+	const base = "https://github.com/cachewarden/cachewarden/blob/main/docs/operations.md#"
+	alerts := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			alerts++
+			url := r.Annotations["runbook_url"]
+			anchor, ok := strings.CutPrefix(url, base)
+			if !ok || anchor != strings.ToLower(r.Alert) {
+				t.Errorf("%s: runbook_url %q, want %s%s", r.Alert, url, base, strings.ToLower(r.Alert))
+				continue
+			}
+			body, ok := sections[anchor]
+			if !ok {
+				t.Errorf("%s: docs/operations.md has no runbook section ### %s", r.Alert, r.Alert)
+				continue
+			}
+			if !strings.Contains(body, "```sh\n") {
+				t.Errorf("%s: its runbook gives no command", r.Alert)
+			}
+		}
+	}
+	if alerts != len(sections) {
+		t.Errorf("%d alerts, %d runbook sections", alerts, len(sections))
+	}
+}
