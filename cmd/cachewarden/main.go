@@ -9,8 +9,8 @@
 //
 // It only wires: each subcommand (one file each: run.go, replay.go,
 // check.go, verify.go, plan.go, rules.go, observe.go, demo.go,
-// probe.go, version.go) parses its flags, loads the config and calls the packages
-// that do the work (consumer, check, verify, ruletest, integration).
+// doctor.go, probe.go, version.go) parses its flags, loads the config and calls the packages
+// that do the work (consumer, check, doctor, verify, ruletest, integration).
 package main
 
 import (
@@ -60,6 +60,7 @@ func (a *app) commands() []command {
 		{name: "observe", help: "check continuously that memcached reflects the changes another daemon applies (observe -c FILE)", run: a.observeCmd},
 		{name: "verify", help: "compare the sets and counters in memcached with MySQL", run: a.verifyCmd},
 		{name: "demo", help: "run the whole pipeline on local services and show what happens", run: a.demoCmd},
+		{name: "doctor", help: "check that the topics, the DLQ, the group, every memcached server and MySQL are there and usable (doctor -c FILE)", run: a.doctorCmd},
 		{name: "probe", help: "ask a running daemon's /readyz and exit 0 only when it is ready (for images without a shell)", run: a.probeCmd},
 		{name: "version", help: "print the version and the versions of the modules linked in", run: a.versionCmd},
 	}
