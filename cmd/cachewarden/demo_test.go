@@ -60,7 +60,7 @@ func TestDemoUsage(t *testing.T) {
 			t.Errorf("%q: exit code %d (%v), want 2", args, exitCode(err), err)
 		}
 	}
-	if _, errOut, err := invoke(t, "", "verify", "-c", "testdata/no-such.yaml"); exitCode(err) != 1 || !strings.Contains(errOut, "no-such.yaml") {
+	if _, errOut, err := invoke(t, "", "verify", "-c", "testdata/no-such.yaml"); exitCode(err) != exitConfig || !strings.Contains(errOut, "no-such.yaml") {
 		t.Errorf("verify with a missing config: exit code %d, stderr %q", exitCode(err), errOut)
 	}
 }
