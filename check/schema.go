@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -385,15 +384,15 @@ func (s *Schema) keyLength(c *ruleCheck, t *table) {
 	total += int64(literal)
 	suffix := ""
 	if r.Copies > 0 {
-		total += int64(1 + len(strconv.Itoa(r.Copies-1)))
-		suffix = fmt.Sprintf(" + copy suffix #%d", r.Copies-1)
+		total += int64(rules.CopySuffixLen(r.Copies - 1))
+		suffix = fmt.Sprintf(" + copy suffix %%copy%d", r.Copies-1)
 	}
 	if total <= rules.MaxKeyLen {
 		return
 	}
 	c.add(kindField(r, "key"), Warning,
 		"key %q can render %d bytes (prefix %d + literal text %d + %s%s, a byte <= 0x20, 0x7f or %% escaped to three), beyond memcached's %d: "+
-			"such keys become their first 200 bytes, '#' and the first 32 hex digits of the SHA-256 of the whole key (233 bytes); "+
+			"such keys become their first 200 bytes, '%%#' and the first 32 hex digits of the SHA-256 of the whole key (234 bytes); "+
 			"applications build them with the same key function (rules.Key, client's Client.Key)",
 		src, total, len(r.Prefix), literal, strings.Join(parts, " + "), suffix, rules.MaxKeyLen)
 }

@@ -140,6 +140,9 @@ func (r *Rule) check() []string {
 	if r.Key == nil {
 		out = append(out, "no key template")
 	}
+	if err := CheckLiteral(r.Prefix); err != nil {
+		out = append(out, fmt.Sprintf("prefix %q: %v", r.Prefix, err))
+	}
 	if (r.Kind == SetRule) != (r.Member != nil) {
 		out = append(out, "a member template belongs to set rules, and every set rule has one")
 	}
@@ -232,15 +235,22 @@ func (r *Rule) checkEvidence() []string {
 const DefaultEvidenceBits = 64
 
 // CopyKey returns the key of copy i of the namespace whose rendered key
-// (prefix included, before the 250-byte rule) is rendered: rendered, '#'
-// and i in decimal, through FinishKey.
+// (prefix included, before the 250-byte rule) is rendered: rendered,
+// "%copy" and i in decimal, through FinishKey. No rendered key holds
+// "%copy", so no row value can spell a copy's key.
 func CopyKey(rendered []byte, i int) string {
-	buf := make([]byte, 0, len(rendered)+4)
-	buf = append(buf, rendered...)
-	buf = append(buf, '#')
-	buf = strconv.AppendInt(buf, int64(i), 10)
-	return FinishKey(buf)
+	buf := make([]byte, 0, len(rendered)+len(copyMark)+2)
+	return FinishKey(appendCopySuffix(append(buf, rendered...), i))
 }
+
+// appendCopySuffix appends the suffix of copy i, "%copy" and i in
+// decimal, to a rendered key.
+func appendCopySuffix(dst []byte, i int) []byte {
+	return strconv.AppendInt(append(dst, copyMark...), int64(i), 10)
+}
+
+// CopySuffixLen is the length in bytes of the suffix of copy i.
+func CopySuffixLen(i int) int { return len(appendCopySuffix(nil, i)) }
 
 // EvidenceBit returns the bit of an entity id (the text of its value) in
 // an evidence bitmap of bits bits: for an optionally signed decimal
