@@ -133,3 +133,43 @@ func abbrev(k string) string {
 	}
 	return fmt.Sprintf("%q…%q (%d bytes)", k[:12], k[len(k)-44:], len(k))
 }
+
+// FuzzKeyMarks: for any prefix and template that load and any two values,
+// two rendered keys that differ finish as different memcached keys, and
+// no finished key equals a copy's key of another rendering: the shortened
+// form and the copy suffix carry marks no rendering holds.
+func FuzzKeyMarks(f *testing.F) {
+	victim := strings.Repeat("v", 300)
+	hashed := mustKey(f, "p:", "k:{a}", map[string]string{"a": victim})
+	f.Add("p:", "k:{a}", victim, strings.TrimPrefix(hashed, "p:k:"), uint8(0))
+	f.Add("p:", "k:{a}", "7", "7%copy1", uint8(1))
+	f.Add("", "{a}#", strings.Repeat("é", 130), "x#0", uint8(2))
+	f.Add("%25", "%41{a}%20", "%", "% ", uint8(3))
+	f.Fuzz(func(t *testing.T, prefix, tmpl, va, vb string, copy uint8) {
+		if rules.CheckLiteral(prefix) != nil {
+			return
+		}
+		tp, err := rules.ParseTemplate(tmpl)
+		if err != nil {
+			return
+		}
+		render := func(v string) []byte {
+			b, _, _ := tp.AppendRendered([]byte(prefix), func(string) (string, bool) { return v, true })
+			return b
+		}
+		ra, rb := render(va), render(vb)
+		for _, r := range [][]byte{ra, rb} {
+			if err := rules.CheckLiteral(string(r)); err != nil {
+				t.Fatalf("rendered key %q: %v", r, err)
+			}
+		}
+		ka, kb := rules.FinishKey(ra), rules.FinishKey(rb)
+		checkLegalKey(t, ka)
+		if string(ra) != string(rb) && ka == kb {
+			t.Fatalf("renderings %q and %q share the key %q", ra, rb, ka)
+		}
+		if ck := rules.CopyKey(ra, int(copy%rules.MaxCopies)); ck == kb {
+			t.Fatalf("rendering %q spells the key %q of a copy of %q", rb, ck, ra)
+		}
+	})
+}
