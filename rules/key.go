@@ -237,3 +237,45 @@ func Key(prefix, template string, values map[string]string) (string, error) {
 	}
 	return FinishKey(buf), nil
 }
+
+// CanRender reports whether prefix + t renders key (before the 250-byte
+// rule) for some row: literal text must match, and each placeholder
+// stands for the escaped text of a value, the same text wherever its
+// column repeats. accept, when not nil, is asked whether a column's value
+// can have the given escaped text; without it any escaped text can be.
+// It tells whether a row can land on a key the rule does not mean, such
+// as an evidence master's.
+func (t *Template) CanRender(prefix, key string, accept func(column, escaped string) bool) bool {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return false
+	}
+	return t.renders(t.parts, rest, map[string]string{}, accept)
+}
+
+func (t *Template) renders(parts []templatePart, s string, bound map[string]string, accept func(column, escaped string) bool) bool {
+	if len(parts) == 0 {
+		return s == ""
+	}
+	p := parts[0]
+	if p.column == "" {
+		rest, ok := strings.CutPrefix(s, p.literal)
+		return ok && t.renders(parts[1:], rest, bound, accept)
+	}
+	if v, ok := bound[p.column]; ok {
+		rest, ok := strings.CutPrefix(s, v)
+		return ok && t.renders(parts[1:], rest, bound, accept)
+	}
+	for n := 0; n <= len(s); n++ {
+		v := s[:n]
+		if CheckLiteral(v) != nil || accept != nil && !accept(p.column, v) {
+			continue
+		}
+		bound[p.column] = v
+		if t.renders(parts[1:], s[n:], bound, accept) {
+			return true
+		}
+		delete(bound, p.column)
+	}
+	return false
+}

@@ -173,3 +173,33 @@ func FuzzKeyMarks(f *testing.F) {
 		}
 	})
 }
+
+func TestCanRender(t *testing.T) {
+	digits := func(_, s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
+	for _, tc := range []struct {
+		prefix, tmpl, key string
+		accept            func(string, string) bool
+		want              bool
+	}{
+		{"p:", "ns:member:{id}", "p:ns:member:master", nil, true},
+		{"p:", "ns:member:{id}", "p:ns:member:master", digits, false},
+		{"p:", "ns:member:{id}", "p:ns:member:42", digits, true},
+		{"p:", "ns:member:{id}", "p:ns:members:master", nil, false},
+		{"p:", "ns:member:{id}", "q:ns:member:master", nil, false},
+		{"", "{a}:{a}", "x:x", nil, true},
+		{"", "{a}:{a}", "x:y", nil, false},
+		{"", "{a}:{b}", "x:y:z", nil, true},
+		{"", "k:{a}", "k:a b", nil, false},     // a value's space is escaped
+		{"", "k:{a}", "k:a%20b", nil, true},    // as here
+		{"", "k:{a}", "k:x%#0123", nil, false}, // no value spells a mark
+		{"", "lit", "lit", nil, true},
+	} {
+		tp, err := rules.ParseTemplate(tc.tmpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tp.CanRender(tc.prefix, tc.key, tc.accept); got != tc.want {
+			t.Errorf("%q%q renders %q: %v, want %v", tc.prefix, tc.tmpl, tc.key, got, tc.want)
+		}
+	}
+}
