@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -84,6 +85,24 @@ func appendHashed(dst, key []byte) []byte {
 	dst = append(dst, hashMark...)
 	return hex.AppendEncode(dst, sum[:16])
 }
+
+// CopyKey returns the key of copy i of the namespace whose rendered key
+// (prefix included, before the 250-byte rule) is rendered: rendered,
+// "%copy" and i in decimal, through FinishKey. No rendered key holds
+// "%copy", so no row value can spell a copy's key.
+func CopyKey(rendered []byte, i int) string {
+	buf := make([]byte, 0, len(rendered)+len(copyMark)+2)
+	return FinishKey(appendCopySuffix(append(buf, rendered...), i))
+}
+
+// appendCopySuffix appends the suffix of copy i, "%copy" and i in
+// decimal, to a rendered key.
+func appendCopySuffix(dst []byte, i int) []byte {
+	return strconv.AppendInt(append(dst, copyMark...), int64(i), 10)
+}
+
+// CopySuffixLen is the length in bytes of the suffix of copy i.
+func CopySuffixLen(i int) int { return len(appendCopySuffix(nil, i)) }
 
 // CheckLiteral checks s, a key prefix or other literal key text, as
 // ParseTemplate checks a template's literal text: no byte <= 0x20 or 0x7f

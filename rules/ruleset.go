@@ -3,7 +3,6 @@ package rules
 import (
 	"fmt"
 	"hash/crc32"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -233,24 +232,6 @@ func (r *Rule) checkEvidence() []string {
 
 // DefaultEvidenceBits is Evidence.Bits's default.
 const DefaultEvidenceBits = 64
-
-// CopyKey returns the key of copy i of the namespace whose rendered key
-// (prefix included, before the 250-byte rule) is rendered: rendered,
-// "%copy" and i in decimal, through FinishKey. No rendered key holds
-// "%copy", so no row value can spell a copy's key.
-func CopyKey(rendered []byte, i int) string {
-	buf := make([]byte, 0, len(rendered)+len(copyMark)+2)
-	return FinishKey(appendCopySuffix(append(buf, rendered...), i))
-}
-
-// appendCopySuffix appends the suffix of copy i, "%copy" and i in
-// decimal, to a rendered key.
-func appendCopySuffix(dst []byte, i int) []byte {
-	return strconv.AppendInt(append(dst, copyMark...), int64(i), 10)
-}
-
-// CopySuffixLen is the length in bytes of the suffix of copy i.
-func CopySuffixLen(i int) int { return len(appendCopySuffix(nil, i)) }
 
 // EvidenceBit returns the bit of an entity id (the text of its value) in
 // an evidence bitmap of bits bits: for an optionally signed decimal
