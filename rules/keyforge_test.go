@@ -203,3 +203,15 @@ func TestCanRender(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRuleSetPrefixMarks: rules built in Go are held to the same
+// prefix rule as rule files.
+func TestNewRuleSetPrefixMarks(t *testing.T) {
+	key, _ := rules.ParseTemplate("k:{id}")
+	for prefix, ok := range map[string]bool{"app:": true, "app%3A": true, "app%": false, "app%copy": false, "a b": false} {
+		_, err := rules.NewRuleSet([]*rules.Rule{{Name: "r", Kind: rules.BumpRule, Table: "t", Key: key, Prefix: prefix}})
+		if (err == nil) != ok || err != nil && !strings.Contains(err.Error(), "prefix") {
+			t.Errorf("prefix %q: %v, want ok=%v", prefix, err, ok)
+		}
+	}
+}
