@@ -263,7 +263,9 @@ func Key(prefix, template string, values map[string]string) (string, error) {
 // column repeats. accept, when not nil, is asked whether a column's value
 // can have the given escaped text; without it any escaped text can be.
 // It tells whether a row can land on a key the rule does not mean, such
-// as an evidence master's.
+// as an evidence master's. It tries every split of key, so its cost grows
+// with len(key) to the power of the number of distinct columns: it is for
+// checking rules, not for planning.
 func (t *Template) CanRender(prefix, key string, accept func(column, escaped string) bool) bool {
 	rest, ok := strings.CutPrefix(key, prefix)
 	if !ok {
