@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -163,6 +162,7 @@ func (s *Schema) rule(ctx context.Context, r *rules.Rule) ([]Finding, error) {
 	if t != nil {
 		s.columns(c, t)
 		s.keyLength(c, t)
+		s.masterKey(c, t)
 	}
 	if r.Query != "" {
 		if err := s.query(ctx, c, t); err != nil {
@@ -385,17 +385,50 @@ func (s *Schema) keyLength(c *ruleCheck, t *table) {
 	total += int64(literal)
 	suffix := ""
 	if r.Copies > 0 {
-		total += int64(1 + len(strconv.Itoa(r.Copies-1)))
-		suffix = fmt.Sprintf(" + copy suffix #%d", r.Copies-1)
+		total += int64(rules.CopySuffixLen(r.Copies - 1))
+		suffix = fmt.Sprintf(" + copy suffix %%copy%d", r.Copies-1)
 	}
 	if total <= rules.MaxKeyLen {
 		return
 	}
 	c.add(kindField(r, "key"), Warning,
 		"key %q can render %d bytes (prefix %d + literal text %d + %s%s, a byte <= 0x20, 0x7f or %% escaped to three), beyond memcached's %d: "+
-			"such keys become their first 200 bytes, '#' and the first 32 hex digits of the SHA-256 of the whole key (233 bytes); "+
+			"such keys become their first 200 bytes, '%%#' and the first 32 hex digits of the SHA-256 of the whole key (234 bytes); "+
 			"applications build them with the same key function (rules.Key, client's Client.Key)",
 		src, total, len(r.Prefix), literal, strings.Join(parts, " + "), suffix, rules.MaxKeyLen)
+}
+
+// masterKey reports an evidence rule whose key template renders its
+// master's key for some value of the entity column (a text column, where
+// "ns:member:{id}" can render the master "ns:member:master"): that entity's
+// namespace and the master would be one item, which neither reads as what
+// it wrote, so each recreates it and every entity's versions start over.
+// An integer column renders only digits.
+func (s *Schema) masterKey(c *ruleCheck, t *table) {
+	r := c.r
+	ev := r.Evidence
+	if ev == nil || ev.Master == nil || r.Key == nil {
+		return
+	}
+	cl := t.column(ev.Column)
+	if cl == nil {
+		return // reported as missing
+	}
+	var id string
+	accept := func(_, text string) bool {
+		if classify(cl) == classInt && strings.Trim(strings.TrimPrefix(text, "-"), "0123456789") != "" {
+			return false
+		}
+		id = text
+		return true
+	}
+	if !r.Key.CanRender(r.Prefix, r.Prefix+ev.Master.String(), accept) {
+		return
+	}
+	c.add("evidence", Warning,
+		"key %q renders the evidence master's key %q for the %s %s %q: that entity's namespace and the master would be one item; "+
+			"choose a master key the key template cannot render (for example one that differs in the literal text before {%s})",
+		r.Key.String(), ev.Master.String(), cl.ColumnType, ev.Column, id, ev.Column)
 }
 
 func (s *Schema) schemaExists(ctx context.Context, name string) (bool, error) {

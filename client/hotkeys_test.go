@@ -99,7 +99,7 @@ func TestHotKeyCopies(t *testing.T) {
 	for name, w := range e.writers(t) {
 		t.Run(name, func(t *testing.T) {
 			keys, err := e.c.rules["catalog"].CopyKeys(Row{})
-			if err != nil || len(keys) != 4 || keys[3] != e.prefix+"ns:catalog#3" {
+			if err != nil || len(keys) != 4 || keys[3] != e.prefix+"ns:catalog%copy3" {
 				t.Fatalf("copy keys %q, %v", keys, err)
 			}
 			for _, k := range keys {

@@ -136,7 +136,16 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 
 	str := func(s string) rules.Value { return rules.Value{Kind: rules.KindString, Text: s} }
 	num := func(s string) rules.Value { return rules.Value{Kind: rules.KindInt, Text: s} }
+	// A user id too long for a key, and one that spells its hashed key.
+	long := strings.Repeat("l", 260)
+	longKey, err := e.c.Key("user", Row{"id": long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spelled := strings.TrimPrefix(longKey, e.prefix+"ns:user:")
 	events := []rules.Event{
+		{Table: "users", Operation: rules.Insert, After: rules.Row{{Name: "id", Value: str(long)}}},
+		{Table: "users", Operation: rules.Insert, After: rules.Row{{Name: "id", Value: str(spelled)}}},
 		{Table: "users", Operation: rules.Insert, After: rules.Row{{Name: "id", Value: num("42")}}},
 		{Table: "users", Operation: rules.Update, Before: rules.Row{{Name: "id", Value: num("42")}}, After: rules.Row{{Name: "id", Value: num("42")}}},
 		{Table: "users", Operation: rules.Insert, After: rules.Row{{Name: "id", Value: str("a b%")}}},
@@ -179,10 +188,12 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 		{"namespace", "user", Row{"id": "7"}}, // missing: created by the first reader
 		{"members", "user-interests", Row{"user_id": "1"}},
 		{"count", "post-comments", Row{"post_id": "9"}},
-		{"namespace", "catalog", Row{}},          // copies, created alike by the bump
-		{"namespace", "member", Row{"id": "1"}},  // bit clear: the master's
-		{"namespace", "member", Row{"id": "2"}},  // bumped: its own
-		{"namespace", "member", Row{"id": "18"}}, // bit 2 too: its own, created by the reader
+		{"namespace", "catalog", Row{}},           // copies, created alike by the bump
+		{"namespace", "member", Row{"id": "1"}},   // bit clear: the master's
+		{"namespace", "member", Row{"id": "2"}},   // bumped: its own
+		{"namespace", "member", Row{"id": "18"}},  // bit 2 too: its own, created by the reader
+		{"namespace", "user", Row{"id": long}},    // a hashed key
+		{"namespace", "user", Row{"id": spelled}}, // its text as a value: a key of its own
 	}
 	want := make([]map[string]any, len(queries))
 	for i, q := range queries {
@@ -221,6 +232,9 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 	}
 	if m1, m2 := want[6]["version"].(string), want[7]["version"].(string); !strings.HasPrefix(m1, "m") || strings.HasPrefix(m2, "m") {
 		t.Fatalf("member versions %q and %q: want the master's and the member's own", m1, m2)
+	}
+	if k1, k2 := want[9]["key"].(string), want[10]["key"].(string); k1 != longKey || len(k1) != rules.HashedKeyLen || k2 == k1 {
+		t.Fatalf("keys of a long id and of its hashed key's text: %q, %q", k1, k2)
 	}
 
 	// Values cached with GetOrCompute, shared with the Python reader.

@@ -25,10 +25,10 @@ import (
 // prefix: a deployment whose rule files use different prefixes keeps one
 // journal per prefix), and RebumpJournalShards shards per prefix: a batch
 // of partition p writes to shard p mod RebumpJournalShards, so one batch
-// appends to one item per prefix. A '%' followed by a lower-case letter
-// never comes out of a substituted value (escaping writes upper-case
-// hex), so only a key template that spells "%rebump" itself could collide;
-// such templates are reserved, like "%fence".
+// appends to one item per prefix. "%rebump:" is one of the daemon's key
+// marks (rules.CheckLiteral): no rendered key holds '%' followed by
+// anything but two upper-case hex digits, so no row value or template
+// spells a journal key.
 //
 // Each pending bump is a member "<due unix ms> <rule> <key>", escaped with
 // rules.Escape, added ("+") before the batch that scheduled it is

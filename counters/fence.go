@@ -32,11 +32,11 @@ import (
 // delta becomes a recount of its own.
 
 // FenceKeySuffix is appended to a counter key to name its fence item
-// (then FinishKey keeps the result within memcached's key limit). A '%'
-// followed by a lower-case letter never comes out of a substituted value
-// (escaping writes upper-case hex), so only a template that spells
-// "%fence" itself could collide with a fence key; such templates are
-// reserved.
+// (then FinishKey keeps the result within memcached's key limit). It is
+// one of the daemon's key marks (rules.CheckLiteral): a rendered key holds
+// '%' only followed by two upper-case hex digits (escaped values, and
+// literal text and prefixes held to it when rule files load), so no row
+// value or template spells a fence key.
 const FenceKeySuffix = "%fence"
 
 // FenceKey returns the key of the fence item of the counter at key.

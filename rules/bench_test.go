@@ -1,6 +1,7 @@
 package rules_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/cachewarden/cachewarden/rules"
@@ -93,4 +94,29 @@ func BenchmarkPlanParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkPlanLongKey plans an insert whose set key renders 300 bytes
+// and is hashed in the planner's buffer: one op.
+func BenchmarkPlanLongKey(b *testing.B) {
+	rs, err := rulefile.Parse("bench.yaml", []byte(benchRules))
+	if err != nil {
+		b.Fatal(err)
+	}
+	long := strings.Repeat("s", 280)
+	ev := &rules.Event{Database: "shop", Table: "orders", Operation: rules.Insert, After: rules.Row{
+		{"id", rules.Value{rules.KindInt, "42"}},
+		{"customer_id", rules.Value{rules.KindInt, "1234567"}},
+		{"status", rules.Value{rules.KindString, long}},
+		{"total", rules.Value{rules.KindString, "149.90"}},
+		{"deleted_at", rules.Value{}},
+	}}
+	dst := make([]rules.Op, 0, 16)
+	b.ReportAllocs()
+	for b.Loop() {
+		ops, _, err := rs.Plan(dst[:0], ev)
+		if err != nil || len(ops) != 2 || len(ops[1].Key) != rules.HashedKeyLen {
+			b.Fatalf("ops = %+v, err = %v", ops, err)
+		}
+	}
 }

@@ -4,15 +4,35 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
 // MaxKeyLen is memcached's key length limit in bytes.
 const MaxKeyLen = 250
 
-// hashedKeyHead is how many bytes of a long key are kept before "#" and
-// the hash.
+// hashedKeyHead is how many bytes of a long key are kept before the hash
+// mark and the hash.
 const hashedKeyHead = 200
+
+// A rendered key (prefix, literal template text and escaped values) holds
+// '%' only at the start of an escape: '%' and two upper-case hex digits.
+// Escaping writes values so, and ParseTemplate and CheckLiteral hold
+// literal text and prefixes to it. So a '%' followed by anything else
+// marks text the daemon adds to a rendered key, and no row value can spell
+// such a mark: these keys are unforgeable. Each mark is declared once,
+// here or where its keys are made (counters.FenceKeySuffix, the rebump
+// journal's "%rebump:").
+const (
+	// hashMark separates a long key's first 200 bytes from its hash.
+	hashMark = "%#"
+	// copyMark separates a namespace's rendered key from a copy's number.
+	copyMark = "%copy"
+)
+
+// HashedKeyLen is the length in bytes of the key FinishKey makes of a key
+// longer than MaxKeyLen: 200 bytes, "%#" and 32 hex digits.
+const HashedKeyLen = hashedKeyHead + len(hashMark) + 32
 
 const upperHex = "0123456789ABCDEF"
 
@@ -43,21 +63,76 @@ func Escape(s string) string {
 	return s
 }
 
-// FinishKey turns a complete key (prefix + rendered template) into the
-// memcached key: unchanged up to MaxKeyLen bytes, else its first 200 bytes,
-// '#', and the first 32 lower-case hex digits of the SHA-256 of the whole
-// key.
+// FinishKey turns a complete key (prefix + rendered template, or a key
+// derived from one) into the memcached key: unchanged up to MaxKeyLen
+// bytes, else its first 200 bytes, the mark "%#", and the first 32
+// lower-case hex digits of the SHA-256 of the whole key (HashedKeyLen,
+// 234 bytes). No rendered key holds "%#", so no row value can spell the
+// shortened form of another key.
 func FinishKey(key []byte) string {
 	if len(key) <= MaxKeyLen {
 		return string(key)
 	}
-	sum := sha256.Sum256(key)
-	out := make([]byte, 0, hashedKeyHead+1+32)
-	out = append(out, key[:hashedKeyHead]...)
-	out = append(out, '#')
-	out = hex.AppendEncode(out, sum[:16])
-	return string(out)
+	return string(appendHashed(make([]byte, 0, HashedKeyLen), key))
 }
+
+// appendHashed appends the shortened form of the long key to dst. key may
+// share dst's array only starting at len(dst) (the planner shortens a key
+// in place at the end of its buffer).
+func appendHashed(dst, key []byte) []byte {
+	sum := sha256.Sum256(key)
+	dst = append(dst, key[:hashedKeyHead]...)
+	dst = append(dst, hashMark...)
+	return hex.AppendEncode(dst, sum[:16])
+}
+
+// CopyKey returns the key of copy i of the namespace whose rendered key
+// (prefix included, before the 250-byte rule) is rendered: rendered,
+// "%copy" and i in decimal, through FinishKey. No rendered key holds
+// "%copy", so no row value can spell a copy's key.
+func CopyKey(rendered []byte, i int) string {
+	buf := make([]byte, 0, len(rendered)+len(copyMark)+2)
+	return FinishKey(appendCopySuffix(append(buf, rendered...), i))
+}
+
+// appendCopySuffix appends the suffix of copy i, "%copy" and i in
+// decimal, to a rendered key.
+func appendCopySuffix(dst []byte, i int) []byte {
+	return strconv.AppendInt(append(dst, copyMark...), int64(i), 10)
+}
+
+// CopySuffixLen is the length in bytes of the suffix of copy i.
+func CopySuffixLen(i int) int { return len(appendCopySuffix(nil, i)) }
+
+// CheckLiteral checks s, a key prefix or other literal key text, as
+// ParseTemplate checks a template's literal text: no byte <= 0x20 or 0x7f
+// (memcached keys cannot hold them), and every '%' followed by two
+// upper-case hex digits, as escaping writes it. A '%' followed by anything
+// else is the start of one of the daemon's marks ("%#" of hashed keys,
+// "%copy" of hot-key copies, "%fence" of counter fences, "%rebump:" of the
+// rebump journal); write "%25" for a '%' itself. The error names the byte
+// and its offset.
+func CheckLiteral(s string) error {
+	for i := 0; i < len(s); i++ {
+		if err := checkLiteralByte(s, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkLiteralByte checks the byte at i of literal key text s.
+func checkLiteralByte(s string, i int) error {
+	switch c := s[i]; {
+	case c <= 0x20 || c == 0x7f:
+		return fmt.Errorf("byte 0x%02x at %d is not allowed in a memcached key", c, i)
+	case c == '%' && (i+2 >= len(s) || !isUpperHex(s[i+1]) || !isUpperHex(s[i+2])):
+		return fmt.Errorf("'%%' at %d must start %%XX with two upper-case hex digits: a '%%' followed by anything else is reserved for the daemon's key marks (write %%25 for a '%%')", i)
+	}
+	return nil
+}
+
+func isUpperHex(c byte) bool { return '0' <= c && c <= '9' || 'A' <= c && c <= 'F' }
 
 // Template is a parsed key or member template such as "ns:user:{id}".
 // It is immutable and safe for concurrent use.
@@ -72,8 +147,9 @@ type templatePart struct {
 }
 
 // ParseTemplate parses a template: literal bytes with {column} placeholders.
-// Literal text must be legal in a memcached key (no byte <= 0x20 or 0x7f);
-// braces are reserved for placeholders; column names are non-empty.
+// Literal text must pass CheckLiteral (legal in a memcached key, '%' only
+// as %XX); braces are reserved for placeholders; column names are
+// non-empty.
 func ParseTemplate(s string) (*Template, error) {
 	if s == "" {
 		return nil, fmt.Errorf("empty template")
@@ -103,8 +179,10 @@ func ParseTemplate(s string) (*Template, error) {
 			lit = i + 1
 		case c == '}':
 			return nil, fmt.Errorf("template %q: '}' without '{' at byte %d", s, i)
-		case c <= 0x20 || c == 0x7f:
-			return nil, fmt.Errorf("template %q: byte 0x%02x at %d is not allowed in a memcached key", s, c, i)
+		default:
+			if err := checkLiteralByte(s, i); err != nil {
+				return nil, fmt.Errorf("template %q: %w", s, err)
+			}
 		}
 	}
 	if lit < len(s) {
@@ -177,4 +255,48 @@ func Key(prefix, template string, values map[string]string) (string, error) {
 		return "", fmt.Errorf("key template %q: no value for column %q", template, missing)
 	}
 	return FinishKey(buf), nil
+}
+
+// CanRender reports whether prefix + t renders key (before the 250-byte
+// rule) for some row: literal text must match, and each placeholder
+// stands for the escaped text of a value, the same text wherever its
+// column repeats. accept, when not nil, is asked whether a column's value
+// can have the given escaped text; without it any escaped text can be.
+// It tells whether a row can land on a key the rule does not mean, such
+// as an evidence master's. It tries every split of key, so its cost grows
+// with len(key) to the power of the number of distinct columns: it is for
+// checking rules, not for planning.
+func (t *Template) CanRender(prefix, key string, accept func(column, escaped string) bool) bool {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return false
+	}
+	return t.renders(t.parts, rest, map[string]string{}, accept)
+}
+
+func (t *Template) renders(parts []templatePart, s string, bound map[string]string, accept func(column, escaped string) bool) bool {
+	if len(parts) == 0 {
+		return s == ""
+	}
+	p := parts[0]
+	if p.column == "" {
+		rest, ok := strings.CutPrefix(s, p.literal)
+		return ok && t.renders(parts[1:], rest, bound, accept)
+	}
+	if v, ok := bound[p.column]; ok {
+		rest, ok := strings.CutPrefix(s, v)
+		return ok && t.renders(parts[1:], rest, bound, accept)
+	}
+	for n := 0; n <= len(s); n++ {
+		v := s[:n]
+		if CheckLiteral(v) != nil || accept != nil && !accept(p.column, v) {
+			continue
+		}
+		bound[p.column] = v
+		if t.renders(parts[1:], s[n:], bound, accept) {
+			return true
+		}
+		delete(bound, p.column)
+	}
+	return false
 }

@@ -2,10 +2,7 @@ package rules
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"strconv"
 )
 
 // PlanStats counts what Plan did with one event.
@@ -302,13 +299,9 @@ func (p *planner) key(r *Rule, row Row, image string) (span, bool, error) {
 // finishKey applies FinishKey to the key at s, which must end the scratch
 // buffer.
 func (p *planner) finishKey(s span) span {
-	buf := p.sc.buf
 	if s.end-s.start > MaxKeyLen {
-		sum := sha256.Sum256(buf[s.start:s.end])
-		buf = append(buf[:s.start+hashedKeyHead], '#')
-		buf = hex.AppendEncode(buf, sum[:16])
-		p.sc.buf = buf
-		s.end = len(buf)
+		p.sc.buf = appendHashed(p.sc.buf[:s.start], p.sc.buf[s.start:s.end])
+		s.end = len(p.sc.buf)
 	}
 	return s
 }
@@ -328,9 +321,7 @@ func (p *planner) bump(r *Rule, k span, row Row) {
 	}
 	for i := range r.Copies {
 		c := span{start: len(p.sc.buf)}
-		p.sc.buf = append(p.sc.buf, p.sc.buf[k.start:k.end]...)
-		p.sc.buf = append(p.sc.buf, '#')
-		p.sc.buf = strconv.AppendInt(p.sc.buf, int64(i), 10)
+		p.sc.buf = appendCopySuffix(append(p.sc.buf, p.sc.buf[k.start:k.end]...), i)
 		c.end = len(p.sc.buf)
 		p.emit(OpBump, r, p.finishKey(c), span{}, 0, nil, "")
 	}

@@ -3,7 +3,6 @@ package rules
 import (
 	"fmt"
 	"hash/crc32"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -140,6 +139,9 @@ func (r *Rule) check() []string {
 	if r.Key == nil {
 		out = append(out, "no key template")
 	}
+	if err := CheckLiteral(r.Prefix); err != nil {
+		out = append(out, fmt.Sprintf("prefix %q: %v", r.Prefix, err))
+	}
 	if (r.Kind == SetRule) != (r.Member != nil) {
 		out = append(out, "a member template belongs to set rules, and every set rule has one")
 	}
@@ -230,17 +232,6 @@ func (r *Rule) checkEvidence() []string {
 
 // DefaultEvidenceBits is Evidence.Bits's default.
 const DefaultEvidenceBits = 64
-
-// CopyKey returns the key of copy i of the namespace whose rendered key
-// (prefix included, before the 250-byte rule) is rendered: rendered, '#'
-// and i in decimal, through FinishKey.
-func CopyKey(rendered []byte, i int) string {
-	buf := make([]byte, 0, len(rendered)+4)
-	buf = append(buf, rendered...)
-	buf = append(buf, '#')
-	buf = strconv.AppendInt(buf, int64(i), 10)
-	return FinishKey(buf)
-}
 
 // EvidenceBit returns the bit of an entity id (the text of its value) in
 // an evidence bitmap of bits bits: for an optionally signed decimal

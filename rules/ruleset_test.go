@@ -98,7 +98,7 @@ func TestPlanCopiesAndEvidence(t *testing.T) {
 	}
 	longKey := "p:ns:u:" + long
 	want := []string{
-		"hot p:ns:u:12543#0 0", "hot p:ns:u:12543#1 0", "hot p:ns:u:12543#2 0",
+		"hot p:ns:u:12543%copy0 0", "hot p:ns:u:12543%copy1 0", "hot p:ns:u:12543%copy2 0",
 		"hot " + CopyKey([]byte(longKey), 0) + " 0", "hot " + CopyKey([]byte(longKey), 1) + " 0", "hot " + CopyKey([]byte(longKey), 2) + " 0",
 		"ev q:ns:u:12543 15", // 12543 mod 16
 		fmt.Sprintf("ev %s %d", FinishKey([]byte("q:ns:u:"+long)), crc32.ChecksumIEEE([]byte(long))%16),
@@ -106,7 +106,7 @@ func TestPlanCopiesAndEvidence(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("ops:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if k := CopyKey([]byte(longKey), 2); len(k) != 233 || !strings.HasPrefix(k, longKey[:200]+"#") {
+	if k := CopyKey([]byte(longKey), 2); len(k) != 234 || !strings.HasPrefix(k, longKey[:200]+"%#") {
 		t.Errorf("long copy key %q", k)
 	}
 	if ev := rs.Rule("ev").Evidence; ev.MasterKey != "q:ns:u:master" || ev.Column != "id" || ev.MaxSet != 4 {

@@ -85,11 +85,11 @@ func TestPlanLongKey(t *testing.T) {
 	}
 	full := "k:" + name
 	sum := sha256.Sum256([]byte(full))
-	wantKey := full[:200] + "#" + hex.EncodeToString(sum[:16])
-	if len(wantKey) != 233 || !strings.HasSuffix(full[:200], "\xc3") {
+	wantKey := full[:200] + "%#" + hex.EncodeToString(sum[:16])
+	if len(wantKey) != 234 || !strings.HasSuffix(full[:200], "\xc3") {
 		t.Fatalf("test setup: key %q", wantKey)
 	}
-	want := `{"line":1,"rule":"by-name","op":"bump","key":"k:` + strings.Repeat("a", 197) + `\ufffd#` + hex.EncodeToString(sum[:16]) + "\"}\n"
+	want := `{"line":1,"rule":"by-name","op":"bump","key":"k:` + strings.Repeat("a", 197) + `\ufffd%#` + hex.EncodeToString(sum[:16]) + "\"}\n"
 	if out != want {
 		t.Fatalf("got  %s\nwant %s", out, want)
 	}

@@ -17,6 +17,10 @@
 
 const CW_MAX_KEY = 250;
 const CW_HASHED_HEAD = 200;
+// The daemon's marks: '%' followed by anything but two upper-case hex
+// digits, which no rendered key holds (docs/formats.md, Keys).
+const CW_HASH_MARK = '%#';
+const CW_COPY_MARK = '%copy';
 
 // cw_text returns the text of a row value: integers as decimal digits,
 // booleans as 1/0, strings as their bytes.
@@ -55,7 +59,7 @@ function cw_finish_key(string $key): string {
     if (strlen($key) <= CW_MAX_KEY) {
         return $key;
     }
-    return substr($key, 0, CW_HASHED_HEAD) . '#' . substr(hash('sha256', $key), 0, 32);
+    return substr($key, 0, CW_HASHED_HEAD) . CW_HASH_MARK . substr(hash('sha256', $key), 0, 32);
 }
 
 // cw_rendered returns prefix and template rendered for a row's values,
@@ -76,7 +80,7 @@ function cw_key(string $prefix, string $template, array $values): string {
 
 // cw_copy_key returns the key of copy $i of a namespace kept in copies.
 function cw_copy_key(string $prefix, string $template, array $values, int $i): string {
-    return cw_finish_key(cw_rendered($prefix, $template, $values) . '#' . $i);
+    return cw_finish_key(cw_rendered($prefix, $template, $values) . CW_COPY_MARK . $i);
 }
 
 // cw_evidence_bit returns the bit of an entity id in an evidence bitmap.

@@ -32,6 +32,10 @@ import zlib
 
 MAX_KEY = 250
 HASHED_HEAD = 200
+# The daemon's marks: '%' followed by anything but two upper-case hex
+# digits, which no rendered key holds (docs/formats.md, Keys).
+HASH_MARK = b"%#"
+COPY_MARK = b"%copy"
 _PLACEHOLDER = re.compile(rb"\{([^{}]+)\}")
 
 
@@ -85,7 +89,7 @@ def finish_key(key):
     """Applies the 250-byte rule to a complete key (bytes)."""
     if len(key) <= MAX_KEY:
         return key
-    return key[:HASHED_HEAD] + b"#" + hashlib.sha256(key).hexdigest()[:32].encode()
+    return key[:HASHED_HEAD] + HASH_MARK + hashlib.sha256(key).hexdigest()[:32].encode()
 
 
 def rendered(prefix, template, values):
@@ -109,7 +113,7 @@ def key(prefix, template, values):
 
 def copy_key(prefix, template, values, i):
     """The key of copy i of a namespace kept in copies (hot keys)."""
-    return finish_key(rendered(prefix, template, values) + b"#%d" % i)
+    return finish_key(rendered(prefix, template, values) + COPY_MARK + b"%d" % i)
 
 
 def evidence_bit(entity_id, bits):

@@ -124,7 +124,7 @@ func Parse(filename string, data []byte) (*rules.RuleSet, error) {
 // level, and YAML 1.2 reading keeps `on` a plain key:
 //
 //	version: 1                 # required, the only version
-//	prefix: "shop:"            # optional; legal key bytes (none <= 0x20 or 0x7f)
+//	prefix: "shop:"            # optional; legal key bytes (none <= 0x20 or 0x7f), '%' only as %XX
 //	rules:
 //	  - name: user-profile     # required, unique, no spaces
 //	    table: shop.users      # "db.table", or "table" for any database (exact case)
@@ -276,8 +276,8 @@ func (l *fileLoader) load() []*rules.Rule {
 	}
 	if f, ok := fields.Get("prefix"); ok {
 		if p, ok := l.str(f.Value, "prefix"); ok {
-			if i := strings.IndexFunc(p, func(r rune) bool { return r <= 0x20 || r == 0x7f }); i >= 0 {
-				l.errorf(f.Value, "prefix has byte 0x%02x at %d, which a memcached key cannot hold", p[i], i)
+			if err := rules.CheckLiteral(p); err != nil {
+				l.errorf(f.Value, "prefix %q: %v", p, err)
 			} else {
 				l.prefix = p
 			}

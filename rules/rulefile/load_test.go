@@ -125,7 +125,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 	const f = "testdata/bad/many.yaml:"
 	want := []string{
 		f + `1:10: unsupported version "2" (want 1)`,
-		f + `2:9: prefix has byte 0x20 at 5, which a memcached key cannot hold`,
+		f + `2:9: prefix "shop: ": byte 0x20 at 5 is not allowed in a memcached key`,
 		f + `6:11: bump: template "ns:user:{id": unclosed '{' at byte 8`,
 		f + `7:11: duplicate rule name "user-profile" (first defined at testdata/bad/many.yaml:4:11)`,
 		f + `10:5: rule: unknown key "colour" (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after, copies, evidence)`,
@@ -192,6 +192,9 @@ func TestParseFilesCombines(t *testing.T) {
 
 // TestParseProblems checks one mistake at a time: the exact problem and
 // its position.
+// markRule ends the message of a '%' that does not start an escape.
+const markRule = " with two upper-case hex digits: a '%' followed by anything else is reserved for the daemon's key marks (write %25 for a '%')"
+
 func TestParseProblems(t *testing.T) {
 	const head = "version: 1\nrules:\n  - name: r\n    table: t\n"
 	tests := []struct {
@@ -210,7 +213,16 @@ func TestParseProblems(t *testing.T) {
 			`t.yaml:2:11: fallback: {db} is unknown for rule "r", whose table "t" names no database`},
 		{"repeated field", "version: 1\nversion: 1\nrules: []\n", `t.yaml:2:1: duplicate key "version" (first at line 1)`},
 		{"two documents", "version: 1\nrules: []\n---\nversion: 1\n", "t.yaml:3:1: only one YAML document is allowed"},
-		{"prefix control byte", "version: 1\nprefix: \"a\\tb\"\nrules: []\n", "t.yaml:2:9: prefix has byte 0x09 at 1, which a memcached key cannot hold"},
+		{"prefix control byte", "version: 1\nprefix: \"a\\tb\"\nrules: []\n", `t.yaml:2:9: prefix "a\tb": byte 0x09 at 1 is not allowed in a memcached key`},
+		// '%' followed by anything but two upper-case hex digits starts the
+		// daemon's key marks ("%#", "%copy", "%fence", "%rebump:"), which no
+		// rule file may spell.
+		{"prefix with a mark", "version: 1\nprefix: 'a%copy'\nrules: []\n", `t.yaml:2:9: prefix "a%copy": '%' at 1 must start %XX` + markRule},
+		{"prefix ending in %", "version: 1\nprefix: 'a%'\nrules: []\n", `t.yaml:2:9: prefix "a%": '%' at 1 must start %XX` + markRule},
+		{"template spelling a fence", head + "    count: {key: 'c:{id}%fence'}\n", `t.yaml:5:18: count key: template "c:{id}%fence": '%' at 6 must start %XX` + markRule},
+		{"% before a placeholder", head + "    bump: 'k%{id}'\n", `t.yaml:5:11: bump: template "k%{id}": '%' at 1 must start %XX` + markRule},
+		{"lower-case escape", head + "    bump: 'k:%2f{id}'\n", `t.yaml:5:11: bump: template "k:%2f{id}": '%' at 2 must start %XX` + markRule},
+		{"hashed-key mark in a master", head + "    bump: 'k:{id}'\n    evidence: {master: 'm%#'}\n", `t.yaml:6:24: evidence master: template "m%#": '%' at 1 must start %XX` + markRule},
 		{"rule not a mapping", "version: 1\nrules:\n  - r\n", "t.yaml:3:5: rule must be a mapping, not a string"},
 		{"no name", "version: 1\nrules:\n  - table: t\n    bump: k\n", `t.yaml:3:5: rule: missing required key "name"`},
 		{"name with space", "version: 1\nrules:\n  - name: a b\n    table: t\n    bump: k\n", `t.yaml:3:11: rule name "a b" must not contain spaces or control characters`},
