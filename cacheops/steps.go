@@ -132,7 +132,11 @@ func (a *Applier) start(p *opState, initial uint64) {
 		p.step, p.rebuild = stepRebuildDelete, true
 		return
 	case rules.OpSetDelete:
-		a.toDelete(p, "ordered set change")
+		why := "ordered set change"
+		if op.Legacy {
+			why = "key of an earlier release"
+		}
+		a.toDelete(p, why)
 		return
 	case rules.OpCount, rules.OpRecount:
 		a.startCounter(p)

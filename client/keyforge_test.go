@@ -1,6 +1,8 @@
 package client
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strings"
 	"testing"
@@ -126,5 +128,70 @@ func TestForgedKeyLeavesVictimAlone(t *testing.T) {
 		if _, ok := e.value(t, k); !ok {
 			t.Errorf("no set item at %q", k)
 		}
+	}
+}
+
+// TestLegacyKeysInvalidated: readers of releases before the "%#" and
+// "%copy" marks read a long key's items, and a hot namespace's copies, at
+// the keys those releases made ('#' where the marks now stand). Through
+// the daemon's writer on a real memcached, a change still moves them: the
+// old copy's version is bumped and the old set item deleted, so a reader
+// not yet upgraded never keeps serving what the daemon no longer writes.
+func TestLegacyKeysInvalidated(t *testing.T) {
+	db := testDB(t)
+	if _, err := db.Exec("CREATE TABLE doc_tags (doc VARCHAR(400), tag VARCHAR(64))"); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEnv(t, db, nil)
+	rs, err := rulefile.Parse("legacy.yaml", []byte(strings.ReplaceAll(testRules+forgeRules+`
+  - name: hot-catalog
+    table: catalog
+    bump: "ns:hotcat:{id}"
+    copies: 2
+`, "%PREFIX%", e.prefix)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mysql := counters.NewMySQL(db, counters.DBConfig{}, nil)
+	pw := cacheops.NewPipelineWriter(e.c.sel, mysql, mysql, cacheops.PipelineConfig{}, nil)
+	defer pw.Close()
+	apply := func(ev rules.Event) {
+		t.Helper()
+		ops, _, err := rs.Plan(nil, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := make([]cacheops.Result, len(ops))
+		if err := pw.Apply(t.Context(), ops, res); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Err != nil {
+				t.Fatalf("op %s %s: %v", ops[i].Kind, ops[i].Key, r.Err)
+			}
+		}
+	}
+	str := func(s string) rules.Value { return rules.Value{Kind: rules.KindString, Text: s} }
+
+	// What a reader of an earlier release cached: a version at the old
+	// copy key, a set at the old hashed key.
+	oldCopy := e.prefix + "ns:hotcat:7#1"
+	e.set(t, oldCopy, "1782579200000000000")
+	doc := strings.Repeat("d", 300)
+	full := e.prefix + "doctags:" + doc
+	sum := sha256.Sum256([]byte(full))
+	oldSet := full[:200] + "#" + hex.EncodeToString(sum[:16])
+	e.set(t, oldSet, "+stale-member ")
+
+	apply(rules.Event{Table: "catalog", Operation: rules.Update, Before: rules.Row{{Name: "id", Value: str("7")}}, After: rules.Row{{Name: "id", Value: str("7")}}})
+	if v, ok := e.value(t, oldCopy); !ok || v == "1782579200000000000" {
+		t.Errorf("the old copy key %s holds %q (present %v): not bumped", oldCopy, v, ok)
+	}
+	if _, err := db.Exec("INSERT INTO doc_tags VALUES (?, 'fresh')", doc); err != nil {
+		t.Fatal(err)
+	}
+	apply(rules.Event{Table: "doc_tags", Operation: rules.Insert, After: rules.Row{{Name: "doc", Value: str(doc)}, {Name: "tag", Value: str("fresh")}}})
+	if v, ok := e.value(t, oldSet); ok {
+		t.Errorf("the old hashed set key still holds %q", v)
 	}
 }

@@ -353,7 +353,7 @@ func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []r
 
 // observable reports whether op's kind is checked.
 func observable(op *rules.Op) bool {
-	if op.Rule == nil {
+	if op.Rule == nil || op.Legacy {
 		return false
 	}
 	switch op.Kind {

@@ -30,6 +30,10 @@ const (
 	copyMark = "%copy"
 )
 
+// legacyMark is what releases before the marks put where hashMark and
+// copyMark now stand; see Op.Legacy.
+const legacyMark = '#'
+
 // HashedKeyLen is the length in bytes of the key FinishKey makes of a key
 // longer than MaxKeyLen: 200 bytes, "%#" and 32 hex digits.
 const HashedKeyLen = hashedKeyHead + len(hashMark) + 32
@@ -84,6 +88,28 @@ func appendHashed(dst, key []byte) []byte {
 	dst = append(dst, key[:hashedKeyHead]...)
 	dst = append(dst, hashMark...)
 	return hex.AppendEncode(dst, sum[:16])
+}
+
+// appendLegacyKey appends to dst the key releases before the hash and
+// copy marks gave the rendered key (copy < 0) or its copy number copy: the
+// copy suffix was '#' and the number, and a long key's hash mark '#'.
+func appendLegacyKey(dst, rendered []byte, copy int) []byte {
+	start := len(dst)
+	dst = append(dst, rendered...)
+	if copy >= 0 {
+		dst = strconv.AppendInt(append(dst, legacyMark), int64(copy), 10)
+	}
+	if len(dst)-start <= MaxKeyLen {
+		return dst
+	}
+	sum := sha256.Sum256(dst[start:])
+	dst = append(dst[:start+hashedKeyHead], legacyMark)
+	return hex.AppendEncode(dst, sum[:16])
+}
+
+// isHashed reports whether key is a hashed long key (FinishKey's form).
+func isHashed(key []byte) bool {
+	return len(key) == HashedKeyLen && string(key[hashedKeyHead:hashedKeyHead+len(hashMark)]) == hashMark
 }
 
 // CopyKey returns the key of copy i of the namespace whose rendered key

@@ -2,6 +2,7 @@ package rules_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,13 +52,16 @@ func TestForgedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := strings.Repeat("v", 300)
+	// plan returns the ops of this release's keys: the invalidations of
+	// earlier releases' keys (rules.Op.Legacy) are for readers that still
+	// use them, which a forged key could always reach.
 	plan := func(table string, cols ...string) []rules.Op {
 		t.Helper()
 		ops, _, err := rs.Plan(nil, &rules.Event{Database: strings.Split(table, ".")[0], Table: strings.Split(table, ".")[1], Operation: rules.Insert, After: row(cols...)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ops
+		return slices.DeleteFunc(ops, func(op rules.Op) bool { return op.Legacy })
 	}
 	// forgery returns the value that, after the literal head of a
 	// template, renders key: key without "p:" + head.

@@ -77,4 +77,10 @@ type Op struct {
 	// EvidenceBit, for a bump of a rule with Evidence, is the entity's bit
 	// in the master's bitmap (EvidenceBit of its id).
 	EvidenceBit int
+	// Legacy marks an op on the key that releases before the "%#" and
+	// "%copy" marks used for a hashed long key or a hot-key copy
+	// (docs/formats.md, "Keys"): a bump of the old namespace key, or a
+	// delete (OpSetDelete) of the old set or counter, so that readers not
+	// yet upgraded never read a value the daemon no longer maintains.
+	Legacy bool
 }

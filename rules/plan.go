@@ -324,6 +324,39 @@ func (p *planner) bump(r *Rule, k span, row Row) {
 		p.sc.buf = appendCopySuffix(append(p.sc.buf, p.sc.buf[k.start:k.end]...), i)
 		c.end = len(p.sc.buf)
 		p.emit(OpBump, r, p.finishKey(c), span{}, 0, nil, "")
+		// The copy's key in releases before the "%copy" mark (Op.Legacy).
+		l := span{start: len(p.sc.buf)}
+		p.sc.buf = appendLegacyKey(p.sc.buf, p.sc.buf[k.start:k.end], i)
+		l.end = len(p.sc.buf)
+		p.emit(OpBump, r, l, span{}, 0, nil, "")
+		p.dst[len(p.dst)-1].Legacy = true
+	}
+}
+
+// legacyOps appends, for each op planned since base on a hashed long key
+// (of a rule without copies: bump makes the copies' own), an op on the key
+// releases before the "%#" mark used for it, the same bytes with '#' in
+// place of the mark: a bump for a bump, a delete for a set or counter
+// change (Op.Legacy).
+func (p *planner) legacyOps() {
+	n := len(p.dst) - p.base
+	for i := range n {
+		k := p.sc.spans[i].key
+		op := p.dst[p.base+i]
+		if op.Legacy || op.Rule.Copies > 0 || !isHashed(p.sc.buf[k.start:k.end]) {
+			continue
+		}
+		l := span{start: len(p.sc.buf)}
+		p.sc.buf = append(p.sc.buf, p.sc.buf[k.start:k.start+hashedKeyHead]...)
+		p.sc.buf = append(p.sc.buf, legacyMark)
+		p.sc.buf = append(p.sc.buf, p.sc.buf[k.start+hashedKeyHead+len(hashMark):k.end]...)
+		l.end = len(p.sc.buf)
+		kind := OpSetDelete
+		if op.Kind == OpBump {
+			kind = OpBump
+		}
+		p.sc.spans = append(p.sc.spans, opSpan{key: l})
+		p.dst = append(p.dst, Op{Kind: kind, Rule: op.Rule, Source: op.Source, EvidenceBit: op.EvidenceBit, Legacy: true})
 	}
 }
 
@@ -390,10 +423,11 @@ func (p *planner) emit(kind OpKind, r *Rule, key, member span, delta int64, argR
 // finish converts the scratch buffer to one string and points the new
 // ops' keys, members and args into it.
 func (p *planner) finish() []Op {
-	sc := p.sc
-	if len(sc.spans) == 0 {
+	if len(p.sc.spans) == 0 {
 		return p.dst
 	}
+	p.legacyOps()
+	sc := p.sc
 	s := sc.strs.Copy(sc.buf)
 	var args []Value
 	if n := len(sc.args); n > 0 {

@@ -1,6 +1,8 @@
 package rules_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -24,6 +26,9 @@ func opString(op rules.Op) string {
 		fmt.Fprintf(&b, " %s", op.Member)
 	case rules.OpCount:
 		fmt.Fprintf(&b, " %+d", op.Delta)
+	}
+	if op.Legacy {
+		b.WriteString(" legacy")
 	}
 	if op.Args != nil {
 		texts := make([]string, len(op.Args))
@@ -290,9 +295,11 @@ func TestPlan(t *testing.T) {
 			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
-			name:      "long keys are hashed",
-			ev:        rules.Event{Database: "blog", Table: "tags", Operation: rules.Insert, After: row("post_id='"+long+"'", "tag='t'")},
-			want:      []string{"tags set_add " + mustKey(t, "p:", "tags:{p}", map[string]string{"p": long}) + " t"},
+			name: "long keys are hashed",
+			ev:   rules.Event{Database: "blog", Table: "tags", Operation: rules.Insert, After: row("post_id='"+long+"'", "tag='t'")},
+			// and the key earlier releases hashed it to is deleted
+			// (rules.Op.Legacy): the same bytes with '#' for "%#".
+			want:      []string{"tags set_add " + mustKey(t, "p:", "tags:{p}", map[string]string{"p": long}) + " t", "tags set_delete " + legacyHashedKey("p:tags:"+long) + " legacy"},
 			wantStats: rules.PlanStats{Rules: 1},
 		},
 
@@ -632,6 +639,70 @@ rules:
 		}
 		if len(ops) != c.want {
 			t.Errorf("%s: %d ops (%v), want %d", c.name, len(ops), ops, c.want)
+		}
+	}
+}
+
+// legacyHashedKey is the long-key rule of releases before the "%#" mark,
+// written out independently: 200 bytes, '#', 32 hex digits of SHA-256.
+func legacyHashedKey(full string) string {
+	sum := sha256.Sum256([]byte(full))
+	return full[:200] + "#" + hex.EncodeToString(sum[:])[:32]
+}
+
+// TestPlanLegacyKeys: for a hashed long key and for every hot-key copy,
+// the planner adds an op on the key earlier releases used (a bump for a
+// bump, a delete for a set or counter change), marked Legacy, after the
+// op on the key of this release; short keys get none.
+func TestPlanLegacyKeys(t *testing.T) {
+	rs, err := rulefile.Parse("legacy.yaml", []byte(`version: 1
+prefix: "p:"
+rules:
+  - name: user
+    table: shop.users
+    bump: "ns:user:{id}"
+  - name: hot
+    table: shop.catalog
+    bump: "ns:cat:{id}"
+    copies: 2
+  - name: likes
+    table: shop.likes
+    count:
+      key: "likes:{id}"
+      recount: "SELECT COUNT(*) FROM likes WHERE id = ?"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 260)
+	plan := func(table, id string) []string {
+		t.Helper()
+		ops, _, err := rs.Plan(nil, &rules.Event{Database: "shop", Table: table, Operation: rules.Insert, After: row("id='" + id + "'")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, op := range ops {
+			got = append(got, opString(op))
+			checkLegalKey(t, op.Key)
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		table, id string
+		want      []string
+	}{
+		{"users", "42", []string{"user bump p:ns:user:42"}},
+		{"users", long, []string{"user bump " + mustKey(t, "p:", "ns:user:{id}", map[string]string{"id": long}), "user bump " + legacyHashedKey("p:ns:user:"+long) + " legacy"}},
+		{"likes", long, []string{"likes count " + mustKey(t, "p:", "likes:{id}", map[string]string{"id": long}) + " +1 args=string:" + long, "likes set_delete " + legacyHashedKey("p:likes:"+long) + " legacy"}},
+		{"catalog", "7", []string{"hot bump p:ns:cat:7%copy0", "hot bump p:ns:cat:7#0 legacy", "hot bump p:ns:cat:7%copy1", "hot bump p:ns:cat:7#1 legacy"}},
+		{"catalog", long, []string{
+			"hot bump " + rules.FinishKey([]byte("p:ns:cat:"+long+"%copy0")), "hot bump " + legacyHashedKey("p:ns:cat:"+long+"#0") + " legacy",
+			"hot bump " + rules.FinishKey([]byte("p:ns:cat:"+long+"%copy1")), "hot bump " + legacyHashedKey("p:ns:cat:"+long+"#1") + " legacy",
+		}},
+	} {
+		if got := plan(tc.table, tc.id); !slices.Equal(got, tc.want) {
+			t.Errorf("%s %s:\n got %q\nwant %q", tc.table, abbrev(tc.id), got, tc.want)
 		}
 	}
 }

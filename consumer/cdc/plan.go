@@ -264,6 +264,9 @@ func AppendPlanOp(dst []byte, line int, op *rules.Op) []byte {
 		dst = append(dst, `,"tokens":`...)
 		dst = appendJSONString(dst, op.Tokens)
 	}
+	if op.Legacy {
+		dst = append(dst, `,"legacy":true`...)
+	}
 	return append(dst, "}\n"...)
 }
 
