@@ -53,6 +53,8 @@ type Schema struct {
 	tables  map[[2]string]*table
 	lines   map[string][]string
 	used    []string
+	// folded caches what each collation folds (folds).
+	folded map[string]folding
 }
 
 // table is a table's columns, in order.
@@ -163,6 +165,9 @@ func (s *Schema) rule(ctx context.Context, r *rules.Rule) ([]Finding, error) {
 	if t != nil {
 		s.columns(c, t)
 		s.keyLength(c, t)
+		if err := s.collations(ctx, c, t); err != nil {
+			return c.out, err
+		}
 	}
 	if r.Query != "" {
 		if err := s.query(ctx, c, t); err != nil {
@@ -235,6 +240,7 @@ const (
 	roleKey colRole = iota + 1
 	roleMember
 	roleWhen
+	roleArg
 	roleOther
 )
 
@@ -265,7 +271,7 @@ func refs(r *rules.Rule) []colRef {
 	}
 	if f := kindField(r, "args"); r.At[f] != (rules.Location{}) || r.At == nil {
 		for _, n := range r.Args {
-			add(colRef{name: n, field: f, what: fmt.Sprintf("args entry %q", n), role: roleOther, offset: -1})
+			add(colRef{name: n, field: f, what: fmt.Sprintf("args entry %q", n), role: roleArg, offset: -1})
 		}
 	} // else args are the key's placeholders, checked above
 	if r.When != "" {
@@ -419,7 +425,7 @@ func (s *Schema) table(ctx context.Context, schema, name string) (*table, error)
 		return t, nil
 	}
 	rows, err := s.conn.QueryContext(ctx,
-		"SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE "+
+		"SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, CHARACTER_SET_NAME, COLLATION_NAME "+
 			"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", schema, name)
 	if err != nil {
 		return nil, fmt.Errorf("information_schema.COLUMNS: %w", err)
@@ -429,7 +435,7 @@ func (s *Schema) table(ctx context.Context, schema, name string) (*table, error)
 	for rows.Next() {
 		var tn string
 		cl := &column{}
-		if err := rows.Scan(&tn, &cl.Name, &cl.DataType, &cl.ColumnType, &cl.CharMax, &cl.OctetMax, &cl.Precision, &cl.Scale); err != nil {
+		if err := rows.Scan(&tn, &cl.Name, &cl.DataType, &cl.ColumnType, &cl.CharMax, &cl.OctetMax, &cl.Precision, &cl.Scale, &cl.Charset, &cl.Collation); err != nil {
 			return nil, fmt.Errorf("information_schema.COLUMNS: %w", err)
 		}
 		if tn != name {
