@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 
@@ -283,4 +284,41 @@ func containsCol(cols []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// Folding checks only the collations of rs's key, member, args and keys
+// columns (what Check reports of them) against the server of dsn: `run`
+// refuses to start on its errors. Rules whose table the server does not
+// have are left to `check --dsn`; rules' databases are looked up as
+// Check does without a Databases map. The error is a failure to reach or
+// read the server, after which the findings are incomplete; ctx bounds
+// it all. log receives progress at debug level; nil discards.
+func Folding(ctx context.Context, dsn string, rs *rules.RuleSet, log *slog.Logger) ([]Finding, error) {
+	db, where, err := openDB(dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	s := &Schema{DB: db, Log: log}
+	if err := s.open(ctx); err != nil {
+		return nil, fmt.Errorf("MySQL %s: %w", where, err)
+	}
+	defer s.conn.Close()
+	var out []Finding
+	for _, r := range rs.Rules() {
+		c := &ruleCheck{s: s, r: r}
+		t, err := s.ruleTable(ctx, c)
+		if err == nil && t != nil {
+			c.out = nil // only the collations' findings
+			err = s.collations(ctx, c, t)
+		}
+		if err != nil {
+			return out, fmt.Errorf("MySQL %s: rule %q: %w", where, r.Name, err)
+		}
+		if t != nil {
+			out = append(out, c.out...)
+		}
+	}
+	sortFindings(out)
+	return out, nil
 }

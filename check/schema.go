@@ -84,23 +84,10 @@ func (t *table) names() []string {
 // looked at; the error is a failure to talk to the server, after which
 // the findings are incomplete.
 func (s *Schema) Check(ctx context.Context, rs *rules.RuleSet) ([]Finding, []string, error) {
-	if s.Log == nil {
-		s.Log = slog.New(slog.DiscardHandler)
+	if err := s.open(ctx); err != nil {
+		return nil, nil, err
 	}
-	conn, err := s.DB.Conn(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close()
-	s.conn = conn
-	s.schemas = map[string]bool{}
-	s.tables = map[[2]string]*table{}
-	s.lines = map[string][]string{}
-	var cur sql.NullString
-	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&cur); err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
-	}
-	s.current = cur.String
+	defer s.conn.Close()
 	var out []Finding
 	for _, r := range rs.Rules() {
 		fs, err := s.rule(ctx, r)
@@ -110,6 +97,29 @@ func (s *Schema) Check(ctx context.Context, rs *rules.RuleSet) ([]Finding, []str
 		}
 	}
 	return out, s.used, nil
+}
+
+// open takes a connection from DB and reads its current database.
+func (s *Schema) open(ctx context.Context) error {
+	if s.Log == nil {
+		s.Log = slog.New(slog.DiscardHandler)
+	}
+	conn, err := s.DB.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	s.conn = conn
+	s.schemas = map[string]bool{}
+	s.tables = map[[2]string]*table{}
+	s.lines = map[string][]string{}
+	s.folded = map[string]folding{}
+	var cur sql.NullString
+	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&cur); err != nil {
+		conn.Close()
+		return fmt.Errorf("connect: %w", err)
+	}
+	s.current = cur.String
+	return nil
 }
 
 // ruleCheck collects the findings of one rule.
