@@ -349,6 +349,8 @@ type operand struct {
 }
 
 // operandAt reads an operand at toks[i]; ok is false when there is none.
+// It reads each token at most once: CAST and CONVERT take a plain
+// operand, and their end is read only in the forms that compare bytes.
 func operandAt(toks []token, i int) (o operand, next int, ok bool) {
 	binary := false
 	for i < len(toks) && toks[i].kind == tokIdent && strings.EqualFold(toks[i].text, "BINARY") {
@@ -361,37 +363,27 @@ func operandAt(toks []token, i int) (o operand, next int, ok bool) {
 	fn := strings.ToUpper(t.text)
 	switch {
 	case t.kind == tokIdent && (fn == "CAST" || fn == "CONVERT") && i+1 < len(toks) && toks[i+1].text == "(":
-		inner, j, ok := operandAt(toks, i+2)
+		inner, j, ok := plainOperand(toks, i+2)
 		if !ok {
 			return operand{}, i, false
 		}
-		o = inner
+		o, next = inner, j
+		// CAST(x AS BINARY), CAST(x AS BINARY(n)), CONVERT(x USING binary)
 		if j+1 < len(toks) && strings.EqualFold(toks[j+1].text, "BINARY") &&
 			((fn == "CAST" && toks[j].text == "AS") || (fn == "CONVERT" && toks[j].text == "USING")) {
-			o.coll = binaryCollation
-		}
-		depth := 0
-		for next = i + 1; next < len(toks); next++ {
-			if toks[next].text == "(" {
-				depth++
-			} else if toks[next].text == ")" {
-				if depth--; depth == 0 {
-					break
-				}
+			k := j + 2
+			if k+2 < len(toks) && toks[k].text == "(" && toks[k+1].kind == tokNumber && toks[k+2].text == ")" {
+				k += 3
+			}
+			if k < len(toks) && toks[k].text == ")" {
+				o.coll, next = binaryCollation, k+1
 			}
 		}
-		next++
-	case t.kind == tokParam || t.kind == tokString || t.kind == tokNumber:
-		next = i + 1
-	case t.kind == tokIdent && !(i+1 < len(toks) && toks[i+1].text == "("):
-		o.column = t.text
-		next = i + 1
-		for next+1 < len(toks) && toks[next].text == "." && toks[next+1].kind == tokIdent {
-			o.column = toks[next+1].text
-			next += 2
-		}
 	default:
-		return operand{}, i, false
+		o, next, ok = plainOperand(toks, i)
+		if !ok {
+			return operand{}, i, false
+		}
 	}
 	if next+1 < len(toks) && toks[next].kind == tokIdent && strings.EqualFold(toks[next].text, "COLLATE") &&
 		(toks[next+1].kind == tokIdent || toks[next+1].kind == tokString) {
@@ -402,6 +394,27 @@ func operandAt(toks []token, i int) (o operand, next int, ok bool) {
 		o.coll = binaryCollation
 	}
 	return o, next, true
+}
+
+// plainOperand reads a '?', a constant or a (qualified) column at
+// toks[i], with no collation.
+func plainOperand(toks []token, i int) (o operand, next int, ok bool) {
+	if i >= len(toks) {
+		return operand{}, i, false
+	}
+	switch t := toks[i]; {
+	case t.kind == tokParam || t.kind == tokString || t.kind == tokNumber:
+		return operand{}, i + 1, true
+	case t.kind == tokIdent && !(i+1 < len(toks) && toks[i+1].text == "("):
+		o.column = t.text
+		next = i + 1
+		for next+1 < len(toks) && toks[next].text == "." && toks[next+1].kind == tokIdent {
+			o.column = toks[next+1].text
+			next += 2
+		}
+		return o, next, true
+	}
+	return operand{}, i, false
 }
 
 // explicitCollations returns, by lower-case column name, the collations

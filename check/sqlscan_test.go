@@ -91,6 +91,7 @@ func FuzzScanQuery(f *testing.F) {
 	for _, q := range []string{
 		"SELECT COUNT(*) FROM comments WHERE post_id = ? AND approved = 1",
 		"SELECT `a``b` FROM `t` x JOIN u ON u.a = x.b WHERE x.c IN (?, 'q?') /*! AND d = ? */",
+		"SELECT id FROM t WHERE tag = CAST(? AS BINARY(4)) AND BINARY x COLLATE y <=> ? COLLATE 'z'", "CAST(CAST(", "? COLLATE",
 		"SELECT 'unterminated", "/* open", "`", "a.b.c.d = ?", "? = ?", "FROM", "FROM a,", "-- x", "/*!",
 	} {
 		f.Add(q)
