@@ -24,9 +24,14 @@ import (
 // folding is what a collation compares as equal that bytes do not.
 type folding struct {
 	cases, accents, spaces bool
+	// Equivalences of Unicode collations: 'ß' and 'ss', a composed and a
+	// decomposed accent, a full-width and an ASCII letter.
+	sharpS, decomposed, width bool
 }
 
-func (f folding) any() bool { return f.cases || f.accents || f.spaces }
+func (f folding) any() bool {
+	return f.cases || f.accents || f.spaces || f.sharpS || f.decomposed || f.width
+}
 
 // describe names what f folds, with an example of each.
 func (f folding) describe() string {
@@ -40,6 +45,15 @@ func (f folding) describe() string {
 	if f.spaces {
 		parts = append(parts, "trailing spaces ('a' = 'a ', PAD SPACE)")
 	}
+	if f.sharpS {
+		parts = append(parts, "expansions ('ß' = 'ss')")
+	}
+	if f.decomposed {
+		parts = append(parts, "composition ('é' = 'e' + U+0301)")
+	}
+	if f.width {
+		parts = append(parts, "width ('Ａ' = 'A')")
+	}
 	switch len(parts) {
 	case 0:
 		return "nothing"
@@ -49,16 +63,22 @@ func (f folding) describe() string {
 	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }
 
-// example returns two values f makes equal: the spelling of a change
-// event and another a reader may pass.
+// example returns two values f makes equal, quoted for a message: the
+// spelling of a change event and another a reader may pass.
 func (f folding) example() (stored, other string) {
 	switch {
 	case f.cases:
-		return "t1", "T1"
+		return `"t1"`, `"T1"`
 	case f.accents:
-		return "cafe", "café"
+		return `"cafe"`, `"café"`
+	case f.spaces:
+		return `"a"`, `"a "`
+	case f.sharpS:
+		return `"strasse"`, `"straße"`
+	case f.decomposed:
+		return `"caf\u00e9"`, `"cafe\u0301"`
 	}
-	return "a", "a "
+	return `"A1"`, `"Ａ1"`
 }
 
 // sqlName matches charset and collation names: only such names, read
@@ -95,17 +115,26 @@ func (s *Schema) folds(ctx context.Context, charset, coll string) (folding, erro
 	eq := func() string {
 		return fmt.Sprintf("CONVERT(? USING %s) COLLATE %s = CONVERT(? USING %s)", charset, coll, charset)
 	}
-	q := "SELECT " + eq() + ", " + eq() + ", " + eq()
-	var c, a, p sql.NullBool
-	if err := s.conn.QueryRowContext(ctx, q, "a", "A", "e", "é", "a", "a ").Scan(&c, &a, &p); err != nil {
+	// Pairs of different bytes: case, accents, trailing spaces, then
+	// Unicode equivalents. A character the charset lacks converts to '?',
+	// which equals none of the others.
+	pairs := []any{"a", "A", "e", "é", "a", "a ", "ß", "ss", "é", "e\u0301", "Ａ", "A"}
+	q := "SELECT " + strings.Repeat(eq()+", ", len(pairs)/2-1) + eq()
+	eqs := make([]sql.NullBool, len(pairs)/2)
+	dest := make([]any, len(eqs))
+	for i := range eqs {
+		dest[i] = &eqs[i]
+	}
+	if err := s.conn.QueryRowContext(ctx, q, pairs...).Scan(dest...); err != nil {
 		return folding{}, fmt.Errorf("compare under collation %s: %w", coll, err)
 	}
-	f := folding{cases: c.Bool, accents: a.Bool, spaces: p.Bool}
+	f := folding{cases: eqs[0].Bool, accents: eqs[1].Bool, spaces: eqs[2].Bool,
+		sharpS: eqs[3].Bool, decomposed: eqs[4].Bool, width: eqs[5].Bool}
 	if s.folded == nil {
 		s.folded = map[string]folding{}
 	}
 	s.folded[coll] = f
-	s.Log.Debug("collation compared", "collation", coll, "case", f.cases, "accents", f.accents, "trailing_spaces", f.spaces)
+	s.Log.Debug("collation compared", "collation", coll, "case", f.cases, "accents", f.accents, "trailing_spaces", f.spaces, "expansions", f.sharpS, "composition", f.decomposed, "width", f.width)
 	return f, nil
 }
 
@@ -211,13 +240,13 @@ func (s *Schema) collations(ctx context.Context, c *ruleCheck, t *table) error {
 		var why string
 		switch {
 		case ref.role == roleMember:
-			why = fmt.Sprintf("a reader that asks whether %q is a member misses the member %q that the database finds equal to it", other, stored)
+			why = fmt.Sprintf("a reader that asks whether %s is a member misses the member %s that the database finds equal to it", other, stored)
 		case ref.role == roleArg && r.Key != nil && !containsCol(r.Key.Columns(), cl.Name):
-			why = fmt.Sprintf("%s bound to %q also finds the rows holding %q, whose changes carry %q and move no key of this rule's row: the key can keep what they changed", qname, stored, other, other)
+			why = fmt.Sprintf("%s bound to %s also finds the rows holding %s, whose changes carry %s and move no key of this rule's row: the key can keep what they changed", qname, stored, other, other)
 		case r.Kind == rules.BumpRule:
-			why = fmt.Sprintf("application queries find the same rows for %q and %q, but a change of a row holding %q bumps only the namespace built from %q: results cached under the other stay stale", stored, other, stored, stored)
+			why = fmt.Sprintf("application queries find the same rows for %s and %s, but a change of a row holding %s bumps only the namespace built from %s: results cached under the other stay stale", stored, other, stored, stored)
 		default:
-			why = fmt.Sprintf("keys built from %q and %q hold the same rows (the database finds them equal), but a change of a row holding %q moves only the key built from %q: the other keeps stale data, with no TTL but the rule's", stored, other, stored, stored)
+			why = fmt.Sprintf("keys built from %s and %s hold the same rows (the database finds them equal), but a change of a row holding %s moves only the key built from %s: the other keeps stale data, with no TTL but the rule's", stored, other, stored, stored)
 		}
 		c.add(ref.field, Error, "%s: %s, which compares as equal values that differ in %s: %s. Fix: %s",
 			ref.what, how, f.describe(), why, s.foldingFix(r, cl, tname, qname, exact, compared))

@@ -16,6 +16,7 @@ const collationTable = `CREATE TABLE tags (
 	exact VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
 	padded VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
 	latin VARCHAR(32) CHARACTER SET latin1 COLLATE latin1_swedish_ci NOT NULL,
+	strict_tag VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_uca1400_nopad_as_cs NOT NULL,
 	active TINYINT(1) NOT NULL,
 	KEY (tag), KEY (exact), KEY (user_id)
 )`
@@ -48,7 +49,7 @@ func TestCollations(t *testing.T) {
 		not   []string
 	}{
 		{f + ":10:12", []string{`rule "tag-members"`, `key placeholder {tag}`, `column tags.tag has collation utf8mb4_general_ci`,
-			`case ('a' = 'A'), accents ('e' = 'é') and trailing spaces`, `a change of a row holding "t1" moves only the key built from "t1"`,
+			`case ('a' = 'A'), accents ('e' = 'é') and trailing spaces ('a' = 'a ', PAD SPACE):`, `a change of a row holding "t1" moves only the key built from "t1"`,
 			`in load, compare tag = ? COLLATE utf8mb4_nopad_bin`, `ALTER TABLE tags MODIFY tag varchar(32) COLLATE utf8mb4_nopad_bin`, "`collation: accept-folding`"}, nil},
 		{f + ":18:12", []string{`rule "tag-bin"`, `load compares tag under COLLATE utf8mb4_bin`, `trailing spaces ('a' = 'a ', PAD SPACE)`, `"a" and "a "`}, []string{`case`}},
 		{f + ":29:13", []string{`rule "tag-keys-fold"`, `keys: its DISTINCT`, `tag under collation utf8mb4_general_ci`, `never checks`, `select tag COLLATE utf8mb4_nopad_bin`}, nil},
@@ -56,6 +57,8 @@ func TestCollations(t *testing.T) {
 		{f + ":62:11", []string{`rule "tag-ns"`, `key placeholder {tag}`, `bumps only the namespace`}, []string{`in load`}},
 		{f + ":70:13", []string{`rule "user-tag-count"`, `args entry "latin"`, `latin1_swedish_ci`, `in recount, compare latin = ? COLLATE latin1_nopad_bin`, `recount bound to "t1" also finds the rows holding "T1"`}, nil},
 		{f + ":77:15", []string{`rule "user-tags"`, `member placeholder {tag}`, `misses the member "t1"`}, []string{`in load`}},
+		{f + ":91:11", []string{`rule "strict-column"`, `utf8mb4_uca1400_nopad_as_cs`, `differ in composition ('é' = 'e' + U+0301):`,
+			`"caf\u00e9" and "cafe\u0301"`, `COLLATE utf8mb4_nopad_bin`}, []string{`case`, `trailing`, `ß`}},
 	}
 	for i, w := range want {
 		if i >= len(rep.Findings) {
