@@ -20,19 +20,17 @@ import (
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
-// collationRules is a set of the active rows of each tag, tags.tag being
-// utf8mb4_general_ci; load and keys are filled in by each case.
-const collationRules = `version: 1
-prefix: %q
-rules:
-  - name: tag-members
+// foldingRule is a set of the active rows of each tag, tags.tag being
+// utf8mb4_general_ci, with load's and keys' comparisons folding; extra
+// is more fields of the rule.
+const foldingRule = `  - name: tag-members
     table: tags
     when: "active == 1"
     set:
       key: "tag:{tag}"
       member: "{id}"
-      load: %q
-      keys: %q
+      load: "SELECT id FROM tags WHERE tag = ? AND active = 1"
+      keys: "SELECT DISTINCT tag FROM tags"
 %s`
 
 // TestRunCollations is the scenario of a key column under a collation
@@ -41,9 +39,10 @@ rules:
 // "T1", as applications do with what users type; row 1 is deactivated.
 //
 //   - With load's `tag = ?` run refuses the rule, naming the fix.
-//   - With the fix it names (COLLATE utf8mb4_nopad_bin in load and keys)
-//     the daemon runs; afterwards "t1" holds no member, "T1" holds 2, and
-//     verify lists and checks both keys.
+//   - With the fix it names (COLLATE utf8mb4_nopad_bin in load and keys),
+//     the rule docs/rules.md shows under "Collations", the daemon runs;
+//     afterwards "t1" holds no member, "T1" holds 2, and verify lists and
+//     checks both keys.
 //   - With the folding accepted instead, "T1" keeps the deactivated row
 //     1 (what the refusal prevents), and verify, whose DISTINCT lists one
 //     spelling, reports nothing wrong.
@@ -59,19 +58,16 @@ func TestRunCollations(t *testing.T) {
 		}
 	}
 	mcAddr := testsvc.Memcached(t)
-	const (
-		folding = "SELECT id FROM tags WHERE tag = ? AND active = 1"
-		exact   = "SELECT id FROM tags WHERE tag = ? COLLATE utf8mb4_nopad_bin AND active = 1"
-	)
+	fixed := fencedBlock(t, "../../docs/rules.md", "### Collations", "yaml")
 
-	// setup writes the config and rules of one case and returns the
+	// setup writes the config and the rule of one case and returns the
 	// config's path, its topic and brokers, and the rules' prefix.
-	setup := func(t *testing.T, load, keys, extra string) (cfgPath, topic string, brokers []string, prefix string) {
+	setup := func(t *testing.T, rule string) (cfgPath, topic string, brokers []string, prefix string) {
 		dir := t.TempDir()
 		prefix = "cwcoll:" + testsvc.Unique() + ":"
 		topic = "cdc-" + testsvc.Unique()
 		brokers = testsvc.KafkaTopics(t, 1, topic)
-		if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), fmt.Appendf(nil, collationRules, prefix, load, keys, extra), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), fmt.Appendf(nil, "version: 1\nprefix: %q\nrules:\n%s", prefix, rule), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		cfgPath = filepath.Join(dir, "cachewarden.yaml")
@@ -93,7 +89,7 @@ http:
 	}
 
 	t.Run("refused", func(t *testing.T) {
-		cfgPath, _, _, _ := setup(t, folding, "SELECT DISTINCT tag FROM tags", "")
+		cfgPath, _, _, _ := setup(t, fmt.Sprintf(foldingRule, ""))
 		// A run that does not refuse stops after 20s, when rctx ends.
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
@@ -120,11 +116,11 @@ http:
 
 	// scenario runs the daemon of one case through the scenario and
 	// returns the members of "t1" and "T1" afterwards and verify's report.
-	scenario := func(t *testing.T, load, keys, extra string) (t1, T1 []string, verified string) {
+	scenario := func(t *testing.T, rule string) (t1, T1 []string, verified string) {
 		if _, err := db.ExecContext(ctx, "UPDATE tags SET active = 1"); err != nil {
 			t.Fatal(err)
 		}
-		cfgPath, topic, brokers, prefix := setup(t, load, keys, extra)
+		cfgPath, topic, brokers, prefix := setup(t, rule)
 		d := startDaemon(t, cfgPath)
 		waitUntil(t, 20*time.Second, func() string {
 			if code, body := d.get("/readyz"); code != 200 {
@@ -180,7 +176,7 @@ http:
 	}
 
 	t.Run("fixed", func(t *testing.T) {
-		t1, T1, verified := scenario(t, exact, "SELECT DISTINCT tag COLLATE utf8mb4_nopad_bin FROM tags", "")
+		t1, T1, verified := scenario(t, fixed)
 		if len(t1) != 0 || !slices.Equal(T1, []string{"2"}) {
 			t.Errorf("members after row 1 left: t1 %q (want none), T1 %q (want [2])", t1, T1)
 		}
@@ -190,7 +186,7 @@ http:
 	})
 
 	t.Run("accepted folding leaves T1 stale", func(t *testing.T) {
-		t1, T1, verified := scenario(t, folding, "SELECT DISTINCT tag FROM tags", "    collation: accept-folding\n")
+		t1, T1, verified := scenario(t, fmt.Sprintf(foldingRule, "    collation: accept-folding\n"))
 		if !slices.Equal(t1, []string{"2"}) || !slices.Equal(T1, []string{"1", "2"}) {
 			t.Errorf("members after row 1 left: t1 %q (want [2]), T1 %q (want the stale [1 2])", t1, T1)
 		}
