@@ -51,7 +51,7 @@ func checkCollations(ctx context.Context, cfg *config.Config, log *slog.Logger, 
 		return errReported
 	}
 	if err != nil {
-		log.Warn("collations of key columns not checked: MySQL did not answer; run cachewarden check --dsn once it does", "error", err.Error())
+		log.Warn("collations of key columns not checked (cachewarden check --dsn checks them)", "error", err.Error())
 	}
 	return nil
 }
