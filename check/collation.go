@@ -246,7 +246,7 @@ func (s *Schema) collations(ctx context.Context, c *ruleCheck, t *table) error {
 		case r.Kind == rules.BumpRule:
 			why = fmt.Sprintf("application queries find the same rows for %s and %s, but a change of a row holding %s bumps only the namespace built from %s: results cached under the other stay stale", stored, other, stored, stored)
 		default:
-			why = fmt.Sprintf("keys built from %s and %s hold the same rows (the database finds them equal), but a change of a row holding %s moves only the key built from %s: the other keeps stale data, with no TTL but the rule's", stored, other, stored, stored)
+			why = fmt.Sprintf("keys built from %s and %s hold the same rows (the database finds them equal), but a change of a row holding %s moves only the key built from %s: the other keeps stale data until it expires (the rule's ttl; never without one)", stored, other, stored, stored)
 		}
 		c.add(ref.field, Error, "%s: %s, which compares as equal values that differ in %s: %s. Fix: %s",
 			ref.what, how, f.describe(), why, s.foldingFix(r, cl, tname, qname, exact, compared))
@@ -254,20 +254,23 @@ func (s *Schema) collations(ctx context.Context, c *ruleCheck, t *table) error {
 	if r.Keys != "" && len(keyFolds) > 0 && collapses(r.Keys) {
 		kexplicit := explicitCollations(r.Keys)
 		for _, kf := range keyFolds {
-			cl := kf.cl
+			cl, coll, f := kf.cl, "collation "+kf.cl.Collation.String, kf.f
 			if names := kexplicit[strings.ToLower(cl.Name)]; len(names) > 0 {
-				if exact, _, _, err := s.exactIn(ctx, names); err != nil {
+				exact, name, qf, err := s.exactIn(ctx, names)
+				if err != nil {
 					return err
-				} else if exact {
+				}
+				if exact {
 					continue
 				}
+				coll, f = "COLLATE "+name, qf
 			}
 			exact, err := s.exactCollation(ctx, cl.Charset.String)
 			if err != nil {
 				return err
 			}
-			c.add(kindField(r, "keys"), Error, "keys: its DISTINCT, GROUP BY or UNION compares %s under collation %s, which folds %s: one row stands for all the spellings the database finds equal, so `cachewarden verify` never checks the keys of the others. Fix: select %s",
-				cl.Name, cl.Collation.String, kf.f.describe(), selectExact(cl.Name, exact))
+			c.add(kindField(r, "keys"), Error, "keys: its DISTINCT, GROUP BY or UNION compares %s under %s, which folds %s: one row stands for all the spellings the database finds equal, so `cachewarden verify` never checks the keys of the others. Fix: select %s",
+				cl.Name, coll, f.describe(), selectExact(cl.Name, exact))
 		}
 	}
 	return nil

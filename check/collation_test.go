@@ -59,6 +59,7 @@ func TestCollations(t *testing.T) {
 		{f + ":77:15", []string{`rule "user-tags"`, `member placeholder {tag}`, `misses the member "t1"`}, []string{`in load`}},
 		{f + ":91:11", []string{`rule "strict-column"`, `utf8mb4_uca1400_nopad_as_cs`, `differ in composition ('é' = 'e' + U+0301):`,
 			`"caf\u00e9" and "cafe\u0301"`, `COLLATE utf8mb4_nopad_bin`}, []string{`case`, `trailing`, `ß`}},
+		{f + ":100:13", []string{`rule "tag-keys-bin"`, `keys: its DISTINCT, GROUP BY or UNION compares tag under COLLATE utf8mb4_bin, which folds trailing spaces`}, []string{`case`}},
 	}
 	for i, w := range want {
 		if i >= len(rep.Findings) {
