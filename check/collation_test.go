@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 )
 
@@ -86,5 +87,24 @@ func TestCollations(t *testing.T) {
 			t.Log(f)
 		}
 		t.Errorf("%d findings, want %d", len(rep.Findings), len(want))
+	}
+}
+
+// BenchmarkFolding measures what run's check of the collations adds to
+// its start: check.Folding over the example rules against the example
+// schema on the test server, a connection, the tables' columns and the
+// comparisons included.
+func BenchmarkFolding(b *testing.B) {
+	_, dsn := exampleDB(b)
+	b.Setenv("CACHEWARDEN_MYSQL_DSN", dsn)
+	cfg, err := config.Load("../configs/cachewarden.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		fs, err := Folding(context.Background(), dsn, cfg.RuleSet, nil)
+		if err != nil || len(fs) != 0 {
+			b.Fatalf("findings %v, err %v", fs, err)
+		}
 	}
 }

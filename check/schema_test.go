@@ -12,7 +12,7 @@ import (
 
 // exampleDB creates a fresh database holding the example schema (the
 // tables the demo creates for configs/rules) and returns it and its DSN.
-func exampleDB(t *testing.T) (*sql.DB, string) {
+func exampleDB(t testing.TB) (*sql.DB, string) {
 	t.Helper()
 	db, dsn := testsvc.MySQL(t)
 	if err := integration.NewSchema("", "").Create(context.Background(), db); err != nil {
