@@ -324,7 +324,8 @@ func containsCol(cols []string, name string) bool {
 // have are left to `check --dsn`; rules' databases are looked up as
 // Check does without a Databases map. The error is a failure to reach or
 // read the server, after which the findings are incomplete; ctx bounds
-// it all. log receives progress at debug level; nil discards.
+// it all. log receives progress at debug level; nil discards. Each call
+// opens a pool of its own: calls may run concurrently.
 func Folding(ctx context.Context, dsn string, rs *rules.RuleSet, log *slog.Logger) ([]Finding, error) {
 	db, where, err := openDB(dsn)
 	if err != nil {

@@ -27,7 +27,7 @@ const collationCheckTimeout = 10 * time.Second
 // "file:line:col: error: message" per line. A server that cannot be
 // reached within collationCheckTimeout is logged and the daemon starts,
 // as it does when MySQL is down: `cachewarden check --dsn` checks the
-// same.
+// same. It returns nil when ctx ends meanwhile.
 func checkCollations(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr io.Writer) error {
 	if cfg.MySQL.DSN == "" {
 		log.Info("collations of key columns not checked: no mysql.dsn (cachewarden check --dsn checks them)")
@@ -36,8 +36,8 @@ func checkCollations(ctx context.Context, cfg *config.Config, log *slog.Logger, 
 	cctx, cancel := context.WithTimeout(ctx, collationCheckTimeout)
 	defer cancel()
 	fs, err := check.Folding(cctx, cfg.MySQL.DSN, cfg.RuleSet, log)
-	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("run: %w", ctx.Err())
+	if ctx.Err() != nil {
+		return nil // stopped before starting; runCmd returns
 	}
 	var refused bool
 	for _, f := range fs {
@@ -76,8 +76,8 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	log := a.configLogger(cfg.Log, stderr)
 	log.Info("config loaded", "config", cfg, "rule_count", len(cfg.RuleSet.Rules()))
-	if err := checkCollations(ctx, cfg, log, stderr); err != nil {
-		return err
+	if err := checkCollations(ctx, cfg, log, stderr); err != nil || ctx.Err() != nil {
+		return err // nil when stopped by a signal meanwhile, as below
 	}
 
 	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{})
