@@ -52,6 +52,8 @@ type Schema struct {
 	tables  map[[2]string]*table
 	lines   map[string][]string
 	used    []string
+	// folded caches what each collation folds (folds).
+	folded map[string]folding
 }
 
 // table is a table's columns, in order.
@@ -81,23 +83,10 @@ func (t *table) names() []string {
 // looked at; the error is a failure to talk to the server, after which
 // the findings are incomplete.
 func (s *Schema) Check(ctx context.Context, rs *rules.RuleSet) ([]Finding, []string, error) {
-	if s.Log == nil {
-		s.Log = slog.New(slog.DiscardHandler)
+	if err := s.open(ctx); err != nil {
+		return nil, nil, err
 	}
-	conn, err := s.DB.Conn(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close()
-	s.conn = conn
-	s.schemas = map[string]bool{}
-	s.tables = map[[2]string]*table{}
-	s.lines = map[string][]string{}
-	var cur sql.NullString
-	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&cur); err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
-	}
-	s.current = cur.String
+	defer s.conn.Close()
 	var out []Finding
 	for _, r := range rs.Rules() {
 		fs, err := s.rule(ctx, r)
@@ -107,6 +96,29 @@ func (s *Schema) Check(ctx context.Context, rs *rules.RuleSet) ([]Finding, []str
 		}
 	}
 	return out, s.used, nil
+}
+
+// open takes a connection from DB and reads its current database.
+func (s *Schema) open(ctx context.Context) error {
+	if s.Log == nil {
+		s.Log = slog.New(slog.DiscardHandler)
+	}
+	conn, err := s.DB.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	s.conn = conn
+	s.schemas = map[string]bool{}
+	s.tables = map[[2]string]*table{}
+	s.lines = map[string][]string{}
+	s.folded = map[string]folding{}
+	var cur sql.NullString
+	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&cur); err != nil {
+		conn.Close()
+		return fmt.Errorf("connect: %w", err)
+	}
+	s.current = cur.String
+	return nil
 }
 
 // ruleCheck collects the findings of one rule.
@@ -163,6 +175,9 @@ func (s *Schema) rule(ctx context.Context, r *rules.Rule) ([]Finding, error) {
 		s.columns(c, t)
 		s.keyLength(c, t)
 		s.masterKey(c, t)
+		if err := s.collations(ctx, c, t); err != nil {
+			return c.out, err
+		}
 	}
 	if r.Query != "" {
 		if err := s.query(ctx, c, t); err != nil {
@@ -235,6 +250,7 @@ const (
 	roleKey colRole = iota + 1
 	roleMember
 	roleWhen
+	roleArg
 	roleOther
 )
 
@@ -265,7 +281,7 @@ func refs(r *rules.Rule) []colRef {
 	}
 	if f := kindField(r, "args"); r.At[f] != (rules.Location{}) || r.At == nil {
 		for _, n := range r.Args {
-			add(colRef{name: n, field: f, what: fmt.Sprintf("args entry %q", n), role: roleOther, offset: -1})
+			add(colRef{name: n, field: f, what: fmt.Sprintf("args entry %q", n), role: roleArg, offset: -1})
 		}
 	} // else args are the key's placeholders, checked above
 	if r.When != "" {
@@ -452,7 +468,7 @@ func (s *Schema) table(ctx context.Context, schema, name string) (*table, error)
 		return t, nil
 	}
 	rows, err := s.conn.QueryContext(ctx,
-		"SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE "+
+		"SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH, CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, CHARACTER_SET_NAME, COLLATION_NAME "+
 			"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", schema, name)
 	if err != nil {
 		return nil, fmt.Errorf("information_schema.COLUMNS: %w", err)
@@ -462,7 +478,7 @@ func (s *Schema) table(ctx context.Context, schema, name string) (*table, error)
 	for rows.Next() {
 		var tn string
 		cl := &column{}
-		if err := rows.Scan(&tn, &cl.Name, &cl.DataType, &cl.ColumnType, &cl.CharMax, &cl.OctetMax, &cl.Precision, &cl.Scale); err != nil {
+		if err := rows.Scan(&tn, &cl.Name, &cl.DataType, &cl.ColumnType, &cl.CharMax, &cl.OctetMax, &cl.Precision, &cl.Scale, &cl.Charset, &cl.Collation); err != nil {
 			return nil, fmt.Errorf("information_schema.COLUMNS: %w", err)
 		}
 		if tn != name {

@@ -12,7 +12,7 @@ import (
 
 // exampleDB creates a fresh database holding the example schema (the
 // tables the demo creates for configs/rules) and returns it and its DSN.
-func exampleDB(t *testing.T) (*sql.DB, string) {
+func exampleDB(t testing.TB) (*sql.DB, string) {
 	t.Helper()
 	db, dsn := testsvc.MySQL(t)
 	if err := integration.NewSchema("", "").Create(context.Background(), db); err != nil {
@@ -62,13 +62,16 @@ func TestMistakesReported(t *testing.T) {
 		// actve, inside the when expression
 		{f + ":14:12", Error, []string{`rule "user-interests"`, `when identifier actve`, `did you mean "active"`}},
 		// post_idd, inside the recount query
-		{f + ":26:53", Error, []string{`rule "post-comments"`, `recount does not prepare`, `post_idd`, `did you mean "post_id"`, `1054`}},
-		{f + ":30:12", Error, []string{`rule "order"`, `table shop.orders not found`, `no table "orders"`}},
-		{f + ":38:16", Warning, []string{`rule "author-comments"`, `recount reads the whole table comments`, `type ALL`, `index on comments (author_id)`}},
-		{f + ":43:11", Warning, []string{`rule "post-by-title"`, `can render 818 bytes`, `varchar(200) up to 800`, `SHA-256`}},
-		{f + ":50:16", Error, []string{`rule "approved-comments"`, `takes 2 parameter(s) on the server`, `1 column(s)`}},
-		{f + ":55:11", Warning, []string{`rule "product-price"`, `{price}`, `decimal(10,2)`}},
-		{f + ":61:15", Warning, []string{`rule "by-status"`, `renders the evidence master's key "ns:status:master"`, `varchar(20) status "master"`}},
+		{f + ":27:53", Error, []string{`rule "post-comments"`, `recount does not prepare`, `post_idd`, `did you mean "post_id"`, `1054`}},
+		{f + ":31:12", Error, []string{`rule "order"`, `table shop.orders not found`, `no table "orders"`}},
+		{f + ":39:16", Warning, []string{`rule "author-comments"`, `recount reads the whole table comments`, `type ALL`, `index on comments (author_id)`}},
+		{f + ":45:11", Warning, []string{`rule "post-by-title"`, `can render 818 bytes`, `varchar(200) up to 800`, `SHA-256`}},
+		{f + ":45:11", Error, []string{`rule "post-by-title"`, `key placeholder {title}`, `collation utf8mb4_general_ci`, `case ('a' = 'A')`, `trailing spaces`,
+			`bumps only the namespace`, `COLLATE utf8mb4_`, `collation: accept-folding`}},
+		{f + ":52:16", Error, []string{`rule "approved-comments"`, `takes 2 parameter(s) on the server`, `1 column(s)`}},
+		{f + ":57:11", Warning, []string{`rule "product-price"`, `{price}`, `decimal(10,2)`}},
+		{f + ":62:11", Error, []string{`rule "by-status"`, `key placeholder {status}`, `collation utf8mb4_general_ci`}},
+		{f + ":63:15", Warning, []string{`rule "by-status"`, `renders the evidence master's key "ns:status:master"`, `varchar(20) status "master"`}},
 	}
 	if len(rep.Findings) != len(want) {
 		for _, f := range rep.Findings {
@@ -88,7 +91,7 @@ func TestMistakesReported(t *testing.T) {
 			}
 		}
 	}
-	if rep.Errors != 5 || rep.Warnings != 4 || !rep.Failed(false) {
+	if rep.Errors != 7 || rep.Warnings != 4 || !rep.Failed(false) {
 		t.Errorf("%d errors, %d warnings, failed %v", rep.Errors, rep.Warnings, rep.Failed(false))
 	}
 }

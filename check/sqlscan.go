@@ -339,3 +339,144 @@ func (s *scanned) table(ref string) (tableRef, bool) {
 	}
 	return tableRef{}, false
 }
+
+// operand is a column, a '?' or a constant, with the collation the query
+// names for it: COLLATE name after it, "binary" for BINARY before it,
+// CAST(... AS BINARY) and CONVERT(... USING binary) around it.
+type operand struct {
+	column string // "" for a placeholder or constant
+	coll   string // lower case; "" when none is named
+}
+
+// operandAt reads an operand at toks[i]; ok is false when there is none.
+// It reads each token at most once: CAST and CONVERT take a plain
+// operand, and their end is read only in the forms that compare bytes.
+func operandAt(toks []token, i int) (o operand, next int, ok bool) {
+	binary := false
+	for i < len(toks) && toks[i].kind == tokIdent && strings.EqualFold(toks[i].text, "BINARY") {
+		binary, i = true, i+1
+	}
+	if i >= len(toks) {
+		return operand{}, i, false
+	}
+	t := toks[i]
+	fn := strings.ToUpper(t.text)
+	switch {
+	case t.kind == tokIdent && (fn == "CAST" || fn == "CONVERT") && i+1 < len(toks) && toks[i+1].text == "(":
+		inner, j, ok := plainOperand(toks, i+2)
+		if !ok {
+			return operand{}, i, false
+		}
+		o, next = inner, j
+		// CAST(x AS BINARY), CAST(x AS BINARY(n)), CONVERT(x USING binary)
+		if j+1 < len(toks) && strings.EqualFold(toks[j+1].text, "BINARY") &&
+			((fn == "CAST" && toks[j].text == "AS") || (fn == "CONVERT" && toks[j].text == "USING")) {
+			k := j + 2
+			if k+2 < len(toks) && toks[k].text == "(" && toks[k+1].kind == tokNumber && toks[k+2].text == ")" {
+				k += 3
+			}
+			if k < len(toks) && toks[k].text == ")" {
+				o.coll, next = binaryCollation, k+1
+			}
+		}
+	default:
+		o, next, ok = plainOperand(toks, i)
+		if !ok {
+			return operand{}, i, false
+		}
+	}
+	if next+1 < len(toks) && toks[next].kind == tokIdent && strings.EqualFold(toks[next].text, "COLLATE") &&
+		(toks[next+1].kind == tokIdent || toks[next+1].kind == tokString) {
+		o.coll = strings.ToLower(toks[next+1].text)
+		next += 2
+	}
+	if binary {
+		o.coll = binaryCollation
+	}
+	return o, next, true
+}
+
+// plainOperand reads a '?', a constant or a (qualified) column at
+// toks[i], with no collation.
+func plainOperand(toks []token, i int) (o operand, next int, ok bool) {
+	if i >= len(toks) {
+		return operand{}, i, false
+	}
+	switch t := toks[i]; {
+	case t.kind == tokParam || t.kind == tokString || t.kind == tokNumber:
+		return operand{}, i + 1, true
+	case t.kind == tokIdent && !(i+1 < len(toks) && toks[i+1].text == "("):
+		o.column = t.text
+		next = i + 1
+		for next+1 < len(toks) && toks[next].text == "." && toks[next+1].kind == tokIdent {
+			o.column = toks[next+1].text
+			next += 2
+		}
+		return o, next, true
+	}
+	return operand{}, i, false
+}
+
+// explicitCollations returns, by lower-case column name, the collations
+// a query names where it reads a column or compares it with = or <=>:
+// "tag COLLATE x", "tag = ? COLLATE x", "? COLLATE x = tag", and
+// "binary" for BINARY, CAST(... AS BINARY) and CONVERT(... USING binary)
+// on either side. It reads the text only; the server is asked what each
+// collation folds.
+func explicitCollations(sql string) map[string][]string {
+	if sql == "" {
+		return nil
+	}
+	toks := tokenize(sql)
+	out := map[string][]string{}
+	add := func(col, coll string) {
+		if col == "" || coll == "" {
+			return
+		}
+		k := strings.ToLower(col)
+		for _, c := range out[k] {
+			if c == coll {
+				return
+			}
+		}
+		out[k] = append(out[k], coll)
+	}
+	for i := 0; i < len(toks); i++ {
+		left, j, ok := operandAt(toks, i)
+		if !ok {
+			continue
+		}
+		add(left.column, left.coll)
+		if j < len(toks) && toks[j].kind == tokOp && (toks[j].text == "=" || toks[j].text == "<=>") {
+			if right, _, ok := operandAt(toks, j+1); ok {
+				add(left.column, right.coll)
+				add(right.column, left.coll)
+			}
+		}
+	}
+	return out
+}
+
+// collapses reports whether a query makes one row of values its
+// comparisons find equal: DISTINCT, GROUP BY, or UNION without ALL.
+func collapses(sql string) bool {
+	toks := tokenize(sql)
+	for i, t := range toks {
+		if t.kind != tokKeyword {
+			continue
+		}
+		switch t.text {
+		case "DISTINCT":
+			return true
+		case "GROUP":
+			if i+1 < len(toks) && toks[i+1].text == "BY" {
+				return true
+			}
+		case "UNION":
+			if i+1 >= len(toks) || toks[i+1].text != "ALL" {
+				return true
+			}
+		}
+	}
+	return false
+}

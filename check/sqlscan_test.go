@@ -35,6 +35,39 @@ func TestScanQuery(t *testing.T) {
 	}
 }
 
+// TestExplicitCollations reads the collations queries name for their
+// columns (testdata/collate.yaml).
+func TestExplicitCollations(t *testing.T) {
+	data, err := os.ReadFile("testdata/collate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name, Query string
+		Collations  map[string][]string
+		Collapses   bool
+	}
+	if err := yaml.Unmarshal(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			got := explicitCollations(tc.Query)
+			if len(got) != len(tc.Collations) {
+				t.Errorf("collations %q, want %q", got, tc.Collations)
+			}
+			for col, want := range tc.Collations {
+				if !slices.Equal(got[col], want) {
+					t.Errorf("collations of %s: %q, want %q (all: %q)", col, got[col], want, got)
+				}
+			}
+			if c := collapses(tc.Query); c != tc.Collapses {
+				t.Errorf("collapses = %v, want %v", c, tc.Collapses)
+			}
+		})
+	}
+}
+
 func TestIsSelect(t *testing.T) {
 	for q, want := range map[string]bool{
 		"SELECT 1":                             true,
@@ -58,6 +91,7 @@ func FuzzScanQuery(f *testing.F) {
 	for _, q := range []string{
 		"SELECT COUNT(*) FROM comments WHERE post_id = ? AND approved = 1",
 		"SELECT `a``b` FROM `t` x JOIN u ON u.a = x.b WHERE x.c IN (?, 'q?') /*! AND d = ? */",
+		"SELECT id FROM t WHERE tag = CAST(? AS BINARY(4)) AND BINARY x COLLATE y <=> ? COLLATE 'z'", "CAST(CAST(", "? COLLATE",
 		"SELECT 'unterminated", "/* open", "`", "a.b.c.d = ?", "? = ?", "FROM", "FROM a,", "-- x", "/*!",
 	} {
 		f.Add(q)
@@ -69,5 +103,7 @@ func FuzzScanQuery(f *testing.F) {
 			s.table(tr.alias)
 		}
 		isSelect(q)
+		explicitCollations(q)
+		collapses(q)
 	})
 }

@@ -18,6 +18,9 @@ type column struct {
 	CharMax, OctetMax sql.NullInt64
 	// Precision and Scale of numeric columns.
 	Precision, Scale sql.NullInt64
+	// Charset and Collation of a character column (CHAR, VARCHAR, TEXT,
+	// ENUM, SET); NULL for other columns.
+	Charset, Collation sql.NullString
 }
 
 // typeClass groups column types by how change events carry their values.

@@ -90,6 +90,15 @@ type Rule struct {
 	// Args are the columns whose values are bound, in order, to Query's
 	// '?' placeholders; the default is Key's columns. nil when Query is "".
 	Args []string
+	// AcceptFolding records the rule's `collation: accept-folding`: the
+	// rule's owner accepts that its key, member and args columns may have
+	// a collation that compares values of different bytes as equal ('a' =
+	// 'A', 'e' = 'é', 'a' = 'a '), because the database holds one
+	// spelling of each such value and readers pass only values read from
+	// it (docs/rules.md, "Collations"). Without it, `cachewarden check
+	// --dsn` reports such columns as errors and `run` refuses the rule.
+	// false by default.
+	AcceptFolding bool
 	// Keys, for set and count rules, is an optional query (no
 	// placeholders) that lists the keys `cachewarden verify` checks: each
 	// row holds the values of Key's placeholder columns, one column per

@@ -18,8 +18,11 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 			"default the *.yaml files in the tests/ directory of each rule directory),\n"+
 			"and, with --dsn, checks the rules against the live schema: tables and\n"+
 			"columns exist, key and when columns have usable types, load and recount\n"+
-			"queries prepare with the right number of parameters and use an index;\n"+
-			"it reports key templates that can exceed 250 bytes (they are hashed).\n"+
+			"queries prepare with the right number of parameters and use an index,\n"+
+			"key, member and args columns compare bytes exactly (a collation that\n"+
+			"folds case, accents or trailing spaces is an error unless the rule says\n"+
+			"collation: accept-folding); it reports key templates that can exceed\n"+
+			"250 bytes (they are hashed).\n"+
 			"Prints one line per problem, file:line:col: severity: message, then a\n"+
 			"summary. Exit status: 1 when there is an error (or, with\n"+
 			"--warnings-as-errors, a warning), 2 on a command-line mistake, else 0.\n"+

@@ -10,11 +10,51 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/cachewarden/cachewarden/check"
+	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer"
 )
 
 // httpShutdownTimeout bounds how long in-flight scrapes may finish at exit.
 const httpShutdownTimeout = 5 * time.Second
+
+// collationCheckTimeout bounds the check of the rules' collations at
+// start (connecting included).
+const collationCheckTimeout = 10 * time.Second
+
+// checkCollations refuses rules whose key, member or args columns have a
+// collation that folds (check.Folding), printing each as check does, one
+// "file:line:col: error: message" per line. A server that cannot be
+// reached within collationCheckTimeout is logged and the daemon starts,
+// as it does when MySQL is down: `cachewarden check --dsn` checks the
+// same. It returns nil when ctx ends meanwhile.
+func checkCollations(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr io.Writer) error {
+	if cfg.MySQL.DSN == "" {
+		log.Info("collations of key columns not checked: no mysql.dsn (cachewarden check --dsn checks them)")
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, collationCheckTimeout)
+	defer cancel()
+	fs, err := check.Folding(cctx, cfg.MySQL.DSN, cfg.RuleSet, log)
+	if ctx.Err() != nil {
+		return nil // stopped before starting; runCmd returns
+	}
+	var refused bool
+	for _, f := range fs {
+		if f.Severity == check.Error {
+			fmt.Fprintln(stderr, f)
+			refused = true
+		}
+	}
+	if refused {
+		fmt.Fprintln(stderr, "run: refusing rules whose keys fold values the database finds equal (docs/rules.md, \"Collations\")")
+		return errConfigReported
+	}
+	if err != nil {
+		log.Warn("collations of key columns not checked (cachewarden check --dsn checks them)", "error", err.Error())
+	}
+	return nil
+}
 
 // runCmd implements `run`: the daemon.
 func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -22,7 +62,10 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		"run -c FILE",
 		"Runs the daemon: consumes the configured CDC topics as a member of the\n"+
 			"consumer group, applies the rules' cache operations to memcached, and\n"+
-			"serves /metrics, /healthz and /readyz on http.listen. SIGINT or SIGTERM\n"+
+			"serves /metrics, /healthz and /readyz on http.listen. It refuses rules\n"+
+			"whose key, member or args columns have a collation that folds case,\n"+
+			"accents or trailing spaces (as check --dsn reports them), unless the\n"+
+			"rule says collation: accept-folding. SIGINT or SIGTERM\n"+
 			"stops it gracefully (exit status 0). The config's log section sets the\n"+
 			"log format and level; the global --log-format and --log-level, when\n"+
 			"given, override it.",
@@ -35,6 +78,9 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	build := binaryBuild()
 	log.Info("starting", "version", build.Version, "revision", build.Revision, "go_version", build.GoVersion)
 	log.Info("config loaded", "config", cfg, "rule_count", len(cfg.RuleSet.Rules()))
+	if err := checkCollations(ctx, cfg, log, stderr); err != nil || ctx.Err() != nil {
+		return err // nil when stopped by a signal meanwhile, as below
+	}
 
 	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{Build: build})
 	if err != nil {

@@ -123,6 +123,10 @@ log:
 	if !strings.Contains(logs, "consumer stopped") {
 		t.Errorf("no orderly shutdown in the log")
 	}
+	// mysql.dsn answers nowhere: the collation check is skipped, logged.
+	if !strings.Contains(logs, `"msg":"collations of key columns not checked (cachewarden check --dsn checks them)","error":"MySQL nobody@127.0.0.1:1/none: connect: `) {
+		t.Errorf("the skipped collation check is not logged")
+	}
 }
 
 func waitUntil(t *testing.T, timeout time.Duration, cond func() string) {

@@ -458,7 +458,7 @@ func (l *fileLoader) duration(n *yaml.Node, what string) (time.Duration, bool) {
 }
 
 // ruleFields are the fields a rule may have.
-var ruleFields = []string{"name", "table", "on", "when", "columns", "bump", "set", "count", "ttl", "rebump_after", "copies", "evidence"}
+var ruleFields = []string{"name", "table", "on", "when", "columns", "bump", "set", "count", "ttl", "rebump_after", "copies", "evidence", "collation"}
 
 // rule loads one rule; it returns nil when the rule has problems (they are
 // recorded) except that a rule with a name is returned for duplicate-name
@@ -477,6 +477,7 @@ func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
 	l.ruleOn(r, fs)
 	l.ruleWhen(r, fs)
 	l.ruleBumpOptions(r, fs)
+	l.ruleCollation(r, fs)
 	if len(l.problems) > before {
 		if r.Name != "" {
 			// Keep the name for duplicate checks; the load fails anyway.
@@ -761,6 +762,28 @@ func (l *fileLoader) ruleBumpOptions(r *rules.Rule, fs yamlfile.Fields) {
 			r.Evidence = l.evidence(r, f.Value)
 		}
 	}
+}
+
+// AcceptFolding is the one value of a rule's collation field.
+const AcceptFolding = "accept-folding"
+
+// ruleCollation reads the rule's collation field: "accept-folding", which
+// accepts key, member and args columns whose collation compares different
+// bytes as equal (rules.Rule.AcceptFolding).
+func (l *fileLoader) ruleCollation(r *rules.Rule, fs yamlfile.Fields) {
+	f, ok := fs.Get("collation")
+	if !ok {
+		return
+	}
+	s, ok := l.str(f.Value, "collation")
+	if !ok {
+		return
+	}
+	if s != AcceptFolding {
+		l.errorf(f.Value, "collation %q: want %q (the only value; leave collation out to have folding collations reported)", s, AcceptFolding)
+		return
+	}
+	r.AcceptFolding = true
 }
 
 // locations adds where each field's value is to at, under parent+name.

@@ -128,7 +128,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		f + `2:9: prefix "shop: ": byte 0x20 at 5 is not allowed in a memcached key`,
 		f + `6:11: bump: template "ns:user:{id": unclosed '{' at byte 8`,
 		f + `7:11: duplicate rule name "user-profile" (first defined at testdata/bad/many.yaml:4:11)`,
-		f + `10:5: rule: unknown key "colour" (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after, copies, evidence)`,
+		f + `10:5: rule: unknown key "colour" (known: name, table, on, when, columns, bump, set, count, ttl, rebump_after, copies, evidence, collation)`,
 		f + `13:27: when: unexpected token EOF`,
 		f + `16:16: recount has 2 '?' placeholder(s) but the key's placeholders (default args) name 1 column(s)`,
 		f + `17:18: unknown operation "upsert" in on (want insert, update, delete, read or truncate)`,
@@ -273,6 +273,10 @@ func TestParseProblems(t *testing.T) {
 		{"when literal block", head + "    bump: k\n    when: |\n      a == 1 &&\n        b ** 2\n", `t.yaml:8:11: when: operator "**" is not supported in when`},
 		{"when folded block", head + "    bump: k\n    when: >\n      a == 1 &&\n      b ** 2\n", `t.yaml:6:11: when: operator "**" is not supported in when (line 1, column 13 of the expression)`},
 		{"when with escapes before the error", head + "    bump: k\n    when: \"a == \\\"x\\\" || b ** 2\"\n", `t.yaml:6:11: when: operator "**" is not supported in when (line 1, column 15 of the expression)`},
+		{"collation accepted", head + "    bump: 'k:{a}'\n    collation: accept-folding\n", ""},
+		{"collation unknown value", head + "    bump: k\n    collation: utf8mb4_bin\n", `t.yaml:6:16: collation "utf8mb4_bin": want "accept-folding" (the only value; leave collation out to have folding collations reported)`},
+		{"collation a list", head + "    bump: k\n    collation: [accept-folding]\n", `t.yaml:6:16: collation must be a string, not a list`},
+		{"collation in a set mapping", head + "    set: {key: s, member: m, collation: accept-folding}\n", `t.yaml:5:30: set: unknown key "collation" (known: key, member, load, args, keys)`},
 		{"alias of a rule", "version: 1\nrules:\n  - &r {name: a, table: t, bump: k}\n  - *r\n", `t.yaml:3:15: duplicate rule name "a" (first defined at t.yaml:3:15)`},
 		{"merge key", head + "    bump: k\n    <<: {ttl: 5}\n", `t.yaml:6:5: rule: merge keys (<<) are not supported; write the keys out`},
 		{"unknown anchor", head + "    bump: *nope\n", `t.yaml:5:11: YAML: unknown anchor 'nope' referenced`},
@@ -297,6 +301,20 @@ func TestParseProblems(t *testing.T) {
 				t.Errorf("problems:\n%s\nwant:\n%s", got, want)
 			}
 		})
+	}
+}
+
+// TestCollationOption loads a rule's collation: accept-folding.
+func TestCollationOption(t *testing.T) {
+	rs, err := Parse("t.yaml", []byte("version: 1\nrules:\n  - {name: a, table: t, bump: 'k:{x}', collation: accept-folding}\n  - {name: b, table: t, bump: 'k:{x}'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rs.Rule("a").AcceptFolding || rs.Rule("b").AcceptFolding {
+		t.Errorf("AcceptFolding: a %v (want true), b %v (want false)", rs.Rule("a").AcceptFolding, rs.Rule("b").AcceptFolding)
+	}
+	if at := rs.Rule("a").At["collation"]; at != (rules.Location{Line: 3, Column: 51}) {
+		t.Errorf("collation located at %+v", at)
 	}
 }
 
