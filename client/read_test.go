@@ -59,6 +59,8 @@ func TestKeysAreTheDaemons(t *testing.T) {
 	}
 	for _, tc := range cases {
 		ops, _, err := e.rs.Plan(nil, &rules.Event{Table: tc.table, Operation: rules.Insert, After: tc.row})
+		// Not the invalidation of an earlier release's key (rules.Op.Legacy).
+		ops = slices.DeleteFunc(ops, func(op rules.Op) bool { return op.Legacy })
 		if err != nil || len(ops) != 1 {
 			t.Fatalf("plan %v: %v, %v", tc.row, ops, err)
 		}

@@ -89,7 +89,9 @@ func TestPlanLongKey(t *testing.T) {
 	if len(wantKey) != 234 || !strings.HasSuffix(full[:200], "\xc3") {
 		t.Fatalf("test setup: key %q", wantKey)
 	}
-	want := `{"line":1,"rule":"by-name","op":"bump","key":"k:` + strings.Repeat("a", 197) + `\ufffd%#` + hex.EncodeToString(sum[:16]) + "\"}\n"
+	want := `{"line":1,"rule":"by-name","op":"bump","key":"k:` + strings.Repeat("a", 197) + `\ufffd%#` + hex.EncodeToString(sum[:16]) + "\"}\n" +
+		// and the key earlier releases hashed it to (docs/formats.md, "Keys")
+		`{"line":1,"rule":"by-name","op":"bump","key":"k:` + strings.Repeat("a", 197) + `\ufffd#` + hex.EncodeToString(sum[:16]) + "\",\"legacy\":true}\n"
 	if out != want {
 		t.Fatalf("got  %s\nwant %s", out, want)
 	}
