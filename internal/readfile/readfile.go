@@ -21,11 +21,15 @@ type TooLargeError struct {
 	Limit int64
 }
 
-func (e *TooLargeError) Error() string {
+func (e *TooLargeError) Error() string { return e.Path + ": " + e.Detail() }
+
+// Detail is the error without the path, for messages that name the file
+// already.
+func (e *TooLargeError) Detail() string {
 	if e.Size < 0 {
-		return fmt.Sprintf("%s: more than %d bytes, the limit (read up to it and stopped)", e.Path, e.Limit)
+		return fmt.Sprintf("more than %d bytes, the limit (read up to it and stopped)", e.Limit)
 	}
-	return fmt.Sprintf("%s: %d bytes, more than the limit of %d", e.Path, e.Size, e.Limit)
+	return fmt.Sprintf("%d bytes, more than the limit of %d", e.Size, e.Limit)
 }
 
 // ErrTooLarge is matched by every *TooLargeError (errors.Is).
@@ -37,7 +41,8 @@ func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 // Read returns the contents of the file at path, or a *TooLargeError
 // when it holds more than limit bytes: a regular file by its size before
 // anything is read, any other file (a pipe, a device) once limit+1 bytes
-// were read. Errors of the file system are returned as os.ReadFile's.
+// were read. Errors of the file system are *os.PathError, as
+// os.ReadFile's.
 func Read(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -53,7 +58,7 @@ func Read(path string, limit int64) ([]byte, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
-		return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		return nil, err // an *os.PathError
 	}
 	if int64(len(data)) > limit {
 		if size <= limit {
