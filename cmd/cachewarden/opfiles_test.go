@@ -38,6 +38,8 @@ func TestOperatorFilesBounded(t *testing.T) {
 	}
 	lol.WriteString("tests: *l9\n")
 	write(t, laughs, lol.String())
+	nots := filepath.Join(dir, "nots.yaml")
+	write(t, nots, "version: 1\nrules:\n  - name: n\n    table: shop.users\n    when: '"+strings.Repeat("!", 1_000_000)+"a'\n    bump: \"ns:{id}\"\n")
 	fifo := filepath.Join(dir, "fifo.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -62,6 +64,8 @@ func TestOperatorFilesBounded(t *testing.T) {
 			want: deep + ":1:10004: YAML: nested more than 10000 levels deep, deeper than the limit of 100"},
 		{name: "rules test of a billion laughs", args: []string{"rules", "test", laughs},
 			want: laughs + ":7:25: YAML: aliases expand to more than 1048576 bytes, the limit"},
+		{name: "rules check a when of 1,000,000 nots", args: []string{"rules", "check", nots},
+			want: nots + ":5:12: when: expression is 1000001 bytes, more than the limit of 16384"},
 		{name: "rules check /dev/zero", args: []string{"rules", "check", "/dev/zero"},
 			want: "/dev/zero: more than 1048576 bytes, the limit (read up to it and stopped)"},
 		{name: "rules test /dev/zero", args: []string{"rules", "test", "/dev/zero"},
