@@ -40,6 +40,8 @@ func TestOperatorFilesBounded(t *testing.T) {
 	write(t, laughs, lol.String())
 	nots := filepath.Join(dir, "nots.yaml")
 	write(t, nots, "version: 1\nrules:\n  - name: n\n    table: shop.users\n    when: '"+strings.Repeat("!", 1_000_000)+"a'\n    bump: \"ns:{id}\"\n")
+	replayCfg := writeReplayConfig(t, "127.0.0.1:1", "127.0.0.1:1", "nobody@tcp(127.0.0.1:1)/none",
+		filepath.Join(mustAbs(t, "testdata/plan"), "inventory.yaml"))
 	fifo := filepath.Join(dir, "fifo.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -72,6 +74,8 @@ func TestOperatorFilesBounded(t *testing.T) {
 			want: "/dev/zero: more than 1048576 bytes, the limit (read up to it and stopped)"},
 		{name: "plan with endless stdin", stdin: &zeroReader{}, args: []string{"plan", "--rules", "testdata/plan/inventory.yaml"},
 			want: "read line 1: line too long: more than 16777216 bytes, the limit"},
+		{name: "replay --file /dev/zero", args: []string{"replay", "-c", replayCfg, "--file", "/dev/zero", "--dry-run"},
+			want: "replay: /dev/zero: consumer: replay: read line 1: line too long: more than 16777216 bytes, the limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdin := tc.stdin
