@@ -50,3 +50,24 @@ func TestPredicateHostile(t *testing.T) {
 		})
 	}
 }
+
+// FuzzPredicateCompile checks that any expression compiles or fails with
+// a PredicateError inside it, without crashing.
+func FuzzPredicateCompile(f *testing.F) {
+	for _, s := range []string{"a == 1", "!(a) && not b", "a in [1, 'x(']", "-(-a) > 1", strings.Repeat("(", 40), "a ? b : c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		_, err := compilePredicate(src)
+		if err == nil {
+			return
+		}
+		var pe *PredicateError
+		if !errors.As(err, &pe) {
+			t.Fatalf("compile %q: err = %v, want a PredicateError", src, err)
+		}
+		if pe.Line < 1 || pe.Line > strings.Count(src, "\n")+1 || pe.Column < 0 || pe.Msg == "" {
+			t.Fatalf("compile %q: error %q at %d:%d, outside the expression", src, pe.Msg, pe.Line, pe.Column)
+		}
+	})
+}

@@ -127,7 +127,7 @@ func parseWithin(t *testing.T, data []byte) string {
 // BenchmarkLocate locates a misindented key at the end of files of 8 KiB
 // to 256 KiB: the time per byte stays flat when the search is linear.
 func BenchmarkLocate(b *testing.B) {
-	for _, size := range []int{8 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10} {
+	for _, size := range []int{8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10} {
 		data := []byte(strings.Repeat("key: value\n", size/11) + "  bad: x\n")
 		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
 			b.SetBytes(int64(len(data)))
