@@ -31,9 +31,9 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 // message, and a shorter prefix does not (it either parses, or fails on
 // its own end in another way). The place reported is the start of the
 // word (the run of non-blank characters) holding the last byte of the
-// shortest prefix that fails like the whole file: for a mis-indented key
-// that is the key, for an unclosed '[' the bracket, for an undefined
-// alias the '*'.
+// first prefix that fails like the whole file (see locate for how it is
+// found in bounded time): for a mis-indented key that is the key, for an
+// unclosed '[' the bracket, for an undefined alias the '*'.
 func syntaxError(data []byte, err error) *Error {
 	text := err.Error()
 	msg := "YAML: " + yamlLine.ReplaceAllString(text, "")
@@ -49,9 +49,9 @@ func syntaxError(data []byte, err error) *Error {
 		}
 	}
 	if m := maxDepthError.FindStringSubmatch(text); m != nil {
-		// yaml.v3's own limit: far deeper than MaxDepth; the place is
-		// where it was passed, the prefix ending there the first to fail
-		// so.
+		// yaml.v3's own limit, far beyond MaxDepth: the place is where
+		// the parser stopped reading, a few bytes past the opening that
+		// broke it.
 		msg = fmt.Sprintf("YAML: nested more than %s levels deep, deeper than the limit of %d", m[1], MaxDepth)
 		r := &byteReader{data: data}
 		if failureOf(r) == text {
