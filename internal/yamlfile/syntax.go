@@ -98,40 +98,47 @@ func failureOf(r io.Reader) string {
 // the file's size from the line before the one yaml.v3 names.
 const (
 	locateFloor  = 16 << 10
-	locateBudget = 8
+	locateBudget = 4
 )
 
 // locate returns the byte offset of the start of the word where parsing
 // stops with the error text want, and false when data does not fail so.
+// It parses data at most about 30 times.
 //
 // The place is the end of the first prefix of data that fails like data
 // (see syntaxError), found by trying line ends, then the bytes of the
 // first line whose end fails the same way: from the start of the file,
-// then from the line before the one yaml.v3 names, within locateBudget.
-// Prefixes do not fail like data in order (one that ends inside a token
-// fails otherwise), so that first prefix cannot be bisected; in a small
-// file, or with the error near the start or near the line yaml.v3 names,
-// the budget suffices.
+// then from the line before the one yaml.v3 names, within locateFloor and
+// locateBudget. Prefixes do not fail like data in order (one that ends
+// inside a token fails otherwise), so that first prefix cannot be
+// bisected; in a small file, or with the error near the start or near
+// the line yaml.v3 names, the budget suffices.
 //
-// When it runs out, the shortest prefix failing like data among those
-// near where the parser stopped stands: data is parsed once through a
-// reader that hands the parser one byte at a time, so that it reads only
-// as far as it needs, up to the token it fails at and its lookahead (the
-// rest of a line, blanks, comments, the next token). Every prefix at
-// least that long fails the same way; the search steps back from there
-// in doubling steps, then bisects the last step: about twice the
-// logarithm of the lookahead in parses.
+// When it runs out, data is parsed once through a reader that hands the
+// parser one byte at a time, so that it reads only as far as it needs: up
+// to the token it fails at and its lookahead (the rest of a line, blanks,
+// comments, the next token). Every prefix at least that long fails the
+// same way, and the shortest failing prefix near where the parser
+// stopped stands: the search steps back from there in doubling steps, at
+// most maxGallop of them, then bisects the last step. (When the error is
+// about something the end of the file left open, that is near the end,
+// not where it opened.)
 func locate(data []byte, want string) (int, bool) {
+	if k, ok := firstFailing(data, want); ok {
+		return wordAt(data, k), true
+	}
 	r := &byteReader{data: data}
 	if failureOf(r) != want {
 		return 0, false
 	}
-	k, ok := firstFailing(data, want)
-	if !ok {
-		k = shortestFailing(data, want, r.off)
-	}
+	return wordAt(data, shortestFailing(data, want, r.off)), true
+}
+
+// wordAt returns the offset of the start of the word holding the last
+// byte of data[:k].
+func wordAt(data []byte, k int) int {
 	at := max(k-1, 0)
-	return wordStart(data, lineStartOf(data, at), at), true
+	return wordStart(data, lineStartOf(data, at), at)
 }
 
 // lineStartOf returns the offset of the start of the line holding
@@ -142,15 +149,23 @@ func lineStartOf(data []byte, at int) int {
 	return starts[line-1]
 }
 
+// maxGallop bounds the doubling steps of shortestFailing: 10, a window
+// of 1 KiB before where the parser stopped reading.
+const maxGallop = 10
+
 // shortestFailing returns the length of the shortest prefix of data that
 // fails with want, given that the parser fails so within data[:read]:
 // every longer prefix fails the same way. (Of the shorter ones, those
-// within the doubling steps do not.)
+// within the doubling steps do not; after maxGallop steps all failing so,
+// the last stands.)
 func shortestFailing(data []byte, want string, read int) int {
 	// Invariants: data[:lo] does not fail with want, data[:hi] does (the
 	// empty prefix parses).
 	lo, hi := 0, read
-	for step := 1; hi-step > 0; step *= 2 {
+	for step, n := 1, 0; hi-step > 0; step, n = step*2, n+1 {
+		if n == maxGallop {
+			return hi
+		}
 		if failure(data[:hi-step]) != want {
 			lo = hi - step
 			break
