@@ -16,8 +16,10 @@
 // Aliases are followed wherever a value is read (Resolve); an anchor that
 // is not defined is a syntax error at the alias.
 //
-// It only parses bytes (no I/O), so the pure packages may use it. Its
-// functions are safe for concurrent use.
+// It bounds every file (limits.go): its size (ReadFile reads no more),
+// its nesting and what its aliases expand to. Apart from ReadFile it only
+// parses bytes (no I/O), so the pure packages may use it. Its functions
+// are safe for concurrent use.
 //
 // It knows no file's keys: config, rulefile and ruletest each declare the
 // keys of their own files and what their values mean.
