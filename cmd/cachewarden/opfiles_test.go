@@ -55,11 +55,13 @@ func TestOperatorFilesBounded(t *testing.T) {
 		want  string // in the error or on stdout
 	}{
 		{name: "check -c /dev/zero", args: []string{"check", "-c", "/dev/zero"},
-			want: "/dev/zero: more than 1048576 bytes, the limit (read up to it and stopped)"},
+			want: "/dev/zero: error: more than 1048576 bytes, the limit (read up to it and stopped)"},
 		{name: "check -c FIFO", args: []string{"check", "-c", fifo},
-			want: fifo + ": more than 1048576 bytes, the limit (read up to it and stopped)"},
+			want: fifo + ": error: more than 1048576 bytes, the limit (read up to it and stopped)"},
 		{name: "check -c a large file", args: []string{"check", "-c", big},
-			want: big + ": 1048577 bytes, more than the limit of 1048576"},
+			want: big + ": error: 1048577 bytes, more than the limit of 1048576"},
+		{name: "check --tests /dev/zero", args: []string{"check", "-c", "../../configs/cachewarden.yaml", "--tests", "/dev/zero"},
+			want: "/dev/zero: error: rule test file: more than 1048576 bytes, the limit (read up to it and stopped)"},
 		{name: "check a config naming a large rule file", args: []string{"check", "-c", cfgBigRules},
 			want: big + ": error: 1048577 bytes, more than the limit of 1048576"},
 		{name: "rules check 200 KiB of open brackets", args: []string{"rules", "check", deep},
