@@ -12,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/internal/yamlfile"
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 // opfileDeadline bounds each command of TestOperatorFilesBounded, far
@@ -144,5 +148,36 @@ func write(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDocsStateFileLimits checks that docs/rules.md and the README state
+// the limits of operator files as the packages declare them.
+func TestDocsStateFileLimits(t *testing.T) {
+	mib := func(n int) string { return fmt.Sprintf("%d MiB", n>>20) }
+	for path, wants := range map[string][]string{
+		"../../docs/rules.md": {
+			fmt.Sprintf("%s (%d bytes)", mib(yamlfile.MaxFileBytes), yamlfile.MaxFileBytes),
+			fmt.Sprintf("| %d levels |", yamlfile.MaxDepth),
+			fmt.Sprintf("| %s |", mib(yamlfile.MaxAliasBytes)),
+			fmt.Sprintf("%d KiB (%d bytes)", rules.MaxWhenBytes>>10, rules.MaxWhenBytes),
+			fmt.Sprintf("| %d levels |", rules.MaxWhenDepth),
+			fmt.Sprintf("more than %d", cdc.MaxLineBytes),
+		},
+		"../../README.md": {
+			fmt.Sprintf("up to %s each and nest up to %d levels", mib(yamlfile.MaxFileBytes), yamlfile.MaxDepth),
+			fmt.Sprintf("a `when` up to %d KiB and %d\nlevels", rules.MaxWhenBytes>>10, rules.MaxWhenDepth),
+			fmt.Sprintf("input up to %s", mib(cdc.MaxLineBytes)),
+		},
+	} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range wants {
+			if !strings.Contains(string(data), want) {
+				t.Errorf("%s does not say %q", path, want)
+			}
+		}
 	}
 }
