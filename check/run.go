@@ -31,6 +31,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/internal/readfile"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/ruletest"
 )
@@ -165,7 +166,12 @@ func loadFindings(file string, err error) []Finding {
 		out = append(out, problemFindings(le.Problems)...)
 	}
 	if out == nil {
-		out = append(out, Finding{File: file, Severity: Error, Message: strings.TrimPrefix(err.Error(), "config: ")})
+		msg := strings.TrimPrefix(err.Error(), "config: ")
+		var tl *readfile.TooLargeError
+		if errors.As(err, &tl) {
+			msg = tl.Detail() // the finding names the file
+		}
+		out = append(out, Finding{File: file, Severity: Error, Message: msg})
 	}
 	return out
 }
@@ -223,6 +229,10 @@ func testFiles(paths []string) (files []string, problems []Finding) {
 }
 
 func pathError(err error) string {
+	var tl *readfile.TooLargeError
+	if errors.As(err, &tl) {
+		return tl.Detail()
+	}
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return pe.Err.Error()

@@ -5,11 +5,11 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/cachewarden/cachewarden/internal/yamlfile"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -357,7 +357,7 @@ func (s *Schema) inScalar(r *rules.Rule, line, col int, text string, offset int)
 	}
 	lines, ok := s.lines[r.File]
 	if !ok {
-		if data, err := os.ReadFile(r.File); err == nil {
+		if data, err := yamlfile.ReadFile(r.File); err == nil {
 			lines = strings.Split(string(data), "\n")
 		}
 		s.lines[r.File] = lines

@@ -21,9 +21,9 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
-	"os"
 	"time"
 
+	"github.com/cachewarden/cachewarden/internal/readfile"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -318,7 +318,7 @@ func (t TLS) Config(section string) (*tls.Config, error) {
 		InsecureSkipVerify: t.InsecureSkipVerify,
 	}
 	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
+		pem, err := readfile.Read(t.CAFile, maxPEMBytes)
 		if err != nil {
 			return nil, fmt.Errorf("config: %s.ca_file: %w", section, err)
 		}
@@ -328,7 +328,15 @@ func (t TLS) Config(section string) (*tls.Config, error) {
 		}
 	}
 	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		certPEM, err := readfile.Read(t.CertFile, maxPEMBytes)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s.cert_file: %w", section, err)
+		}
+		keyPEM, err := readfile.Read(t.KeyFile, maxPEMBytes)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s.key_file: %w", section, err)
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			return nil, fmt.Errorf("config: %s client certificate: %w", section, err)
 		}
@@ -336,6 +344,10 @@ func (t TLS) Config(section string) (*tls.Config, error) {
 	}
 	return tc, nil
 }
+
+// maxPEMBytes bounds a TLS file (ca_file, cert_file, key_file): 1 MiB,
+// thousands of certificates.
+const maxPEMBytes = 1 << 20
 
 // Dialer returns how to connect to the memcached servers: over TLS when
 // m.TLS is enabled, else plain TCP. Both the gomemcache client

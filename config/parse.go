@@ -25,7 +25,7 @@ func Load(path string) (*Config, error) {
 
 // LoadEnv is Load with ${NAME} references resolved by lookup.
 func LoadEnv(path string, lookup LookupFunc) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamlfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

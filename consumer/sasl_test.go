@@ -75,7 +75,7 @@ func TestSASLMechanisms(t *testing.T) {
 
 // TestOAuthBearerTokenFile checks that the OAUTHBEARER mechanism sends
 // the token the file holds at each authentication (a rotated token is
-// picked up) and fails clearly when the file is gone.
+// picked up) and fails clearly when the file is gone or has no end.
 func TestOAuthBearerTokenFile(t *testing.T) {
 	path := t.TempDir() + "/token"
 	conn, err := KafkaConnFromConfig(config.Kafka{Brokers: []string{"127.0.0.1:1"},
@@ -98,5 +98,14 @@ func TestOAuthBearerTokenFile(t *testing.T) {
 	os.Remove(path)
 	if _, _, err := conn.SASL.Authenticate(context.Background(), "broker:9092"); err == nil || !strings.Contains(err.Error(), "kafka.sasl.token_file") {
 		t.Errorf("missing token file: %v", err)
+	}
+	endless, err := KafkaConnFromConfig(config.Kafka{Brokers: []string{"127.0.0.1:1"},
+		SASL: config.SASL{Mechanism: "oauthbearer", TokenFile: "/dev/zero"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "kafka.sasl.token_file: /dev/zero: more than 65536 bytes, the limit"
+	if _, _, err := endless.SASL.Authenticate(context.Background(), "broker:9092"); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("token file without end: %v, want %q", err, want)
 	}
 }

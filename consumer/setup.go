@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/readfile"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/observer"
 	"github.com/cachewarden/cachewarden/rules"
@@ -483,7 +483,7 @@ func KafkaConnFromConfig(k config.Kafka) (KafkaConn, error) {
 	case "oauthbearer":
 		path := s.TokenFile
 		kc.SASL = oauth.Oauth(func(context.Context) (oauth.Auth, error) {
-			token, err := os.ReadFile(path)
+			token, err := readfile.Read(path, maxTokenBytes)
 			if err != nil {
 				return oauth.Auth{}, fmt.Errorf("kafka.sasl.token_file: %w", err)
 			}
@@ -494,6 +494,10 @@ func KafkaConnFromConfig(k config.Kafka) (KafkaConn, error) {
 	}
 	return kc, nil
 }
+
+// maxTokenBytes bounds kafka.sasl.token_file: 64 KiB, far more than a
+// bearer token takes.
+const maxTokenBytes = 64 << 10
 
 // balancers returns the partition assignor kafka.balancer names.
 func balancers(name string) []kgo.GroupBalancer {

@@ -187,9 +187,95 @@ func CheckPredicate(src string) error {
 	return err
 }
 
-// compilePredicate parses src with expr's parser and compiles the subset
-// described on predicate. Errors are *PredicateError.
+// Bounds of a `when` expression, checked before expr's parser sees it:
+// that parser recurses once for each level of nesting, and a deep enough
+// expression (a million '!') overflows the stack, which no recover
+// catches.
+const (
+	// MaxWhenBytes bounds an expression's length: 16 KiB.
+	MaxWhenBytes = 16 << 10
+	// MaxWhenDepth bounds its nesting: open brackets plus the prefix
+	// operators (!, not, -, +) written in a row before them: 32 levels.
+	MaxWhenDepth = 32
+)
+
+// checkWhenBounds refuses src beyond MaxWhenBytes or MaxWhenDepth with a
+// *PredicateError at the place where the limit is passed. It reads src
+// once, skipping string literals.
+func checkWhenBounds(src string) *PredicateError {
+	if len(src) > MaxWhenBytes {
+		return &PredicateError{Line: 1, Msg: fmt.Sprintf("expression is %d bytes, more than the limit of %d", len(src), MaxWhenBytes)}
+	}
+	line, col := 1, 0
+	depth, run := 0, 0 // open brackets; prefix operators in a row
+	var quote rune     // the quote of the string literal being read, or 0
+	escaped := false
+	word := false // inside an identifier, number or keyword
+	for i, r := range src {
+		switch {
+		case quote != 0:
+			switch {
+			case escaped:
+				escaped = false
+			case r == '\\' && quote != '`':
+				escaped = true
+			case r == quote:
+				quote = 0
+			}
+		case isWordByte(r) || r == '.' && word:
+			if !word {
+				word = true
+				if rest := src[i:]; strings.HasPrefix(rest, "not") && (len(rest) == 3 || !isWordByte(rune(rest[3]))) {
+					run++
+				} else {
+					run = 0
+				}
+			}
+		default:
+			word = false
+			switch r {
+			case '\'', '"', '`':
+				quote, run = r, 0
+			case '(', '[', '{':
+				depth++
+			case ')', ']', '}':
+				depth, run = max(depth-1, 0), 0
+			case '!', '-', '+':
+				if r == '!' && strings.HasPrefix(src[i+1:], "=") {
+					run = 0
+				} else {
+					run++
+				}
+			case ' ', '\t', '\r', '\n':
+			default:
+				run = 0
+			}
+		}
+		if depth+run > MaxWhenDepth {
+			return &PredicateError{Line: line, Column: col, Msg: fmt.Sprintf("expression nests more than %d levels deep (the limit)", MaxWhenDepth)}
+		}
+		if r == '\n' {
+			line, col = line+1, 0
+		} else {
+			col++
+		}
+	}
+	return nil
+}
+
+// isWordByte reports whether r may be part of an identifier, a number or
+// a keyword.
+func isWordByte(r rune) bool {
+	return r == '_' || r == '$' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+}
+
+// compilePredicate checks src's bounds, parses it with expr's parser and
+// compiles the subset described on predicate. Errors are
+// *PredicateError.
 func compilePredicate(src string) (p *predicate, err error) {
+	if pe := checkWhenBounds(src); pe != nil {
+		return nil, pe
+	}
 	tree, err := parseExpr(src)
 	if err != nil {
 		var fe *file.Error

@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -114,7 +113,7 @@ func (e *ParseError) Error() string { return strings.Join(e.Problems, "\n") }
 
 // Load reads and parses the test file at path.
 func Load(path string) (*Suite, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamlfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("ruletest: %w", err)
 	}

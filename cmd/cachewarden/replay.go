@@ -100,6 +100,9 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return fmt.Errorf("replay: interrupted: %w", context.Cause(ctx))
 		}
+		if errors.Is(err, cdc.ErrLineTooLong) {
+			return fmt.Errorf("replay: %s: %w", o.file, err)
+		}
 		return fmt.Errorf("replay: %w", err)
 	}
 	fmt.Fprintf(out, "%s done: %s\n", what, sum)

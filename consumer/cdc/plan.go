@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,7 +49,8 @@ type PlanSummary struct {
 // Objects come in input order, then the planner's order; "member" is
 // present for set_add/set_remove, "delta" for count, "tokens" for the
 // coalesced set_append (never planned, listed for completeness). Lines may
-// be of any length and may end in "\n" or "\r\n". Lines that carry no
+// be up to MaxLineBytes long (a longer one stops the stream with an error
+// wrapping ErrLineTooLong) and may end in "\n" or "\r\n". Lines that carry no
 // row change are skipped: empty or blank lines and "null" (tombstones),
 // DDL, heartbeats, transaction markers (see Decoder.Decode). A line that
 // fails to decode is reported on stderr as "line N: reason"; so is each
@@ -323,13 +325,24 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// LineReader splits a stream into lines of any length without the
+// MaxLineBytes bounds a line of LineReader, its "\n" or "\r\n" not
+// counted: 16 MiB, far beyond a Kafka message's default limit (1 MiB),
+// so that an input without newlines (/dev/zero) is refused once that
+// much is read.
+const MaxLineBytes = 16 << 20
+
+// ErrLineTooLong is matched (errors.Is) by LineReader's error for a line
+// of more than MaxLineBytes.
+var ErrLineTooLong = errors.New("line too long")
+
+// LineReader splits a stream into lines of up to MaxLineBytes without the
 // trailing "\n" or "\r\n". Its results are valid until the next call.
 // It is not safe for concurrent use.
 type LineReader struct {
 	r    *bufio.Reader
 	long []byte
 	done bool
+	err  error
 }
 
 // NewLineReader returns a LineReader over r, read through a 64 KiB buffer.
@@ -338,19 +351,29 @@ func NewLineReader(r io.Reader) *LineReader {
 }
 
 // Next returns the next line; ok is false at the end of the input. A last
-// line without a newline is returned; an empty input has no lines.
+// line without a newline is returned; an empty input has no lines. A line
+// of more than MaxLineBytes is an error wrapping ErrLineTooLong, returned
+// once at most MaxLineBytes+2 bytes of it were read, and by every later
+// call.
 func (lr *LineReader) Next() (line []byte, ok bool, err error) {
+	if lr.err != nil {
+		return nil, false, lr.err
+	}
 	if lr.done {
 		return nil, false, nil
 	}
 	line, err = lr.r.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
 		lr.long = append(lr.long[:0], line...)
-		for err == bufio.ErrBufferFull {
+		for err == bufio.ErrBufferFull && len(lr.long) <= MaxLineBytes+2 {
 			line, err = lr.r.ReadSlice('\n')
 			lr.long = append(lr.long, line...)
 		}
 		line = lr.long
+	}
+	if n := len(bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'})); n > MaxLineBytes {
+		lr.err = fmt.Errorf("%w: more than %d bytes, the limit", ErrLineTooLong, MaxLineBytes)
+		return nil, false, lr.err
 	}
 	switch {
 	case err == io.EOF:

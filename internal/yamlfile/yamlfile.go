@@ -16,8 +16,10 @@
 // Aliases are followed wherever a value is read (Resolve); an anchor that
 // is not defined is a syntax error at the alias.
 //
-// It only parses bytes (no I/O), so the pure packages may use it. Its
-// functions are safe for concurrent use.
+// It bounds every file (limits.go): its size (ReadFile reads no more),
+// its nesting and what its aliases expand to. Apart from ReadFile it only
+// parses bytes (no I/O), so the pure packages may use it. Its functions
+// are safe for concurrent use.
 //
 // It knows no file's keys: config, rulefile and ruletest each declare the
 // keys of their own files and what their values mean.
@@ -50,7 +52,14 @@ const MultipleDocuments = "only one YAML document is allowed"
 // error, or a second document, is returned as an *Error; when the first
 // document itself parsed, its root is returned with that error, so that
 // a reader can report the problems of the first document too.
+//
+// A file of more than MaxFileBytes, or whose document nests deeper than
+// MaxDepth or expands through aliases beyond MaxAliasBytes, or holds an
+// alias to a value that holds it, is refused with an *Error and no root.
 func Parse(data []byte) (*yaml.Node, error) {
+	if len(data) > MaxFileBytes {
+		return nil, tooLarge(len(data))
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -64,6 +73,9 @@ func Parse(data []byte) (*yaml.Node, error) {
 		root = &doc
 	} else if len(doc.Content) > 0 {
 		root = doc.Content[0]
+	}
+	if err := bounds(root); err != nil {
+		return nil, err
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {

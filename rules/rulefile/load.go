@@ -24,6 +24,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cachewarden/cachewarden/internal/readfile"
 	"github.com/cachewarden/cachewarden/internal/yamlfile"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -53,7 +54,7 @@ func LoadPaths(paths ...string) (*rules.RuleSet, error) {
 			continue
 		}
 		if !st.IsDir() {
-			data, err := os.ReadFile(p)
+			data, err := yamlfile.ReadFile(p)
 			if err != nil {
 				problems = append(problems, rules.Problem{File: p, Msg: pathErrorMsg(err)})
 				continue
@@ -81,7 +82,7 @@ func LoadPaths(paths ...string) (*rules.RuleSet, error) {
 			if st.IsDir() {
 				continue
 			}
-			data, err := os.ReadFile(full)
+			data, err := yamlfile.ReadFile(full)
 			if err != nil {
 				problems = append(problems, rules.Problem{File: full, Msg: pathErrorMsg(err)})
 				continue
@@ -105,6 +106,10 @@ func LoadPaths(paths ...string) (*rules.RuleSet, error) {
 }
 
 func pathErrorMsg(err error) string {
+	var tl *readfile.TooLargeError
+	if errors.As(err, &tl) {
+		return tl.Detail()
+	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		return pe.Err.Error()
