@@ -23,6 +23,11 @@ const (
 	HeaderTopic     = "cachewarden.topic"
 	HeaderPartition = "cachewarden.partition"
 	HeaderOffset    = "cachewarden.offset"
+	// HeaderEndOffset is set on the dead letter of a record batch that
+	// decompresses past kafka.max_decompressed_batch_bytes
+	// (OversizedBatch): the offset after the batch's last record, with
+	// HeaderOffset its first. Such a dead letter has no key and no value.
+	HeaderEndOffset = "cachewarden.end-offset"
 	// HeaderLine is the input line, for messages read from a file.
 	HeaderLine = "cachewarden.line"
 	// HeaderTimestamp is the original record's timestamp, in
@@ -245,10 +250,16 @@ func dlqRecord(p *Poison) *kgo.Record {
 	headers = append(headers, m.Headers...)
 	headers = append(headers, kgo.RecordHeader{Key: HeaderError, Value: []byte(reason)})
 	if m.Pos.Topic != "" {
+		offset := m.Pos.Offset
+		var ob *OversizedBatch
+		if errors.As(p.Err, &ob) {
+			offset = ob.FirstOffset
+			headers = append(headers, kgo.RecordHeader{Key: HeaderEndOffset, Value: []byte(strconv.FormatInt(ob.EndOffset, 10))})
+		}
 		headers = append(headers,
 			kgo.RecordHeader{Key: HeaderTopic, Value: []byte(m.Pos.Topic)},
 			kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(m.Pos.Partition))},
-			kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(m.Pos.Offset, 10))},
+			kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(offset, 10))},
 		)
 	}
 	if m.Pos.Line > 0 {

@@ -36,6 +36,11 @@ type KafkaConn struct {
 	// CheckCRCs makes consumers verify the CRC32C of every fetched
 	// record batch (config kafka.check_crcs); off by default.
 	CheckCRCs bool
+	// MaxDecompressedBatchBytes bounds what one fetched record batch may
+	// decompress to (config kafka.max_decompressed_batch_bytes); default
+	// config.DefaultMaxDecompressedBatchBytes (16 MiB). A batch over it
+	// is poison (OversizedBatch).
+	MaxDecompressedBatchBytes int
 }
 
 func (c KafkaConn) clientID() string {
@@ -43,6 +48,13 @@ func (c KafkaConn) clientID() string {
 		return config.DefaultClientID
 	}
 	return c.ClientID
+}
+
+func (c KafkaConn) maxDecompressedBatchBytes() int {
+	if c.MaxDecompressedBatchBytes <= 0 {
+		return config.DefaultMaxDecompressedBatchBytes
+	}
+	return c.MaxDecompressedBatchBytes
 }
 
 func (c KafkaConn) dialTimeout() time.Duration {
@@ -93,6 +105,8 @@ func (c KafkaConn) clientOpts(log *slog.Logger) []kgo.Opt {
 		kgo.FetchMaxWait(fetchMaxWait),
 		kgo.FetchMaxBytes(fetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes),
+		kgo.MaxDecompressBatchBytes(c.maxDecompressedBatchBytes()),
+		kgo.WithHooks(&failedBatchSizes{}),
 	}
 	if !c.CheckCRCs {
 		opts = append(opts, kgo.DisableFetchCRCValidation())
