@@ -31,6 +31,9 @@ type KafkaConn struct {
 	// SASL, when non-nil, authenticates connections (PLAIN, SCRAM-SHA-256,
 	// SCRAM-SHA-512 or OAUTHBEARER; see KafkaConnFromConfig).
 	SASL sasl.Mechanism
+	// SASLMechanism and SASLUser name the mechanism and the user in
+	// logs and /readyz when authentication fails ("" when unknown).
+	SASLMechanism, SASLUser string
 	// DialTimeout bounds connecting to a broker; default 10s.
 	DialTimeout time.Duration
 	// CheckCRCs makes consumers verify the CRC32C of every fetched
@@ -115,7 +118,11 @@ func (c KafkaConn) clientOpts(log *slog.Logger) []kgo.Opt {
 		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
 	}
 	if c.SASL != nil {
-		opts = append(opts, kgo.SASL(c.SASL))
+		mech := c.SASLMechanism
+		if mech == "" {
+			mech = c.SASL.Name()
+		}
+		opts = append(opts, kgo.SASL(c.SASL), kgo.WithHooks(&kafkaAuth{mechanism: mech, user: c.SASLUser, log: log}))
 	}
 	return opts
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -86,24 +85,6 @@ func (s *failedBatchSizes) take(topic string, partition int32) int {
 	return n
 }
 
-// clientBatchSizes returns the failedBatchSizes hook of cl; nil when it
-// has none (a client not built by KafkaConn.NewClient).
-func clientBatchSizes(cl *kgo.Client) *failedBatchSizes {
-	// The client's hooks come back as a slice of an unexported type.
-	for _, v := range cl.OptValues(kgo.WithHooks) {
-		rv := reflect.ValueOf(v)
-		if rv.Kind() != reflect.Slice {
-			continue
-		}
-		for i := range rv.Len() {
-			if s, ok := rv.Index(i).Interface().(*failedBatchSizes); ok {
-				return s
-			}
-		}
-	}
-	return nil
-}
-
 // skipOversized hands the partition's queue a message standing for the
 // oversized batch e names, and moves the client's cursor past the batch:
 // the client stops fetching a partition at such a batch until its offset
@@ -116,7 +97,7 @@ func skipOversized(cl *kgo.Client, q *partitionQueue, e *kgo.ErrDecompressTooLar
 	}
 	limit, _ := cl.OptValue(kgo.MaxDecompressBatchBytes).(int)
 	compressed := 0
-	if s := clientBatchSizes(cl); s != nil {
+	if s := clientHook[*failedBatchSizes](cl); s != nil {
 		compressed = s.take(e.Topic, e.Partition)
 	}
 	q.pushMessage(oversizedMessage(e, limit, compressed, time.Now()))

@@ -462,6 +462,7 @@ func KafkaConnFromConfig(k config.Kafka) (KafkaConn, error) {
 		return kc, fmt.Errorf("consumer: %w", err)
 	}
 	kc.TLS = tc
+	kc.SASLMechanism, kc.SASLUser = k.SASL.Mechanism, k.SASL.Username
 	switch s := k.SASL; s.Mechanism {
 	case "":
 	case "plain":
