@@ -142,7 +142,8 @@ func (d *DLQ) replace(cl *kgo.Client) error {
 	return nil
 }
 
-// produce writes recs and waits for their acknowledgement, at most d.wait.
+// produce writes recs and waits for their acknowledgement, at most d.wait
+// or until ctx ends.
 func (d *DLQ) produce(ctx context.Context, recs []*kgo.Record) error {
 	cl := d.client()
 	done := make(chan error, 1)
@@ -152,16 +153,16 @@ func (d *DLQ) produce(ctx context.Context, recs []*kgo.Record) error {
 	select {
 	case err := <-done:
 		return err
-	case <-timer.C:
 	case <-ctx.Done():
+		// The write ends by itself (or when the DLQ is closed); other
+		// partitions' writes share the client, so it stays.
+		return ctx.Err()
+	case <-timer.C:
 	}
 	if err := d.replace(cl); err != nil {
 		return fmt.Errorf("not acknowledged in %v; new client: %w", d.wait, err)
 	}
 	<-done
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
 	return fmt.Errorf("%w: not acknowledged in %v", kgo.ErrRecordTimeout, d.wait)
 }
 
