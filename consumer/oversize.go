@@ -31,6 +31,17 @@ type OversizedBatch struct {
 	// CompressedBytes is the batch's compressed size as fetched; 0 when
 	// unknown.
 	CompressedBytes int
+	// Stuck means the Kafka client could not be moved past the batch:
+	// a group client moves only partitions it has read records of or
+	// found a commit for, so a partition whose first batch ever is this
+	// one stops once the batch is committed past, until it is assigned
+	// again (StuckError).
+	Stuck bool
+}
+
+// StuckError is the fetch error of a partition stopped after e (Stuck).
+func (e *OversizedBatch) StuckError() error {
+	return fmt.Errorf("%w; the Kafka client cannot skip a batch in a partition it has read nothing of before: committed past it, the partition continues when next assigned (restart or rebalance)", e)
 }
 
 func (e *OversizedBatch) Error() string {
@@ -100,7 +111,15 @@ func skipOversized(cl *kgo.Client, q *partitionQueue, e *kgo.ErrDecompressTooLar
 	if s := clientHook[*failedBatchSizes](cl); s != nil {
 		compressed = s.take(e.Topic, e.Partition)
 	}
-	q.pushMessage(oversizedMessage(e, limit, compressed, time.Now()))
+	m := oversizedMessage(e, limit, compressed, time.Now())
+	if group, _ := cl.OptValue(kgo.ConsumerGroup).(string); group != "" {
+		if _, tracked := cl.CommittedOffsets()[e.Topic][e.Partition]; !tracked {
+			// A group client moves only partitions it has read
+			// records of or found a commit for.
+			m.Failed.(*OversizedBatch).Stuck = true
+		}
+	}
+	q.pushMessage(m)
 	cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{e.Topic: {e.Partition: {Epoch: e.Epoch, Offset: e.NextOffset}}})
 	// Decompressing the batch up to the bound left buffers of up to
 	// three times it in the client's pools (and the fetch response that

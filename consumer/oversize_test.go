@@ -89,3 +89,52 @@ func TestPollSkipsOversizedBatch(t *testing.T) {
 		t.Errorf("dead letter %+v, headers %v", rec, h)
 	}
 }
+
+// TestDaemonOversizedFirstBatch runs the daemon on a partition whose very
+// first batch decompresses past the bound, with no commit of its group:
+// the Kafka client cannot be moved past such a batch, so the daemon
+// commits past it, reports the partition stopped (/readyz), and the next
+// daemon of the group continues after it.
+func TestDaemonOversizedFirstBatch(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("first"),
+		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.ProducerBatchMaxBytes(8<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	if err := prod.ProduceSync(ctx, &kgo.Record{Value: make([]byte, 3<<20)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("not JSON")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, daemonRules, rigOptions{})
+	small := func(c *Config) { c.Kafka.MaxDecompressedBatchBytes = 2 << 20 }
+	d, stop := r.daemonWith(brokers, "first-group", small, "first")
+	waitCommitted(t, brokers, "first-group", "first", 1)
+	waitFor(t, 20*time.Second, func() string {
+		for _, s := range d.NotReady() {
+			if strings.Contains(s, "cannot skip a batch") {
+				return ""
+			}
+		}
+		return "not ready reasons: " + strings.Join(d.NotReady(), "; ")
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The next daemon of the group starts past the batch.
+	_, stop = r.daemonWith(brokers, "first-group", small, "first")
+	waitCommitted(t, brokers, "first-group", "first", 2)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
