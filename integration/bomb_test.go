@@ -95,6 +95,21 @@ func TestCompressionBombs(t *testing.T) {
 	if _, err := s.Round(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
+	// Partition 0 of users serves the group a record before the bombs:
+	// a bomb that is a partition's first batch ever stops it until it is
+	// assigned again (docs/operations.md, "Compression bombs";
+	// consumer.TestDaemonOversizedFirstBatch).
+	warmup, err := kgo.NewClient(kgo.SeedBrokers(s.Broker.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warmup.ProduceSync(ctx, &kgo.Record{Topic: users, Partition: 0, Value: []byte(`{"op":`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	warmup.Close()
+	if err := s.WaitCaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
 	rssBefore := peakRSS(t, d.cmd.Process.Pid)
 	lostBefore, err := d.metric(addr, "cachewarden_invalidations_lost_total", `covered="fallback",reason="poison"`)
 	if err != nil {
