@@ -49,13 +49,27 @@ const (
 	// DefaultSchemaRegistryTimeout bounds one request to the schema
 	// registry.
 	DefaultSchemaRegistryTimeout = 5 * time.Second
+	// DefaultMaxDecompressedBatchBytes bounds what one fetched record
+	// batch may decompress to (kafka.max_decompressed_batch_bytes): 16
+	// MiB, 16 times Kafka's default max.message.bytes. The Kafka client
+	// decompresses gzip and lz4 into a buffer that doubles as it grows:
+	// a bomb costs up to three times the bound (48 MiB), and 32 MiB took
+	// the daemon's peak RSS to 167-179 MB (docs/operations.md,
+	// "Compression bombs").
+	DefaultMaxDecompressedBatchBytes = 16 << 20
 )
 
 // Limits checked by validation.
 const (
-	MaxBatchEvents         = 100_000
-	MaxBatchWait           = time.Minute
-	MaxMemcachedConcurrent = 1024
+	// MinDecompressedBatchBytes and MaxDecompressedBatchBytes bound
+	// kafka.max_decompressed_batch_bytes: a batch of one record of
+	// Kafka's default max.message.bytes must fit; the Kafka client
+	// takes at most 2 GiB - 1.
+	MinDecompressedBatchBytes = 1 << 20
+	MaxDecompressedBatchBytes = 1 << 30
+	MaxBatchEvents            = 100_000
+	MaxBatchWait              = time.Minute
+	MaxMemcachedConcurrent    = 1024
 )
 
 // Formats lists the accepted values of kafka.format and kafka.topic_formats
@@ -154,6 +168,13 @@ type Kafka struct {
 	// fetched byte (docs/benchmarks.md, "Where the time goes"). A batch
 	// that fails the check is a fetch error of its partition.
 	CheckCRCs bool
+	// MaxDecompressedBatchBytes is the most bytes one fetched record
+	// batch may decompress to; default DefaultMaxDecompressedBatchBytes
+	// (16 MiB). A batch over it is poison: it goes to the DLQ as a
+	// record naming it (not its contents), the fallback namespaces of
+	// the topic's tables are bumped, and the partition moves past it. It
+	// bounds the memory a compression bomb can take.
+	MaxDecompressedBatchBytes int
 }
 
 // StartOffsets, OffsetResets and Balancers list the accepted values of

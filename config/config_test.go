@@ -59,6 +59,8 @@ func TestLoadGood(t *testing.T) {
 			Balancer:      "cooperative-sticky",
 			UnorderedSets: "delete",
 			CheckCRCs:     true,
+			// 8 MiB
+			MaxDecompressedBatchBytes: 8 << 20,
 		},
 		Memcached: Memcached{
 			Servers:        []string{"127.0.0.1:11211", "127.0.0.1:11212"},
@@ -101,6 +103,7 @@ func TestDefaults(t *testing.T) {
 		{"kafka.format", cfg.Kafka.Format, "auto"},
 		{"kafka.client_id", cfg.Kafka.ClientID, "cachewarden"},
 		{"kafka.check_crcs", cfg.Kafka.CheckCRCs, false},
+		{"kafka.max_decompressed_batch_bytes", cfg.Kafka.MaxDecompressedBatchBytes, DefaultMaxDecompressedBatchBytes},
 		{"kafka.schema_registry", cfg.Kafka.SchemaRegistry, SchemaRegistry{Timeout: DefaultSchemaRegistryTimeout}},
 		{"memcached.max_concurrency", cfg.Memcached.MaxConcurrency, cacheops.DefaultMaxConcurrency},
 		{"memcached.timeout", cfg.Memcached.Timeout, metaproto.DefaultTimeout},
@@ -392,6 +395,7 @@ func TestREADMEQuotesDefaults(t *testing.T) {
 		{"kafka.offset_reset", shown.Kafka.OffsetReset, defaults.Kafka.OffsetReset},
 		{"kafka.balancer", shown.Kafka.Balancer, defaults.Kafka.Balancer},
 		{"kafka.unordered_sets", shown.Kafka.UnorderedSets, defaults.Kafka.UnorderedSets},
+		{"kafka.max_decompressed_batch_bytes", shown.Kafka.MaxDecompressedBatchBytes, defaults.Kafka.MaxDecompressedBatchBytes},
 		{"memcached.distribution", shown.Memcached.Distribution, defaults.Memcached.Distribution},
 		{"memcached.protocol", shown.Memcached.Protocol, defaults.Memcached.Protocol},
 		{"memcached.max_concurrency", shown.Memcached.MaxConcurrency, defaults.Memcached.MaxConcurrency},

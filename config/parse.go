@@ -234,6 +234,9 @@ func (d *decoder) kafka(n *yaml.Node, k *Kafka) {
 		"stall_timeout":   func(v *yaml.Node) { k.StallTimeout = d.duration(v, "kafka.stall_timeout") },
 		"unordered_sets":  func(v *yaml.Node) { k.UnorderedSets = d.str(v, "kafka.unordered_sets") },
 		"check_crcs":      func(v *yaml.Node) { k.CheckCRCs = d.boolean(v, "kafka.check_crcs") },
+		"max_decompressed_batch_bytes": func(v *yaml.Node) {
+			k.MaxDecompressedBatchBytes = d.integer(v, "kafka.max_decompressed_batch_bytes")
+		},
 		"schema_registry": func(v *yaml.Node) { d.schemaRegistry(v, &k.SchemaRegistry) },
 		"sasl": func(v *yaml.Node) {
 			d.mapping(v, "kafka.sasl", map[string]func(*yaml.Node){

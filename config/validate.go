@@ -141,6 +141,11 @@ func (d *decoder) validateKafka(k *Kafka) {
 		d.problem(d.place("kafka.handoff_timeout"), "kafka.handoff_timeout: %s must be below kafka.rebalance_timeout (%s), or a released partition could outlast the rebalance",
 			k.HandoffTimeout, k.RebalanceTimeout)
 	}
+	if d.orDefault("kafka.max_decompressed_batch_bytes", func() { k.MaxDecompressedBatchBytes = DefaultMaxDecompressedBatchBytes }) &&
+		(k.MaxDecompressedBatchBytes < MinDecompressedBatchBytes || k.MaxDecompressedBatchBytes > MaxDecompressedBatchBytes) {
+		d.problem(d.place("kafka.max_decompressed_batch_bytes"), "kafka.max_decompressed_batch_bytes: %d is outside %d..%d (1 MiB to 1 GiB)",
+			k.MaxDecompressedBatchBytes, MinDecompressedBatchBytes, MaxDecompressedBatchBytes)
+	}
 	d.validateSASL(&k.SASL)
 	d.validateSchemaRegistry(k)
 }

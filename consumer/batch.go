@@ -170,6 +170,15 @@ func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPart
 		res.next, expect = next, next
 		c.applied(next)
 		w.progress.advanced(len(src.pending) > 0 || src.more())
+		if ob := stuckBatch(msgs); ob != nil {
+			// Committed past the batch; the client fetches nothing more
+			// of the partition in this assignment.
+			clear(msgs)
+			b.Release()
+			d.fetchFailed(log, tp, ob.StuckError(), &w.progress)
+			<-release.Done()
+			return res
+		}
 		// Messages between the batch's last one and the last stable
 		// offset of the latest fetch.
 		d.m.setLag(topic, partition, max(src.stable-next, 0))
@@ -331,6 +340,17 @@ func (d *Daemon) fill(ctx context.Context, src *batchSource, msgs []Message, lim
 		}
 	}
 	return msgs, time.Now(), nil
+}
+
+// stuckBatch returns the oversized batch among msgs the client could not
+// move past (OversizedBatch.Stuck); nil when none.
+func stuckBatch(msgs []Message) *OversizedBatch {
+	for i := range msgs {
+		if ob, ok := msgs[i].Failed.(*OversizedBatch); ok && ob.Stuck {
+			return ob
+		}
+	}
+	return nil
 }
 
 func later(a, b time.Time) time.Time {

@@ -141,6 +141,7 @@ type Daemon struct {
 
 	running     atomic.Bool
 	stopped     atomic.Bool
+	probingAuth atomic.Bool
 	memcachedUp atomic.Bool
 	// mysql is checked for readiness when set; mysqlState holds the
 	// result.
@@ -250,11 +251,21 @@ func (d *Daemon) NotReady() []string {
 	if r := d.mysqlNotReady(); r != "" {
 		reasons = append(reasons, r)
 	}
+	if cl := d.cl.Load(); cl != nil {
+		if f := authFailure(cl); f != "" {
+			reasons = append(reasons, "kafka: "+f)
+		}
+	}
 	if !d.joined() {
 		reasons = append(reasons, "kafka: not a member of consumer group "+d.cfg.Group)
 	}
 	if d.p.WaitingForSchemas() {
 		reasons = append(reasons, "schema registry: a batch waits for a schema it cannot fetch (see the log)")
+	}
+	if a, ok := d.p.cfg.Schemas.(interface{ AuthFailure() string }); ok {
+		if f := a.AuthFailure(); f != "" {
+			reasons = append(reasons, "schema registry: "+f)
+		}
 	}
 	for _, s := range d.Stalled() {
 		reasons = append(reasons, "partition "+s.String())
@@ -404,6 +415,17 @@ func (d *Daemon) healthLoop(ctx context.Context) {
 		boolGauge(d.m.memcachedUp, up)
 		if age, ok := d.lease.age(time.Now()); ok {
 			d.m.leaseAge.Set(age.Seconds())
+		}
+		if cl := d.cl.Load(); cl != nil && !d.joined() {
+			// Not in the group: find out whether the brokers refuse
+			// the credentials, beside the loop (a probe may wait
+			// for brokers that do not answer).
+			if auth := clientHook[*kafkaAuth](cl); auth != nil && d.probingAuth.CompareAndSwap(false, true) {
+				go func() {
+					defer d.probingAuth.Store(false)
+					auth.probeAuth(ctx, cl)
+				}()
+			}
 		}
 		d.reportStalled()
 		d.updateReady()

@@ -31,11 +31,19 @@ type KafkaConn struct {
 	// SASL, when non-nil, authenticates connections (PLAIN, SCRAM-SHA-256,
 	// SCRAM-SHA-512 or OAUTHBEARER; see KafkaConnFromConfig).
 	SASL sasl.Mechanism
+	// SASLMechanism and SASLUser name the mechanism and the user in
+	// logs and /readyz when authentication fails ("" when unknown).
+	SASLMechanism, SASLUser string
 	// DialTimeout bounds connecting to a broker; default 10s.
 	DialTimeout time.Duration
 	// CheckCRCs makes consumers verify the CRC32C of every fetched
 	// record batch (config kafka.check_crcs); off by default.
 	CheckCRCs bool
+	// MaxDecompressedBatchBytes bounds what one fetched record batch may
+	// decompress to (config kafka.max_decompressed_batch_bytes); default
+	// config.DefaultMaxDecompressedBatchBytes (16 MiB). A batch over it
+	// is poison (OversizedBatch).
+	MaxDecompressedBatchBytes int
 }
 
 func (c KafkaConn) clientID() string {
@@ -43,6 +51,13 @@ func (c KafkaConn) clientID() string {
 		return config.DefaultClientID
 	}
 	return c.ClientID
+}
+
+func (c KafkaConn) maxDecompressedBatchBytes() int {
+	if c.MaxDecompressedBatchBytes <= 0 {
+		return config.DefaultMaxDecompressedBatchBytes
+	}
+	return c.MaxDecompressedBatchBytes
 }
 
 func (c KafkaConn) dialTimeout() time.Duration {
@@ -93,6 +108,8 @@ func (c KafkaConn) clientOpts(log *slog.Logger) []kgo.Opt {
 		kgo.FetchMaxWait(fetchMaxWait),
 		kgo.FetchMaxBytes(fetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes),
+		kgo.MaxDecompressBatchBytes(c.maxDecompressedBatchBytes()),
+		kgo.WithHooks(&failedBatchSizes{}),
 	}
 	if !c.CheckCRCs {
 		opts = append(opts, kgo.DisableFetchCRCValidation())
@@ -101,7 +118,11 @@ func (c KafkaConn) clientOpts(log *slog.Logger) []kgo.Opt {
 		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
 	}
 	if c.SASL != nil {
-		opts = append(opts, kgo.SASL(c.SASL))
+		mech := c.SASLMechanism
+		if mech == "" {
+			mech = c.SASL.Name()
+		}
+		opts = append(opts, kgo.SASL(c.SASL), kgo.WithHooks(&kafkaAuth{mechanism: mech, user: c.SASLUser, log: log}))
 	}
 	return opts
 }

@@ -86,6 +86,15 @@ func (q *partitionQueue) push(recs []*kgo.Record, stable, logStart int64) {
 	signal(q.ready)
 }
 
+// pushMessage appends one message that stands for records the client
+// could not hand over (oversizedMessage).
+func (q *partitionQueue) pushMessage(m Message) {
+	q.mu.Lock()
+	q.msgs = append(q.msgs, m)
+	q.mu.Unlock()
+	signal(q.ready)
+}
+
 // fail reports a fetch error of the partition to its batcher.
 func (q *partitionQueue) fail(err error) {
 	q.mu.Lock()

@@ -32,6 +32,10 @@ type Message struct {
 	Fetched time.Time
 	// Pos is where the message came from; it becomes the events' Source.
 	Pos rules.Position
+	// Failed, when not nil, makes the message poison without decoding:
+	// it stands for records the client could not read (an
+	// OversizedBatch), and has no key or value.
+	Failed error
 }
 
 // Applier applies cache ops; results[i] receives the outcome of ops[i].
@@ -334,6 +338,11 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 	b.sourceTsMs = b.sourceTsMs[:0]
 	for i := range msgs {
 		msg := &msgs[i]
+		if msg.Failed != nil {
+			b.poison(msg, msg.Failed, cdc.FormatAuto)
+			p.coverPoison(b, msg, nil)
+			continue
+		}
 		dec := p.decoderFor(msg.Pos.Topic)
 		if err := dec.Decode(msg.Value, msg.Pos, &b.decoded); err != nil {
 			b.poison(msg, err, b.decoded.Format)

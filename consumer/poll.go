@@ -20,20 +20,29 @@ import (
 // A partition's fetch error goes to its queue: the client returns only
 // errors it does not retry by itself (an offset out of range with no
 // reset configured, authorization, a corrupt or unsupported batch), and
-// it stops fetching that partition after one. Data-loss notices (the
+// it stops fetching that partition after one. A batch that decompresses
+// past the client's MaxDecompressBatchBytes is not an error: its
+// partition's queue gets a message standing for it (OversizedBatch), and
+// fetching goes on past it. Data-loss notices (the
 // client found the log truncated under it and resumed at the divergence)
 // are logged.
 func pollLoop(ctx context.Context, cl *kgo.Client, route func(topic string, partition int32) *partitionQueue, log *slog.Logger) {
+	var oversized []*kgo.ErrDecompressTooLarge
 	for ctx.Err() == nil {
 		fetches := cl.PollFetches(ctx)
 		if fetches.IsClientClosed() {
 			return
 		}
+		oversized = oversized[:0]
 		fetches.EachError(func(topic string, partition int32, err error) {
 			var loss *kgo.ErrDataLoss
 			switch {
 			case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 				// The poll ended with ctx.
+			case errors.As(err, new(*kgo.ErrDecompressTooLarge)):
+				// Poison, after the partition's records of this poll.
+				e, _ := asOversized(err)
+				oversized = append(oversized, e)
 			case errors.As(err, &loss):
 				log.Warn("kafka: partition log was truncated under the consumer; continuing where it diverged",
 					"topic", topic, "partition", partition, "error", err.Error())
@@ -56,6 +65,9 @@ func pollLoop(ctx context.Context, cl *kgo.Client, route func(topic string, part
 				r.Recycle()
 			}
 		})
+		for _, e := range oversized {
+			skipOversized(cl, route(e.Topic, e.Partition), e, log)
+		}
 	}
 }
 

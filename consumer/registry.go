@@ -25,9 +25,15 @@ type SchemaRegistry struct {
 	cache *cdc.AvroSchemaCache
 	log   *slog.Logger
 	m     *Metrics
+	// user is the basic-auth user ("" none), for logs and /readyz.
+	user string
 	// mu lets one Fetch ask the registry at a time: partitions that wait
 	// for the same new schema ask once.
 	mu sync.Mutex
+	// authFailure is why the registry last refused the credentials; ""
+	// when it answered since. Guarded by authMu.
+	authMu      sync.Mutex
+	authFailure string
 }
 
 // NewSchemaRegistry returns a client of the registry c describes (its URLs
@@ -65,7 +71,46 @@ func NewSchemaRegistry(c config.SchemaRegistry, m *Metrics, log *slog.Logger) (*
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &SchemaRegistry{cl: cl, cache: &cdc.AvroSchemaCache{}, log: log, m: m}, nil
+	return &SchemaRegistry{cl: cl, cache: &cdc.AvroSchemaCache{}, log: log, m: m, user: c.Username}, nil
+}
+
+// AuthFailure returns why the registry last refused the credentials
+// (HTTP 401 or 403); "" when it has answered a request since, or never
+// refused. Safe for concurrent use.
+func (r *SchemaRegistry) AuthFailure() string {
+	r.authMu.Lock()
+	defer r.authMu.Unlock()
+	return r.authFailure
+}
+
+// noteAuth records the outcome of a request: a refusal of the
+// credentials is logged once until the registry answers again.
+func (r *SchemaRegistry) noteAuth(err error) {
+	var re *sr.ResponseError
+	refused := errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden)
+	if err != nil && !refused && !schemaNotFound(err) {
+		return // no answer: says nothing of the credentials
+	}
+	r.authMu.Lock()
+	was := r.authFailure
+	if refused {
+		auth := "no credentials"
+		if r.user != "" {
+			auth = fmt.Sprintf("basic auth as user %q", r.user)
+		}
+		r.authFailure = fmt.Sprintf("authentication failed (%s): HTTP %d", auth, re.StatusCode)
+	} else {
+		r.authFailure = ""
+	}
+	now := r.authFailure
+	r.authMu.Unlock()
+	switch {
+	case refused && was == "":
+		r.log.Error("schema registry: the registry refused the credentials; check kafka.schema_registry.username and password (retrying, logged again only after a success)",
+			"mechanism", "basic", "user", r.user, "status", re.StatusCode, "error", err.Error())
+	case now == "" && was != "":
+		r.log.Info("schema registry: credentials accepted again", "user", r.user)
+	}
 }
 
 // Cache returns the cache of compiled schemas that the decoders read
@@ -93,6 +138,7 @@ func (r *SchemaRegistry) Fetch(ctx context.Context, ids []uint32) error {
 			continue // fetched meanwhile by another partition
 		}
 		s, err := r.fetch(ctx, id)
+		r.noteAuth(err)
 		switch {
 		case err == nil:
 			r.cache.Add(s)

@@ -225,6 +225,12 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 	adm := kadm.NewClient(cl)
 	meta, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
+		if auth := clientHook[*kafkaAuth](cl); auth != nil {
+			auth.probeAuth(ctx, cl)
+			if f := auth.Failure(); f != "" {
+				return nil, fmt.Errorf("consumer: replay: read topic metadata: %w (%s)", err, f)
+			}
+		}
 		return nil, fmt.Errorf("consumer: replay: read topic metadata: %w", err)
 	}
 	exists := make(map[topicPartition]bool)

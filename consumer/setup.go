@@ -466,12 +466,13 @@ func (s *Stack) registerClientStats() {
 // KafkaConnFromConfig translates the kafka section's connection settings,
 // reading the TLS files it names.
 func KafkaConnFromConfig(k config.Kafka) (KafkaConn, error) {
-	kc := KafkaConn{Brokers: k.Brokers, ClientID: k.ClientID, CheckCRCs: k.CheckCRCs}
+	kc := KafkaConn{Brokers: k.Brokers, ClientID: k.ClientID, CheckCRCs: k.CheckCRCs, MaxDecompressedBatchBytes: k.MaxDecompressedBatchBytes}
 	tc, err := k.TLS.Config("kafka.tls")
 	if err != nil {
 		return kc, fmt.Errorf("consumer: %w", err)
 	}
 	kc.TLS = tc
+	kc.SASLMechanism, kc.SASLUser = k.SASL.Mechanism, k.SASL.Username
 	switch s := k.SASL; s.Mechanism {
 	case "":
 	case "plain":

@@ -318,6 +318,8 @@ type Message struct {
 	Key       []byte
 	Value     []byte
 	Headers   map[string]string
+	// Time is the record's timestamp.
+	Time time.Time
 }
 
 // ReadAll reads every message currently in topic (all partitions, from
@@ -362,7 +364,7 @@ func (b *Broker) ReadAll(ctx context.Context, topic string) ([]Message, error) {
 			if _, reading := from[r.Partition]; !reading || r.Offset >= ends[topic][p] {
 				return
 			}
-			msg := Message{Partition: p, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: map[string]string{}}
+			msg := Message{Partition: p, Offset: r.Offset, Key: r.Key, Value: r.Value, Headers: map[string]string{}, Time: r.Timestamp}
 			for _, h := range r.Headers {
 				msg.Headers[h.Key] = string(h.Value)
 			}

@@ -147,6 +147,8 @@ type OutMessage struct {
 	Key     []byte
 	Value   []byte
 	Headers map[string]string
+	// Time is the record's timestamp; zero means when it is published.
+	Time time.Time
 }
 
 // TopicFunc names the topic of a table's changes.

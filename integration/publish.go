@@ -90,7 +90,7 @@ func (p *Publisher) PublishRaw(ctx context.Context, msgs ...OutMessage) error {
 	}
 	recs := make([]*kgo.Record, len(msgs))
 	for i, m := range msgs {
-		recs[i] = &kgo.Record{Topic: m.Topic, Key: m.Key, Value: m.Value}
+		recs[i] = &kgo.Record{Topic: m.Topic, Key: m.Key, Value: m.Value, Timestamp: m.Time}
 		for k, v := range m.Headers {
 			recs[i].Headers = append(recs[i].Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 		}
