@@ -331,6 +331,11 @@ func TestOtherClientsReadFencedCounters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		for i := range ops {
+			// As the daemon's pipeline does: counters live under their
+			// table's generation.
+			ops[i].Key = e.counterKey(t, "post-comments", ops[i].Key)
+		}
 		if err := daemon.Apply(ctx, ops, make([]cacheops.Result, len(ops))); err != nil {
 			t.Fatal(err)
 		}
@@ -350,6 +355,7 @@ func TestOtherClientsReadFencedCounters(t *testing.T) {
 			n++
 		}
 		key, _ := e.c.Key("post-comments", Row{"post_id": post})
+		key = e.counterKey(t, "post-comments", key)
 		want[key] = strconv.Itoa(n)
 		keys = append(keys, key)
 	}
@@ -358,6 +364,7 @@ func TestOtherClientsReadFencedCounters(t *testing.T) {
 		t.Fatalf("Count = %d, %v", n, err)
 	}
 	key, _ := e.c.Key("post-comments", Row{"post_id": posts + 1})
+	key = e.counterKey(t, "post-comments", key)
 	want[key] = strconv.Itoa(posts + 1)
 	keys = append(keys, key)
 

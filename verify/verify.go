@@ -557,6 +557,36 @@ func (v *Verifier) checkChunk(ctx context.Context, r *rules.Rule, opts Options, 
 
 // judge reads and compares the targets' items.
 func (v *Verifier) judge(ctx context.Context, r *rules.Rule, concurrency int, ts []target) ([]verdict, error) {
+	// Sets and counters are valid only under their table's current
+	// generation (docs/formats.md, "Generations"): a set of another
+	// generation, and every item of a table whose generation item is
+	// missing, counts as missing, as readers see it. Counters live at
+	// their key under the generation, so it is read first.
+	gen, genOK := uint64(0), false
+	if r.Generation != "" {
+		gi, err := v.cache.GetMulti([]string{r.Generation})
+		if err != nil {
+			return nil, fmt.Errorf("verify: rule %q: read generation %q from memcached: %w", r.Name, r.Generation, err)
+		}
+		if it := gi[r.Generation]; it != nil {
+			gen, genOK = itemformat.ParseGeneration(it.Value)
+		}
+		if !genOK {
+			out := make([]verdict, len(ts))
+			for i := range out {
+				out[i].missing = true
+			}
+			return out, nil
+		}
+		if r.Kind == rules.CountRule {
+			stamped := make([]target, len(ts))
+			for i, t := range ts {
+				stamped[i] = t
+				stamped[i].key = itemformat.CounterKey(t.key, gen)
+			}
+			ts = stamped
+		}
+	}
 	keys := make([]string, len(ts))
 	for i, t := range ts {
 		keys[i] = t.key
@@ -574,7 +604,7 @@ func (v *Verifier) judge(ctx context.Context, r *rules.Rule, concurrency int, ts
 	sem := make(chan struct{}, concurrency)
 	for i, t := range ts {
 		it, ok := items[t.key]
-		if !ok {
+		if !ok || (genOK && r.Kind == rules.SetRule && !itemformat.DecodeSet(it.Value).ValidAt(gen)) {
 			out[i].missing = true
 			continue
 		}
