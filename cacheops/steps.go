@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
@@ -41,6 +42,7 @@ const (
 	stepCounterSet     // set of a recounted counter
 	stepDelete         // delete of an item that cannot be kept correct
 	stepGenGet         // get of the set's generation before it is loaded
+	stepGenAdd         // add of a missing generation before a set is loaded
 
 	// MySQL steps, run between rounds.
 	stepLoad       // load a missing set
@@ -209,6 +211,8 @@ func (a *Applier) command(p *opState, cmd *metaproto.Cmd) {
 		cmd.Verb = metaproto.VerbDelete
 	case stepGenGet:
 		cmd.Key, cmd.Verb = op.Rule.Generation, metaproto.VerbGet
+	case stepGenAdd:
+		cmd.Key, cmd.Verb, cmd.Mode, cmd.Data = op.Rule.Generation, metaproto.VerbSet, metaproto.ModeAdd, strconv.FormatUint(p.gen, 10)
 	}
 }
 
@@ -224,6 +228,8 @@ func verb(p *opState) string {
 		return "gets"
 	case stepGenGet:
 		return "get of the generation"
+	case stepGenAdd:
+		return "add of the generation"
 	case stepCompactCAS, stepSampleCAS:
 		return "cas"
 	case stepBumpAdd, stepLoadAdd, stepCounterAdd:
@@ -274,7 +280,7 @@ func (a *Applier) advance(p *opState, cmd *metaproto.Cmd, rep *metaproto.Reply) 
 		a.advanceLoadAdd(p, rep)
 	case stepRebuildDelete:
 		a.advanceRebuildDelete(p, rep)
-	case stepGenGet:
+	case stepGenGet, stepGenAdd:
 		a.advanceGenGet(p, rep)
 	case stepDelta, stepCounterAdd, stepCounterSet:
 		a.advanceCounter(p, rep)
@@ -506,18 +512,29 @@ func (a *Applier) toLoad(p *opState) {
 	p.step, p.quiet = stepGenGet, false
 }
 
-// advanceGenGet: the generation a set is about to be loaded under. When
-// it is missing or unreadable the set is left missing: a reader creates
-// the generation and loads the set itself.
+// advanceGenGet: the generation a set is about to be loaded under, and
+// the add of a missing one (docs/formats.md, "Generations"): a new
+// generation is the namespace start of now, and a lost add reads the
+// winner's. When the generation item holds no generation the set is
+// left missing (a reader replaces the item).
 func (a *Applier) advanceGenGet(p *opState, rep *metaproto.Reply) {
-	switch rep.Status {
-	case metaproto.VA:
+	switch {
+	case p.step == stepGenGet && rep.Status == metaproto.VA:
 		if g, ok := itemformat.ParseGeneration(rep.Value); ok {
 			p.gen, p.step = g, stepLoad
 			return
 		}
 		a.log.Warn("generation item holds no generation; leaving the set missing", "key", p.op.Rule.Generation, "rule", p.op.Rule.Name)
-	case metaproto.EN:
+	case p.step == stepGenGet && rep.Status == metaproto.EN:
+		p.gen, p.step = itemformat.NewGeneration(time.Now()), stepGenAdd
+		return
+	case p.step == stepGenAdd && rep.Status == metaproto.HD:
+		p.step = stepLoad
+		return
+	case p.step == stepGenAdd && rep.Status == metaproto.NS:
+		// Created meanwhile: read it (maxSends bounds the rounds).
+		p.step = stepGenGet
+		return
 	default:
 		a.unexpected(p, rep)
 		return
