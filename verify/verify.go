@@ -502,6 +502,9 @@ type verdict struct {
 	missing        bool
 	wrong          bool
 	cached, truthS string
+	// key is the item's key when it is not the target's (a counter
+	// under its generation).
+	key string
 }
 
 // checkChunk reads the chunk's items in one GetMulti, then compares each
@@ -544,7 +547,11 @@ func (v *Verifier) checkChunk(ctx context.Context, r *rules.Rule, opts Options, 
 		case vd.wrong:
 			rr.Wrong++
 			if opts.MaxMismatches > 0 && len(rep.Mismatches) < opts.MaxMismatches {
-				rep.Mismatches = append(rep.Mismatches, Mismatch{Rule: r.Name, Key: ts[i].key, Cached: vd.cached, Truth: vd.truthS})
+				key := ts[i].key
+				if vd.key != "" {
+					key = vd.key
+				}
+				rep.Mismatches = append(rep.Mismatches, Mismatch{Rule: r.Name, Key: key, Cached: vd.cached, Truth: vd.truthS})
 			} else {
 				rep.Dropped++
 			}
@@ -614,6 +621,7 @@ func (v *Verifier) judge(ctx context.Context, r *rules.Rule, concurrency int, ts
 			defer wg.Done()
 			defer func() { <-sem }()
 			vd, err := v.compare(ctx, r, t, it.Value)
+			vd.key = t.key
 			if err != nil {
 				mu.Lock()
 				if firstErr == nil {

@@ -186,9 +186,10 @@ func TestVerify(t *testing.T) {
 		t.Error("OK() = true with wrong items")
 	}
 	wantMismatch := map[string]Mismatch{
-		f.prefix + "comments:2":   {Rule: "post-comments", Cached: "3", Truth: "1"},
-		f.prefix + "comments:all": {Rule: "all-comments", Cached: `"x"`, Truth: "7"},
-		f.prefix + "interests:8":  {Rule: "user-interests", Cached: "{chess jazz}", Truth: "{jazz}"},
+		// Counters are reported at their key under the generation.
+		f.itemKey("comments:2"):   {Rule: "post-comments", Cached: "3", Truth: "1"},
+		f.itemKey("comments:all"): {Rule: "all-comments", Cached: `"x"`, Truth: "7"},
+		f.itemKey("interests:8"):  {Rule: "user-interests", Cached: "{chess jazz}", Truth: "{jazz}"},
 	}
 	if len(rep.Mismatches) != len(wantMismatch) {
 		t.Errorf("mismatches %+v, want %d", rep.Mismatches, len(wantMismatch))
@@ -214,7 +215,7 @@ func TestVerify(t *testing.T) {
 		t.Error("bump rule listed in the report")
 	}
 	for _, want := range []string{
-		"MISMATCH rule=post-comments key=" + f.prefix + "comments:2 cached=3 truth=1",
+		"MISMATCH rule=post-comments key=" + f.itemKey("comments:2") + " cached=3 truth=1",
 		"skipped products (set): no load query",
 		"checked 9, present 8 (88.9%), missing 1, consistent 5, wrong 3: consistency 66.66% (0 nines)",
 	} {
@@ -242,7 +243,7 @@ func TestVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Mismatch{Key: f.prefix + "comments:4", Rule: "post-comments", Cached: `"+0"`, Truth: "0"}); rep.Wrong != 1 || len(rep.Mismatches) != 1 || rep.Mismatches[0] != want {
+	if want := (Mismatch{Key: f.itemKey("comments:4"), Rule: "post-comments", Cached: `"+0"`, Truth: "0"}); rep.Wrong != 1 || len(rep.Mismatches) != 1 || rep.Mismatches[0] != want {
 		t.Errorf("signed counter: wrong %d, mismatches %+v; want %+v", rep.Wrong, rep.Mismatches, want)
 	}
 }
