@@ -3,7 +3,9 @@
 //
 // A small reader for PHP applications on php-memcached (Debian's
 // php-memcached): keys built like the daemon's, namespace versions (hot-key
-// copies and master namespaces with evidence included), sets and counters. (php-memcached has no meta commands, so it reads the
+// copies and master namespaces with evidence included), sets and counters
+// (each read with its table's generation: cw_members($mc, $key,
+// cw_generation_key($prefix, $db, $table))). (php-memcached has no meta commands, so it reads the
 // values GetOrCompute stores with a plain get and leaves recomputation to
 // meta-protocol clients.)
 //

@@ -2,7 +2,9 @@
 
 A small reader for Python applications on pymemcache (Debian's
 python3-pymemcache): keys built like the daemon's, namespace versions,
-hot-key copies, master namespaces with evidence, sets, counters, and
+hot-key copies, master namespaces with evidence, sets and counters (each
+read with its table's generation: members(mc, key, generation_key(prefix,
+db, table))), and
 GetOrCompute's leases over the meta protocol (on a
 socket of its own: pymemcache 3.x has no meta commands).
 
