@@ -146,6 +146,19 @@ func Generation(mc *memcache.Client, key string) (uint64, error) {
 	return 0, fmt.Errorf("integration: generation %q keeps vanishing", key)
 }
 
+// CounterItemKey returns the key of the counter a planned count op
+// addresses, under its table's current generation (Generation).
+func CounterItemKey(mc *memcache.Client, op *rules.Op) (string, error) {
+	if op.Rule == nil || op.Rule.Generation == "" {
+		return op.Key, nil
+	}
+	gen, err := Generation(mc, op.Rule.Generation)
+	if err != nil {
+		return "", err
+	}
+	return itemformat.CounterKey(op.Key, gen), nil
+}
+
 // clientRow converts a row image to the client's Row.
 func clientRow(r rules.Row) client.Row {
 	row := make(client.Row, len(r))
