@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
@@ -40,6 +41,8 @@ const (
 	stepCounterAdd     // add of a recounted missing counter
 	stepCounterSet     // set of a recounted counter
 	stepDelete         // delete of an item that cannot be kept correct
+	stepGenGet         // get of the set's generation before it is loaded
+	stepGenAdd         // add of a missing generation before a set is loaded
 
 	// MySQL steps, run between rounds.
 	stepLoad       // load a missing set
@@ -84,6 +87,8 @@ type opState struct {
 	outcome Outcome
 	// initial is a new namespace's value.
 	initial uint64
+	// gen is the generation a set is loaded under (read before the load).
+	gen uint64
 	// deleteWhy says what could not be done, for a delete step's error.
 	deleteWhy string
 	// raced: a counter's add lost a race and its delta is being applied
@@ -208,6 +213,10 @@ func (a *Applier) command(p *opState, cmd *metaproto.Cmd) {
 		}
 	case stepDelete, stepRebuildDelete:
 		cmd.Verb = metaproto.VerbDelete
+	case stepGenGet:
+		cmd.Key, cmd.Verb = op.Rule.Generation, metaproto.VerbGet
+	case stepGenAdd:
+		cmd.Key, cmd.Verb, cmd.Mode, cmd.Data = op.Rule.Generation, metaproto.VerbSet, metaproto.ModeAdd, strconv.FormatUint(p.gen, 10)
 	}
 }
 
@@ -221,6 +230,10 @@ func verb(p *opState) string {
 		return "append"
 	case stepInspect, stepSampleGet:
 		return "gets"
+	case stepGenGet:
+		return "get of the generation"
+	case stepGenAdd:
+		return "add of the generation"
 	case stepCompactCAS, stepSampleCAS:
 		return "cas"
 	case stepBumpAdd, stepLoadAdd, stepCounterAdd:
@@ -271,6 +284,8 @@ func (a *Applier) advance(p *opState, cmd *metaproto.Cmd, rep *metaproto.Reply) 
 		a.advanceLoadAdd(p, rep)
 	case stepRebuildDelete:
 		a.advanceRebuildDelete(p, rep)
+	case stepGenGet, stepGenAdd:
+		a.advanceGenGet(p, rep)
 	case stepDelta, stepCounterAdd, stepCounterSet:
 		a.advanceCounter(p, rep)
 	case stepDelete:
@@ -373,7 +388,7 @@ func (a *Applier) advanceInspect(p *opState, rep *metaproto.Reply) {
 			// It stays missing, which readers handle.
 			a.finish(p, OutcomeMissing)
 		} else {
-			p.step = stepLoad
+			a.toLoad(p)
 		}
 	case metaproto.VA:
 		// The set exists: compact it (whenever that shrinks it) and
@@ -461,7 +476,7 @@ func compaction(value []byte, ratio float64) (compacted []byte, ok bool) {
 	if ratio > 0 && !st.Dirty(ratio) {
 		return nil, false
 	}
-	compacted = itemformat.EncodeSet(st.Members)
+	compacted = st.Compact()
 	return compacted, len(compacted) < len(value)
 }
 
@@ -489,6 +504,53 @@ func (a *Applier) advanceLoadAdd(p *opState, rep *metaproto.Reply) {
 	}
 }
 
+// toLoad moves a set op on to loading its set: first the generation it is
+// loaded under, read before the load query runs, so that a change lost
+// during the load leaves the loaded set stale (docs/formats.md,
+// "Generations").
+func (a *Applier) toLoad(p *opState) {
+	if p.op.Rule.Generation == "" {
+		p.step = stepLoad
+		return
+	}
+	p.step, p.quiet = stepGenGet, false
+}
+
+// advanceGenGet: the generation a set is about to be loaded under, and
+// the add of a missing one (docs/formats.md, "Generations"): a new
+// generation is the namespace start of now, and a lost add reads the
+// winner's. When the generation item holds no generation the set is
+// left missing (a reader replaces the item).
+func (a *Applier) advanceGenGet(p *opState, rep *metaproto.Reply) {
+	switch {
+	case p.step == stepGenGet && rep.Status == metaproto.VA:
+		if g, ok := itemformat.ParseGeneration(rep.Value); ok {
+			p.gen, p.step = g, stepLoad
+			return
+		}
+		a.log.Warn("generation item holds no generation; leaving the set missing", "key", p.op.Rule.Generation, "rule", p.op.Rule.Name)
+	case p.step == stepGenGet && rep.Status == metaproto.EN:
+		p.gen, p.step = itemformat.NewGeneration(time.Now()), stepGenAdd
+		return
+	case p.step == stepGenAdd && rep.Status == metaproto.HD:
+		p.step = stepLoad
+		return
+	case p.step == stepGenAdd && rep.Status == metaproto.NS:
+		// Created meanwhile: read it (maxSends bounds the rounds).
+		p.step = stepGenGet
+		return
+	default:
+		a.unexpected(p, rep)
+		return
+	}
+	if p.rebuild {
+		a.deletes.Add(1)
+		a.finish(p, OutcomeDeleted)
+		return
+	}
+	a.finish(p, OutcomeMissing)
+}
+
 // advanceRebuildDelete: a set rebuild (OpSetRebuild, docs/operations.md)
 // deletes the set, then loads and adds it. Deleting first, instead of
 // storing with set, keeps every concurrent writer's change: a daemon
@@ -503,7 +565,7 @@ func (a *Applier) advanceRebuildDelete(p *opState, rep *metaproto.Reply) {
 			a.finish(p, OutcomeDeleted)
 			return
 		}
-		p.step = stepLoad
+		a.toLoad(p)
 	default:
 		a.unexpected(p, rep)
 	}
@@ -599,7 +661,12 @@ func (a *Applier) loadSet(ctx, qctx context.Context, p *opState) {
 		a.queryFailed(ctx, p, "load set", "load", "set load failed; leaving the set missing", err)
 		return
 	}
-	p.data, p.step = string(itemformat.EncodeLoadedSet(members)), stepLoadAdd
+	if op.Rule.Generation != "" {
+		p.data = string(itemformat.EncodeLoadedSetAt(p.gen, members))
+	} else {
+		p.data = string(itemformat.EncodeLoadedSet(members))
+	}
+	p.step = stepLoadAdd
 }
 
 // recount runs a counter's recount query (a failed recount deletes the

@@ -107,7 +107,7 @@ func (l *TokenLog) Members(keys []string) (map[string][]string, error) {
 // removed tokens; a lost cas means the log changed since, and the next
 // compaction tries again.
 func (l *TokenLog) compact(it *memcache.Item, st itemformat.SetState) {
-	err := l.mc.CompareAndSwap(&memcache.Item{Key: it.Key, Value: itemformat.EncodeSet(st.Members), Flags: it.Flags, CasID: it.CasID})
+	err := l.mc.CompareAndSwap(&memcache.Item{Key: it.Key, Value: st.Compact(), Flags: it.Flags, CasID: it.CasID})
 	switch {
 	case err == nil:
 		l.log.Debug("compacted a token log", "key", it.Key, "tokens", st.Tokens, "members", len(st.Members))

@@ -990,3 +990,54 @@ func TestWriterSetRebuild(t *testing.T) {
 		t.Fatalf("set = %q, want the set created after the delete", v)
 	}
 }
+
+// TestWriterSetLoadUnderGeneration: a set the writer loads carries the
+// generation of its table read before the load query (docs/formats.md,
+// "Generations"); a missing generation is created first; a generation
+// bumped during the load leaves the loaded set stale.
+func TestWriterSetLoadUnderGeneration(t *testing.T) {
+	e := newWTEnv(t)
+	db, rule := interestsDB(t)
+	rule.Generation = e.key("gen:user_interests")
+	const members = "+100%25 +7 +caf\u00e9 +rock%20climbing "
+	genOf := func() uint64 {
+		v, ok := e.value(t, rule.Generation)
+		g, parsed := itemformat.ParseGeneration([]byte(v))
+		if !ok || !parsed {
+			t.Fatalf("generation item %q, %v", v, ok)
+		}
+		return g
+	}
+
+	// Missing: created, then the set is loaded under it.
+	var bump func(context.Context)
+	w := e.writer(&sqlLoader{db: db, before: func(ctx context.Context) {
+		if bump != nil {
+			bump(ctx)
+		}
+	}}, WriterConfig{})
+	key := e.key("interests:42")
+	op := setAppendOp(rule, key, "+7 ")
+	op.Args = user42
+	wantOutcome(t, applyOne(t, w, op), OutcomeLoaded)
+	g := genOf()
+	if v, _ := e.value(t, key); v != "g"+strconv.FormatUint(g, 10)+" "+members {
+		t.Fatalf("loaded set = %q, want it under generation %d", v, g)
+	}
+
+	// A loss during the load: the set is stamped with the generation
+	// read before it, which readers then reject.
+	bump = func(context.Context) {
+		if _, err := e.mc.Increment(rule.Generation, 1); err != nil {
+			t.Error(err)
+		}
+	}
+	key = e.key("interests:43")
+	op = setAppendOp(rule, key, "+9 ")
+	op.Args = []rules.Value{{Kind: rules.KindInt, Text: "43"}}
+	wantOutcome(t, applyOne(t, w, op), OutcomeLoaded)
+	v, _ := e.value(t, key)
+	if st := itemformat.DecodeSet([]byte(v)); !st.HasGen || st.Gen != g || st.ValidAt(genOf()) {
+		t.Fatalf("set loaded across a bump = %q: want generation %d, now stale (generation %d)", v, g, genOf())
+	}
+}

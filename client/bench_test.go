@@ -194,3 +194,80 @@ func startMemcacheds(tb testing.TB, n int) []string {
 	}
 	return addrs
 }
+
+// BenchmarkSetAndCounterReads reads a warm set and a warm counter with
+// Members and Count (docs/formats.md, "Generations": each read also reads
+// its table's generation) and reports the round trips and the keys asked
+// per read: one round trip, two keys, for either.
+func BenchmarkSetAndCounterReads(b *testing.B) {
+	addr := testsvc.Memcached(b)
+	rs, err := rulefile.Parse("bench.yaml", []byte("version: 1\nprefix: \"bench"+testsvc.Unique()+":\"\nrules:\n"+
+		"  - {name: tags, table: items, set: {key: \"tags:{id}\", member: \"{tag}\"}}\n"+
+		"  - {name: likes, table: likes, count: {key: \"likes:{id}\"}}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := New(Config{Servers: []itemformat.Server{{Addr: addr}}, Rules: rs}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	row := Row{"id": 1}
+	setKey, _ := c.Key("tags", row)
+	countKey, _ := c.Key("likes", row)
+	var gens [2]uint64
+	for i, rule := range []string{"tags", "likes"} {
+		if gens[i], err = c.generation(ctx, c.rules[rule].rule.Generation, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mc := c.Memcache()
+	if err := mc.Set(&memcache.Item{Key: setKey, Value: itemformat.EncodeSetAt(gens[0], []string{"a", "b", "c"})}); err != nil {
+		b.Fatal(err)
+	}
+	if err := mc.Set(&memcache.Item{Key: itemformat.CounterKey(countKey, gens[1]), Value: []byte("42")}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.Count(ctx, "likes", row); err != nil { // learns the generation
+		b.Fatal(err)
+	}
+	for _, rule := range []string{"tags", "likes"} {
+		b.Run(rule, func(b *testing.B) {
+			cc := &keyCountingClient{readClient: c.mc}
+			c.mc = cc
+			defer func() { c.mc = cc.readClient }()
+			for b.Loop() {
+				var err error
+				if rule == "tags" {
+					_, err = c.Members(ctx, rule, row)
+				} else {
+					_, err = c.Count(ctx, rule, row)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cc.trips.Load())/float64(b.N), "roundtrips/read")
+			b.ReportMetric(float64(cc.keys.Load())/float64(b.N), "keys/read")
+		})
+	}
+}
+
+// keyCountingClient counts round trips and the keys they ask for.
+type keyCountingClient struct {
+	readClient
+	trips, keys atomic.Int64
+}
+
+func (c *keyCountingClient) Get(key string) (*memcache.Item, error) {
+	c.trips.Add(1)
+	c.keys.Add(1)
+	return c.readClient.Get(key)
+}
+
+func (c *keyCountingClient) GetMulti(keys []string) (map[string]*memcache.Item, error) {
+	c.trips.Add(1)
+	c.keys.Add(int64(len(keys)))
+	return c.readClient.GetMulti(keys)
+}

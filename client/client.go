@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -137,6 +138,10 @@ type Client struct {
 	db    Querier
 	log   *slog.Logger
 	cfg   Config
+	// gens holds the last generation read per generation key (uint64
+	// values), so that a counter is read with its generation in one
+	// round trip (counterAt).
+	gens sync.Map
 }
 
 const (

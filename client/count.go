@@ -25,6 +25,12 @@ import (
 // Without a recount query or a DB a missing counter is an error matching
 // ErrMissing.
 //
+// A counter lives at itemformat.CounterKey of its rendered key and its
+// table's current generation, read in the same round trip as the counter
+// at the generation the Client saw last (a second read when it moved):
+// a counter of an earlier generation, which may have missed a lost
+// change, is never read (docs/formats.md, "Generations").
+//
 // Reads are exact: a counter the daemon keeps holds its fenced recount
 // plus the deltas after it (docs/exact-counters.md), and Count returns it
 // as it is. Count's own recount runs no snapshot and writes no fence, so
@@ -55,16 +61,16 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 	if err := checkContext(ctx, "count "+key); err != nil {
 		return 0, err
 	}
-	it, err := c.mc.Get(key)
+	it, key, _, err := c.counterAt(ctx, key, r.rule.Generation)
 	store := c.mc.Add
 	switch {
-	case err == nil:
+	case err == nil && it != nil:
 		if n, ok := itemformat.ParseCount(it.Value); ok {
 			return n, nil
 		}
 		c.log.Warn("counter read found a non-numeric value; counting in MySQL", "key", key, "value_bytes", len(it.Value))
 		store = c.mc.Set
-	case errors.Is(err, memcache.ErrCacheMiss):
+	case err == nil:
 	default:
 		c.log.Debug("counter get failed; counting in the database", "key", key, "err", err)
 		store = nil
@@ -88,4 +94,48 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// counterAt reads the counter whose rendered key is key under its
+// table's current generation (docs/formats.md, "Generations"): it returns
+// the counter item (nil when missing), the counter's key under that
+// generation and the generation. It reads the generation item and the
+// counter at the generation this Client saw last in one round trip; only
+// when the generation has moved since (or is not known yet) is the
+// counter read again. A missing generation is created (Client.generation)
+// before anything is counted. err is a memcached failure; key is then the
+// rendered key.
+func (c *Client) counterAt(ctx context.Context, key, genKey string) (it *memcache.Item, counterKey string, gen uint64, err error) {
+	guess, guessed := c.gens.Load(genKey)
+	keys := []string{genKey}
+	if guessed {
+		keys = append(keys, itemformat.CounterKey(key, guess.(uint64)))
+	}
+	items, err := c.mc.GetMulti(keys)
+	if err != nil {
+		return nil, key, 0, err
+	}
+	gi := items[genKey]
+	gen, ok := uint64(0), false
+	if gi != nil {
+		gen, ok = itemformat.ParseGeneration(gi.Value)
+	}
+	if !ok {
+		if gen, err = c.generation(ctx, genKey, gi); err != nil {
+			return nil, key, 0, err
+		}
+		// A new generation: no counter exists under it yet.
+		c.gens.Store(genKey, gen)
+		return nil, itemformat.CounterKey(key, gen), gen, nil
+	}
+	counterKey = itemformat.CounterKey(key, gen)
+	if guessed && guess.(uint64) == gen {
+		return items[counterKey], counterKey, gen, nil
+	}
+	c.gens.Store(genKey, gen)
+	it, err = c.mc.Get(counterKey)
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		return nil, counterKey, gen, nil
+	}
+	return it, counterKey, gen, err
 }

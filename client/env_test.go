@@ -160,3 +160,37 @@ func (e *testEnv) count() *countingClient {
 	e.c.mc = cc
 	return cc
 }
+
+// generation returns the current generation of the named rule's table,
+// creating it (docs/formats.md, "Generations") when it is missing.
+func (e *testEnv) generation(t *testing.T, rule string) uint64 {
+	t.Helper()
+	r, ok := e.c.rules[rule]
+	if !ok {
+		t.Fatalf("no rule %q", rule)
+	}
+	g, err := e.c.generation(t.Context(), r.rule.Generation, nil)
+	if err != nil {
+		if it, gerr := e.mc.Get(r.rule.Generation); gerr == nil {
+			if g, ok := itemformat.ParseGeneration(it.Value); ok {
+				return g
+			}
+		}
+		t.Fatal(err)
+	}
+	return g
+}
+
+// stamped returns tokens after the generation token of rule's current
+// generation: a set as the daemon or a reader loads it.
+func (e *testEnv) stamped(t *testing.T, rule, tokens string) string {
+	t.Helper()
+	return string(itemformat.AppendGenerationToken(nil, e.generation(t, rule))) + tokens
+}
+
+// counterKey returns the key of the counter at the rendered key under
+// rule's current generation.
+func (e *testEnv) counterKey(t *testing.T, rule, key string) string {
+	t.Helper()
+	return itemformat.CounterKey(key, e.generation(t, rule))
+}

@@ -31,7 +31,16 @@ type formatVectors struct {
 		Name, Value, Compacted string
 		Members                []string
 		Tokens, Garbage        int
+		// Generation is the set's generation; "" when it has none.
+		Generation string
 	}
+	Generations []struct {
+		Prefix, Database, Table, Key string
+	}
+	CounterKeys []struct {
+		Key, Generation string
+		CounterKey      string `json:"counter_key"`
+	} `json:"counter_keys"`
 	Namespaces []struct {
 		Value, Version string
 		Valid          bool
@@ -120,8 +129,32 @@ func TestFormatVectors(t *testing.T) {
 		if !slices.Equal(got, c.Members) && !(len(got) == 0 && len(c.Members) == 0) || st.Tokens != c.Tokens || st.Tokens-len(st.Members) != c.Garbage {
 			t.Errorf("set %s: %q, %d tokens, %d garbage; want %q, %d, %d", c.Name, got, st.Tokens, st.Tokens-len(st.Members), c.Members, c.Tokens, c.Garbage)
 		}
-		if got := string(itemformat.EncodeSet(st.Members)); got != c.Compacted {
+		gen := ""
+		if st.HasGen {
+			gen = strconv.FormatUint(st.Gen, 10)
+		}
+		if gen != c.Generation {
+			t.Errorf("set %s: generation %q, want %q", c.Name, gen, c.Generation)
+		}
+		if got := string(st.Compact()); got != c.Compacted {
 			t.Errorf("set %s compacted: %q, want %q", c.Name, got, c.Compacted)
+		}
+	}
+	if len(v.Generations) == 0 || len(v.CounterKeys) == 0 {
+		t.Fatal("no generation vectors")
+	}
+	for _, c := range v.Generations {
+		if got := rules.GenerationKey(c.Prefix, c.Database, c.Table); got != c.Key {
+			t.Errorf("generation key of %q %q %q: %q, want %q", c.Prefix, c.Database, c.Table, got, c.Key)
+		}
+	}
+	for _, c := range v.CounterKeys {
+		g, err := strconv.ParseUint(c.Generation, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := itemformat.CounterKey(c.Key, g); got != c.CounterKey {
+			t.Errorf("counter key of %q at %d: %q, want %q", c.Key, g, got, c.CounterKey)
 		}
 	}
 	for _, c := range v.Namespaces {

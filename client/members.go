@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -20,6 +21,10 @@ import (
 // so a token appended in between makes the rewrite fail instead of being
 // lost; a failed rewrite is ignored and the next read tries again.
 //
+// A set is valid only under its table's current generation, read in the
+// same round trip (docs/formats.md, "Generations"); a set of another
+// generation is treated as missing and replaced (with cas) by the load.
+//
 // When the set is missing, Members runs the rule's load query through
 // Config.DB with the row's values for the rule's args, adds the loaded set
 // (members escaped, duplicates dropped) with the rule's TTL, and returns
@@ -30,7 +35,8 @@ import (
 //
 // Errors writing the cache (compaction, the add) are logged, not
 // returned: the caller still gets correct members. One round trip for a
-// clean set, two for a dirty or missing one.
+// clean set, two for a dirty, missing or stale one (three when the
+// generation item is missing too).
 func (c *Client) Members(ctx context.Context, rule string, row Row) ([]string, error) {
 	r, err := c.ruleOf(rule, rules.SetRule)
 	if err != nil {
@@ -52,14 +58,27 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 	if err := checkContext(ctx, "members "+key); err != nil {
 		return nil, err
 	}
-	it, err := c.mc.Get(key)
-	if err == nil {
-		st := itemformat.DecodeSet(it.Value)
-		c.compactSet(it, st, r.rule.TTL)
-		return unescapeMembers(st.Members), nil
-	}
-	if !errors.Is(err, memcache.ErrCacheMiss) {
+	// The set and its table's generation in one round trip
+	// (docs/formats.md, "Generations").
+	genKey := r.rule.Generation
+	items, err := c.mc.GetMulti([]string{key, genKey})
+	if err != nil {
 		return nil, fmt.Errorf("client: members %q: %w", key, err)
+	}
+	it, gi := items[key], items[genKey]
+	gen, genOK := uint64(0), false
+	if gi != nil {
+		gen, genOK = itemformat.ParseGeneration(gi.Value)
+	}
+	if it != nil {
+		st := itemformat.DecodeSet(it.Value)
+		if genOK && st.ValidAt(gen) {
+			c.compactSet(it, st, r.rule.TTL)
+			return unescapeMembers(st.Members), nil
+		}
+		// Loaded under another generation (a change of its table was
+		// lost since, or the generation was evicted): as good as missing.
+		c.log.Debug("set of another generation; loading it again", "key", key, "generation_key", genKey)
 	}
 	if r.rule.Query == "" || c.db == nil {
 		return nil, fmt.Errorf("client: members %q: %w", key, ErrMissing)
@@ -68,23 +87,57 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The generation is known before the load query runs, so that a
+	// change lost during the load leaves the loaded set stale.
+	store := true
+	if !genOK {
+		if gen, err = c.generation(ctx, genKey, gi); err != nil {
+			c.log.Warn("cannot read or create the generation; the loaded set is not stored", "key", key, "generation_key", genKey, "err", err)
+			store = false
+		}
+	}
 	loaded, err := queryMembers(ctx, c.db, r.rule.Query, args)
 	if err != nil {
 		return nil, fmt.Errorf("client: members %q: load: %w", key, err)
 	}
 	members, escaped := dedupeMembers(loaded)
-	if err := checkContext(ctx, "members "+key); err != nil {
-		return members, nil // the members are correct; only the add is skipped
+	if !store || checkContext(ctx, "members "+key) != nil {
+		return members, nil // the members are correct; only the store is skipped
 	}
-	err = c.mc.Add(&memcache.Item{Key: key, Value: itemformat.EncodeSet(escaped), Expiration: readExpiration(r.rule.TTL, time.Now())})
+	item := &memcache.Item{Key: key, Value: itemformat.EncodeSetAt(gen, escaped), Expiration: readExpiration(r.rule.TTL, time.Now())}
+	if it == nil {
+		err = c.mc.Add(item)
+	} else {
+		// Over the stale set, only if no token was appended to it since
+		// it was read: such a token may be missing from the load.
+		item.CasID = it.CasID
+		err = c.mc.CompareAndSwap(item)
+	}
 	switch {
 	case err == nil:
-	case errors.Is(err, memcache.ErrNotStored):
-		c.log.Debug("set added by another client first", "key", key)
+	case errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCASConflict):
+		c.log.Debug("set stored or changed by another client first", "key", key)
 	default:
-		c.log.Warn("cannot add loaded set", "key", key, "members", len(members), "err", err)
+		c.log.Warn("cannot store loaded set", "key", key, "members", len(members), "err", err)
 	}
 	return members, nil
+}
+
+// generation returns the generation of the table whose generation item
+// is genKey, read as gi (nil when missing): a missing one is created
+// (with add; a lost race reads the winner's), and one that holds no
+// generation is replaced by a new one. A new generation never repeats an
+// earlier one, so no set or counter of the table is valid under it.
+func (c *Client) generation(ctx context.Context, genKey string, gi *memcache.Item) (uint64, error) {
+	if gi == nil {
+		return c.version(ctx, genKey, 0)
+	}
+	c.log.Warn("generation item holds no generation; replacing it", "key", genKey, "value_bytes", len(gi.Value))
+	gen := itemformat.NewGeneration(time.Now())
+	if err := c.mc.Set(&memcache.Item{Key: genKey, Value: strconv.AppendUint(nil, gen, 10)}); err != nil {
+		return 0, fmt.Errorf("client: generation %q: set: %w", genKey, err)
+	}
+	return gen, nil
 }
 
 // compactSet rewrites a dirty set item it (as read, with its cas id) in
@@ -96,7 +149,7 @@ func (c *Client) compactSet(it *memcache.Item, st itemformat.SetState, ttl time.
 	}
 	err := c.mc.CompareAndSwap(&memcache.Item{
 		Key:        it.Key,
-		Value:      itemformat.EncodeSet(st.Members),
+		Value:      st.Compact(),
 		Flags:      it.Flags,
 		Expiration: readExpiration(ttl, time.Now()),
 		CasID:      it.CasID,

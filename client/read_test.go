@@ -221,7 +221,8 @@ func TestMembersDecodes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			row := Row{"id": i}
 			key, _ := e.c.Key("tags", row)
-			e.set(t, key, tc.stored)
+			stored := e.stamped(t, "tags", tc.stored)
+			e.set(t, key, stored)
 			got, err := e.c.Members(t.Context(), "tags", row)
 			if err != nil {
 				t.Fatal(err)
@@ -229,7 +230,7 @@ func TestMembersDecodes(t *testing.T) {
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("Members(%q) = %q, want %q", tc.stored, got, tc.want)
 			}
-			if v, _ := e.value(t, key); v != tc.stored {
+			if v, _ := e.value(t, key); v != stored {
 				t.Errorf("item changed with compaction off: %q", v)
 			}
 		})
@@ -253,12 +254,12 @@ func TestMembersCompactsDirtySets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			row := Row{"id": i}
 			key, _ := e.c.Key("tags", row)
-			e.set(t, key, tc.stored)
+			e.set(t, key, e.stamped(t, "tags", tc.stored))
 			before, err := e.c.Members(t.Context(), "tags", row)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v, _ := e.value(t, key); v != tc.after {
+			if v, _ := e.value(t, key); v != e.stamped(t, "tags", tc.after) {
 				t.Errorf("stored after read: %q, want %q", v, tc.after)
 			}
 			after, err := e.c.Members(t.Context(), "tags", row)
@@ -272,7 +273,7 @@ func TestMembersCompactsDirtySets(t *testing.T) {
 func TestCompactionNeverDropsNewerAppends(t *testing.T) {
 	e := newTestEnv(t, nil, nil)
 	key, _ := e.c.Key("tags", Row{"id": 1})
-	e.set(t, key, "+a -a +b -b +c ")
+	e.set(t, key, e.stamped(t, "tags", "+a -a +b -b +c "))
 	read, err := e.mc.Get(key)
 	if err != nil {
 		t.Fatal(err)
@@ -284,14 +285,14 @@ func TestCompactionNeverDropsNewerAppends(t *testing.T) {
 	if e.c.compactSet(read, itemformat.DecodeSet(read.Value), time.Minute) {
 		t.Fatal("compaction based on an outdated read was stored")
 	}
-	if v, _ := e.value(t, key); v != "+a -a +b -b +c +d " {
+	if v, _ := e.value(t, key); v != e.stamped(t, "tags", "+a -a +b -b +c +d ") {
 		t.Fatalf("item after lost compaction: %q", v)
 	}
 	got, err := e.c.Members(t.Context(), "tags", Row{"id": 1})
 	if err != nil || !slices.Equal(got, []string{"c", "d"}) {
 		t.Fatalf("Members = %q, %v", got, err)
 	}
-	if v, _ := e.value(t, key); v != "+c +d " {
+	if v, _ := e.value(t, key); v != e.stamped(t, "tags", "+c +d ") {
 		t.Fatalf("item after compaction on read: %q", v)
 	}
 }
@@ -333,7 +334,7 @@ func TestMembersLoadsMissingSets(t *testing.T) {
 		if err != nil || !slices.Equal(got, want) {
 			t.Fatalf("first Members = %q, %v; want %q", got, err, want)
 		}
-		if v, _ := e.value(t, e.prefix+"interests:1"); v != "+b +a%20b +100%25 " {
+		if v, _ := e.value(t, e.prefix+"interests:1"); v != e.stamped(t, "user-interests", "+b +a%20b +100%25 ") {
 			t.Fatalf("added set: %q", v)
 		}
 		got, err = e.c.Members(t.Context(), "user-interests", Row{"user_id": 1})
@@ -401,7 +402,7 @@ func TestCount(t *testing.T) {
 	}
 	e := newTestEnv(t, db, nil)
 	ctx := t.Context()
-	key := e.prefix + "comments:9"
+	key := e.counterKey(t, "post-comments", e.prefix+"comments:9")
 
 	// A miss is recounted and added.
 	if n, err := e.c.Count(ctx, "post-comments", Row{"post_id": 9}); err != nil || n != 2 {
@@ -427,7 +428,7 @@ func TestCount(t *testing.T) {
 	if _, err := e.c.Count(ctx, "likes", Row{"post_id": 9}); !errors.Is(err, ErrMissing) {
 		t.Fatalf("no recount query: %v", err)
 	}
-	e.set(t, e.prefix+"likes:9", "17")
+	e.set(t, e.counterKey(t, "likes", e.prefix+"likes:9"), "17")
 	if n, err := e.c.Count(ctx, "likes", Row{"post_id": 9}); err != nil || n != 17 {
 		t.Fatalf("likes = %d, %v", n, err)
 	}

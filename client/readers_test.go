@@ -20,6 +20,7 @@ import (
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -164,14 +165,33 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 	if _, err := e.c.Namespace(ctx, "member", Row{"id": "1"}); err != nil {
 		t.Fatal(err)
 	}
+	// The tables' generations exist, so the daemon loads the missing set
+	// under its generation; counter ops go to their generation's key, as
+	// the daemon's pipeline sends them (docs/formats.md, "Generations").
+	gens := map[string]uint64{}
+	for _, r := range e.rs.Rules() {
+		if r.Generation != "" {
+			gens[r.Generation] = e.generation(t, r.Name)
+		}
+	}
 	for _, ev := range events {
 		ops, _, err := e.rs.Plan(nil, &ev)
 		if err != nil {
 			t.Fatal(err)
 		}
+		for i := range ops {
+			if ops[i].Kind == rules.OpCount || ops[i].Kind == rules.OpRecount {
+				ops[i].Key = itemformat.CounterKey(ops[i].Key, gens[ops[i].Rule.Generation])
+			}
+		}
 		if err := pw.Apply(ctx, ops, make([]cacheops.Result, len(ops))); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The daemon loaded the missing set under the table's generation.
+	setKey, _ := e.c.Key("user-interests", Row{"user_id": "1"})
+	if v, _ := e.value(t, setKey); !strings.HasPrefix(v, string(itemformat.AppendGenerationToken(nil, gens[e.rs.Rule("user-interests").Generation]))) {
+		t.Fatalf("the daemon's set %q does not start with its generation", v)
 	}
 	if _, err := db.Exec("DELETE FROM user_interests WHERE interest = '100%'"); err != nil {
 		t.Fatal(err)
@@ -250,6 +270,9 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 			for i, q := range queries {
 				rule := e.rs.Rule(q.rule)
 				req := map[string]any{"op": q.op, "prefix": rule.Prefix, "template": rule.Key.String(), "row": q.row}
+				if rule.Generation != "" {
+					req["database"], req["table"] = rule.Database, rule.Table
+				}
 				if rule.Copies > 0 {
 					req["copies"] = rule.Copies
 				}
@@ -263,6 +286,28 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 				}
 				if g, w := fmt.Sprint(got), fmt.Sprint(want); g != w {
 					t.Errorf("%s %s %v: %s reads %s, Go %s", q.op, q.rule, q.row, r.name, g, w)
+				}
+			}
+			// A lost change bumps the tables' generations: the set and
+			// the counter above are then missing to every reader.
+			genOf := func(rule string) string { return e.rs.Rule(rule).Generation }
+			for _, rule := range []string{"user-interests", "post-comments"} {
+				if _, err := e.mc.Increment(genOf(rule), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, i := range []int{3, 4} {
+				q := queries[i]
+				rule := e.rs.Rule(q.rule)
+				got := p.ask(map[string]any{"op": q.op, "prefix": rule.Prefix, "template": rule.Key.String(), "row": q.row,
+					"database": rule.Database, "table": rule.Table})
+				if got[q.op] != nil {
+					t.Errorf("%s %s %v after its generation moved: %s reads %v, want it missing", q.op, q.rule, q.row, r.name, got)
+				}
+			}
+			for _, rule := range []string{"user-interests", "post-comments"} {
+				if _, err := e.mc.Decrement(genOf(rule), 1); err != nil {
+					t.Fatal(err)
 				}
 			}
 			if r.name == "php" {
@@ -345,6 +390,11 @@ func TestOtherClientsReadFencedCounters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		for i := range ops {
+			// As the daemon's pipeline does: counters live under their
+			// table's generation.
+			ops[i].Key = e.counterKey(t, "post-comments", ops[i].Key)
+		}
 		if err := daemon.Apply(ctx, ops, make([]cacheops.Result, len(ops))); err != nil {
 			t.Fatal(err)
 		}
@@ -364,6 +414,7 @@ func TestOtherClientsReadFencedCounters(t *testing.T) {
 			n++
 		}
 		key, _ := e.c.Key("post-comments", Row{"post_id": post})
+		key = e.counterKey(t, "post-comments", key)
 		want[key] = strconv.Itoa(n)
 		keys = append(keys, key)
 	}
@@ -372,6 +423,7 @@ func TestOtherClientsReadFencedCounters(t *testing.T) {
 		t.Fatalf("Count = %d, %v", n, err)
 	}
 	key, _ := e.c.Key("post-comments", Row{"post_id": posts + 1})
+	key = e.counterKey(t, "post-comments", key)
 	want[key] = strconv.Itoa(posts + 1)
 	keys = append(keys, key)
 

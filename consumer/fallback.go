@@ -23,50 +23,81 @@ const (
 	lostOffsetReset = "offset_reset"
 )
 
-// fallbackKeysOfTopic appends the fallback namespace keys that cover a
-// change of unknown table read from topic: those of the topic's table when
-// kafka.topic_tables names it; else those of every rule table whose
-// db.table the topic's name is or ends with (Debezium names topics
-// prefix.db.table); else every fallback key of the rules.
-func (p *Pipeline) fallbackKeysOfTopic(dst []string, topic string) []string {
+// topicTables calls f with the db and table of every table a change of
+// unknown table read from topic may belong to: the topic's table when
+// kafka.topic_tables names it; else every rule table whose db.table the
+// topic's name is or ends with (Debezium names topics prefix.db.table);
+// else once with ("", ""), every table of the rules.
+func (p *Pipeline) topicTables(topic string, f func(db, table string)) {
 	rs := p.cfg.Rules
 	if t, ok := p.decoderFor(topic).TopicTables[topic]; ok {
 		db, table, dotted := strings.Cut(t, ".")
 		if !dotted {
 			db, table = "", t
 		}
-		return rs.FallbackKeys(dst, db, table)
+		f(db, table)
+		return
 	}
-	start := len(dst)
+	found := false
 	for _, t := range rs.Tables() {
 		if db, table, dotted := strings.Cut(t, "."); dotted && (topic == t || strings.HasSuffix(topic, "."+t)) {
-			dst = rs.FallbackKeys(dst, db, table)
+			f(db, table)
+			found = true
 		}
 	}
-	if len(dst) > start {
-		return dst
+	if !found {
+		f("", "")
 	}
-	return rs.FallbackKeys(dst, "", "")
 }
 
-// coverPoison plans the fallback bumps that cover a poison message: of
-// the tables of its decoded row changes, or of its topic's tables when
-// none was decoded.
+// coverKeysOfTopic appends the fallback namespace keys and the
+// generation keys that cover a change of unknown table read from topic
+// (see topicTables).
+func (p *Pipeline) coverKeysOfTopic(dst []string, topic string) []string {
+	rs := p.cfg.Rules
+	p.topicTables(topic, func(db, table string) {
+		dst = rs.FallbackKeys(dst, db, table)
+		dst = rs.GenerationKeys(dst, db, table)
+	})
+	return dst
+}
+
+// topicCovered reports whether every rule of every table of topic (see
+// topicTables) is covered by a fallback namespace or a generation
+// (rules.RuleSet.Covered).
+func (p *Pipeline) topicCovered(topic string) bool {
+	covered := true
+	p.topicTables(topic, func(db, table string) {
+		covered = covered && p.cfg.Rules.Covered(db, table)
+	})
+	return covered
+}
+
+// coverPoison plans the bumps that cover a poison message: the fallback
+// namespaces and the generations (of sets and counters) of the tables of
+// its decoded row changes, or of its topic's tables when none was
+// decoded. The bumps are applied with the batch, before its offsets are
+// committed.
 func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event) {
 	keys := b.fallbackKeys[:0]
+	covered := true
+	rs := p.cfg.Rules
 	for i := range events {
 		if events[i].Table != "" {
-			keys = p.cfg.Rules.FallbackKeys(keys, events[i].Database, events[i].Table)
+			keys = rs.FallbackKeys(keys, events[i].Database, events[i].Table)
+			keys = rs.GenerationKeys(keys, events[i].Database, events[i].Table)
+			covered = covered && rs.Covered(events[i].Database, events[i].Table)
 		}
 	}
 	if len(events) == 0 {
-		keys = p.fallbackKeysOfTopic(keys, msg.Pos.Topic)
+		keys = p.coverKeysOfTopic(keys, msg.Pos.Topic)
+		covered = p.topicCovered(msg.Pos.Topic)
 	}
 	for _, k := range keys {
-		b.planned = append(b.planned, p.cfg.Rules.FallbackOp(k, msg.Pos))
+		b.planned = append(b.planned, rs.FallbackOp(k, msg.Pos))
 	}
 	b.fallbackKeys = keys
-	p.countLost(lostPoison, len(keys) > 0)
+	p.countLost(lostPoison, covered && len(keys) > 0)
 }
 
 // countLost counts one change whose exact invalidation could not be
@@ -79,14 +110,16 @@ func (p *Pipeline) countLost(reason string, covered bool) {
 	p.m.lost.WithLabelValues(reason, c).Inc()
 }
 
-// CoverGap bumps the fallback namespaces of every table of topic because
-// records of its partition were never read (reason lostRetention or
-// lostOffsetReset), retrying until the bumps are applied, ctx ends or
-// ctx's write guard refuses (cacheops.WithGuard; the error is then ctx's
-// or the refusal, and the gap is not counted: whoever covers it later
-// counts it). It reports whether any fallback namespace covered the gap.
+// CoverGap bumps the fallback namespaces and the generations of every
+// table of topic because records of its partition were never read
+// (reason lostRetention or lostOffsetReset), retrying until the bumps are
+// applied, ctx ends or ctx's write guard refuses (cacheops.WithGuard; the
+// error is then ctx's or the refusal, and the gap is not counted: whoever
+// covers it later counts it). It reports whether the bumps covered every
+// rule of those tables (rules.RuleSet.Covered).
 func (p *Pipeline) CoverGap(ctx context.Context, topic, reason string, src rules.Position) (bool, error) {
-	keys := p.fallbackKeysOfTopic(nil, topic)
+	keys := p.coverKeysOfTopic(nil, topic)
+	covered := p.topicCovered(topic) && len(keys) > 0
 	if len(keys) == 0 {
 		p.countLost(reason, false)
 		return false, nil
@@ -96,18 +129,24 @@ func (p *Pipeline) CoverGap(ctx context.Context, topic, reason string, src rules
 		b.Ops = append(b.Ops, p.cfg.Rules.FallbackOp(k, src))
 	}
 	if err := p.applyOps(ctx, b); err != nil {
-		return true, err
+		return covered, err
 	}
-	p.countLost(reason, true)
-	return true, nil
+	p.countLost(reason, covered)
+	return covered, nil
 }
 
-// fallbackFor returns the fallback bump that covers op when op failed
-// permanently; ok false when no fallback namespace covers its rule (a
-// fallback bump has none of its own).
+// fallbackFor returns the bump that covers op when op failed
+// permanently: its table's generation for a set or counter op, its
+// rule's fallback namespace for a bump; ok false when neither covers its
+// rule (a fallback or generation bump has none of its own).
 func fallbackFor(rs *rules.RuleSet, op *rules.Op) (rules.Op, bool) {
-	if op.Rule == nil || op.Rule.Fallback == "" {
+	switch {
+	case op.Rule == nil:
 		return rules.Op{}, false
+	case op.Rule.Generation != "":
+		return rs.GenerationOp(op.Rule.Generation, op.Source), true
+	case op.Rule.Fallback != "":
+		return rs.FallbackOp(op.Rule.Fallback, op.Source), true
 	}
-	return rs.FallbackOp(op.Rule.Fallback, op.Source), true
+	return rules.Op{}, false
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -364,7 +366,9 @@ func TestFencedCountersHaveNoDrift(t *testing.T) {
 // BenchmarkProcessCountDeltas measures what fences cost a batch of counter
 // deltas: 200 insert events over 50 counters that exist and are fenced,
 // processed with and without the fence check and recheck (one GetMulti
-// round trip each per batch).
+// round trip each per batch), and with the fences and the read of the
+// counters' generations (docs/formats.md, "Generations"; one GetMulti per
+// batch more).
 func BenchmarkProcessCountDeltas(b *testing.B) {
 	db, dsn := testsvc.MySQLBinlog(b)
 	if _, err := db.Exec(`CREATE TABLE comments (id BIGINT PRIMARY KEY AUTO_INCREMENT, post_id BIGINT NOT NULL, KEY (post_id))`); err != nil {
@@ -404,15 +408,27 @@ func BenchmarkProcessCountDeltas(b *testing.B) {
 		tx := testsvc.LoggedTx{File: "mysql-bin.999999", RowsPos: int64(1000 + i)}
 		msgs[i] = Message{Value: driftEvent("c", driftRow{id: int64(i + 1), post: int64(1 + i%posts)}, tx), Pos: rules.Position{Topic: "comments", Offset: int64(i)}}
 	}
-	for _, fenced := range []bool{false, true} {
-		name := "unfenced"
-		if fenced {
-			name = "fenced"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, variant := range []string{"unfenced", "fenced", "fenced+generations"} {
+		fenced := variant != "unfenced"
+		b.Run(variant, func(b *testing.B) {
 			pc := PipelineConfig{Rules: rs, Writer: cacheops.NewWriter(mc, nil, cacheops.WriterConfig{}, nil), Counters: c}
 			if fenced {
 				pc.Fences = c
+			}
+			if variant == "fenced+generations" {
+				// The counters exist under the generation too.
+				pc.Generations = memcacheGenerations{mc: mc}
+				gens, err := pc.Generations.Generations(context.Background(), []string{rule.Generation})
+				if err != nil {
+					b.Fatal(err)
+				}
+				stamped := slices.Clone(recounts)
+				for i := range stamped {
+					stamped[i].Key = itemformat.CounterKey(stamped[i].Key, gens[rule.Generation])
+				}
+				if err := c.Apply(context.Background(), stamped, make([]cacheops.Result, posts)); err != nil {
+					b.Fatal(err)
+				}
 			}
 			p, err := NewPipeline(pc)
 			if err != nil {

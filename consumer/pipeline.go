@@ -126,6 +126,10 @@ type PipelineConfig struct {
 	// Observer samples applied ops for the consistency observer (an
 	// *observer.Observer); nil observes nothing.
 	Observer ChangeObserver
+	// Generations reads the generations that counters live under
+	// (docs/formats.md, "Generations"); nil leaves counter keys as
+	// planned (tests of other parts only).
+	Generations GenerationReader
 }
 
 // Pipeline turns batches of CDC messages into applied cache ops: decode,
@@ -410,6 +414,9 @@ func (p *Pipeline) Process(ctx context.Context, b *Batch, msgs []Message, opts C
 		return err
 	}
 	p.planEvents(b, msgs)
+	if err := p.stampCounters(ctx, b.planned); err != nil {
+		return err
+	}
 	if err := p.checkFences(ctx, b, opts); err != nil {
 		return err
 	}
@@ -668,10 +675,10 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 				fb, covered := fallbackFor(p.cfg.Rules, op)
 				if permanentLogged < maxPermanentLogs || (!covered && logAttempt(attempt)) {
 					if covered {
-						p.log.Error("cache op failed permanently; bumping its table's fallback namespace instead", positionAttrs(op.Source,
-							"op", kind, "key", op.Key, "rule", ruleName(op), "fallback", fb.Key, "error", res.Err.Error())...)
+						p.log.Error("cache op failed permanently; bumping its table's fallback namespace (bump rules) or generation (set and count rules) instead", positionAttrs(op.Source,
+							"op", kind, "key", op.Key, "rule", ruleName(op), "cover", fb.Key, "error", res.Err.Error())...)
 					} else {
-						p.log.Error("cache op failed permanently and no fallback namespace covers its rule; the partition holds until it succeeds (add fallback: to the rule file, or fix the cause)",
+						p.log.Error("cache op failed permanently and no fallback namespace or generation covers its rule; the partition holds until it succeeds (add fallback: to the rule file, or fix the cause)",
 							positionAttrs(op.Source, "op", kind, "key", op.Key, "rule", ruleName(op), "attempt", attempt+1, "error", res.Err.Error())...)
 					}
 				}

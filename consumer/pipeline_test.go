@@ -127,7 +127,7 @@ func TestPipelinePermanentFailureHolds(t *testing.T) {
 	if n := metricValue(r.metrics.ops.WithLabelValues("bump", "failed")); n < 1 {
 		t.Errorf("bump/failed ops = %v, want at least 1", n)
 	}
-	if !strings.Contains(r.logs.String(), "no fallback namespace covers its rule") {
+	if !strings.Contains(r.logs.String(), "no fallback namespace or generation covers its rule") {
 		t.Errorf("the log does not say why the partition holds")
 	}
 }

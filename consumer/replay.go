@@ -613,7 +613,11 @@ func (rp *Replayer) flushRecounts(ctx context.Context) error {
 			if len(run.b.Ops) == 0 {
 				continue
 			}
-			if err := run.p.applyOps(ctx, run.b); err != nil {
+			err := run.p.stampCounters(ctx, run.b.Ops)
+			if err == nil {
+				err = run.p.applyOps(ctx, run.b)
+			}
+			if err != nil {
 				// Put back what did not run, so the summary can say so.
 				rp.pending.putBack(ops)
 				return err

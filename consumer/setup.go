@@ -277,6 +277,7 @@ func (s *Stack) buildPipeline(writer Applier, servers *itemformat.Selector, opts
 		Logger:         logger.With("component", "pipeline"),
 		RecountReason:  opts.RecountReason,
 		UnorderedSets:  cfg.Kafka.UnorderedSets,
+		Generations:    memcacheGenerations{mc: s.Memcache},
 	}
 	if s.Counters != nil {
 		pc.Counters, pc.Fences = s.Counters, s.Counters

@@ -2,15 +2,18 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/client"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/verify"
 )
@@ -80,6 +83,13 @@ func Warm(ctx context.Context, rs *rules.RuleSet, cl *client.Client, db *counter
 				for i, a := range args {
 					bound[i] = a
 				}
+				// Counters live under their table's generation
+				// (docs/formats.md, "Generations").
+				gen, err := Generation(cl.Memcache(), r.Generation)
+				if err != nil {
+					return err
+				}
+				key = itemformat.CounterKey(key, gen)
 				if _, err := ctrs.Get(ctx, key, r.Query, bound...); err != nil {
 					return err
 				}
@@ -108,6 +118,45 @@ func Warm(ctx context.Context, rs *rules.RuleSet, cl *client.Client, db *counter
 		}
 	}
 	return w, nil
+}
+
+// Generation returns the generation at key (a rule's Generation key),
+// creating it when missing as readers do.
+func Generation(mc *memcache.Client, key string) (uint64, error) {
+	for range 3 {
+		it, err := mc.Get(key)
+		if err == nil {
+			if g, ok := itemformat.ParseGeneration(it.Value); ok {
+				return g, nil
+			}
+			return 0, fmt.Errorf("integration: generation %q holds %q", key, it.Value)
+		}
+		if !errors.Is(err, memcache.ErrCacheMiss) {
+			return 0, fmt.Errorf("integration: generation %q: %w", key, err)
+		}
+		g := itemformat.NewGeneration(time.Now())
+		err = mc.Add(&memcache.Item{Key: key, Value: strconv.AppendUint(nil, g, 10)})
+		if err == nil {
+			return g, nil
+		}
+		if !errors.Is(err, memcache.ErrNotStored) {
+			return 0, fmt.Errorf("integration: generation %q: %w", key, err)
+		}
+	}
+	return 0, fmt.Errorf("integration: generation %q keeps vanishing", key)
+}
+
+// CounterItemKey returns the key of the counter a planned count op
+// addresses, under its table's current generation (Generation).
+func CounterItemKey(mc *memcache.Client, op *rules.Op) (string, error) {
+	if op.Rule == nil || op.Rule.Generation == "" {
+		return op.Key, nil
+	}
+	gen, err := Generation(mc, op.Rule.Generation)
+	if err != nil {
+		return "", err
+	}
+	return itemformat.CounterKey(op.Key, gen), nil
 }
 
 // clientRow converts a row image to the client's Row.

@@ -388,13 +388,28 @@ func sampleOpKeys(ops []rules.Op, n int) []string {
 // read renders the items at keys for people: a namespace or counter as its
 // number, a set as its members, "(missing)" when absent.
 func (d *demo) read(mc *memcache.Client, rs *rules.RuleSet, keys []string) (map[string]string, error) {
-	items, err := mc.GetMulti(keys)
+	// A counter lives at its key under its table's generation
+	// (docs/formats.md, "Generations").
+	at := make(map[string]string, len(keys))
+	itemKeys := make([]string, 0, len(keys))
+	for _, k := range keys {
+		at[k] = k
+		if r := ruleOfKey(rs, k, rules.CountRule); r != nil && r.Generation != "" {
+			gen, err := Generation(mc, r.Generation)
+			if err != nil {
+				return nil, fmt.Errorf("demo: %w", err)
+			}
+			at[k] = itemformat.CounterKey(k, gen)
+		}
+		itemKeys = append(itemKeys, at[k])
+	}
+	items, err := mc.GetMulti(itemKeys)
 	if err != nil {
 		return nil, fmt.Errorf("demo: read memcached: %w", err)
 	}
 	out := make(map[string]string, len(keys))
 	for _, k := range keys {
-		it, ok := items[k]
+		it, ok := items[at[k]]
 		switch {
 		case !ok:
 			out[k] = "(missing)"
@@ -415,16 +430,22 @@ func (d *demo) read(mc *memcache.Client, rs *rules.RuleSet, keys []string) (map[
 // isSetRuleKey reports whether key belongs to a set rule: its prefix and the
 // literal start of its template match.
 func isSetRuleKey(rs *rules.RuleSet, key string) bool {
+	return ruleOfKey(rs, key, rules.SetRule) != nil
+}
+
+// ruleOfKey returns the first rule of kind whose prefix and literal
+// template start key begins with, or nil.
+func ruleOfKey(rs *rules.RuleSet, key string, kind rules.RuleKind) *rules.Rule {
 	for _, r := range rs.Rules() {
-		if r.Kind != rules.SetRule {
+		if r.Kind != kind {
 			continue
 		}
 		lit, _, _ := strings.Cut(r.Key.String(), "{")
 		if strings.HasPrefix(key, r.Prefix+lit) {
-			return true
+			return r
 		}
 	}
-	return false
+	return nil
 }
 
 // describeRuleKinds counts rs's rules, in all and per kind.

@@ -97,6 +97,10 @@ func runClient(t *testing.T, client, mode string, servers []string, keys []strin
 	}
 }
 
+// distributionGenKey and distributionGen are the generation item of the
+// shop.items table and the generation every client seeds in it.
+const distributionGenKey, distributionGen = "gen:shop.items", "1782579200000000000"
+
 // goClient is runClient's "seed" and "check" for Go applications:
 // gomemcache's own client over the same server list.
 func goClient(t *testing.T, mode string, servers []string, keys []string, out any) {
@@ -105,8 +109,13 @@ func goClient(t *testing.T, mode string, servers []string, keys []string, out an
 	var res any
 	switch mode {
 	case "seed":
+		// Counters live under their table's generation (docs/formats.md,
+		// "Generations"): the generation item and the counter at its key.
+		if err := mc.Set(&memcache.Item{Key: distributionGenKey, Value: []byte(distributionGen)}); err != nil {
+			t.Fatal(err)
+		}
 		for _, k := range keys {
-			for _, it := range []memcache.Item{{Key: "ns:" + k, Value: []byte("1000")}, {Key: "set:" + k, Value: []byte("+a ")}, {Key: "cnt:" + k, Value: []byte("5")}} {
+			for _, it := range []memcache.Item{{Key: "ns:" + k, Value: []byte("1000")}, {Key: "set:" + k, Value: []byte("+a ")}, {Key: "cnt:" + k + "@" + distributionGen, Value: []byte("5")}} {
 				if err := mc.Set(&it); err != nil {
 					t.Fatal(err)
 				}
@@ -117,8 +126,8 @@ func goClient(t *testing.T, mode string, servers []string, keys []string, out an
 		var vals [][]*string
 		for _, k := range keys {
 			var row []*string
-			for _, prefix := range []string{"ns:", "set:", "cnt:"} {
-				it, err := mc.Get(prefix + k)
+			for _, item := range []string{"ns:" + k, "set:" + k, "cnt:" + k + "@" + distributionGen} {
+				it, err := mc.Get(item)
 				if err != nil {
 					row = append(row, nil)
 					continue

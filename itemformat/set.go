@@ -50,12 +50,23 @@ type SetState struct {
 	// Members are the escaped members present, in order of their first
 	// surviving add.
 	Members []string
-	// Tokens is the number of tokens in the item; Removals how many of
-	// them are '-' tokens. Tokens beyond len(Members) are garbage that
-	// compaction removes.
+	// Tokens is the number of tokens in the item, the generation token
+	// not included; Removals how many of them are '-' tokens. Tokens
+	// beyond len(Members) are garbage that compaction removes.
 	Tokens   int
 	Removals int
+	// Gen is the generation the set was loaded under, from its first
+	// token ("g" and the generation in decimal); HasGen is false when
+	// the first token is not one. A set is valid only when HasGen and
+	// Gen equals its table's current generation (docs/formats.md,
+	// "Generations").
+	Gen    uint64
+	HasGen bool
 }
+
+// ValidAt reports whether the set is valid under generation gen: it
+// carries that very generation.
+func (s SetState) ValidAt(gen uint64) bool { return s.HasGen && s.Gen == gen }
 
 // Dirty reports whether the share of tokens that compaction would drop is
 // at least ratio (0 < ratio <= 1).
@@ -75,11 +86,18 @@ func DecodeSet(value []byte) SetState {
 	var st SetState
 	present := make(map[string]int) // escaped member -> index in order, -1 when removed
 	var order []string
-	for rest := value; ; {
+	for rest, first := value, true; ; first = false {
 		var tok []byte
 		tok, rest = nextSetToken(rest)
 		if tok == nil {
 			break
+		}
+		if first {
+			if g, ok := parseGenerationToken(tok); ok {
+				// The generation stamp: not a token of the set.
+				st.Gen, st.HasGen = g, true
+				continue
+			}
 		}
 		st.Tokens++
 		op, member := tok[0], string(tok[1:])
@@ -104,7 +122,16 @@ func DecodeSet(value []byte) SetState {
 	return st
 }
 
-// isSetTokenSeparator reports whether b separates set tokens.
+// Compact returns the compact form of the set s was decoded from: its
+// generation token when it has one (docs/formats.md, "Generations"),
+// then a "+m " token per member present, in order.
+func (s SetState) Compact() []byte {
+	if !s.HasGen {
+		return EncodeSet(s.Members)
+	}
+	return EncodeSetAt(s.Gen, s.Members)
+}
+
 func isSetTokenSeparator(b byte) bool { return b <= ' ' || b == 0x7f }
 
 // SetTokens returns the tokens of a set's value, or of tokens to append,
@@ -228,6 +255,11 @@ func CheckSetTokens(tokens string) error {
 // EncodeLoadedSet encodes raw members (as a set's load query returns
 // them) as a compact set, escaping them and dropping duplicates.
 func EncodeLoadedSet(members []string) []byte {
+	return EncodeSet(loadedEscaped(members))
+}
+
+// loadedEscaped escapes raw members, dropping duplicates.
+func loadedEscaped(members []string) []string {
 	seen := make(map[string]struct{}, len(members))
 	escaped := make([]string, 0, len(members))
 	for _, m := range members {
@@ -238,5 +270,5 @@ func EncodeLoadedSet(members []string) []byte {
 		seen[e] = struct{}{}
 		escaped = append(escaped, e)
 	}
-	return EncodeSet(escaped)
+	return escaped
 }

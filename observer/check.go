@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -91,12 +94,18 @@ func (o *Observer) read(keys []string) (map[string]Item, verdict, bool) {
 func (o *Observer) checkData(t *task) (verdict, *task) {
 	c := t.c
 	isSet := c.kind != rules.OpCount && c.kind != rules.OpRecount
-	items, v, ok := o.read([]string{c.key})
+	keys := []string{c.key}
+	if c.rule.Generation != "" {
+		keys = append(keys, c.rule.Generation)
+	}
+	items, v, ok := o.read(keys)
 	if !ok {
 		return v, nil
 	}
 	r := reading{item: items[c.key]}
-	if !r.item.Present {
+	if !r.item.Present || !currentGeneration(c, isSet, r.item, items) {
+		// Missing to readers: absent, or of a generation that is not
+		// (or no longer) its table's (docs/formats.md, "Generations").
 		return verdict{result: Missing}, nil
 	}
 	if isSet && c.rule.Query == "" {
@@ -158,4 +167,29 @@ func (o *Observer) checkData(t *task) (verdict, *task) {
 		return verdict{NotJudged, v.expected, v.seen + " (moved while it was confirmed)"}, nil
 	}
 	return v, nil
+}
+
+// currentGeneration reports whether the set or counter read as it (at
+// c.key) belongs to its table's current generation, read beside it in
+// items: a set carries it as its first token, a counter's key ends with
+// '@' and it (a counter whose key was hashed is taken as current). Rules
+// without a generation always are.
+func currentGeneration(c *change, isSet bool, it Item, items map[string]Item) bool {
+	if c.rule.Generation == "" {
+		return true
+	}
+	g := items[c.rule.Generation]
+	if !g.Present {
+		return false
+	}
+	gen, ok := itemformat.ParseGeneration(g.Value)
+	if !ok {
+		return false
+	}
+	if isSet {
+		return itemformat.DecodeSet(it.Value).ValidAt(gen)
+	}
+	at := "@" + strconv.FormatUint(gen, 10)
+	hashed := len(c.key) == rules.MaxKeyLen-17 && c.key[200] == '#'
+	return hashed || strings.HasSuffix(c.key, at)
 }

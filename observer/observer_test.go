@@ -184,15 +184,20 @@ func TestObserverSetWithoutQuery(t *testing.T) {
 	row := func(item int, tag string) rules.Row {
 		return rules.Row{{Name: "item", Value: rules.Value{Kind: rules.KindInt, Text: strconv.Itoa(item)}}, {Name: "tag", Value: rules.Value{Kind: rules.KindString, Text: tag}}}
 	}
-	ops := e.plan("tags", row(1, "red"), row(2, "blue"), row(3, "green"))
-	e.set(ops[0].Key, "+old ")
-	e.set(ops[1].Key, "+old ")
+	ops := e.plan("tags", row(1, "red"), row(2, "blue"), row(3, "green"), row(4, "gray"))
+	// The table's generation (docs/formats.md, "Generations"): ops[3]'s
+	// set is of an earlier one, so readers see it missing.
+	const gen = 1782579200000000005
+	e.set(ops[0].Rule.Generation, strconv.Itoa(gen))
+	e.set(ops[0].Key, "g"+strconv.Itoa(gen)+" +old ")
+	e.set(ops[1].Key, "g"+strconv.Itoa(gen)+" +old ")
+	e.set(ops[3].Key, "g"+strconv.Itoa(gen-1)+" +old ")
 	// ops[2]'s set stays missing: the writer never creates a set
 	// without a load query.
 	e.apply(ops, false)
 	c := e.settle()
-	if c.Consistent != 2 || c.Missing != 1 || c.Inconsistent != 0 {
-		t.Fatalf("applied: %+v, want 2 consistent and 1 missing\n%s", c, e.log.String())
+	if c.Consistent != 2 || c.Missing != 2 || c.Inconsistent != 0 {
+		t.Fatalf("applied: %+v, want 2 consistent and 2 missing (one absent, one of an earlier generation)\n%s", c, e.log.String())
 	}
 	ops = e.plan("tags", row(1, "red"), row(2, "blue"))
 	done := e.o.BeforeApply(context.Background(), ops)

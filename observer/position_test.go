@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -103,6 +105,7 @@ func (p *positioned) publish(evs ...rules.Event) {
 		if err != nil || len(ops) != 1 || ops[0].Kind != rules.OpCount {
 			p.t.Fatalf("planned %+v, %v: want one counter delta", ops, err)
 		}
+		ops[0].Key = p.stamp(ops[0])
 		done := p.o.BeforeApply(p.ctx, ops)
 		if done == nil {
 			p.t.Fatal("nothing sampled at 100%")
@@ -120,7 +123,21 @@ func (p *positioned) key(post int) string {
 	if err != nil || len(ops) != 1 {
 		p.t.Fatalf("planned %+v, %v", ops, err)
 	}
-	return ops[0].Key
+	return p.stamp(ops[0])
+}
+
+// positionedGen is the generation of the comments table.
+const positionedGen = 1782579200000000005
+
+// stamp returns the key of op's counter under the table's generation (which
+// it stores), as the daemon's pipeline moves counter ops
+// (docs/formats.md, "Generations").
+func (p *positioned) stamp(op rules.Op) string {
+	p.t.Helper()
+	if err := p.mc.Set(&memcache.Item{Key: op.Rule.Generation, Value: []byte(strconv.Itoa(positionedGen))}); err != nil {
+		p.t.Fatal(err)
+	}
+	return itemformat.CounterKey(op.Key, positionedGen)
 }
 
 // settle waits until every sampled change had its check.

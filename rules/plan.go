@@ -55,7 +55,8 @@ const (
 // after-image ops; it returns the extended slice and what it skipped.
 //
 // For each rule that matches the event's table and lists its operation in
-// `on` (truncate events: the bump rules listing truncate):
+// `on` (truncate events: the bump rules listing truncate, and a bump of
+// the generation key of the set and count rules, see GenerationKeys):
 //
 //   - a rule considers a row image only when it exists and `when` holds on
 //     it; a NULL placeholder column gives no key (counted in NullKeys);
@@ -106,6 +107,11 @@ func (rs *RuleSet) Plan(dst []Op, ev *Event) ([]Op, PlanStats, error) {
 		dst = p.dst[:p.base]
 	} else {
 		dst = p.finish()
+		if ev.Operation == Truncate {
+			// A truncate empties every set and zeroes every counter
+			// of the table: their generation moves on.
+			dst = rs.appendTruncateGenerations(dst, cands, ev)
+		}
 	}
 	if cap(sc.buf) > 64<<10 {
 		sc.buf = nil // do not keep a huge event's buffer around

@@ -169,8 +169,9 @@ func TestPlan(t *testing.T) {
 			wantStats: rules.PlanStats{Rules: 1},
 		},
 		{
-			name: "truncate of a table without truncate rules plans nothing",
+			name: "truncate of a table with set and count rules bumps its generation once",
 			ev:   rules.Event{Database: "blog", Table: "comments", Operation: rules.Truncate},
+			want: []string{"generation bump p:gen:blog.comments"},
 		},
 		{
 			name: "table without rules plans nothing",

@@ -67,6 +67,14 @@ type Rule struct {
 	// its ops cannot be delivered.
 	Fallback string
 
+	// Generation, for set and count rules, is the key of the generation
+	// item of the rule's table (GenerationKey of Prefix, Database and
+	// Table; set by NewRuleSet): sets and counters are valid only under
+	// its current value (docs/formats.md, "Generations"). The daemon
+	// bumps it when a change of the table is lost or the table is
+	// truncated. "" for bump rules.
+	Generation string
+
 	// Database is the database the rule matches; "" matches any.
 	Database string
 	// Table is the table the rule matches (exact, case-sensitive).

@@ -24,6 +24,8 @@ type RuleSet struct {
 	scratch sync.Pool // of *planScratch
 	// fallbackRule is the rule of fallback bumps: no TTL, no second bump.
 	fallbackRule *Rule
+	// generationRule is the rule of generation bumps (GenerationOp).
+	generationRule *Rule
 }
 
 // Rules returns the rules in load order (files in the order given, rules
@@ -116,9 +118,13 @@ func NewRuleSet(rules []*Rule) (*RuleSet, error) {
 		return nil, &LoadError{Problems: problems}
 	}
 	rs := &RuleSet{rules: rules, byName: byName, byTable: make(map[string][]*Rule),
-		fallbackRule: &Rule{Name: "fallback", Kind: BumpRule}}
+		fallbackRule:   &Rule{Name: "fallback", Kind: BumpRule},
+		generationRule: &Rule{Name: "generation", Kind: BumpRule}}
 	for _, r := range rules {
 		rs.byTable[r.Table] = append(rs.byTable[r.Table], r)
+		if r.Kind == SetRule || r.Kind == CountRule {
+			r.Generation = GenerationKey(r.Prefix, r.Database, r.Table)
+		}
 	}
 	rs.scratch.New = func() any { return new(planScratch) }
 	return rs, nil

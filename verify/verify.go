@@ -502,6 +502,9 @@ type verdict struct {
 	missing        bool
 	wrong          bool
 	cached, truthS string
+	// key is the item's key when it is not the target's (a counter
+	// under its generation).
+	key string
 }
 
 // checkChunk reads the chunk's items in one GetMulti, then compares each
@@ -544,7 +547,11 @@ func (v *Verifier) checkChunk(ctx context.Context, r *rules.Rule, opts Options, 
 		case vd.wrong:
 			rr.Wrong++
 			if opts.MaxMismatches > 0 && len(rep.Mismatches) < opts.MaxMismatches {
-				rep.Mismatches = append(rep.Mismatches, Mismatch{Rule: r.Name, Key: ts[i].key, Cached: vd.cached, Truth: vd.truthS})
+				key := ts[i].key
+				if vd.key != "" {
+					key = vd.key
+				}
+				rep.Mismatches = append(rep.Mismatches, Mismatch{Rule: r.Name, Key: key, Cached: vd.cached, Truth: vd.truthS})
 			} else {
 				rep.Dropped++
 			}
@@ -557,6 +564,36 @@ func (v *Verifier) checkChunk(ctx context.Context, r *rules.Rule, opts Options, 
 
 // judge reads and compares the targets' items.
 func (v *Verifier) judge(ctx context.Context, r *rules.Rule, concurrency int, ts []target) ([]verdict, error) {
+	// Sets and counters are valid only under their table's current
+	// generation (docs/formats.md, "Generations"): a set of another
+	// generation, and every item of a table whose generation item is
+	// missing, counts as missing, as readers see it. Counters live at
+	// their key under the generation, so it is read first.
+	gen, genOK := uint64(0), false
+	if r.Generation != "" {
+		gi, err := v.cache.GetMulti([]string{r.Generation})
+		if err != nil {
+			return nil, fmt.Errorf("verify: rule %q: read generation %q from memcached: %w", r.Name, r.Generation, err)
+		}
+		if it := gi[r.Generation]; it != nil {
+			gen, genOK = itemformat.ParseGeneration(it.Value)
+		}
+		if !genOK {
+			out := make([]verdict, len(ts))
+			for i := range out {
+				out[i].missing = true
+			}
+			return out, nil
+		}
+		if r.Kind == rules.CountRule {
+			stamped := make([]target, len(ts))
+			for i, t := range ts {
+				stamped[i] = t
+				stamped[i].key = itemformat.CounterKey(t.key, gen)
+			}
+			ts = stamped
+		}
+	}
 	keys := make([]string, len(ts))
 	for i, t := range ts {
 		keys[i] = t.key
@@ -574,7 +611,7 @@ func (v *Verifier) judge(ctx context.Context, r *rules.Rule, concurrency int, ts
 	sem := make(chan struct{}, concurrency)
 	for i, t := range ts {
 		it, ok := items[t.key]
-		if !ok {
+		if !ok || (genOK && r.Kind == rules.SetRule && !itemformat.DecodeSet(it.Value).ValidAt(gen)) {
 			out[i].missing = true
 			continue
 		}
@@ -584,6 +621,7 @@ func (v *Verifier) judge(ctx context.Context, r *rules.Rule, concurrency int, ts
 			defer wg.Done()
 			defer func() { <-sem }()
 			vd, err := v.compare(ctx, r, t, it.Value)
+			vd.key = t.key
 			if err != nil {
 				mu.Lock()
 				if firstErr == nil {

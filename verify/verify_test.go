@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -112,12 +114,38 @@ func newFixture(t *testing.T) *fixture {
 	}
 	mc := memcache.New(mcAddr)
 	truth := counters.NewMySQL(db, counters.DBConfig{}, nil)
-	return &fixture{db: db, mc: mc, rs: rs, prefix: prefix, v: New(mc, truth, db, nil)}
+	f := &fixture{db: db, mc: mc, rs: rs, prefix: prefix, v: New(mc, truth, db, nil)}
+	for _, r := range rs.Rules() {
+		if r.Generation != "" {
+			if err := mc.Set(&memcache.Item{Key: r.Generation, Value: []byte(strconv.FormatUint(fixtureGen, 10))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return f
 }
 
+// fixtureGen is the generation of every table of the fixture.
+const fixtureGen = 1782579200000000000
+
+// itemKey returns the memcached key of the fixture's item at key (prefix
+// left out): a counter's lives under its table's generation.
+func (f *fixture) itemKey(key string) string {
+	if strings.HasPrefix(key, "comments:") {
+		return itemformat.CounterKey(f.prefix+key, fixtureGen)
+	}
+	return f.prefix + key
+}
+
+// set stores value at key (prefix left out) as the daemon would under the
+// current generation: a counter at its generation's key, a set after the
+// generation's token.
 func (f *fixture) set(t *testing.T, key, value string) {
 	t.Helper()
-	if err := f.mc.Set(&memcache.Item{Key: f.prefix + key, Value: []byte(value), Expiration: 300}); err != nil {
+	if !strings.HasPrefix(key, "comments:") {
+		value = string(itemformat.AppendGenerationToken(nil, fixtureGen)) + value
+	}
+	if err := f.mc.Set(&memcache.Item{Key: f.itemKey(key), Value: []byte(value), Expiration: 300}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -128,7 +156,7 @@ func TestVerify(t *testing.T) {
 	// post 4 none; the NULL post makes no key.
 	f.set(t, "comments:1", "2")  // right
 	f.set(t, "comments:2", "10") // wrong; memcached pads the decremented number
-	if _, err := f.mc.Decrement(f.prefix+"comments:2", 7); err != nil {
+	if _, err := f.mc.Decrement(f.itemKey("comments:2"), 7); err != nil {
 		t.Fatal(err)
 	}
 	f.set(t, "comments:4", "0")   // right
@@ -158,9 +186,10 @@ func TestVerify(t *testing.T) {
 		t.Error("OK() = true with wrong items")
 	}
 	wantMismatch := map[string]Mismatch{
-		f.prefix + "comments:2":   {Rule: "post-comments", Cached: "3", Truth: "1"},
-		f.prefix + "comments:all": {Rule: "all-comments", Cached: `"x"`, Truth: "7"},
-		f.prefix + "interests:8":  {Rule: "user-interests", Cached: "{chess jazz}", Truth: "{jazz}"},
+		// Counters are reported at their key under the generation.
+		f.itemKey("comments:2"):   {Rule: "post-comments", Cached: "3", Truth: "1"},
+		f.itemKey("comments:all"): {Rule: "all-comments", Cached: `"x"`, Truth: "7"},
+		f.itemKey("interests:8"):  {Rule: "user-interests", Cached: "{chess jazz}", Truth: "{jazz}"},
 	}
 	if len(rep.Mismatches) != len(wantMismatch) {
 		t.Errorf("mismatches %+v, want %d", rep.Mismatches, len(wantMismatch))
@@ -186,7 +215,7 @@ func TestVerify(t *testing.T) {
 		t.Error("bump rule listed in the report")
 	}
 	for _, want := range []string{
-		"MISMATCH rule=post-comments key=" + f.prefix + "comments:2 cached=3 truth=1",
+		"MISMATCH rule=post-comments key=" + f.itemKey("comments:2") + " cached=3 truth=1",
 		"skipped products (set): no load query",
 		"checked 9, present 8 (88.9%), missing 1, consistent 5, wrong 3: consistency 66.66% (0 nines)",
 	} {
@@ -214,7 +243,7 @@ func TestVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Mismatch{Key: f.prefix + "comments:4", Rule: "post-comments", Cached: `"+0"`, Truth: "0"}); rep.Wrong != 1 || len(rep.Mismatches) != 1 || rep.Mismatches[0] != want {
+	if want := (Mismatch{Key: f.itemKey("comments:4"), Rule: "post-comments", Cached: `"+0"`, Truth: "0"}); rep.Wrong != 1 || len(rep.Mismatches) != 1 || rep.Mismatches[0] != want {
 		t.Errorf("signed counter: wrong %d, mismatches %+v; want %+v", rep.Wrong, rep.Mismatches, want)
 	}
 }
@@ -257,7 +286,8 @@ func TestVerifyNamedRulesAndSample(t *testing.T) {
 }
 
 // fixingCache is the real memcached client, with a hook run after the
-// first read, to change the cache between a check and its recheck.
+// first read of items (not of a generation), to change the cache between
+// a check and its recheck.
 type fixingCache struct {
 	*memcache.Client
 	once  sync.Once
@@ -266,7 +296,9 @@ type fixingCache struct {
 
 func (c *fixingCache) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 	items, err := c.Client.GetMulti(keys)
-	c.once.Do(c.after)
+	if len(keys) != 1 || !strings.Contains(keys[0], "gen:") {
+		c.once.Do(c.after)
+	}
 	return items, err
 }
 
@@ -329,5 +361,42 @@ func TestMinPresent(t *testing.T) {
 	(&Report{Checked: 3, Missing: 3, Consistent: 3}).WriteText(&text)
 	if !strings.Contains(text.String(), "warning: no checked item was present") {
 		t.Errorf("no warning for a check that saw no item:\n%s", text.String())
+	}
+}
+
+// TestVerifyGenerations: a set of another generation than its table's,
+// and every set and counter of a table whose generation item is missing,
+// are missing to readers (docs/formats.md, "Generations"), so verify
+// counts them missing, not wrong.
+func TestVerifyGenerations(t *testing.T) {
+	f := newFixture(t)
+	// User 8's set lacks jazz, but under an earlier generation.
+	stale := string(itemformat.AppendGenerationToken(nil, fixtureGen-1)) + "+chess "
+	if err := f.mc.Set(&memcache.Item{Key: f.prefix + "interests:8", Value: []byte(stale)}); err != nil {
+		t.Fatal(err)
+	}
+	// A set without a generation token is of no generation.
+	if err := f.mc.Set(&memcache.Item{Key: f.prefix + "interests:9", Value: []byte("+nothing ")}); err != nil {
+		t.Fatal(err)
+	}
+	f.set(t, "interests:7", "+chess +rock%20climbing ") // right
+	f.set(t, "comments:1", "7")                         // wrong, until the generation goes
+	rep, err := f.v.Verify(context.Background(), f.rs.Rules(), Options{Rules: []string{"user-interests"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Wrong != 0 || rep.Consistent != 1 {
+		t.Errorf("sets: %+v; want the stale sets missing and user 7's consistent", rep)
+	}
+	rule := f.rs.Rule("post-comments")
+	if err := f.mc.Delete(rule.Generation); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = f.v.Verify(context.Background(), f.rs.Rules(), Options{Rules: []string{"post-comments"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Wrong != 0 || rep.Missing != rep.Checked || rep.Checked == 0 {
+		t.Errorf("counters without a generation: %+v; want every one missing", rep)
 	}
 }

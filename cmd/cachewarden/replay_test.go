@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 // writeReplayConfig writes a config file using rulesPath and returns its
@@ -215,6 +217,26 @@ rules:
       args: [post_id]
 `
 
+// counterKey returns the key of post 9's comment counter under the
+// current generation of blog.comments (docs/formats.md, "Generations"),
+// creating the generation when missing.
+func counterKey(t *testing.T, mc *memcache.Client, prefix string) string {
+	t.Helper()
+	gk := rules.GenerationKey(prefix, "blog", "comments")
+	if err := mc.Add(&memcache.Item{Key: gk, Value: []byte("1782579200000000000")}); err != nil && !errors.Is(err, memcache.ErrNotStored) {
+		t.Fatal(err)
+	}
+	it, err := mc.Get(gk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, ok := itemformat.ParseGeneration(it.Value)
+	if !ok {
+		t.Fatalf("generation %q: %q", gk, it.Value)
+	}
+	return itemformat.CounterKey(prefix+"comments:9", gen)
+}
+
 func commentEvent(op string, id, post int) string {
 	img := fmt.Sprintf(`{"id":%d,"post_id":%d}`, id, post)
 	before, after := "null", img
@@ -294,7 +316,7 @@ func TestReplayFileCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, strict := range []bool{false, true} {
-		if err := mc.Set(&memcache.Item{Key: prefix + "comments:9", Value: []byte("77")}); err != nil {
+		if err := mc.Set(&memcache.Item{Key: counterKey(t, mc, prefix), Value: []byte("77")}); err != nil {
 			t.Fatal(err)
 		}
 		args := []string{"replay", "-c", cfg, "--file", file, "--batch", "2"}
@@ -309,7 +331,7 @@ func TestReplayFileCommand(t *testing.T) {
 		if code := exitCode(err); code != wantCode {
 			t.Fatalf("strict=%v: exit code %d (%v), want %d\n%s", strict, code, err, wantCode, errOut)
 		}
-		if got := mcGet(t, mc, prefix+"comments:9"); got != "3" {
+		if got := mcGet(t, mc, counterKey(t, mc, prefix)); got != "3" {
 			t.Errorf("comments:9 = %q, want MySQL's count 3", got)
 		}
 		if !strings.Contains(errOut, "\nline 3: cdc: decode") && !strings.HasPrefix(errOut, "line 3: cdc: decode") {
@@ -358,7 +380,7 @@ func TestReplayKafkaCommand(t *testing.T) {
 	}
 
 	// Offsets 1 and 2: the first comment and user 2.
-	if err := mc.Set(&memcache.Item{Key: prefix + "comments:9", Value: []byte("40")}); err != nil {
+	if err := mc.Set(&memcache.Item{Key: counterKey(t, mc, prefix), Value: []byte("40")}); err != nil {
 		t.Fatal(err)
 	}
 	_, errOut, err = invoke(t, "", "replay", "-c", cfg, "--from", topic+":0:1", "--to", topic+":0:3", "--progress", "0")
@@ -370,7 +392,7 @@ func TestReplayKafkaCommand(t *testing.T) {
 			t.Errorf("ns:user:%d = %q, bumped want %v", user, got, bumped)
 		}
 	}
-	if got := mcGet(t, mc, prefix+"comments:9"); got != "2" {
+	if got := mcGet(t, mc, counterKey(t, mc, prefix)); got != "2" {
 		t.Errorf("comments:9 = %q, want MySQL's 2", got)
 	}
 	if n := summaryCount(t, errOut, "messages in"); n != 2 {

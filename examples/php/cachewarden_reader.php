@@ -3,7 +3,9 @@
 //
 // A small reader for PHP applications on php-memcached (Debian's
 // php-memcached): keys built like the daemon's, namespace versions (hot-key
-// copies and master namespaces with evidence included), sets and counters. (php-memcached has no meta commands, so it reads the
+// copies and master namespaces with evidence included), sets and counters
+// (each read with its table's generation: cw_members($mc, $key,
+// cw_generation_key($prefix, $db, $table))). (php-memcached has no meta commands, so it reads the
 // values GetOrCompute stores with a plain get and leaves recomputation to
 // meta-protocol clients.)
 //
@@ -157,13 +159,35 @@ function cw_parse_count(string $value): ?string {
     return cw_decimal_at_most(rtrim($value, ' '), '9223372036854775807');
 }
 
+// cw_generation_key returns the key of a table's generation item: prefix,
+// "gen:", the escaped database and "." when there is one, the escaped
+// table.
+function cw_generation_key(string $prefix, string $database, string $table): string {
+    $db = $database === '' ? '' : cw_escape($database) . '.';
+    return cw_finish_key($prefix . 'gen:' . $db . cw_escape($table));
+}
+
+// cw_counter_key returns the key of the counter at $key under a generation
+// (decimal text).
+function cw_counter_key(string $key, string $generation): string {
+    return cw_finish_key($key . '@' . $generation);
+}
+
 // cw_decode_set returns the members of a set item, escaped as its tokens
-// spell them, in order, and its token and garbage counts.
+// spell them, in order, its token and garbage counts, and the generation
+// of its leading generation token (decimal text; null when it has none).
 function cw_decode_set(string $value): array {
     $order = [];
     $present = [];
     $tokens = 0;
-    foreach (preg_split('/[\x00-\x20\x7f]+/', $value, -1, PREG_SPLIT_NO_EMPTY) as $tok) {
+    $generation = null;
+    foreach (preg_split('/[\x00-\x20\x7f]+/', $value, -1, PREG_SPLIT_NO_EMPTY) as $i => $tok) {
+        if ($i === 0 && $tok[0] === 'g' && strlen($tok) > 1) {
+            $generation = cw_decimal_at_most(substr($tok, 1), '18446744073709551615');
+            if ($generation !== null) {
+                continue;
+            }
+        }
         $tokens++;
         $op = $tok[0];
         $member = (string)substr($tok, 1);
@@ -184,13 +208,13 @@ function cw_decode_set(string $value): array {
             $members[] = $m;
         }
     }
-    return [$members, $tokens, $tokens - count($members)];
+    return [$members, $tokens, $tokens - count($members), $generation];
 }
 
 // cw_encode_set returns the compact item holding exactly the escaped
-// members.
-function cw_encode_set(array $escaped): string {
-    $out = '';
+// members, after the generation token when there is a generation.
+function cw_encode_set(array $escaped, ?string $generation = null): string {
+    $out = $generation === null ? '' : 'g' . $generation . ' ';
     foreach ($escaped as $m) {
         $out .= '+' . $m . ' ';
     }
@@ -253,19 +277,49 @@ function cw_evidence_namespaces(Memcached $mc, string $prefix, string $template,
     return $out;
 }
 
-// cw_members returns the members of the set at $key, or null when it is
-// missing.
-function cw_members(Memcached $mc, string $key): ?array {
-    $value = $mc->get($key);
-    if ($value === false) {
-        return null;
-    }
-    return array_map('cw_unescape', cw_decode_set((string)$value)[0]);
+// cw_generation returns the generation in the generation item $value
+// (false when missing), or null.
+function cw_generation($value): ?string {
+    return $value === false || $value === null ? null : cw_parse_version((string)$value);
 }
 
-// cw_count returns the counter at $key (decimal text), or null.
-function cw_count(Memcached $mc, string $key): ?string {
-    $value = $mc->get($key);
+// cw_members returns the members of the set at $key, or null when it is
+// missing or not of the current generation of its table (generation item
+// $gen_key), read together in one round trip.
+function cw_members(Memcached $mc, string $key, string $gen_key): ?array {
+    $items = $mc->getMulti([$key, $gen_key]);
+    $items = $items === false ? [] : $items;
+    $generation = cw_generation($items[$gen_key] ?? false);
+    if ($generation === null || !isset($items[$key])) {
+        return null;
+    }
+    [$escaped, , , $stamped] = cw_decode_set((string)$items[$key]);
+    if ($stamped !== $generation) {
+        return null;
+    }
+    return array_map('cw_unescape', $escaped);
+}
+
+// cw_count returns the counter at $key under the current generation of
+// its table (generation item $gen_key), as decimal text, or null. The
+// generation last read is guessed so that, while it stays, one round
+// trip reads both.
+function cw_count(Memcached $mc, string $key, string $gen_key): ?string {
+    static $last = [];
+    $keys = [$gen_key];
+    $guess = $last[$gen_key] ?? null;
+    if ($guess !== null) {
+        $keys[] = cw_counter_key($key, $guess);
+    }
+    $items = $mc->getMulti($keys);
+    $items = $items === false ? [] : $items;
+    $generation = cw_generation($items[$gen_key] ?? false);
+    if ($generation === null) {
+        return null;
+    }
+    $last[$gen_key] = $generation;
+    $counter = cw_counter_key($key, $generation);
+    $value = $generation === $guess ? ($items[$counter] ?? false) : $mc->get($counter);
     return $value === false ? null : cw_parse_count((string)$value);
 }
 
@@ -287,13 +341,26 @@ function cw_check_vectors(string $path): array {
         }
     }
     foreach ($v['sets'] as $c) {
-        [$escaped, $tokens, $garbage] = cw_decode_set($c['value']);
+        [$escaped, $tokens, $garbage, $generation] = cw_decode_set($c['value']);
         $got = array_map('cw_unescape', $escaped);
-        if ($got !== $c['members'] || $tokens !== $c['tokens'] || $garbage !== $c['garbage']) {
-            $bad[] = "set {$c['name']}: " . json_encode($got) . " $tokens $garbage";
+        if ($got !== $c['members'] || $tokens !== $c['tokens'] || $garbage !== $c['garbage']
+            || $generation !== ($c['generation'] ?? null)) {
+            $bad[] = "set {$c['name']}: " . json_encode($got) . " $tokens $garbage " . json_encode($generation);
         }
-        if (cw_encode_set($escaped) !== $c['compacted']) {
-            $bad[] = "set {$c['name']} compacted: " . cw_encode_set($escaped);
+        if (cw_encode_set($escaped, $generation) !== $c['compacted']) {
+            $bad[] = "set {$c['name']} compacted: " . cw_encode_set($escaped, $generation);
+        }
+    }
+    foreach ($v['generations'] ?? [] as $c) {
+        $got = cw_generation_key($c['prefix'], $c['database'], $c['table']);
+        if ($got !== $c['key']) {
+            $bad[] = "generation key {$c['key']}: $got";
+        }
+    }
+    foreach ($v['counter_keys'] ?? [] as $c) {
+        $got = cw_counter_key($c['key'], $c['generation']);
+        if ($got !== $c['counter_key']) {
+            $bad[] = "counter key {$c['counter_key']}: $got";
         }
     }
     foreach ($v['namespaces'] as $c) {
@@ -373,10 +440,10 @@ function cw_serve(string $server): void {
                 }
                 break;
             case 'members':
-                $out['members'] = cw_members($mc, $key);
+                $out['members'] = cw_members($mc, $key, cw_generation_key($req['prefix'], $req['database'] ?? '', $req['table']));
                 break;
             case 'count':
-                $out['count'] = cw_count($mc, $key);
+                $out['count'] = cw_count($mc, $key, cw_generation_key($req['prefix'], $req['database'] ?? '', $req['table']));
                 break;
             case 'get':
                 $value = $mc->get($key);

@@ -2,7 +2,9 @@
 
 A small reader for Python applications on pymemcache (Debian's
 python3-pymemcache): keys built like the daemon's, namespace versions,
-hot-key copies, master namespaces with evidence, sets, counters, and
+hot-key copies, master namespaces with evidence, sets and counters (each
+read with its table's generation: members(mc, key, generation_key(prefix,
+db, table))), and
 GetOrCompute's leases over the meta protocol (on a
 socket of its own: pymemcache 3.x has no meta commands).
 
@@ -177,12 +179,42 @@ def _tokens(value):
             token.append(b)
 
 
+def generation_key(prefix, database, table):
+    """The key of a table's generation item: prefix, "gen:", the escaped
+    database and "." when there is one, the escaped table."""
+    if isinstance(prefix, str):
+        prefix = prefix.encode("utf-8")
+    db = escape(_text(database)) + b"." if database else b""
+    return finish_key(prefix + b"gen:" + db + escape(_text(table)))
+
+
+def parse_generation(value):
+    """A generation (as a namespace version), or ValueError."""
+    return parse_version(value)
+
+
+def counter_key(k, generation):
+    """The key of the counter at key k under a generation."""
+    return finish_key(k + b"@%d" % generation)
+
+
+def _generation_token(tok):
+    if len(tok) < 2 or tok[:1] != b"g" or not tok[1:].isdigit() or int(tok[1:]) > MAX_VERSION:
+        return None
+    return int(tok[1:])
+
+
 def decode_set(value):
     """The members of a set item, escaped as its tokens spell them, in
-    order, and its token and garbage counts."""
+    order, its token and garbage counts, and the generation of its
+    leading generation token (None when it has none)."""
     order, present = [], {}
     tokens = 0
-    for tok in _tokens(value):
+    generation = None
+    for i, tok in enumerate(_tokens(value)):
+        if i == 0 and _generation_token(tok) is not None:
+            generation = _generation_token(tok)
+            continue
         tokens += 1
         op, member = tok[:1], tok[1:]
         if op == b"+":
@@ -193,12 +225,14 @@ def decode_set(value):
             if member in present:
                 present[member] = -1
     members = [m for i, m in enumerate(order) if present[m] == i]
-    return members, tokens, tokens - len(members)
+    return members, tokens, tokens - len(members), generation
 
 
-def encode_set(escaped_members):
-    """The compact item holding exactly the (escaped) members."""
-    return b"".join(b"+" + m + b" " for m in escaped_members)
+def encode_set(escaped_members, generation=None):
+    """The compact item holding exactly the (escaped) members, after the
+    generation token when there is a generation."""
+    head = b"" if generation is None else b"g%d " % generation
+    return head + b"".join(b"+" + m + b" " for m in escaped_members)
 
 
 def namespace(mc, k, ttl=0, attempts=3):
@@ -247,17 +281,51 @@ def evidence_namespaces(mc, prefix, template, column, master_key, bits, rows, tt
     return out
 
 
-def members(mc, k):
-    """The members of the set at key k, or None when it is missing."""
-    value = mc.get(k)
+def _generation(items, gk):
+    value = items.get(gk)
     if value is None:
         return None
-    return [unescape(m) for m in decode_set(value)[0]]
+    try:
+        return parse_generation(value)
+    except ValueError:
+        return None
 
 
-def count(mc, k):
-    """The counter at key k, or None when missing or not a count."""
-    value = mc.get(k)
+def members(mc, k, gk):
+    """The members of the set at key k, or None when it is missing or not
+    of the current generation of its table (generation item gk), read
+    together in one round trip."""
+    items = mc.get_many([k, gk])
+    generation, value = _generation(items, gk), items.get(k)
+    if generation is None or value is None:
+        return None
+    escaped, _, _, stamped = decode_set(value)
+    if stamped != generation:
+        return None
+    return [unescape(m) for m in escaped]
+
+
+# The generation last read per generation key, so that a counter is read
+# with its generation in one round trip while the generation stays.
+_last_generation = {}
+
+
+def count(mc, k, gk):
+    """The counter at key k under the current generation of its table
+    (generation item gk), or None when missing or not a count."""
+    keys = [gk]
+    guess = _last_generation.get(gk)
+    if guess is not None:
+        keys.append(counter_key(k, guess))
+    items = mc.get_many(keys)
+    generation = _generation(items, gk)
+    if generation is None:
+        return None
+    _last_generation[gk] = generation
+    if generation == guess:
+        value = items.get(counter_key(k, generation))
+    else:
+        value = mc.get(counter_key(k, generation))
     return None if value is None else parse_count(value)
 
 
@@ -359,13 +427,22 @@ def check_vectors(path):
         if got != case["token"].encode():
             bad.append("token %r: %r" % (case["member"], got))
     for case in v["sets"]:
-        escaped, tokens, garbage = decode_set(case["value"].encode())
+        escaped, tokens, garbage, generation = decode_set(case["value"].encode())
         got = [unescape(m) for m in escaped]
         want = [m.encode() for m in case["members"]]
-        if got != want or tokens != case["tokens"] or garbage != case["garbage"]:
-            bad.append("set %s: %r %d %d" % (case["name"], got, tokens, garbage))
-        if encode_set(escaped) != case["compacted"].encode():
-            bad.append("set %s compacted: %r" % (case["name"], encode_set(escaped)))
+        want_generation = int(case["generation"]) if "generation" in case else None
+        if got != want or tokens != case["tokens"] or garbage != case["garbage"] or generation != want_generation:
+            bad.append("set %s: %r %d %d %r" % (case["name"], got, tokens, garbage, generation))
+        if encode_set(escaped, generation) != case["compacted"].encode():
+            bad.append("set %s compacted: %r" % (case["name"], encode_set(escaped, generation)))
+    for case in v.get("generations", []):
+        got = generation_key(case["prefix"], case["database"], case["table"])
+        if got != case["key"].encode():
+            bad.append("generation key %r: %r" % (case["key"], got))
+    for case in v.get("counter_keys", []):
+        got = counter_key(case["key"].encode(), int(case["generation"]))
+        if got != case["counter_key"].encode():
+            bad.append("counter key %r: %r" % (case["counter_key"], got))
     for case in v["namespaces"]:
         try:
             got = str(parse_version(case["value"].encode()))
@@ -430,10 +507,12 @@ def serve(server):
         elif op == "namespace":
             out["version"] = str(namespace(mc, k))
         elif op == "members":
-            ms = members(mc, k)
+            gk = generation_key(req["prefix"], req.get("database", ""), req["table"])
+            ms = members(mc, k, gk)
             out["members"] = None if ms is None else [m.decode("utf-8") for m in ms]
         elif op == "count":
-            n = count(mc, k)
+            gk = generation_key(req["prefix"], req.get("database", ""), req["table"])
+            n = count(mc, k, gk)
             out["count"] = None if n is None else str(n)
         elif op == "get_or_compute":
             computed = []

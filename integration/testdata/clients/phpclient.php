@@ -51,18 +51,22 @@ function raw_get(array $server, string $key): bool {
 }
 
 $out = [];
+// Counters live under their table's generation (docs/formats.md,
+// "Generations"): the generation item and the counter at its key.
+const GENERATION = '1782579200000000000';
 if ($mode === 'seed') {
+    $m->set('gen:shop.items', GENERATION);
     foreach ($keys as $k) {
         $m->set("ns:$k", '1000');
         $m->set("set:$k", '+a ');
-        $m->set("cnt:$k", '5');
+        $m->set("cnt:$k@" . GENERATION, '5');
     }
     $out = count($keys);
 } elseif ($mode === 'check') {
     foreach ($keys as $k) {
         $vals = [];
-        foreach (['ns:', 'set:', 'cnt:'] as $p) {
-            $v = $m->get($p . $k);
+        foreach (["ns:$k", "set:$k", "cnt:$k@" . GENERATION] as $item) {
+            $v = $m->get($item);
             $vals[] = $v === false ? null : (string) $v;
         }
         $out[] = $vals;

@@ -48,22 +48,28 @@ def raw_get(server, key):
     return buf.startswith(b"VALUE ")
 
 
+GENERATION_KEY, GENERATION = "gen:shop.items", "1782579200000000000"
+
+
 def main():
     name, mode, servers = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
     keys = json.load(sys.stdin)
     c = make_client(name, servers)
     out = []
+    # Counters live under their table's generation (docs/formats.md,
+    # "Generations"): the generation item and the counter at its key.
     if mode == "seed":
+        c.set(GENERATION_KEY, GENERATION)
         for k in keys:
             c.set("ns:" + k, "1000")
             c.set("set:" + k, "+a ")
-            c.set("cnt:" + k, "5")
+            c.set("cnt:" + k + "@" + GENERATION, "5")
         out = len(keys)
     elif mode == "check":
         for k in keys:
             vals = []
-            for prefix in ("ns:", "set:", "cnt:"):
-                v = c.get(prefix + k)
+            for item in ("ns:" + k, "set:" + k, "cnt:" + k + "@" + GENERATION):
+                v = c.get(item)
                 if isinstance(v, bytes):
                     v = v.decode()
                 elif v is not None:
