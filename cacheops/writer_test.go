@@ -998,7 +998,7 @@ func TestWriterSetRebuild(t *testing.T) {
 func TestWriterSetLoadUnderGeneration(t *testing.T) {
 	e := newWTEnv(t)
 	db, rule := interestsDB(t)
-	rule.Generation = e.key("gen:user_interests")
+	rule.Generation = e.key("%gen:user_interests")
 	const members = "+100%25 +7 +caf\u00e9 +rock%20climbing "
 	genOf := func() uint64 {
 		v, ok := e.value(t, rule.Generation)

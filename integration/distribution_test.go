@@ -99,7 +99,7 @@ func runClient(t *testing.T, client, mode string, servers []string, keys []strin
 
 // distributionGenKey and distributionGen are the generation item of the
 // shop.items table and the generation every client seeds in it.
-const distributionGenKey, distributionGen = "gen:shop.items", "1782579200000000000"
+const distributionGenKey, distributionGen = "%gen:shop.items", "1782579200000000000"
 
 // goClient is runClient's "seed" and "check" for Go applications:
 // gomemcache's own client over the same server list.
@@ -115,7 +115,7 @@ func goClient(t *testing.T, mode string, servers []string, keys []string, out an
 			t.Fatal(err)
 		}
 		for _, k := range keys {
-			for _, it := range []memcache.Item{{Key: "ns:" + k, Value: []byte("1000")}, {Key: "set:" + k, Value: []byte("+a ")}, {Key: "cnt:" + k + "@" + distributionGen, Value: []byte("5")}} {
+			for _, it := range []memcache.Item{{Key: "ns:" + k, Value: []byte("1000")}, {Key: "set:" + k, Value: []byte("+a ")}, {Key: "cnt:" + k + "%@" + distributionGen, Value: []byte("5")}} {
 				if err := mc.Set(&it); err != nil {
 					t.Fatal(err)
 				}
@@ -126,7 +126,7 @@ func goClient(t *testing.T, mode string, servers []string, keys []string, out an
 		var vals [][]*string
 		for _, k := range keys {
 			var row []*string
-			for _, item := range []string{"ns:" + k, "set:" + k, "cnt:" + k + "@" + distributionGen} {
+			for _, item := range []string{"ns:" + k, "set:" + k, "cnt:" + k + "%@" + distributionGen} {
 				it, err := mc.Get(item)
 				if err != nil {
 					row = append(row, nil)

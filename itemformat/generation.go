@@ -72,14 +72,14 @@ func EncodeLoadedSetAt(gen uint64, members []string) []byte {
 }
 
 // CounterKey returns the key of the counter at key (a count rule's
-// rendered key, after rules.FinishKey) under generation gen: key, '@',
+// rendered key, after rules.FinishKey) under generation gen: key, "%@",
 // gen in decimal, through rules.FinishKey again. The daemon applies
 // deltas only at the current generation's key, so a counter of an
 // earlier generation is never read or changed again.
 func CounterKey(key string, gen uint64) string {
 	buf := make([]byte, 0, len(key)+21)
 	buf = append(buf, key...)
-	buf = append(buf, '@')
+	buf = append(buf, rules.CounterGenerationMark...)
 	buf = strconv.AppendUint(buf, gen, 10)
 	return rules.FinishKey(buf)
 }

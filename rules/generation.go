@@ -1,14 +1,14 @@
 package rules
 
 // GenerationKey returns the key of the generation item of a table
-// (docs/formats.md, "Generations"): prefix, "gen:", the escaped database
+// (docs/formats.md, "Generations"): prefix, "%gen:", the escaped database
 // and a '.' when db is not "", the escaped table, through FinishKey. The
 // sets and counters of every set and count rule of the file matching
 // that table spec are valid only under the item's current value.
 func GenerationKey(prefix, db, table string) string {
 	buf := make([]byte, 0, len(prefix)+len(db)+len(table)+6)
 	buf = append(buf, prefix...)
-	buf = append(buf, "gen:"...)
+	buf = append(buf, GenerationMark...)
 	if db != "" {
 		buf = AppendEscaped(buf, db)
 		buf = append(buf, '.')

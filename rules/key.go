@@ -30,6 +30,17 @@ const (
 	copyMark = "%copy"
 )
 
+// Marks of the items that carry a table's generation (docs/formats.md,
+// "Generations"), exported for package itemformat, which builds the
+// counters' keys.
+const (
+	// GenerationMark follows the prefix in a generation item's key.
+	GenerationMark = "%gen:"
+	// CounterGenerationMark separates a counter's rendered key from the
+	// generation it counts under.
+	CounterGenerationMark = "%@"
+)
+
 // legacyMark is what releases before the marks put where hashMark and
 // copyMark now stand; see Op.Legacy.
 const legacyMark = '#'
@@ -135,8 +146,9 @@ func CopySuffixLen(i int) int { return len(appendCopySuffix(nil, i)) }
 // (memcached keys cannot hold them), and every '%' followed by two
 // upper-case hex digits, as escaping writes it. A '%' followed by anything
 // else is the start of one of the daemon's marks ("%#" of hashed keys,
-// "%copy" of hot-key copies, "%fence" of counter fences, "%rebump:" of the
-// rebump journal); write "%25" for a '%' itself. The error names the byte
+// "%copy" of hot-key copies, "%gen:" and "%@" of generations, "%fence" of
+// counter fences, "%rebump:" of the rebump journal); write "%25" for a
+// '%' itself. The error names the byte
 // and its offset.
 func CheckLiteral(s string) error {
 	for i := 0; i < len(s); i++ {

@@ -219,3 +219,24 @@ func TestNewRuleSetPrefixMarks(t *testing.T) {
 		}
 	}
 }
+
+// TestForgedGenerationKeys: a template whose literal text reads like a
+// generation item's key, or a counter's key under a generation, renders
+// keys of its own for every value, so no rule can write into a table's
+// generation or into another row's counter.
+func TestForgedGenerationKeys(t *testing.T) {
+	gen := rules.GenerationKey("p:", "shop", "users")
+	for _, tc := range []struct{ tmpl, value, target string }{
+		{"gen:{v}", "shop.users", gen},
+		{"{v}", strings.TrimPrefix(gen, "p:"), gen},
+		{"comments:{v}", "9%@1782579200000000005", "p:comments:9%@1782579200000000005"},
+		{"comments:{v}", "9@1782579200000000005", "p:comments:9%@1782579200000000005"},
+	} {
+		if got := mustKey(t, "p:", tc.tmpl, map[string]string{"v": tc.value}); got == tc.target {
+			t.Errorf("template %q with %q renders %q", tc.tmpl, tc.value, got)
+		}
+	}
+	if _, err := rules.ParseTemplate("%gen:{t}"); err == nil {
+		t.Errorf("a template may spell the generation mark")
+	}
+}

@@ -171,7 +171,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "truncate of a table with set and count rules bumps its generation once",
 			ev:   rules.Event{Database: "blog", Table: "comments", Operation: rules.Truncate},
-			want: []string{"generation bump p:gen:blog.comments"},
+			want: []string{"generation bump p:%gen:blog.comments"},
 		},
 		{
 			name: "table without rules plans nothing",

@@ -296,7 +296,7 @@ type fixingCache struct {
 
 func (c *fixingCache) GetMulti(keys []string) (map[string]*memcache.Item, error) {
 	items, err := c.Client.GetMulti(keys)
-	if len(keys) != 1 || !strings.Contains(keys[0], "gen:") {
+	if len(keys) != 1 || !strings.Contains(keys[0], "%gen:") {
 		c.once.Do(c.after)
 	}
 	return items, err

@@ -119,7 +119,7 @@ func TestPlanExampleRules(t *testing.T) {
 {"line":4,"rule":"post-comments","op":"count","key":"blog:comments:9","delta":-1}
 {"line":5,"rule":"post-comments","op":"recount","key":"blog:comments:9"}
 {"line":6,"rule":"catalog","op":"bump","key":"shop:ns:catalog"}
-{"line":6,"rule":"generation","op":"bump","key":"shop:gen:shop.products"}
+{"line":6,"rule":"generation","op":"bump","key":"shop:%gen:shop.products"}
 `
 	if out != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out, want)

@@ -164,13 +164,13 @@ function cw_parse_count(string $value): ?string {
 // table.
 function cw_generation_key(string $prefix, string $database, string $table): string {
     $db = $database === '' ? '' : cw_escape($database) . '.';
-    return cw_finish_key($prefix . 'gen:' . $db . cw_escape($table));
+    return cw_finish_key($prefix . '%gen:' . $db . cw_escape($table));
 }
 
 // cw_counter_key returns the key of the counter at $key under a generation
 // (decimal text).
 function cw_counter_key(string $key, string $generation): string {
-    return cw_finish_key($key . '@' . $generation);
+    return cw_finish_key($key . '%@' . $generation);
 }
 
 // cw_decode_set returns the members of a set item, escaped as its tokens

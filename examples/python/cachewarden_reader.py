@@ -185,7 +185,7 @@ def generation_key(prefix, database, table):
     if isinstance(prefix, str):
         prefix = prefix.encode("utf-8")
     db = escape(_text(database)) + b"." if database else b""
-    return finish_key(prefix + b"gen:" + db + escape(_text(table)))
+    return finish_key(prefix + b"%gen:" + db + escape(_text(table)))
 
 
 def parse_generation(value):
@@ -195,7 +195,7 @@ def parse_generation(value):
 
 def counter_key(k, generation):
     """The key of the counter at key k under a generation."""
-    return finish_key(k + b"@%d" % generation)
+    return finish_key(k + b"%%@%d" % generation)
 
 
 def _generation_token(tok):

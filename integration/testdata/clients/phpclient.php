@@ -55,17 +55,17 @@ $out = [];
 // "Generations"): the generation item and the counter at its key.
 const GENERATION = '1782579200000000000';
 if ($mode === 'seed') {
-    $m->set('gen:shop.items', GENERATION);
+    $m->set('%gen:shop.items', GENERATION);
     foreach ($keys as $k) {
         $m->set("ns:$k", '1000');
         $m->set("set:$k", '+a ');
-        $m->set("cnt:$k@" . GENERATION, '5');
+        $m->set("cnt:$k%@" . GENERATION, '5');
     }
     $out = count($keys);
 } elseif ($mode === 'check') {
     foreach ($keys as $k) {
         $vals = [];
-        foreach (["ns:$k", "set:$k", "cnt:$k@" . GENERATION] as $item) {
+        foreach (["ns:$k", "set:$k", "cnt:$k%@" . GENERATION] as $item) {
             $v = $m->get($item);
             $vals[] = $v === false ? null : (string) $v;
         }

@@ -48,7 +48,7 @@ def raw_get(server, key):
     return buf.startswith(b"VALUE ")
 
 
-GENERATION_KEY, GENERATION = "gen:shop.items", "1782579200000000000"
+GENERATION_KEY, GENERATION = "%gen:shop.items", "1782579200000000000"
 
 
 def main():
@@ -63,12 +63,12 @@ def main():
         for k in keys:
             c.set("ns:" + k, "1000")
             c.set("set:" + k, "+a ")
-            c.set("cnt:" + k + "@" + GENERATION, "5")
+            c.set("cnt:" + k + "%@" + GENERATION, "5")
         out = len(keys)
     elif mode == "check":
         for k in keys:
             vals = []
-            for item in ("ns:" + k, "set:" + k, "cnt:" + k + "@" + GENERATION):
+            for item in ("ns:" + k, "set:" + k, "cnt:" + k + "%@" + GENERATION):
                 v = c.get(item)
                 if isinstance(v, bytes):
                     v = v.decode()
