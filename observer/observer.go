@@ -188,6 +188,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Member names this daemon instance in the history a report carries
+	// (which instance applied each batch); "" names none.
+	Member string
 }
 
 // Observer samples applied changes and checks them later. Its methods are
@@ -203,6 +206,9 @@ type Observer struct {
 	// positions are the daemon's applied binary log positions, for
 	// counters judged at a position (position.go).
 	positions appliedPositions
+	// watch records what the daemon applied to the keys of the sampled
+	// changes waiting for checks (watch.go).
+	watch watchList
 
 	mu      sync.Mutex
 	queue   taskHeap
@@ -262,7 +268,8 @@ func (o *Observer) Close() {
 	o.wg.Wait()
 }
 
-// Pending returns how many sampled changes wait for their last check.
+// Pending returns how many sampled changes wait for their last check
+// (confirmations included).
 func (o *Observer) Pending() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -295,6 +302,9 @@ type change struct {
 	// logged holds the items whose inconsistency was logged (under
 	// Observer.mu).
 	logged map[string]bool
+	// open counts the windows whose check is not done yet (under
+	// Observer.mu); the change is released at zero.
+	open int
 }
 
 // task is one check of a change: at a window, or the confirmation of a
@@ -339,14 +349,26 @@ func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []r
 		}
 	}
 	if len(sampled) == 0 {
-		if applied == nil {
+		watching := o.watch.touches(ops)
+		if applied == nil && !watching {
 			return nil
 		}
-		return func([]rules.Op, []cacheops.Result) { o.positions.advance(applied) }
+		return func(ops []rules.Op, res []cacheops.Result) {
+			o.positions.advance(applied)
+			if watching {
+				o.watch.record(ops, res, o.deps.Now())
+			}
+		}
 	}
 	o.readBefore(sampled, now)
 	return func(ops []rules.Op, res []cacheops.Result) {
 		o.positions.advance(applied)
+		for _, c := range sampled {
+			if c.kind != 0 {
+				o.watch.add(c.key)
+			}
+		}
+		o.watch.record(ops, res, o.deps.Now())
 		o.applied(sampled, ops, res)
 	}
 }
@@ -482,20 +504,25 @@ func (o *Observer) applied(sampled []*change, ops []rules.Op, res []cacheops.Res
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, c := range sampled {
+		if c.kind == 0 {
+			continue // dropped by readBefore
+		}
+		drop := ""
 		switch {
-		case c.kind == 0:
-			continue
 		case c.index >= len(ops) || c.index >= len(res) || ops[c.index].Key != c.key || ops[c.index].Rule != c.rule:
-			o.m.drop(dropReplaced)
-			continue
+			drop = dropReplaced
 		case res[c.index].Err != nil:
-			o.m.drop(dropNotApplied)
-			continue
+			drop = dropNotApplied
 		case o.pending >= o.cfg.MaxPending:
-			o.m.drop(dropQueueFull)
+			drop = dropQueueFull
+		}
+		if drop != "" {
+			o.m.drop(drop)
+			o.watch.release(c.key)
 			continue
 		}
 		o.pending++
+		c.open = len(o.cfg.Windows)
 		o.m.samples.WithLabelValues(c.rule.Name).Inc()
 		for w, d := range o.cfg.Windows {
 			heap.Push(&o.queue, &task{due: now.Add(d), c: c, window: w})
@@ -573,8 +600,8 @@ func (o *Observer) work() {
 	}
 }
 
-// done records the verdicts of t's items; the last window of a change
-// releases it.
+// done records the verdicts of t's items; the last check of a change
+// (every window's, confirmations included) releases it.
 func (o *Observer) done(t *task, vs []itemVerdict) {
 	window := o.cfg.Windows[t.window]
 	for _, v := range vs {
@@ -584,11 +611,16 @@ func (o *Observer) done(t *task, vs []itemVerdict) {
 			o.logInconsistency(t, v.verdict, v.key)
 		}
 	}
-	if t.window == len(o.cfg.Windows)-1 {
-		o.mu.Lock()
+	o.mu.Lock()
+	t.c.open--
+	last := t.c.open == 0
+	if last {
 		o.pending--
 		o.m.pending.Set(float64(o.pending))
-		o.mu.Unlock()
+	}
+	o.mu.Unlock()
+	if last {
+		o.watch.release(t.c.key)
 	}
 }
 
