@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,5 +180,15 @@ func TestObserverBusySetJudged(t *testing.T) {
 	}
 	if want := "key=" + ops[0].Key + " "; !strings.Contains(e.log.String(), want) || !strings.Contains(e.log.String(), "expected=+red seen=-red") {
 		t.Errorf("the report does not name %s with expected=+red seen=-red:\n%s", ops[0].Key, e.log.String())
+	}
+	// Its history: the daemon appended +red (memcached answered
+	// appended) and nothing of its own removed it, so an outside writer
+	// did.
+	history := regexp.MustCompile(`history="[0-9:.]+Z set_add \+red answered appended by daemon-a batch cdc\.app\.tags/0@0(; [^"]*)?"`)
+	if !history.MatchString(e.log.String()) {
+		t.Errorf("the report lacks the key's history:\n%s", e.log.String())
+	}
+	if strings.Contains(e.log.String(), "set_remove -red") {
+		t.Errorf("the history shows a removal of red the daemon never applied:\n%s", e.log.String())
 	}
 }

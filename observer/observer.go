@@ -356,7 +356,7 @@ func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []r
 		return func(ops []rules.Op, res []cacheops.Result) {
 			o.positions.advance(applied)
 			if watching {
-				o.watch.record(ops, res, o.deps.Now())
+				o.watch.record(ops, res, o.deps.Now(), o.cfg.Detached)
 			}
 		}
 	}
@@ -368,7 +368,7 @@ func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []r
 				o.watch.add(c.key)
 			}
 		}
-		o.watch.record(ops, res, o.deps.Now())
+		o.watch.record(ops, res, o.deps.Now(), o.cfg.Detached)
 		o.applied(sampled, ops, res)
 	}
 }
@@ -671,7 +671,29 @@ func (o *Observer) logInconsistency(t *task, v verdict, item string) {
 	if s.TsMs > 0 {
 		attrs = append(attrs, "source_ts", time.UnixMilli(s.TsMs).UTC().Format(time.RFC3339Nano))
 	}
+	var members []string
+	if t.first != nil && t.first.set != nil {
+		members = t.first.set.wrong
+	}
+	attrs = append(attrs, "history", o.historyText(c.key, members))
 	o.log.Error("cache inconsistent with an applied change", attrs...)
+}
+
+// historyText renders the latest batches the daemon applied to key (and
+// the latest that changed each of members, a set's members in question),
+// oldest first, for a report: when, which op, what memcached answered,
+// which daemon instance, which batch. A change another process wrote to
+// the item shows as a state the history does not explain.
+func (o *Observer) historyText(key string, members []string) string {
+	h := o.watch.history(key, members)
+	if len(h) == 0 {
+		return "none recorded"
+	}
+	parts := make([]string, len(h))
+	for i, a := range h {
+		parts[i] = a.String(o.deps.Member)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // taskHeap orders tasks by due time.

@@ -54,7 +54,7 @@ func newObserved(t *testing.T) *observed {
 	}
 	logs := &syncBuffer{}
 	o, err := New(Config{Sample: 1, MaxPerSecond: 1e6, Windows: []time.Duration{testWindow}, ConfirmAfter: 50 * time.Millisecond, MemcachedPerSecond: 1e6, MySQLPerSecond: 1e6, ReportEvery: 100 * time.Millisecond},
-		Deps{Cache: mc, Servers: sel, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		Deps{Cache: mc, Servers: sel, Logger: slog.New(slog.NewTextHandler(logs, nil)), Member: "daemon-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,8 @@ func TestObserverBumps(t *testing.T) {
 			t.Errorf("no inconsistency logged for %s:\n%s", k, logs)
 		}
 	}
-	for _, want := range []string{"server=" + testsvc.Memcached(t), "topic=cdc.app.hot", "binlog_file=mysql-bin.000001", "expected=", "seen="} {
+	for _, want := range []string{"server=" + testsvc.Memcached(t), "topic=cdc.app.hot", "binlog_file=mysql-bin.000001", "expected=", "seen=",
+		"history=\"", " bump answered incr by daemon-a batch cdc.app.hot/0@"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the evidence lacks %q:\n%s", want, logs)
 		}

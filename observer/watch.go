@@ -3,6 +3,7 @@ package observer
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,10 +48,14 @@ type memberRecord struct {
 	// seq is the key's application number of that change; it tells
 	// whether the member changed between two readings.
 	seq uint64
+	// last is that application, for the history of a report.
+	last application
 }
 
 // application is one op applied to a watched key, as the daemon saw it.
 type application struct {
+	// seq is the key's application number.
+	seq     uint64
 	at      time.Time
 	kind    rules.OpKind
 	detail  string
@@ -149,7 +154,9 @@ func (w *watchList) touches(ops []rules.Op) bool {
 
 // record notes the ops of an applied batch that are on watched keys,
 // with their results, at now; ops without a result are taken as failed.
-func (w *watchList) record(ops []rules.Op, res []cacheops.Result, now time.Time) {
+// detached notes ops another process applies (`cachewarden observe`):
+// their results say nothing of memcached's answers.
+func (w *watchList) record(ops []rules.Op, res []cacheops.Result, now time.Time, detached bool) {
 	if w.size.Load() == 0 {
 		return
 	}
@@ -166,52 +173,61 @@ func (w *watchList) record(ops []rules.Op, res []cacheops.Result, now time.Time)
 			r = res[i]
 		}
 		k.seq++
-		a := application{at: now, kind: op.Kind, source: rules.Position{Topic: op.Source.Topic, Partition: op.Source.Partition, Offset: op.Source.Offset}, outcome: r.Outcome.String()}
-		if r.Err != nil {
+		a := application{seq: k.seq, at: now, kind: op.Kind, source: rules.Position{Topic: op.Source.Topic, Partition: op.Source.Partition, Offset: op.Source.Offset}, outcome: r.Outcome.String()}
+		switch {
+		case detached:
+			a.outcome = "unknown (applied by another process)"
+		case r.Err != nil:
 			a.outcome = "failed: " + r.Err.Error()
 		}
 		switch op.Kind {
 		case rules.OpSetAdd:
-			a.detail = "+" + op.Member
-			k.note(op.Member, true, r.Err == nil)
+			a.detail = clip("+" + op.Member)
+			k.note(op.Member, true, r.Err == nil, &a)
 		case rules.OpSetRemove:
-			a.detail = "-" + op.Member
-			k.note(op.Member, false, r.Err == nil)
+			a.detail = clip("-" + op.Member)
+			k.note(op.Member, false, r.Err == nil, &a)
 		case rules.OpSetAppend:
-			a.detail = op.Tokens
+			a.detail = clip(op.Tokens)
 			for _, t := range itemformat.SetTokens([]byte(op.Tokens)) {
 				if len(t) > 1 && (t[0] == '+' || t[0] == '-') {
-					k.note(string(t[1:]), t[0] == '+', r.Err == nil)
+					k.note(string(t[1:]), t[0] == '+', r.Err == nil, &a)
 				}
 			}
 		case rules.OpSetDelete, rules.OpSetRebuild:
 			// Every member's state is now what MySQL (or nothing) says.
 			for m := range k.members {
-				k.members[m] = memberRecord{seq: k.seq}
+				k.members[m] = memberRecord{seq: k.seq, last: a}
 			}
 		case rules.OpCount:
 			a.detail = strconv.FormatInt(op.Delta, 10)
-		}
-		if len(a.detail) > maxDetail {
-			a.detail = a.detail[:maxDetail] + "…"
 		}
 		k.history[k.n%historyLen] = a
 		k.n++
 	}
 }
 
+// clip bounds an op's detail to maxDetail bytes.
+func clip(s string) string {
+	if len(s) > maxDetail {
+		return strings.Clone(s[:maxDetail]) + "…"
+	}
+	return strings.Clone(s)
+}
+
 // errNoResult is the error of an op the applier returned no result for.
 var errNoResult = errors.New("no result")
 
-// note records a change of member at the key's current application.
-func (k *watched) note(member string, in, applied bool) {
+// note records a change of member at the key's current application a
+// (its detail, filled in later, is shared: a points to it).
+func (k *watched) note(member string, in, applied bool, a *application) {
 	if k.members == nil {
 		k.members = make(map[string]memberRecord)
 	}
 	if _, ok := k.members[member]; !ok && len(k.members) >= maxTrackedMembers {
 		return
 	}
-	k.members[member] = memberRecord{in: in, known: applied, seq: k.seq}
+	k.members[member] = memberRecord{in: in, known: applied, seq: k.seq, last: *a}
 }
 
 // latest returns the records of members of key (absent: not recorded).
@@ -231,8 +247,9 @@ func (w *watchList) latest(key string, members []string) map[string]memberRecord
 	return out
 }
 
-// history returns the latest applications to key, oldest first.
-func (w *watchList) history(key string) []application {
+// history returns the latest applications to key and, before them, the
+// latest application to each of members that is older, oldest first.
+func (w *watchList) history(key string, members []string) []application {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k := w.keys[key]
@@ -240,7 +257,18 @@ func (w *watchList) history(key string) []application {
 		return nil
 	}
 	n := min(k.n, historyLen)
-	out := make([]application, 0, n)
+	var out []application
+	seen := map[uint64]bool{}
+	for i := k.n - n; i < k.n; i++ {
+		seen[k.history[i%historyLen].seq] = true
+	}
+	for _, m := range members {
+		if r, ok := k.members[m]; ok && r.last.seq != 0 && !seen[r.last.seq] {
+			seen[r.last.seq] = true
+			out = append(out, r.last)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].seq < out[j].seq })
 	for i := k.n - n; i < k.n; i++ {
 		out = append(out, k.history[i%historyLen])
 	}
