@@ -28,7 +28,10 @@ type ChangeObserver interface {
 // set for `cachewarden observe`.
 func newObserver(s *Stack, sel observer.Locator, detached bool) (*observer.Observer, error) {
 	c := s.Config.Observer
-	deps := observer.Deps{Cache: s.Memcache, Servers: sel, Registerer: s.Registry, Logger: s.Logger.With("component", "observer"), Member: instanceName()}
+	deps := observer.Deps{Cache: s.Memcache, Servers: sel, Registerer: s.Registry, Logger: s.Logger.With("component", "observer"), Member: instanceName(),
+		// One consumer group per memcached pool (docs/operations.md,
+		// "Several memcached pools"): the writers' group names the pool.
+		Pool: s.Config.Kafka.Group}
 	if s.MySQL != nil {
 		deps.Truth = s.MySQL
 	}

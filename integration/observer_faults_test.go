@@ -154,7 +154,8 @@ var timeAttr = regexp.MustCompile(`\btime=(\S+)`)
 // members right after the daemons removed them. Every fault still
 // visible in memcached once the round is over (a namespace whose every
 // bump was lost, a set holding a member the daemons last removed) is
-// reported, naming the key, the server and the evidence; the median time
+// reported, naming the key, the server, the pool (the daemons' group) and
+// the evidence with the key's history; the median time
 // to report is at most window + confirm_after.
 func TestObserverInjectedFaults(t *testing.T) {
 	s := newScenario(t, ScenarioOptions{Snapshot: true})
@@ -271,7 +272,7 @@ func TestObserverInjectedFaults(t *testing.T) {
 			reportedAt[key] = at
 		}
 		// The server is the one the daemons write to and read: the proxy.
-		for _, want := range []string{"server=" + proxy.ln.Addr().String(), "expected=", "seen=", "history="} {
+		for _, want := range []string{"server=" + proxy.ln.Addr().String(), "pool=" + s.Opts.Group + " ", "expected=", "seen=", "history="} {
 			if !strings.Contains(line, want) {
 				t.Errorf("the evidence lacks %q: %s", want, line)
 			}

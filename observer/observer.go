@@ -191,6 +191,9 @@ type Deps struct {
 	// Member names this daemon instance in the history a report carries
 	// (which instance applied each batch); "" names none.
 	Member string
+	// Pool names the memcached pool the observer reads in its reports;
+	// "" names none.
+	Pool string
 }
 
 // Observer samples applied changes and checks them later. Its methods are
@@ -650,7 +653,7 @@ func (o *Observer) logInconsistency(t *task, v verdict, item string) {
 	}
 	attrs := []any{
 		"rule", c.rule.Name, "op", c.kind.String(), "window", o.cfg.Windows[t.window].String(),
-		"key", item, "server", server, "expected", v.expected, "seen", v.seen,
+		"key", item, "server", server, "pool", o.deps.Pool, "expected", v.expected, "seen", v.seen,
 	}
 	if c.key != item {
 		attrs = append(attrs, "change_key", c.key)
