@@ -41,8 +41,15 @@ type setReading struct {
 // is the load query's members (nil: judge against the latest change the
 // daemon applied to each member).
 func (o *Observer) readSet(key string, item Item, members []string, truth map[string]bool) *setReading {
+	return viewSet(item, members, truth, o.watch.latest(key, members))
+}
+
+// viewSet builds the view of members in the set item: each should be in
+// the set as truth says (the load query's members) or, with truth nil,
+// as its latest applied change in latest says (a member without a known
+// one is counted unknown and not judged).
+func viewSet(item Item, members []string, truth map[string]bool, latest map[string]memberRecord) *setReading {
 	present := toSet(itemformat.DecodeSet(item.Value).Members)
-	latest := o.watch.latest(key, members)
 	s := &setReading{in: map[string]bool{}, want: map[string]bool{}, seq: map[string]uint64{}}
 	for _, m := range members {
 		rec := latest[m]
@@ -64,6 +71,24 @@ func (o *Observer) readSet(key string, item Item, members []string, truth map[st
 	return s
 }
 
+// verdict judges the view: inconsistent, with the members' states as
+// evidence, when members are wrong; not judged when no member's state is
+// known.
+func (s *setReading) verdict(members []string) verdict {
+	if len(members) > 0 {
+		var exp, seen []string
+		for _, m := range members {
+			exp = append(exp, memberState(m, s.want[m]))
+			seen = append(seen, memberState(m, s.in[m]))
+		}
+		return verdict{Inconsistent, strings.Join(exp, " "), strings.Join(seen, " ")}
+	}
+	if len(s.in) > 0 && len(s.in) == s.unknown {
+		return verdict{NotJudged, "", "no applied change of the members is known"}
+	}
+	return verdict{result: Consistent}
+}
+
 // judgeSetReading judges r, a reading of a present set: a first reading
 // with wrong members returns a confirmation task; a confirmation judges
 // only the members wrong in the first reading. Such a member is
@@ -74,13 +99,11 @@ func (o *Observer) readSet(key string, item Item, members []string, truth map[st
 func (o *Observer) judgeSetReading(t *task, r *reading) (verdict, *task) {
 	s := r.set
 	if t.first == nil {
-		switch {
-		case len(s.wrong) > 0:
-			return verdict{result: Inconsistent}, &task{due: o.deps.Now().Add(o.cfg.ConfirmAfter), c: t.c, window: t.window, first: r}
-		case len(s.in) == s.unknown:
-			return verdict{NotJudged, "", "no applied change of the members is known"}, nil
+		v := s.verdict(s.wrong)
+		if v.result == Inconsistent {
+			return v, &task{due: o.deps.Now().Add(o.cfg.ConfirmAfter), c: t.c, window: t.window, first: r}
 		}
-		return verdict{result: Consistent}, nil
+		return v, nil
 	}
 	f := t.first.set
 	var confirmed, moved []string
@@ -96,12 +119,7 @@ func (o *Observer) judgeSetReading(t *task, r *reading) (verdict, *task) {
 	}
 	switch {
 	case len(confirmed) > 0:
-		var exp, seen []string
-		for _, m := range confirmed {
-			exp = append(exp, memberState(m, s.want[m]))
-			seen = append(seen, memberState(m, s.in[m]))
-		}
-		return verdict{Inconsistent, strings.Join(exp, " "), strings.Join(seen, " ")}, nil
+		return s.verdict(confirmed), nil
 	case len(moved) > 0:
 		return verdict{NotJudged, "", "the members in question moved while they were confirmed: " + strings.Join(moved, " ")}, nil
 	}
@@ -176,8 +194,9 @@ func (o *Observer) read(keys []string) (map[string]Item, verdict, bool) {
 }
 
 // checkData judges a set or counter against MySQL (or a set without a
-// load query against the row's image). A mismatch with MySQL seen for
-// the first time returns a confirmation task instead of a verdict.
+// load query against the latest change the daemon applied to each member
+// the change named). A mismatch seen for the first time returns a
+// confirmation task instead of a verdict.
 func (o *Observer) checkData(t *task) (verdict, *task) {
 	c := t.c
 	isSet := c.kind != rules.OpCount && c.kind != rules.OpRecount

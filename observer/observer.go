@@ -9,7 +9,7 @@
 //     evidence must have the entity's bit set or a newer master version;
 //   - a set must hold the members its rule's load query returns (or, for
 //     a rule without one, hold or lack each member the change named, as
-//     the row's image says);
+//     the latest change the daemon applied to that member says: watch.go);
 //   - a counter must equal its recount: at a binary log position the
 //     daemon has reached, when the Truth names its snapshots' positions
 //     and the change carries one (position.go); else as below.
@@ -18,9 +18,10 @@
 // moved while it was checked, the daemon did not reach a recount's
 // position, a read or query failed, the budget was spent) is counted as
 // not judged, never as consistent. A set, or a counter not judged at a
-// position, that differs from MySQL is read again (both sides)
-// ConfirmAfter later: it is inconsistent only when neither side moved
-// meanwhile.
+// position, that differs from MySQL (or, a set without a query, from the
+// latest changes applied) is read again (both sides) ConfirmAfter later:
+// it is inconsistent only when neither side moved meanwhile; for a set,
+// only the members the first reading found wrong are compared.
 //
 // The results are counted in cachewarden_consistency_checks_total, logged
 // with the nines every ReportEvery, and served by StatusHandler; each

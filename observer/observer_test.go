@@ -178,8 +178,9 @@ func TestObserverBumps(t *testing.T) {
 }
 
 // TestObserverSetWithoutQuery: a set of a rule without a load query is
-// judged against the row's image; a token appended by an outside writer
-// that contradicts it is inconsistent, a missing set is missing.
+// judged against the latest change the daemon applied to each member; a
+// token appended by an outside writer that contradicts it is
+// inconsistent, a missing set is missing.
 func TestObserverSetWithoutQuery(t *testing.T) {
 	e := newObserved(t)
 	row := func(item int, tag string) rules.Row {
