@@ -33,8 +33,10 @@ type setReading struct {
 	// what it should be, sorted.
 	wrong []string
 	// unknown counts the members in question with no known latest
-	// change (no load query only).
+	// change (no load query only) or a change in flight.
 	unknown int
+	// busy holds the members with a change in flight: not judged.
+	busy map[string]bool
 }
 
 // readSet builds the view of members of the set item read at key. truth
@@ -50,11 +52,16 @@ func (o *Observer) readSet(key string, item Item, members []string, truth map[st
 // one is counted unknown and not judged).
 func viewSet(item Item, members []string, truth map[string]bool, latest map[string]memberRecord) *setReading {
 	present := toSet(itemformat.DecodeSet(item.Value).Members)
-	s := &setReading{in: map[string]bool{}, want: map[string]bool{}, seq: map[string]uint64{}}
+	s := &setReading{in: map[string]bool{}, want: map[string]bool{}, seq: map[string]uint64{}, busy: map[string]bool{}}
 	for _, m := range members {
 		rec := latest[m]
 		s.seq[m] = rec.seq
 		s.in[m] = present[m]
+		if rec.busy {
+			s.busy[m] = true
+			s.unknown++
+			continue
+		}
 		if truth != nil {
 			s.want[m] = truth[m]
 		} else if !rec.known {
@@ -108,6 +115,10 @@ func (o *Observer) judgeSetReading(t *task, r *reading) (verdict, *task) {
 	f := t.first.set
 	var confirmed, moved []string
 	for _, m := range f.wrong {
+		if s.busy[m] {
+			moved = append(moved, m)
+			continue
+		}
 		if s.in[m] == s.want[m] {
 			continue
 		}

@@ -192,3 +192,41 @@ func TestObserverBusySetJudged(t *testing.T) {
 		t.Errorf("the history shows a removal of red the daemon never applied:\n%s", e.log.String())
 	}
 }
+
+// TestObserverChangeInFlight: a change memcached already holds but the
+// daemon has not finished applying (its batch is still in its fence
+// checks) is not taken for a wrong member: the member is not judged
+// while its change is in flight, never inconsistent.
+func TestObserverChangeInFlight(t *testing.T) {
+	e := newObserved(t)
+	row := func(tag string) rules.Row {
+		return rules.Row{{Name: "item", Value: rules.Value{Kind: rules.KindInt, Text: "1"}}, {Name: "tag", Value: rules.Value{Kind: rules.KindString, Text: tag}}}
+	}
+	add := e.plan("tags", row("red"))
+	e.set(add[0].Key, "+old ")
+	e.apply(add, false)
+	// The removal: written to memcached, its batch done only after the
+	// window and the confirm step of the add's check.
+	ev := rules.Event{Database: "app", Table: "tags", Operation: rules.Delete, Before: row("red"),
+		Source: rules.Position{Topic: "cdc.app.tags", Offset: 1}}
+	remove, _, err := e.rs.Plan(nil, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := e.o.BeforeApply(context.Background(), remove)
+	res := make([]cacheops.Result, len(remove))
+	if err := e.w.Apply(context.Background(), remove, res); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(testWindow + 500*time.Millisecond)
+	if done != nil {
+		done(remove, res)
+	}
+	c := e.settle()
+	if c.Inconsistent != 0 {
+		t.Fatalf("a change in flight was reported: %+v\n%s", c, e.log.String())
+	}
+	if c.NotJudged == 0 {
+		t.Errorf("the add's check, with the member's removal in flight: %+v, want not judged", c)
+	}
+}

@@ -352,15 +352,15 @@ func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []r
 			sampled = append(sampled, newChange(op, i))
 		}
 	}
+	flight, watching := o.watch.begin(ops)
 	if len(sampled) == 0 {
-		watching := o.watch.touches(ops)
 		if applied == nil && !watching {
 			return nil
 		}
 		return func(ops []rules.Op, res []cacheops.Result) {
 			o.positions.advance(applied)
 			if watching {
-				o.watch.record(ops, res, o.deps.Now(), o.cfg.Detached)
+				o.watch.record(ops, res, o.deps.Now(), o.cfg.Detached, flight)
 			}
 		}
 	}
@@ -372,7 +372,7 @@ func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []r
 				o.watch.add(c.key)
 			}
 		}
-		o.watch.record(ops, res, o.deps.Now(), o.cfg.Detached)
+		o.watch.record(ops, res, o.deps.Now(), o.cfg.Detached, flight)
 		o.applied(sampled, ops, res)
 	}
 }

@@ -50,6 +50,9 @@ type memberRecord struct {
 	seq uint64
 	// last is that application, for the history of a report.
 	last application
+	// busy is set (by latest) while a change of the member is being
+	// applied: memcached may hold it before the record does.
+	busy bool
 }
 
 // application is one op applied to a watched key, as the daemon saw it.
@@ -96,6 +99,20 @@ type watched struct {
 	// history is a ring of the latest applications; n counts them all.
 	history [historyLen]application
 	n       int
+	// inflight counts, per member, the changes being applied (begin to
+	// record); inflightAll the deletes and rebuilds of the whole set.
+	inflight    map[string]int
+	inflightAll int
+}
+
+// inflight is one change of a watched key being applied: a member, or
+// "" for the whole set.
+type inflight struct {
+	// k is the watched key as begin found it (a key released and
+	// watched again meanwhile is another one).
+	k      *watched
+	member string
+	all    bool
 }
 
 // watchList holds the watched keys. Safe for concurrent use.
@@ -137,31 +154,78 @@ func (w *watchList) release(key string) {
 	}
 }
 
-// touches reports whether an op of ops is on a watched key.
-func (w *watchList) touches(ops []rules.Op) bool {
+// begin notes the set changes of ops, a batch about to be applied, on
+// watched keys as in flight, and reports whether an op is on a watched
+// key. The changes it returns are passed to record once the batch has
+// been applied; until then their members are not judged (a batch that
+// is never recorded leaves them so until their key is released).
+func (w *watchList) begin(ops []rules.Op) (flight []inflight, watching bool) {
 	if w.size.Load() == 0 {
-		return false
+		return nil, false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := range ops {
-		if w.keys[ops[i].Key] != nil {
-			return true
+		op := &ops[i]
+		k := w.keys[op.Key]
+		if k == nil {
+			continue
+		}
+		watching = true
+		note := func(m string) {
+			if k.inflight == nil {
+				k.inflight = make(map[string]int)
+			}
+			if _, ok := k.inflight[m]; !ok && len(k.inflight) >= maxTrackedMembers {
+				// Past the bound: the whole set is taken as in flight.
+				k.inflightAll++
+				flight = append(flight, inflight{k: k, all: true})
+				return
+			}
+			k.inflight[m]++
+			flight = append(flight, inflight{k: k, member: m})
+		}
+		switch op.Kind {
+		case rules.OpSetAdd, rules.OpSetRemove:
+			note(op.Member)
+		case rules.OpSetAppend:
+			for _, t := range itemformat.SetTokens([]byte(op.Tokens)) {
+				if len(t) > 1 && (t[0] == '+' || t[0] == '-') {
+					note(string(t[1:]))
+				}
+			}
+		case rules.OpSetDelete, rules.OpSetRebuild:
+			k.inflightAll++
+			flight = append(flight, inflight{k: k, all: true})
 		}
 	}
-	return false
+	return flight, watching
 }
 
 // record notes the ops of an applied batch that are on watched keys,
 // with their results, at now; ops without a result are taken as failed.
 // detached notes ops another process applies (`cachewarden observe`):
 // their results say nothing of memcached's answers.
-func (w *watchList) record(ops []rules.Op, res []cacheops.Result, now time.Time, detached bool) {
+//
+// flight are the changes begin noted for the batch: they are no longer
+// in flight.
+func (w *watchList) record(ops []rules.Op, res []cacheops.Result, now time.Time, detached bool, flight []inflight) {
 	if w.size.Load() == 0 {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for _, f := range flight {
+		k := f.k
+		switch {
+		case f.all:
+			k.inflightAll--
+		case k.inflight[f.member] <= 1:
+			delete(k.inflight, f.member)
+		default:
+			k.inflight[f.member]--
+		}
+	}
 	for i := range ops {
 		op := &ops[i]
 		k := w.keys[op.Key]
@@ -240,7 +304,11 @@ func (w *watchList) latest(key string, members []string) map[string]memberRecord
 		return out
 	}
 	for _, m := range members {
-		if r, ok := k.members[m]; ok {
+		r, ok := k.members[m]
+		if busy := k.inflightAll > 0 || k.inflight[m] > 0; busy {
+			r.busy, ok = true, true
+		}
+		if ok {
 			out[m] = r
 		}
 	}

@@ -23,10 +23,11 @@ func TestWatchList(t *testing.T) {
 		for i := range results {
 			results[i] = res
 		}
-		w.record(ops, results, now, false)
+		flight, _ := w.begin(ops)
+		w.record(ops, results, now, false, flight)
 	}
-	if w.touches([]rules.Op{{Key: "s"}}) {
-		t.Fatal("an empty list touches a key")
+	if _, watching := w.begin([]rules.Op{{Key: "s"}}); watching {
+		t.Fatal("an empty list watches a key")
 	}
 	w.add("s")
 	w.add("s")
@@ -42,8 +43,18 @@ func TestWatchList(t *testing.T) {
 	if _, ok := got["d"]; ok {
 		t.Error("a member never changed has a record")
 	}
-	if !w.touches([]rules.Op{{Key: "x"}, {Key: "s"}}) || w.touches([]rules.Op{{Key: "other"}}) {
-		t.Error("touches does not tell watched keys")
+	if _, watching := w.begin([]rules.Op{{Key: "other"}}); watching {
+		t.Error("begin takes an unwatched key for a watched one")
+	}
+	// A change being applied: its member is busy until recorded.
+	busy := []rules.Op{{Kind: rules.OpSetRemove, Key: "s", Member: "b"}}
+	flight, watching := w.begin(append([]rules.Op{{Key: "x"}}, busy...))
+	if !watching || !w.latest("s", []string{"b"})["b"].busy || w.latest("s", []string{"a"})["a"].busy {
+		t.Errorf("in flight: %v, b %+v, a %+v", watching, w.latest("s", []string{"b"})["b"], w.latest("s", []string{"a"})["a"])
+	}
+	w.record(append([]rules.Op{{Key: "x"}}, busy...), []cacheops.Result{ok, ok}, now, false, flight)
+	if r := w.latest("s", []string{"b"})["b"]; r.busy || r.in || r.seq != 4 {
+		t.Errorf("b once recorded: %+v", r)
 	}
 	// A delete leaves every member unknown.
 	apply(cacheops.Result{Outcome: cacheops.OutcomeDeleted}, rules.Op{Kind: rules.OpSetDelete, Key: "s"})
