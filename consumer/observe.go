@@ -3,6 +3,8 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/observer"
@@ -26,7 +28,10 @@ type ChangeObserver interface {
 // set for `cachewarden observe`.
 func newObserver(s *Stack, sel observer.Locator, detached bool) (*observer.Observer, error) {
 	c := s.Config.Observer
-	deps := observer.Deps{Cache: s.Memcache, Servers: sel, Registerer: s.Registry, Logger: s.Logger.With("component", "observer")}
+	deps := observer.Deps{Cache: s.Memcache, Servers: sel, Registerer: s.Registry, Logger: s.Logger.With("component", "observer"), Member: instanceName(),
+		// One consumer group per memcached pool (docs/operations.md,
+		// "Several memcached pools"): the writers' group names the pool.
+		Pool: s.Config.Kafka.Group}
 	if s.MySQL != nil {
 		deps.Truth = s.MySQL
 	}
@@ -46,6 +51,16 @@ func newObserver(s *Stack, sel observer.Locator, detached bool) (*observer.Obser
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	return o, nil
+}
+
+// instanceName names this daemon instance in the observer's reports:
+// the host name and process id.
+func instanceName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return host + "/" + strconv.Itoa(os.Getpid())
 }
 
 // observeOnly is the applier of `cachewarden observe`: it writes nothing

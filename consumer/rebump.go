@@ -65,7 +65,16 @@ type Rebumper struct {
 	journal     *rebumpJournal
 	scanEvery   time.Duration
 	orphanGrace time.Duration
+
+	// observer samples the delayed bumps as the pipeline's observer
+	// samples first bumps; nil observes none (SetObserver).
+	observer ChangeObserver
 }
+
+// SetObserver makes the consistency observer sample and check the
+// delayed bumps the Rebumper applies, as it does the first bumps. Call it
+// before Run.
+func (r *Rebumper) SetObserver(o ChangeObserver) { r.observer = o }
 
 type rebump struct {
 	op       rules.Op
@@ -339,7 +348,14 @@ func (r *Rebumper) apply(ctx context.Context, bumps []*rebump, requeue bool) []*
 		ops[i] = rb.op
 	}
 	results := make([]cacheops.Result, len(ops))
+	var observed func([]rules.Op, []cacheops.Result)
+	if r.observer != nil {
+		observed = r.observer.BeforeApply(ctx, ops)
+	}
 	_ = r.w.Apply(ctx, ops, results)
+	if observed != nil {
+		observed(ops, results)
+	}
 	var failed []*rebump
 	var done []journalEntry
 	defer func() { r.unrecord(done) }()

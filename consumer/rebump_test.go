@@ -3,12 +3,14 @@ package consumer
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/observer"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -245,5 +247,56 @@ func TestRebumpJournalGuarded(t *testing.T) {
 	}
 	if n := rb.Pending(); n != 0 {
 		t.Errorf("%d bumps scheduled in memory for a refused batch, want 0", n)
+	}
+}
+
+// losingApplier reports every op applied and applies none, as a route to
+// memcached that loses writes after answering would.
+type losingApplier struct{}
+
+func (losingApplier) Apply(_ context.Context, ops []rules.Op, results []cacheops.Result) error {
+	for i := range results {
+		results[i] = cacheops.Result{Outcome: cacheops.OutcomeIncr}
+	}
+	return nil
+}
+
+// TestRebumpObserved: the consistency observer samples the delayed second
+// bumps as it does first bumps: one lost after memcached "answered" is
+// reported with its key, one applied is consistent.
+func TestRebumpObserved(t *testing.T) {
+	r := newRig(t, rebumpRules, rigOptions{})
+	r.set("lost", "10")
+	r.set("kept", "20")
+	logs := &testsvc.LogBuffer{}
+	o, err := observer.New(observer.Config{Sample: 1, MaxPerSecond: 1e6, Windows: []time.Duration{100 * time.Millisecond}, ConfirmAfter: 50 * time.Millisecond},
+		observer.Deps{Cache: r.mc, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	for _, c := range []struct {
+		key string
+		w   Applier
+	}{{"lost", losingApplier{}}, {"kept", r.pipeline.cfg.Writer}} {
+		rb := NewRebumper(c.w, NewMetrics(nil), r.log)
+		rb.SetObserver(o)
+		rb.Schedule(bumpOp(r, c.key, time.Hour))
+		if n := rb.Flush(context.Background()); n != 0 {
+			t.Fatalf("%d delayed bumps not applied", n)
+		}
+	}
+	waitFor(t, 10*time.Second, func() string {
+		if n := o.Pending(); n > 0 {
+			return "checks pending"
+		}
+		return ""
+	})
+	c := o.Totals()[0]
+	if c.Inconsistent != 1 || c.Consistent != 1 {
+		t.Fatalf("delayed bumps: %+v, want the lost one inconsistent and the applied one consistent\n%s", c, logs.String())
+	}
+	if !strings.Contains(logs.String(), "key="+r.key("lost")+" ") {
+		t.Errorf("the report does not name %s:\n%s", r.key("lost"), logs.String())
 	}
 }

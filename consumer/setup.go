@@ -287,6 +287,9 @@ func (s *Stack) buildPipeline(writer Applier, servers *itemformat.Selector, opts
 			return err
 		}
 		pc.Observer = s.Observer
+		if s.Rebump != nil {
+			s.Rebump.SetObserver(s.Observer)
+		}
 	}
 	if s.DLQ != nil {
 		pc.Poison = s.DLQ

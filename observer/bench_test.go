@@ -63,8 +63,11 @@ func BenchmarkObserverSampledChange(b *testing.B) {
 // for counters judged at a position (position.go).
 func BenchmarkObserverBeforeApply(b *testing.B) {
 	for _, positions := range []bool{false, true} {
-		b.Run("positions="+strconv.FormatBool(positions), func(b *testing.B) { benchBeforeApply(b, positions) })
+		b.Run("positions="+strconv.FormatBool(positions), func(b *testing.B) { benchBeforeApply(b, positions, false) })
 	}
+	// With sampled changes waiting for their checks, every batch's ops
+	// are looked up among their keys (watch.go): 1,000 keys watched.
+	b.Run("watching", func(b *testing.B) { benchBeforeApply(b, false, true) })
 }
 
 // noTruth is a Truth the benchmark never asks.
@@ -75,7 +78,7 @@ func (noTruth) LoadMembers(context.Context, string, []rules.Value) ([]string, er
 	return nil, nil
 }
 
-func benchBeforeApply(b *testing.B, positions bool) {
+func benchBeforeApply(b *testing.B, positions, watching bool) {
 	deps := Deps{Cache: memcache.New("127.0.0.1:1")}
 	if positions {
 		deps.Truth = noTruth{}
@@ -86,6 +89,11 @@ func benchBeforeApply(b *testing.B, positions bool) {
 	}
 	defer o.Close()
 	o.mcBudget.tokens = 0
+	if watching {
+		for i := range 1000 {
+			o.watch.add("w" + strconv.Itoa(i))
+		}
+	}
 	rule := &rules.Rule{Name: "bench", Kind: rules.BumpRule}
 	ops := make([]rules.Op, 2000)
 	for i := range ops {

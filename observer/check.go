@@ -19,6 +19,123 @@ type reading struct {
 	members []string
 	// at is set for a counter judged at a binary log position.
 	at *atPosition
+	// set is a set's view of the members in question.
+	set *setReading
+}
+
+// setReading is one reading of a set, for the members in question: is
+// each in the set, should it be (the latest change the daemon applied
+// to it, or the load query), and which application of the key last
+// changed it.
+type setReading struct {
+	in, want map[string]bool
+	seq      map[string]uint64
+	// wrong are the members in question whose presence differs from
+	// what it should be, sorted.
+	wrong []string
+	// unknown counts the members in question with no known latest
+	// change (no load query only) or a change in flight.
+	unknown int
+	// busy holds the members with a change in flight: not judged.
+	busy map[string]bool
+}
+
+// readSet builds the view of members of the set item read at key. truth
+// is the load query's members (nil: judge against the latest change the
+// daemon applied to each member).
+func (o *Observer) readSet(key string, item Item, members []string, truth map[string]bool) *setReading {
+	return viewSet(item, members, truth, o.watch.latest(key, members))
+}
+
+// viewSet builds the view of members in the set item: each should be in
+// the set as truth says (the load query's members) or, with truth nil,
+// as its latest applied change in latest says (a member without a known
+// one is counted unknown and not judged).
+func viewSet(item Item, members []string, truth map[string]bool, latest map[string]memberRecord) *setReading {
+	present := toSet(itemformat.DecodeSet(item.Value).Members)
+	s := &setReading{in: map[string]bool{}, want: map[string]bool{}, seq: map[string]uint64{}, busy: map[string]bool{}}
+	for _, m := range members {
+		rec := latest[m]
+		s.seq[m] = rec.seq
+		s.in[m] = present[m]
+		if rec.busy {
+			s.busy[m] = true
+			s.unknown++
+			continue
+		}
+		if truth != nil {
+			s.want[m] = truth[m]
+		} else if !rec.known {
+			s.unknown++
+			continue
+		} else {
+			s.want[m] = rec.in
+		}
+		if s.in[m] != s.want[m] {
+			s.wrong = append(s.wrong, m)
+		}
+	}
+	sort.Strings(s.wrong)
+	return s
+}
+
+// verdict judges the view: inconsistent, with the members' states as
+// evidence, when members are wrong; not judged when no member's state is
+// known.
+func (s *setReading) verdict(members []string) verdict {
+	if len(members) > 0 {
+		var exp, seen []string
+		for _, m := range members {
+			exp = append(exp, memberState(m, s.want[m]))
+			seen = append(seen, memberState(m, s.in[m]))
+		}
+		return verdict{Inconsistent, strings.Join(exp, " "), strings.Join(seen, " ")}
+	}
+	if len(s.in) > 0 && len(s.in) == s.unknown {
+		return verdict{NotJudged, "", "no applied change of the members is known"}
+	}
+	return verdict{result: Consistent}
+}
+
+// judgeSetReading judges r, a reading of a present set: a first reading
+// with wrong members returns a confirmation task; a confirmation judges
+// only the members wrong in the first reading. Such a member is
+// inconsistent when it is still wrong and neither the set, nor the
+// truth, nor the daemon's latest change of it moved between the two
+// readings; the set moving for other members does not matter. One that
+// moved is not judged; one now right is consistent.
+func (o *Observer) judgeSetReading(t *task, r *reading) (verdict, *task) {
+	s := r.set
+	if t.first == nil {
+		v := s.verdict(s.wrong)
+		if v.result == Inconsistent {
+			return v, &task{due: o.deps.Now().Add(o.cfg.ConfirmAfter), c: t.c, window: t.window, first: r}
+		}
+		return v, nil
+	}
+	f := t.first.set
+	var confirmed, moved []string
+	for _, m := range f.wrong {
+		if s.busy[m] {
+			moved = append(moved, m)
+			continue
+		}
+		if s.in[m] == s.want[m] {
+			continue
+		}
+		if s.in[m] == f.in[m] && s.want[m] == f.want[m] && s.seq[m] == f.seq[m] {
+			confirmed = append(confirmed, m)
+		} else {
+			moved = append(moved, m)
+		}
+	}
+	switch {
+	case len(confirmed) > 0:
+		return s.verdict(confirmed), nil
+	case len(moved) > 0:
+		return verdict{NotJudged, "", "the members in question moved while they were confirmed: " + strings.Join(moved, " ")}, nil
+	}
+	return verdict{result: Consistent}, nil
 }
 
 // itemVerdict is the judgement of one item a change touched.
@@ -89,8 +206,9 @@ func (o *Observer) read(keys []string) (map[string]Item, verdict, bool) {
 }
 
 // checkData judges a set or counter against MySQL (or a set without a
-// load query against the row's image). A mismatch with MySQL seen for
-// the first time returns a confirmation task instead of a verdict.
+// load query against the latest change the daemon applied to each member
+// the change named). A mismatch seen for the first time returns a
+// confirmation task instead of a verdict.
 func (o *Observer) checkData(t *task) (verdict, *task) {
 	c := t.c
 	isSet := c.kind != rules.OpCount && c.kind != rules.OpRecount
@@ -109,16 +227,11 @@ func (o *Observer) checkData(t *task) (verdict, *task) {
 		return verdict{result: Missing}, nil
 	}
 	if isSet && c.rule.Query == "" {
-		// The row's image is the truth: no query, nothing moves but the
-		// item itself.
-		v = judgeSetMembers(r.item, c.members)
-		if v.result == Inconsistent && t.first == nil {
-			return v, &task{due: o.deps.Now().Add(o.cfg.ConfirmAfter), c: c, window: t.window, first: &r}
-		}
-		if t.first != nil && v.result == Inconsistent && !bytes.Equal(t.first.item.Value, r.item.Value) {
-			return verdict{NotJudged, v.expected, v.seen + " (the set changed while it was confirmed)"}, nil
-		}
-		return v, nil
+		// No query: each member the change named is judged against the
+		// latest change the daemon applied to it (watch.go).
+		named := sortedKeys(c.members)
+		r.set = o.readSet(c.key, r.item, named, nil)
+		return o.judgeSetReading(t, &r)
 	}
 	if c.rule.Query == "" || o.deps.Truth == nil {
 		return verdict{NotJudged, "", "no query gives the truth"}, nil
@@ -151,9 +264,22 @@ func (o *Observer) checkData(t *task) (verdict, *task) {
 	}
 	if isSet {
 		v = judgeSetAll(r.item, r.members)
-	} else {
-		v = judgeCounter(r.item, r.count)
+		if v.result != Inconsistent {
+			return v, nil
+		}
+		// The members in question are those the set and the query
+		// disagree on (or, confirming, those of the first reading).
+		var question []string
+		if t.first != nil && t.first.set != nil {
+			question = t.first.set.wrong
+		} else {
+			extra, lacking := diff(itemformat.DecodeSet(r.item.Value).Members, r.members)
+			question = append(extra, lacking...)
+		}
+		r.set = o.readSet(c.key, r.item, question, toSet(r.members))
+		return o.judgeSetReading(t, &r)
 	}
+	v = judgeCounter(r.item, r.count)
 	if v.result != Inconsistent {
 		return v, nil
 	}
@@ -163,7 +289,7 @@ func (o *Observer) checkData(t *task) (verdict, *task) {
 	// Confirmed only when neither side moved between the two readings:
 	// otherwise a change in flight may explain the difference.
 	f := t.first
-	if !bytes.Equal(f.item.Value, r.item.Value) || f.count != r.count || !slices.Equal(f.members, r.members) {
+	if !bytes.Equal(f.item.Value, r.item.Value) || f.count != r.count {
 		return verdict{NotJudged, v.expected, v.seen + " (moved while it was confirmed)"}, nil
 	}
 	return v, nil

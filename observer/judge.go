@@ -149,32 +149,20 @@ func judgeSetAll(now Item, truth []string) verdict {
 		"{" + strings.Join(sortedUnique(got), " ") + "}" + describeDiff(extra, lacking)}
 }
 
-// judgeSetMembers checks the members a change named against the row's
-// image (want: escaped member -> present), for a rule without a load
-// query.
+// judgeSetMembers judges the members of want (escaped member -> whether
+// it should be in the set) in a set read now: the first reading's
+// judgement of a set without a load query, want being the latest change
+// the daemon applied to each member (viewSet).
 func judgeSetMembers(now Item, want map[string]bool) verdict {
 	if !now.Present {
 		return verdict{result: Missing}
 	}
-	present := make(map[string]bool)
-	for _, m := range itemformat.DecodeSet(now.Value).Members {
-		present[m] = true
+	latest := make(map[string]memberRecord, len(want))
+	for m, in := range want {
+		latest[m] = memberRecord{in: in, known: true}
 	}
-	var wrong []string
-	for _, m := range sortedKeys(want) {
-		if present[m] != want[m] {
-			wrong = append(wrong, m)
-		}
-	}
-	if len(wrong) == 0 {
-		return verdict{result: Consistent}
-	}
-	var exp, seen []string
-	for _, m := range wrong {
-		exp = append(exp, memberState(m, want[m]))
-		seen = append(seen, memberState(m, present[m]))
-	}
-	return verdict{Inconsistent, strings.Join(exp, " "), strings.Join(seen, " ")}
+	s := viewSet(now, sortedKeys(want), nil, latest)
+	return s.verdict(s.wrong)
 }
 
 func memberState(m string, in bool) string {

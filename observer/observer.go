@@ -9,7 +9,7 @@
 //     evidence must have the entity's bit set or a newer master version;
 //   - a set must hold the members its rule's load query returns (or, for
 //     a rule without one, hold or lack each member the change named, as
-//     the row's image says);
+//     the latest change the daemon applied to that member says: watch.go);
 //   - a counter must equal its recount: at a binary log position the
 //     daemon has reached, when the Truth names its snapshots' positions
 //     and the change carries one (position.go); else as below.
@@ -18,9 +18,10 @@
 // moved while it was checked, the daemon did not reach a recount's
 // position, a read or query failed, the budget was spent) is counted as
 // not judged, never as consistent. A set, or a counter not judged at a
-// position, that differs from MySQL is read again (both sides)
-// ConfirmAfter later: it is inconsistent only when neither side moved
-// meanwhile.
+// position, that differs from MySQL (or, a set without a query, from the
+// latest changes applied) is read again (both sides) ConfirmAfter later:
+// it is inconsistent only when neither side moved meanwhile; for a set,
+// only the members the first reading found wrong are compared.
 //
 // The results are counted in cachewarden_consistency_checks_total, logged
 // with the nines every ReportEvery, and served by StatusHandler; each
@@ -188,6 +189,12 @@ type Deps struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Member names this daemon instance in the history a report carries
+	// (which instance applied each batch); "" names none.
+	Member string
+	// Pool names the memcached pool the observer reads in its reports;
+	// "" names none.
+	Pool string
 }
 
 // Observer samples applied changes and checks them later. Its methods are
@@ -203,6 +210,9 @@ type Observer struct {
 	// positions are the daemon's applied binary log positions, for
 	// counters judged at a position (position.go).
 	positions appliedPositions
+	// watch records what the daemon applied to the keys of the sampled
+	// changes waiting for checks (watch.go).
+	watch watchList
 
 	mu      sync.Mutex
 	queue   taskHeap
@@ -262,7 +272,8 @@ func (o *Observer) Close() {
 	o.wg.Wait()
 }
 
-// Pending returns how many sampled changes wait for their last check.
+// Pending returns how many sampled changes wait for their last check
+// (confirmations included).
 func (o *Observer) Pending() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -295,6 +306,9 @@ type change struct {
 	// logged holds the items whose inconsistency was logged (under
 	// Observer.mu).
 	logged map[string]bool
+	// open counts the windows whose check is not done yet (under
+	// Observer.mu); the change is released at zero.
+	open int
 }
 
 // task is one check of a change: at a window, or the confirmation of a
@@ -338,15 +352,27 @@ func (o *Observer) BeforeApply(ctx context.Context, ops []rules.Op) func(ops []r
 			sampled = append(sampled, newChange(op, i))
 		}
 	}
+	flight, watching := o.watch.begin(ops)
 	if len(sampled) == 0 {
-		if applied == nil {
+		if applied == nil && !watching {
 			return nil
 		}
-		return func([]rules.Op, []cacheops.Result) { o.positions.advance(applied) }
+		return func(ops []rules.Op, res []cacheops.Result) {
+			o.positions.advance(applied)
+			if watching {
+				o.watch.record(ops, res, o.deps.Now(), o.cfg.Detached, flight)
+			}
+		}
 	}
 	o.readBefore(sampled, now)
 	return func(ops []rules.Op, res []cacheops.Result) {
 		o.positions.advance(applied)
+		for _, c := range sampled {
+			if c.kind != 0 {
+				o.watch.add(c.key)
+			}
+		}
+		o.watch.record(ops, res, o.deps.Now(), o.cfg.Detached, flight)
 		o.applied(sampled, ops, res)
 	}
 }
@@ -482,20 +508,25 @@ func (o *Observer) applied(sampled []*change, ops []rules.Op, res []cacheops.Res
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, c := range sampled {
+		if c.kind == 0 {
+			continue // dropped by readBefore
+		}
+		drop := ""
 		switch {
-		case c.kind == 0:
-			continue
 		case c.index >= len(ops) || c.index >= len(res) || ops[c.index].Key != c.key || ops[c.index].Rule != c.rule:
-			o.m.drop(dropReplaced)
-			continue
+			drop = dropReplaced
 		case res[c.index].Err != nil:
-			o.m.drop(dropNotApplied)
-			continue
+			drop = dropNotApplied
 		case o.pending >= o.cfg.MaxPending:
-			o.m.drop(dropQueueFull)
+			drop = dropQueueFull
+		}
+		if drop != "" {
+			o.m.drop(drop)
+			o.watch.release(c.key)
 			continue
 		}
 		o.pending++
+		c.open = len(o.cfg.Windows)
 		o.m.samples.WithLabelValues(c.rule.Name).Inc()
 		for w, d := range o.cfg.Windows {
 			heap.Push(&o.queue, &task{due: now.Add(d), c: c, window: w})
@@ -573,8 +604,8 @@ func (o *Observer) work() {
 	}
 }
 
-// done records the verdicts of t's items; the last window of a change
-// releases it.
+// done records the verdicts of t's items; the last check of a change
+// (every window's, confirmations included) releases it.
 func (o *Observer) done(t *task, vs []itemVerdict) {
 	window := o.cfg.Windows[t.window]
 	for _, v := range vs {
@@ -584,11 +615,16 @@ func (o *Observer) done(t *task, vs []itemVerdict) {
 			o.logInconsistency(t, v.verdict, v.key)
 		}
 	}
-	if t.window == len(o.cfg.Windows)-1 {
-		o.mu.Lock()
+	o.mu.Lock()
+	t.c.open--
+	last := t.c.open == 0
+	if last {
 		o.pending--
 		o.m.pending.Set(float64(o.pending))
-		o.mu.Unlock()
+	}
+	o.mu.Unlock()
+	if last {
+		o.watch.release(t.c.key)
 	}
 }
 
@@ -618,7 +654,7 @@ func (o *Observer) logInconsistency(t *task, v verdict, item string) {
 	}
 	attrs := []any{
 		"rule", c.rule.Name, "op", c.kind.String(), "window", o.cfg.Windows[t.window].String(),
-		"key", item, "server", server, "expected", v.expected, "seen", v.seen,
+		"key", item, "server", server, "pool", o.deps.Pool, "expected", v.expected, "seen", v.seen,
 	}
 	if c.key != item {
 		attrs = append(attrs, "change_key", c.key)
@@ -639,7 +675,29 @@ func (o *Observer) logInconsistency(t *task, v verdict, item string) {
 	if s.TsMs > 0 {
 		attrs = append(attrs, "source_ts", time.UnixMilli(s.TsMs).UTC().Format(time.RFC3339Nano))
 	}
+	var members []string
+	if t.first != nil && t.first.set != nil {
+		members = t.first.set.wrong
+	}
+	attrs = append(attrs, "history", o.historyText(c.key, members))
 	o.log.Error("cache inconsistent with an applied change", attrs...)
+}
+
+// historyText renders the latest batches the daemon applied to key (and
+// the latest that changed each of members, a set's members in question),
+// oldest first, for a report: when, which op, what memcached answered,
+// which daemon instance, which batch. A change another process wrote to
+// the item shows as a state the history does not explain.
+func (o *Observer) historyText(key string, members []string) string {
+	h := o.watch.history(key, members)
+	if len(h) == 0 {
+		return "none recorded"
+	}
+	parts := make([]string, len(h))
+	for i, a := range h {
+		parts[i] = a.String(o.deps.Member)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // taskHeap orders tasks by due time.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,7 +55,7 @@ func newObserved(t *testing.T) *observed {
 	}
 	logs := &syncBuffer{}
 	o, err := New(Config{Sample: 1, MaxPerSecond: 1e6, Windows: []time.Duration{testWindow}, ConfirmAfter: 50 * time.Millisecond, MemcachedPerSecond: 1e6, MySQLPerSecond: 1e6, ReportEvery: 100 * time.Millisecond},
-		Deps{Cache: mc, Servers: sel, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		Deps{Cache: mc, Servers: sel, Logger: slog.New(slog.NewTextHandler(logs, nil)), Member: "daemon-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,37 @@ func (e *observed) plan(table string, rows ...rules.Row) []rules.Op {
 			e.t.Fatal(err)
 		}
 	}
-	return ops
+	// The invalidations of earlier releases' keys are not observed
+	// (TestObserverSkipsLegacyKeys).
+	return slices.DeleteFunc(ops, func(op rules.Op) bool { return op.Legacy })
+}
+
+// TestObserverSkipsLegacyKeys: the ops on keys of earlier releases
+// (rules.Op.Legacy) are neither sampled nor judged.
+func TestObserverSkipsLegacyKeys(t *testing.T) {
+	e := newObserved(t)
+	var legacy []rules.Op
+	for i := range 2 {
+		ev := rules.Event{Database: "app", Table: "hot", Operation: rules.Insert, After: idRow("id", i+1),
+			Source: rules.Position{Topic: "cdc.app.hot", Partition: 0, Offset: int64(i)}}
+		ops, _, err := e.rs.Plan(nil, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range ops {
+			if op.Legacy {
+				legacy = append(legacy, op)
+			}
+		}
+	}
+	if len(legacy) == 0 {
+		t.Fatal("no legacy ops planned for a rule with copies")
+	}
+	for i := range legacy {
+		if observable(&legacy[i]) {
+			t.Errorf("legacy op %s %s is observed", legacy[i].Kind, legacy[i].Key)
+		}
+	}
 }
 
 // apply runs ops through the observer's hook and, unless lose, the writer.
@@ -112,6 +143,20 @@ func (e *observed) settle() Counts {
 
 func idRow(col string, id int) rules.Row {
 	return rules.Row{{Name: col, Value: rules.Value{Kind: rules.KindInt, Text: strconv.Itoa(id)}}}
+}
+
+// setSet stores a set of op's rule holding tokens under the current
+// generation of its table (docs/formats.md, "Generations"), creating the
+// generation item when there is none.
+func (e *observed) setSet(op rules.Op, tokens string) {
+	e.t.Helper()
+	gen := "1782579200000000001"
+	if it, err := e.mc.Get(op.Rule.Generation); err == nil {
+		gen = string(it.Value)
+	} else {
+		e.set(op.Rule.Generation, gen)
+	}
+	e.set(op.Key, "g"+gen+" "+tokens)
 }
 
 func (e *observed) set(key, value string) {
@@ -158,7 +203,8 @@ func TestObserverBumps(t *testing.T) {
 			t.Errorf("no inconsistency logged for %s:\n%s", k, logs)
 		}
 	}
-	for _, want := range []string{"server=" + testsvc.Memcached(t), "topic=cdc.app.hot", "binlog_file=mysql-bin.000001", "expected=", "seen="} {
+	for _, want := range []string{"server=" + testsvc.Memcached(t), "topic=cdc.app.hot", "binlog_file=mysql-bin.000001", "expected=", "seen=",
+		"history=\"", " bump answered incr by daemon-a batch cdc.app.hot/0@"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the evidence lacks %q:\n%s", want, logs)
 		}
@@ -177,8 +223,9 @@ func TestObserverBumps(t *testing.T) {
 }
 
 // TestObserverSetWithoutQuery: a set of a rule without a load query is
-// judged against the row's image; a token appended by an outside writer
-// that contradicts it is inconsistent, a missing set is missing.
+// judged against the latest change the daemon applied to each member; a
+// token appended by an outside writer that contradicts it is
+// inconsistent, a missing set is missing.
 func TestObserverSetWithoutQuery(t *testing.T) {
 	e := newObserved(t)
 	row := func(item int, tag string) rules.Row {

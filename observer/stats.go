@@ -83,9 +83,13 @@ type WindowStatus struct {
 	Window string `json:"window"`
 	// Total counts every check since the observer started, Last those of
 	// the last report interval (ReportEvery).
-	Total      Counts `json:"total"`
-	TotalNines Nines  `json:"total_nines"`
-	Last       Counts `json:"last_interval"`
+	Total Counts `json:"total"`
+	// TotalJudged is Total.Judged(), the items TotalNines rest on.
+	TotalJudged uint64 `json:"total_judged"`
+	TotalNines  Nines  `json:"total_nines"`
+	Last        Counts `json:"last_interval"`
+	// LastJudged is Last.Judged(), the items LastNines rest on.
+	LastJudged uint64 `json:"last_interval_judged"`
 	LastNines  Nines  `json:"last_interval_nines"`
 }
 
@@ -147,12 +151,12 @@ func (s *stats) status() Status {
 	defer s.mu.Unlock()
 	st := Status{Enabled: true, Since: s.since, LastInterval: s.lastEnd, Rules: map[string][]WindowStatus{}}
 	for i, w := range s.windows {
-		st.Windows = append(st.Windows, WindowStatus{Window: w.String(), Total: s.total[i], TotalNines: Nines(s.total[i].Nines()),
-			Last: s.last[i], LastNines: Nines(s.last[i].Nines())})
+		st.Windows = append(st.Windows, WindowStatus{Window: w.String(), Total: s.total[i], TotalJudged: s.total[i].Judged(), TotalNines: Nines(s.total[i].Nines()),
+			Last: s.last[i], LastJudged: s.last[i].Judged(), LastNines: Nines(s.last[i].Nines())})
 	}
 	for rule, rc := range s.rules {
 		for i, w := range s.windows {
-			st.Rules[rule] = append(st.Rules[rule], WindowStatus{Window: w.String(), Total: rc[i], TotalNines: Nines(rc[i].Nines())})
+			st.Rules[rule] = append(st.Rules[rule], WindowStatus{Window: w.String(), Total: rc[i], TotalJudged: rc[i].Judged(), TotalNines: Nines(rc[i].Nines())})
 		}
 	}
 	return st
