@@ -110,6 +110,24 @@ func (l *TokenLog) Members(keys []string) (map[string][]string, error) {
 	return out, nil
 }
 
+// Compact rewrites the log at key without its removed tokens when it
+// holds any, and returns the size in bytes of its value as compacted (0
+// when it is missing). A lost cas is no error: the log changed meanwhile.
+func (l *TokenLog) Compact(key string) (int, error) {
+	it, err := l.mc.Get(key)
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("cacheops: gets %q: %w", key, err)
+	}
+	st := itemformat.DecodeSet(it.Value)
+	if st.Tokens == len(st.Members) {
+		return len(it.Value), nil
+	}
+	return l.compact(it, st), nil
+}
+
 // compactWith rewrites the log it (as read, with its cas id) without its
 // removed tokens and with tokens applied. It reports whether the rewrite
 // was stored; a lost cas is no error (the caller tries again), a rewrite
@@ -132,10 +150,11 @@ func (l *TokenLog) compactWith(it *memcache.Item, tokens []byte) (bool, error) {
 }
 
 // compact rewrites the log it (as read, with its cas id) without its
-// removed tokens; a lost cas means the log changed since, and the next
-// compaction tries again.
-func (l *TokenLog) compact(it *memcache.Item, st itemformat.SetState) {
-	err := l.mc.CompareAndSwap(&memcache.Item{Key: it.Key, Value: itemformat.EncodeSet(st.Members), Flags: it.Flags, CasID: it.CasID})
+// removed tokens and returns the size of the value written; a lost cas
+// means the log changed since, and the next compaction tries again.
+func (l *TokenLog) compact(it *memcache.Item, st itemformat.SetState) int {
+	value := itemformat.EncodeSet(st.Members)
+	err := l.mc.CompareAndSwap(&memcache.Item{Key: it.Key, Value: value, Flags: it.Flags, CasID: it.CasID})
 	switch {
 	case err == nil:
 		l.log.Debug("compacted a token log", "key", it.Key, "tokens", st.Tokens, "members", len(st.Members))
@@ -143,4 +162,5 @@ func (l *TokenLog) compact(it *memcache.Item, st itemformat.SetState) {
 	default:
 		l.log.Warn("cannot compact a token log", "key", it.Key, "err", err)
 	}
+	return len(value)
 }
