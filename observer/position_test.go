@@ -203,15 +203,19 @@ func TestCounterJudgedAtPosition(t *testing.T) {
 	start := time.Now()
 	time.Sleep(positionWindow + positionWindow/2)
 	p.publish(p.commit(2))
-	for !strings.Contains(p.log.String(), "key="+p.key(3)) && time.Since(start) < 10*time.Second {
+	// Reported by the window's own checks, before settle flushes the
+	// observer: how soon is measured (logged), not asserted, since a
+	// loaded machine delays it.
+	const deadline = 30 * time.Second
+	for !strings.Contains(p.log.String(), "key="+p.key(3)) && time.Since(start) < deadline {
 		time.Sleep(5 * time.Millisecond)
 	}
 	reported := time.Since(start)
-	c = p.settle()
-	t.Logf("outside writer reported %s after its write (window %s): %+v", reported.Round(time.Millisecond), positionWindow, c)
-	if reported > positionWindow+positionConfirm {
-		t.Errorf("reported %s after the write, later than the window and the wait for the daemon (%s)", reported, positionWindow+positionConfirm)
+	if reported >= deadline {
+		t.Errorf("not reported %s after the write, before anything but the window could report it", deadline)
 	}
+	c = p.settle()
+	t.Logf("outside writer reported %s after its write (window %s, wait for the daemon %s): %+v", reported.Round(time.Millisecond), positionWindow, positionConfirm, c)
 	if c.Inconsistent-before.Inconsistent != 1 {
 		t.Fatalf("want the counter an outside writer changed reported once: %+v\n%s", c, p.log.String())
 	}
