@@ -37,8 +37,9 @@ const tokenLogAttempts = 3
 // Append appends tokens (one or more "+m " or "-m " tokens, members
 // escaped) to the log at key, creating the log when it is missing. When
 // memcached refuses the append because the item would exceed its size
-// limit, the log is compacted and the append tried again; when it still
-// cannot take the tokens the error wraps ErrTooLarge. Errors are
+// limit, the log is rewritten compacted with the tokens applied (gets and
+// cas), so that removals always go through; when the live members, the
+// tokens applied, still do not fit, the error wraps ErrTooLarge. Errors are
 // classified by Retryable.
 func (l *TokenLog) Append(key string, tokens []byte) error {
 	if err := itemformat.CheckKey(key); err != nil {
@@ -77,7 +78,13 @@ func (l *TokenLog) Append(key string, tokens []byte) error {
 			return fmt.Errorf("cacheops: gets %q: %w", key, err)
 		}
 		full = true
-		l.compact(it, itemformat.DecodeSet(it.Value))
+		done, err := l.compactWith(it, tokens)
+		switch {
+		case done:
+			return nil
+		case err != nil:
+			return fmt.Errorf("cacheops: append %q: %d bytes of tokens to %d bytes compacted: %w", key, len(tokens), len(it.Value), err)
+		}
 	}
 	if full {
 		return fmt.Errorf("cacheops: append %q: the log cannot take %d more bytes even compacted: %w", key, len(tokens), ErrTooLarge)
@@ -103,11 +110,51 @@ func (l *TokenLog) Members(keys []string) (map[string][]string, error) {
 	return out, nil
 }
 
-// compact rewrites the log it (as read, with its cas id) without its
-// removed tokens; a lost cas means the log changed since, and the next
-// compaction tries again.
-func (l *TokenLog) compact(it *memcache.Item, st itemformat.SetState) {
+// Compact rewrites the log at key without its removed tokens when it
+// holds any, and returns the size in bytes of its value as compacted (0
+// when it is missing). A lost cas is no error: the log changed meanwhile.
+func (l *TokenLog) Compact(key string) (int, error) {
+	it, err := l.mc.Get(key)
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("cacheops: gets %q: %w", key, err)
+	}
+	st := itemformat.DecodeSet(it.Value)
+	if st.Tokens == len(st.Members) {
+		return len(it.Value), nil
+	}
+	return l.compact(it, st), nil
+}
+
+// compactWith rewrites the log it (as read, with its cas id) without its
+// removed tokens and with tokens applied. It reports whether the rewrite
+// was stored; a lost cas is no error (the caller tries again), a rewrite
+// that is still too large is ErrTooLarge.
+func (l *TokenLog) compactWith(it *memcache.Item, tokens []byte) (bool, error) {
+	value := make([]byte, 0, len(it.Value)+len(tokens))
+	value = append(append(value, it.Value...), tokens...)
+	st := itemformat.DecodeSet(value)
 	err := l.mc.CompareAndSwap(&memcache.Item{Key: it.Key, Value: st.Compact(), Flags: it.Flags, CasID: it.CasID})
+	switch {
+	case err == nil:
+		l.log.Debug("compacted a token log", "key", it.Key, "tokens", st.Tokens, "members", len(st.Members))
+		return true, nil
+	case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCacheMiss):
+		return false, nil
+	case isItemTooLarge(err):
+		return false, fmt.Errorf("%d live members: %w", len(st.Members), ErrTooLarge)
+	}
+	return false, err
+}
+
+// compact rewrites the log it (as read, with its cas id) without its
+// removed tokens and returns the size of the value written; a lost cas
+// means the log changed since, and the next compaction tries again.
+func (l *TokenLog) compact(it *memcache.Item, st itemformat.SetState) int {
+	value := st.Compact()
+	err := l.mc.CompareAndSwap(&memcache.Item{Key: it.Key, Value: value, Flags: it.Flags, CasID: it.CasID})
 	switch {
 	case err == nil:
 		l.log.Debug("compacted a token log", "key", it.Key, "tokens", st.Tokens, "members", len(st.Members))
@@ -115,4 +162,5 @@ func (l *TokenLog) compact(it *memcache.Item, st itemformat.SetState) {
 	default:
 		l.log.Warn("cannot compact a token log", "key", it.Key, "err", err)
 	}
+	return len(value)
 }

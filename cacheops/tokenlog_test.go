@@ -2,14 +2,18 @@ package cacheops
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/bradfitz/gomemcache/memcache"
 )
 
 // TestTokenLog appends to a missing log (created by add), removes members
 // by appending, reads the members (which compacts), and fills a log up to
 // memcached's item size: the append compacts first, and fails with
-// ErrTooLarge only when the live members alone do not fit.
+// ErrTooLarge only when the live members alone do not fit; a removal from
+// a log full of live members goes through.
 func TestTokenLog(t *testing.T) {
 	e := newWTEnv(t)
 	l := NewTokenLog(e.mc, nil)
@@ -50,5 +54,33 @@ func TestTokenLog(t *testing.T) {
 	huge := []byte("+" + strings.Repeat("y", max) + " ")
 	if err := l.Append(full, huge); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("Append beyond the item size = %v, want ErrTooLarge", err)
+	}
+
+	// A log of live members only, near the limit: a removal still goes
+	// through (the rewrite applies it), an add that does not fit fails.
+	live := e.key("live")
+	var value strings.Builder
+	for i := 0; value.Len() < max-4096; i++ {
+		fmt.Fprintf(&value, "+%s%06d ", member, i)
+	}
+	e.set(t, live, value.String(), 0)
+	n := strings.Count(value.String(), "+")
+	for ; ; n++ { // up to the last byte memcached takes
+		if err := e.mc.Append(&memcache.Item{Key: live, Value: fmt.Appendf(nil, "+%s%06d ", member, n)}); err != nil {
+			break
+		}
+	}
+	if err := l.Append(live, []byte("-"+member+"000000 "+"-"+member+"000001 ")); err != nil {
+		t.Fatalf("removal from a log full of live members: %v", err)
+	}
+	got, err = l.Members([]string{live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got[live]) != n-2 || got[live][0] != member+"000002" {
+		t.Errorf("log has %d members starting %.20q after the removal, want %d, the first two removed", len(got[live]), got[live][0], n-2)
+	}
+	if err := l.Append(live, big); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("add beyond the item size to a log of live members = %v, want ErrTooLarge", err)
 	}
 }

@@ -61,7 +61,7 @@ func TestGracefulHandoffsRecountNothing(t *testing.T) {
 	// Before the measured window: the first owner, finding no commit,
 	// recounts every counter its first batches touch.
 	feed.add(240)
-	_, stopA := r.daemon(brokers, group, topic)
+	dA, stopA := r.daemon(brokers, group, topic)
 	waitCounters(t, r, db, feed.posts)
 	base := metricValue(r.metrics.recounts.WithLabelValues("reassigned"))
 
@@ -74,18 +74,42 @@ func TestGracefulHandoffsRecountNothing(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
+	// Each step waits until the group has settled (every member owns
+	// partitions, all 6 owned), however long a loaded machine takes, then
+	// lets the members consume a while before the next.
+	live := map[string]*Daemon{"A": dA}
 	step := func(what string, f func()) {
 		t.Logf("%s", what)
 		f()
-		time.Sleep(1500 * time.Millisecond) // let the group settle and consume
+		waitFor(t, 60*time.Second, func() string {
+			owned := 0
+			for name, d := range live {
+				n := len(d.ownedPartitions())
+				if n == 0 {
+					return what + ": " + name + " owns no partition"
+				}
+				owned += n
+			}
+			if owned != 6 {
+				return fmt.Sprintf("%s: %d of the 6 partitions owned", what, owned)
+			}
+			return ""
+		})
+		time.Sleep(500 * time.Millisecond)
 	}
 	var stopB, stopC func() error
-	step("B joins", func() { _, stopB = r.daemon(brokers, group, topic) })
-	step("C joins", func() { _, stopC = r.daemon(brokers, group, topic) })
-	step("A leaves", func() { must(t, stopA()) })
-	step("A joins again", func() { _, stopA = r.daemon(brokers, group, topic) })
-	step("B leaves", func() { must(t, stopB()) })
-	step("C leaves", func() { must(t, stopC()) })
+	join := func(name string, stop *func() error) func() {
+		return func() { live[name], *stop = r.daemon(brokers, group, topic) }
+	}
+	leave := func(name string, stop func() error) func() {
+		return func() { delete(live, name); must(t, stop()) }
+	}
+	step("B joins", join("B", &stopB))
+	step("C joins", join("C", &stopC))
+	step("A leaves", leave("A", stopA))
+	step("A joins again", join("A", &stopA))
+	step("B leaves", leave("B", stopB))
+	step("C leaves", leave("C", stopC))
 	cancel()
 	feeding.Wait()
 	waitCounters(t, r, db, feed.posts)

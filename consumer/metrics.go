@@ -44,6 +44,7 @@ type Metrics struct {
 	commits         *prometheus.CounterVec
 	rebumpsPending  prometheus.Gauge
 	rebumps         *prometheus.CounterVec
+	rebumpsEarly    *prometheus.CounterVec
 	ready           prometheus.Gauge
 	memcachedUp     prometheus.Gauge
 	mysqlUp         *prometheus.GaugeVec
@@ -141,6 +142,7 @@ func (m *Metrics) makeGroupMetrics(b metricMaker) {
 func (m *Metrics) makeRebumpMetrics(b metricMaker) {
 	m.rebumpsPending = b.gauge("cachewarden_rebumps_pending", "Delayed second bumps (rebump_after) waiting in memory.")
 	m.rebumps = b.counterVec("cachewarden_rebumps_total", "Delayed second bumps applied, by outcome (ok, error, dropped).", "outcome")
+	m.rebumpsEarly = b.counterVec("cachewarden_rebumps_early_total", "Delayed second bumps taken before their due time to keep the pending bumps bounded, by reason (journal_full: the journal item reached memcached's item size limit; max_pending: the Rebumper's bound on pending bumps). They are also counted in cachewarden_rebumps_total.", "reason")
 	m.rebumpsRecovered = b.counter("cachewarden_rebumps_recovered_total", "Delayed second bumps found recorded in memcached that this daemon had not scheduled (left by a killed or stopped daemon), scheduled at their due time.")
 	m.rebumpJournalErrors = b.counterVec("cachewarden_rebump_journal_errors_total", "Failed writes and reads of the delayed bump journal in memcached, by op (record, remove, read).", "op")
 }

@@ -3,7 +3,9 @@ package consumer
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +17,14 @@ import (
 // dropped (logged and counted). The first bump was applied already, so a
 // dropped second bump only shortens the hold-off.
 const rebumpAttempts = 5
+
+// DefaultMaxPendingRebumps is the default bound on the delayed bumps a
+// Rebumper holds (one per key changed within its rule's rebump_after).
+// Past it, the bumps due first are applied at once, before their time: a
+// bump is never wrong, applied early it only shortens that key's
+// hold-off. At about 200 bytes of memory per bump it bounds them to some
+// 20 MB.
+const DefaultMaxPendingRebumps = 100_000
 
 // Rebump journal timing (Rebumper.EnableJournal).
 const (
@@ -32,15 +42,23 @@ const (
 // commit beyond being recorded; Flush applies them all at once on
 // shutdown. One pending bump is kept per key: scheduling a key again
 // moves its bump to the later time, because the new first bump restarts
-// the hold-off.
+// the hold-off. So the bumps pending are the keys changed within their
+// rule's rebump_after, at most maxPending (DefaultMaxPendingRebumps):
+// beyond, the bumps due first are applied early (counted in
+// cachewarden_rebumps_early_total{reason="max_pending"}).
 //
 // With a journal (EnableJournal, the daemon's), ScheduleBatch also
 // records each bump in memcached before the batch that scheduled it is
 // committed, and an applied bump is removed from the journal, so a crash
-// drops none: Run first applies what the journal holds (what a killed
-// daemon left), and every RebumpScanInterval applies recorded bumps more
-// than RebumpOrphanGrace overdue (left by a daemon of the group that
-// stopped). A bump found in the journal may be applied twice, by its own
+// drops none. The journal holds one entry per pending bump: a key
+// scheduled again replaces its entry in the same append. A journal item
+// is so bounded by the bumps pending in it; when it reaches memcached's
+// item size limit, the bumps recorded in it that are due first (half of
+// them) are applied early and removed, to make room (reason
+// "journal_full"), and the batch's record is written again. Run first
+// applies what the journal holds (what a killed daemon left), and every
+// RebumpScanInterval applies recorded bumps more than RebumpOrphanGrace
+// overdue (left by a daemon of the group that stopped). A bump found in the journal may be applied twice, by its own
 // daemon and by another: a bump is always safe to repeat. Without a
 // journal, only a crash drops pending bumps (the first bump was applied
 // already).
@@ -65,6 +83,8 @@ type Rebumper struct {
 	journal     *rebumpJournal
 	scanEvery   time.Duration
 	orphanGrace time.Duration
+	// maxPending bounds the bumps held; DefaultMaxPendingRebumps.
+	maxPending int
 
 	// observer samples the delayed bumps as the pipeline's observer
 	// samples first bumps; nil observes none (SetObserver).
@@ -81,9 +101,9 @@ type rebump struct {
 	due      time.Time
 	attempts int
 	index    int // in queue
-	// entries are where the bump is recorded in the journal (one per
-	// scheduling of the key); removed once it is applied.
-	entries []journalEntry
+	// entry is where the bump is recorded in the journal (zero when it
+	// is not); removed once the bump is applied or superseded.
+	entry journalEntry
 }
 
 // NewRebumper returns a Rebumper applying bumps with w (a
@@ -102,6 +122,7 @@ func NewRebumper(w Applier, m *Metrics, logger *slog.Logger) *Rebumper {
 		backoff:     time.Second,
 		scanEvery:   RebumpScanInterval,
 		orphanGrace: RebumpOrphanGrace,
+		maxPending:  DefaultMaxPendingRebumps,
 	}
 }
 
@@ -125,84 +146,233 @@ func (r *Rebumper) Schedule(op rules.Op) {
 	if !rebumps(&op) {
 		return
 	}
-	r.scheduleAt(op, r.now().Add(op.Rule.RebumpAfter), nil)
+	r.scheduleAt(op, r.now().Add(op.Rule.RebumpAfter), journalEntry{})
+	r.trim(context.Background())
 }
 
 // ScheduleBatch plans the second bumps of a batch's applied ops (those
-// that are bumps of rules with rebump_after) and, with a journal, records
-// them in memcached first: the caller commits the batch only after it
-// returns nil. Transient memcached errors are retried with backoff until
-// ctx ends (it then returns ctx's error: the batch must not be
-// committed); a permanent one (a journal item that cannot grow) is logged
-// and counted, and the bumps wait in memory only. Each journal write asks
-// ctx's write guard first (cacheops.WithGuard): when it refuses, nothing
-// is recorded or scheduled and the refusal (ErrWriteRefused) is returned.
+// that are bumps of rules with rebump_after; one per key) and, with a
+// journal, records them in memcached first, each replacing the entry of
+// the key's earlier pending bump: the caller commits the batch only after
+// it returns nil. A journal item full to memcached's item size limit is
+// made room in by applying early the bumps due first (see Rebumper).
+// Transient memcached errors are retried with backoff until ctx ends (it
+// then returns ctx's error: the batch must not be committed); another
+// permanent one is logged and counted, and the bumps wait in memory only.
+// Each journal write asks ctx's write guard first (cacheops.WithGuard):
+// when it refuses, nothing is recorded or scheduled and the refusal
+// (ErrWriteRefused) is returned.
 func (r *Rebumper) ScheduleBatch(ctx context.Context, ops []rules.Op) error {
-	type planned struct {
-		op    rules.Op
-		due   time.Time
-		entry journalEntry
-	}
-	var plan []planned
+	var plan []plannedRebump
+	byKey := make(map[string]int)
 	now := r.now()
 	for i := range ops {
-		if op := &ops[i]; rebumps(op) {
-			p := planned{op: *op, due: now.Add(op.Rule.RebumpAfter)}
-			if r.journal != nil {
-				p.entry = r.journal.entryFor(op, p.due)
-			}
-			plan = append(plan, p)
+		op := &ops[i]
+		if !rebumps(op) {
+			continue
 		}
+		p := plannedRebump{op: *op, due: now.Add(op.Rule.RebumpAfter)}
+		if j, ok := byKey[op.Key]; ok {
+			if p.due.After(plan[j].due) {
+				plan[j] = p
+			}
+			continue
+		}
+		byKey[op.Key] = len(plan)
+		plan = append(plan, p)
 	}
 	if len(plan) == 0 {
 		return nil
 	}
 	if r.journal != nil {
-		entries := make([]journalEntry, len(plan))
-		for i, p := range plan {
-			entries[i] = p.entry
-		}
-		if err := r.record(ctx, entries); err != nil {
+		var err error
+		if plan, err = r.record(ctx, plan); err != nil {
 			return err
 		}
 	}
+	var superseded []journalEntry
 	for _, p := range plan {
-		var entries []journalEntry
-		if r.journal != nil {
-			entries = []journalEntry{p.entry}
+		if old := r.scheduleAt(p.op, p.due, p.entry); old != (journalEntry{}) && old != p.replaces {
+			superseded = append(superseded, old)
 		}
-		r.scheduleAt(p.op, p.due, entries)
 	}
+	r.unrecord(superseded)
+	r.trim(ctx)
 	return nil
 }
 
-// record adds entries to the journal, retrying transient errors until
-// ctx ends or ctx's write guard refuses (its error is returned: a refused
-// write is not a journal failure).
-func (r *Rebumper) record(ctx context.Context, entries []journalEntry) error {
-	for attempt := 0; ; attempt++ {
+// plannedRebump is a bump ScheduleBatch plans: its journal entry, and the
+// entry of the key's pending bump it replaces (zero when none).
+type plannedRebump struct {
+	op              rules.Op
+	due             time.Time
+	entry, replaces journalEntry
+}
+
+// record adds the journal entries of plan, removing in the same appends
+// those of the pending bumps they replace, and returns what remains of
+// plan: a bump already pending with a due time as late is not recorded
+// again, and bumps taken out to make room in a full journal item were
+// applied. It retries transient errors until ctx ends or ctx's write
+// guard refuses (its error is returned: a refused write is not a journal
+// failure).
+func (r *Rebumper) record(ctx context.Context, plan []plannedRebump) ([]plannedRebump, error) {
+	for attempt := 0; ; {
 		if err := cacheops.CheckGuard(ctx); err != nil {
-			return err
+			return nil, err
 		}
-		err := r.journal.write(entries, true)
+		plan = r.prepare(plan)
+		if len(plan) == 0 {
+			return plan, nil
+		}
+		full, err := r.journal.write(plan)
 		switch {
 		case err == nil:
-			return nil
+			return plan, nil
+		case len(full) > 0:
+			var roomErr error
+			if plan, roomErr = r.makeRoom(ctx, plan, full); roomErr == nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil, roomErr
+			}
+			err = roomErr
+			fallthrough
 		case !cacheops.Retryable(err):
 			r.m.rebumpJournalErrors.WithLabelValues("record").Inc()
-			r.log.Error("cannot record delayed bumps in memcached; they wait in memory only", "bumps", len(entries), "error", err.Error())
-			return nil
+			r.log.Error("cannot record delayed bumps in memcached; they wait in memory only", "bumps", len(plan), "error", err.Error())
+			for i := range plan {
+				plan[i].entry, plan[i].replaces = journalEntry{}, journalEntry{}
+			}
+			return plan, nil
 		}
 		r.m.rebumpJournalErrors.WithLabelValues("record").Inc()
 		wait := rebumpRetryWait(attempt)
 		if logAttempt(attempt) {
 			r.log.Warn("cannot record delayed bumps in memcached; retrying, the partition waits",
-				"bumps", len(entries), "attempt", attempt+1, "retry_in", wait, "error", err.Error())
+				"bumps", len(plan), "attempt", attempt+1, "retry_in", wait, "error", err.Error())
 		}
 		if err := sleep(ctx, wait); err != nil {
-			return err
+			return nil, err
+		}
+		attempt++
+	}
+}
+
+// prepare sets the journal entries of plan from the bumps pending now:
+// a bump whose key has one pending as late or later is dropped (that
+// bump covers it), one that replaces a pending bump names its entry.
+func (r *Rebumper) prepare(plan []plannedRebump) []plannedRebump {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := plan[:0]
+	for _, p := range plan {
+		p.replaces = journalEntry{}
+		if rb, ok := r.byKey[p.op.Key]; ok {
+			if !p.due.After(rb.due) {
+				continue
+			}
+			p.replaces = rb.entry
+		}
+		p.entry = r.journal.entryFor(&p.op, p.due)
+		if p.replaces == p.entry {
+			p.replaces = journalEntry{}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// makeRoom makes room in the journal items full (at memcached's item size
+// limit) by applying early the earlier half of the bumps recorded in each
+// (at least one) and removing their entries; an item that holds none of
+// them cannot take even plan's entries, and the earlier half of those are
+// applied now instead of recorded. It returns what remains of plan; an
+// error wrapping ctx's when it ended, one wrapping cacheops.ErrTooLarge
+// when it found nothing to take.
+func (r *Rebumper) makeRoom(ctx context.Context, plan []plannedRebump, full []string) ([]plannedRebump, error) {
+	var early []*rebump
+	fromPlan := 0
+	for _, item := range full {
+		if held := r.takeEarliestIn(item); len(held) > 0 {
+			early = append(early, held...)
+			continue
+		}
+		var mine []int
+		for i, p := range plan {
+			if p.entry.item == item {
+				mine = append(mine, i)
+			}
+		}
+		slices.SortStableFunc(mine, func(a, b int) int { return plan[a].due.Compare(plan[b].due) })
+		take := make(map[int]bool)
+		for _, i := range mine[:(len(mine)+1)/2] {
+			take[i] = true
+			early = append(early, &rebump{op: plan[i].op, due: plan[i].due})
+		}
+		fromPlan += len(take)
+		kept := plan[:0]
+		for i, p := range plan {
+			if !take[i] {
+				kept = append(kept, p)
+			}
+		}
+		plan = kept
+	}
+	if len(early) == 0 {
+		return plan, fmt.Errorf("consumer: rebump journal items %q full with no bump of this daemon or batch in them: %w", full, cacheops.ErrTooLarge)
+	}
+	r.m.rebumpsEarly.WithLabelValues("journal_full").Add(float64(len(early)))
+	r.log.Warn("delayed bump journal item full; applying the bumps due first now",
+		"items", full, "bumps", len(early), "of_this_batch", fromPlan)
+	r.apply(ctx, early, true)
+	return plan, ctx.Err()
+}
+
+// takeEarliestIn removes and returns the earlier half (at least one) of
+// the pending bumps recorded in journal item.
+func (r *Rebumper) takeEarliestIn(item string) []*rebump {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var in []*rebump
+	for _, rb := range r.queue {
+		if rb.entry.item == item {
+			in = append(in, rb)
 		}
 	}
+	if len(in) == 0 {
+		return nil
+	}
+	slices.SortFunc(in, func(a, b *rebump) int { return a.due.Compare(b.due) })
+	in = in[:(len(in)+1)/2]
+	for _, rb := range in {
+		heap.Remove(&r.queue, rb.index)
+		delete(r.byKey, rb.op.Key)
+	}
+	r.m.rebumpsPending.Set(float64(len(r.queue)))
+	return in
+}
+
+// trim applies early the bumps due first while more than maxPending are
+// pending.
+func (r *Rebumper) trim(ctx context.Context) {
+	r.mu.Lock()
+	var early []*rebump
+	for len(r.queue) > r.maxPending {
+		rb := heap.Pop(&r.queue).(*rebump)
+		delete(r.byKey, rb.op.Key)
+		early = append(early, rb)
+	}
+	r.m.rebumpsPending.Set(float64(len(r.queue)))
+	r.mu.Unlock()
+	if len(early) == 0 {
+		return
+	}
+	r.m.rebumpsEarly.WithLabelValues("max_pending").Add(float64(len(early)))
+	r.log.Warn("more delayed bumps pending than the bound; applying the bumps due first now",
+		"bumps", len(early), "max_pending", r.maxPending)
+	r.apply(ctx, early, true)
 }
 
 // rebumpRetryWait is the wait before retry attempt+1 of a journal write
@@ -211,22 +381,31 @@ func rebumpRetryWait(attempt int) time.Duration {
 	return min(50*time.Millisecond<<min(attempt, 6), 2*time.Second)
 }
 
-// scheduleAt plans a bump of op.Key at due (one per key: the later due
-// wins) and remembers the journal entries that record it.
-func (r *Rebumper) scheduleAt(op rules.Op, due time.Time, entries []journalEntry) {
+// scheduleAt plans a bump of op.Key at due recorded at entry (zero when
+// not recorded). One bump is kept per key, the later; it returns the
+// entry of the other, which the caller removes from the journal (zero
+// when none).
+func (r *Rebumper) scheduleAt(op rules.Op, due time.Time, entry journalEntry) (superseded journalEntry) {
 	r.mu.Lock()
 	if rb, ok := r.byKey[op.Key]; ok {
-		rb.entries = append(rb.entries, entries...)
-		if due.After(rb.due) {
-			rb.due = due
-			rb.op.Rule = op.Rule
-			rb.attempts = 0
-			heap.Fix(&r.queue, rb.index)
+		defer r.mu.Unlock()
+		if !due.After(rb.due) {
+			if entry == rb.entry {
+				return journalEntry{}
+			}
+			return entry
 		}
-		r.mu.Unlock()
-		return
+		superseded = rb.entry
+		if superseded == entry {
+			superseded = journalEntry{}
+		}
+		rb.due, rb.entry = due, entry
+		rb.op.Rule = op.Rule
+		rb.attempts = 0
+		heap.Fix(&r.queue, rb.index)
+		return superseded
 	}
-	rb := &rebump{op: op, due: due, entries: entries}
+	rb := &rebump{op: op, due: due, entry: entry}
 	rb.op.Args = nil // a bump needs no query args; do not pin event data
 	r.byKey[op.Key] = rb
 	heap.Push(&r.queue, rb)
@@ -239,6 +418,7 @@ func (r *Rebumper) scheduleAt(op rules.Op, due time.Time, entries []journalEntry
 		default:
 		}
 	}
+	return journalEntry{}
 }
 
 // Pending returns the number of delayed bumps waiting.
@@ -364,7 +544,7 @@ func (r *Rebumper) apply(ctx context.Context, bumps []*rebump, requeue bool) []*
 		switch {
 		case err == nil:
 			r.m.rebumps.WithLabelValues("ok").Inc()
-			done = append(done, rb.entries...)
+			done = appendEntry(done, rb.entry)
 		case cacheops.Retryable(err) || ctx.Err() != nil:
 			rb.attempts++
 			if !requeue {
@@ -375,20 +555,28 @@ func (r *Rebumper) apply(ctx context.Context, bumps []*rebump, requeue bool) []*
 				if ctx.Err() == nil {
 					r.m.rebumps.WithLabelValues("dropped").Inc()
 					r.log.Error("delayed bump dropped", "key", rb.op.Key, "rule", ruleName(&rb.op), "attempts", rb.attempts, "error", err.Error())
-					continue
+					continue // its journal entry stays: a scan applies it later
 				}
-				r.requeue(rb, rb.due) // shutting down: Flush takes it
+				done = appendEntry(done, r.requeue(rb, rb.due)) // shutting down: Flush takes it
 				continue
 			}
 			r.m.rebumps.WithLabelValues("error").Inc()
-			r.requeue(rb, r.now().Add(r.backoff<<(rb.attempts-1)))
+			done = appendEntry(done, r.requeue(rb, r.now().Add(r.backoff<<(rb.attempts-1))))
 		default:
 			r.m.rebumps.WithLabelValues("dropped").Inc()
 			r.log.Error("delayed bump failed permanently", "key", rb.op.Key, "rule", ruleName(&rb.op), "error", err.Error())
-			done = append(done, rb.entries...)
+			done = appendEntry(done, rb.entry)
 		}
 	}
 	return failed
+}
+
+// appendEntry appends e to entries unless it is zero.
+func appendEntry(entries []journalEntry, e journalEntry) []journalEntry {
+	if e == (journalEntry{}) {
+		return entries
+	}
+	return append(entries, e)
 }
 
 // unrecord removes the journal entries of bumps that are done. A failure
@@ -398,7 +586,7 @@ func (r *Rebumper) unrecord(entries []journalEntry) {
 	if r.journal == nil || len(entries) == 0 {
 		return
 	}
-	if err := r.journal.write(entries, false); err != nil {
+	if err := r.journal.remove(entries); err != nil {
 		r.m.rebumpJournalErrors.WithLabelValues("remove").Inc()
 		r.log.Warn("cannot remove applied delayed bumps from the journal; they will be applied again", "bumps", len(entries), "error", err.Error())
 	}
@@ -423,14 +611,18 @@ func (r *Rebumper) recoverJournal(grace time.Duration) bool {
 	held := r.heldEntries()
 	now := r.now()
 	n := 0
+	var superseded []journalEntry
 	for _, pr := range pending {
 		e := journalEntry{item: pr.Journal, member: pr.member}
 		if held[e] || (grace > 0 && now.Sub(pr.Due) <= grace) {
 			continue
 		}
-		r.scheduleAt(r.journal.op(pr), pr.Due, []journalEntry{e})
+		superseded = appendEntry(superseded, r.scheduleAt(r.journal.op(pr), pr.Due, e))
 		n++
 	}
+	// A key recorded more than once (by daemons that each held a bump of
+	// it) keeps the later bump.
+	r.unrecord(superseded)
 	if n > 0 {
 		r.m.rebumpsRecovered.Add(float64(n))
 		r.log.Info("scheduled delayed bumps found in memcached", "bumps", n, "overdue_by_more_than", grace)
@@ -444,26 +636,30 @@ func (r *Rebumper) heldEntries() map[journalEntry]bool {
 	defer r.mu.Unlock()
 	held := make(map[journalEntry]bool)
 	for _, rb := range r.byKey {
-		for _, e := range rb.entries {
-			held[e] = true
+		if rb.entry != (journalEntry{}) {
+			held[rb.entry] = true
 		}
 	}
 	return held
 }
 
 // requeue puts a bump back unless the key was scheduled again meanwhile
-// (the newer bump supersedes it).
-func (r *Rebumper) requeue(rb *rebump, due time.Time) {
+// (the newer bump supersedes it: it returns the entry of rb then, which
+// the caller removes from the journal).
+func (r *Rebumper) requeue(rb *rebump, due time.Time) (superseded journalEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if newer, ok := r.byKey[rb.op.Key]; ok {
-		newer.entries = append(newer.entries, rb.entries...)
-		return
+		if rb.entry == newer.entry {
+			return journalEntry{}
+		}
+		return rb.entry
 	}
 	rb.due = due
 	r.byKey[rb.op.Key] = rb
 	heap.Push(&r.queue, rb)
 	r.m.rebumpsPending.Set(float64(len(r.queue)))
+	return journalEntry{}
 }
 
 // rebumpQueue is a min-heap of bumps by due time.

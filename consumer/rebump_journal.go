@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -32,7 +34,9 @@ import (
 //
 // Each pending bump is a member "<due unix ms> <rule> <key>", escaped with
 // rules.Escape, added ("+") before the batch that scheduled it is
-// committed and removed ("-") once the bump was applied.
+// committed and removed ("-") once the bump was applied, or in the same
+// append that adds the member of the key's later bump, which replaces it:
+// the journal holds one member per pending bump.
 
 // RebumpJournalShards is the number of journal items per rule file prefix.
 const RebumpJournalShards = 16
@@ -87,7 +91,15 @@ func parseRebumpMember(journal, member string) (PendingRebump, error) {
 type journalStore interface {
 	Append(key string, tokens []byte) error
 	Members(keys []string) (map[string][]string, error)
+	Compact(key string) (int, error)
 }
+
+// rebumpJournalCompactBytes is how many bytes of tokens are appended to a
+// journal item before it is compacted, or its size as last compacted when
+// that is more (so compaction costs a constant share of what is
+// appended). With one entry per pending bump, an item then stays below
+// twice its live entries plus this.
+const rebumpJournalCompactBytes = 16 << 10
 
 // rebumpJournal writes and reads the journal items of one consumer group.
 type rebumpJournal struct {
@@ -97,10 +109,16 @@ type rebumpJournal struct {
 	// name, to rebuild the ops of recovered bumps.
 	prefixes []string
 	rules    map[string]*rules.Rule
+
+	mu sync.Mutex
+	// grown is what was appended to each item since it was last
+	// compacted, compacted its size then.
+	grown, compacted map[string]int
 }
 
 func newRebumpJournal(store journalStore, rs *rules.RuleSet, group string) *rebumpJournal {
-	j := &rebumpJournal{store: store, group: group, rules: make(map[string]*rules.Rule)}
+	j := &rebumpJournal{store: store, group: group, rules: make(map[string]*rules.Rule),
+		grown: make(map[string]int), compacted: make(map[string]int)}
 	for _, r := range rs.Rules() {
 		j.rules[r.Name] = r
 		if !slices.Contains(j.prefixes, r.Prefix) {
@@ -128,24 +146,88 @@ func (j *rebumpJournal) entryFor(op *rules.Op, due time.Time) journalEntry {
 	}
 }
 
-// write appends "+member" (add) or "-member" tokens for entries, one
-// append per journal item; it returns the errors joined.
-func (j *rebumpJournal) write(entries []journalEntry, add bool) error {
-	byItem := make(map[string][]byte)
-	var order []string
+// write adds the entries of plan to the journal, removing the entries
+// they replace in the same appends (one append per item, adds first). It
+// returns the items memcached refused as too large even compacted
+// (cacheops.ErrTooLarge), and every error joined.
+func (j *rebumpJournal) write(plan []plannedRebump) (full []string, err error) {
+	var w journalWrite
+	for _, p := range plan {
+		w.token(p.entry, true)
+	}
+	for _, p := range plan {
+		if p.replaces != (journalEntry{}) {
+			w.token(p.replaces, false)
+		}
+	}
+	return j.flush(&w)
+}
+
+// remove removes entries from the journal; it returns the errors joined.
+func (j *rebumpJournal) remove(entries []journalEntry) error {
+	var w journalWrite
 	for _, e := range entries {
-		if _, ok := byItem[e.item]; !ok {
-			order = append(order, e.item)
-		}
-		byItem[e.item] = itemformat.AppendEscapedToken(byItem[e.item], add, e.member)
+		w.token(e, false)
 	}
+	_, err := j.flush(&w)
+	return err
+}
+
+// journalWrite collects the tokens of one write, by item.
+type journalWrite struct {
+	byItem map[string][]byte
+	order  []string
+}
+
+func (w *journalWrite) token(e journalEntry, add bool) {
+	if w.byItem == nil {
+		w.byItem = make(map[string][]byte)
+	}
+	if _, ok := w.byItem[e.item]; !ok {
+		w.order = append(w.order, e.item)
+	}
+	w.byItem[e.item] = itemformat.AppendEscapedToken(w.byItem[e.item], add, e.member)
+}
+
+// flush appends the tokens of w, one append per item, and compacts the
+// items that grew enough (rebumpJournalCompactBytes). It returns the
+// items memcached refused as too large, and every append error joined.
+func (j *rebumpJournal) flush(w *journalWrite) (full []string, err error) {
 	var errs []error
-	for _, item := range order {
-		if err := j.store.Append(item, byItem[item]); err != nil {
+	for _, item := range w.order {
+		tokens := w.byItem[item]
+		if err := j.store.Append(item, tokens); err != nil {
+			if errors.Is(err, cacheops.ErrTooLarge) {
+				full = append(full, item)
+			}
 			errs = append(errs, err)
+			continue
+		}
+		if j.grew(item, len(tokens)) {
+			// A failure leaves the item as it is: it is compacted when
+			// full, or by the next read or compaction.
+			size, err := j.store.Compact(item)
+			j.mu.Lock()
+			if err == nil {
+				j.compacted[item] = size
+			}
+			j.mu.Unlock()
 		}
 	}
-	return errors.Join(errs...)
+	return full, errors.Join(errs...)
+}
+
+// grew counts n bytes appended to item and reports whether the item is
+// due a compaction (then counting starts again).
+func (j *rebumpJournal) grew(item string, n int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.grown[item] += n
+	if j.grown[item] < max(rebumpJournalCompactBytes, j.compacted[item]) {
+		return false
+	}
+	j.grown[item] = 0
+	return true
 }
 
 // keys returns every journal item key of the group.

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -247,6 +248,220 @@ func TestRebumpJournalGuarded(t *testing.T) {
 	}
 	if n := rb.Pending(); n != 0 {
 		t.Errorf("%d bumps scheduled in memory for a refused batch, want 0", n)
+	}
+}
+
+// TestRebumpJournalOneKeyManyChanges changes one key again and again,
+// each change in its own batch, as a hot row does: the journal holds one
+// entry, that of the one pending bump, and a restart recovers that bump
+// at its due time. Against the shared memcached (1 MiB items) and one
+// with 64 KiB items, where the entry of every change would have filled
+// the item after about a thousand changes.
+func TestRebumpJournalOneKeyManyChanges(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		changes int
+	}{
+		{"1MiB items", nil, 100_000},
+		{"64KiB items", []string{"-I", "64k", "-o", "slab_chunk_max=32768"}, 20_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts rigOptions
+			if tc.args != nil {
+				opts.mcAddr = testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{Args: tc.args}).Addr
+			}
+			r := newRig(t, rebumpRules, opts)
+			rs := r.pipeline.cfg.Rules
+			group := "cw-" + testsvc.Unique()
+			store := cacheops.NewTokenLog(r.mc, r.log)
+			rb := NewRebumper(r.pipeline.cfg.Writer, NewMetrics(nil), r.log)
+			rb.EnableJournal(store, rs, group)
+			clock := time.Now()
+			rb.now = func() time.Time { clock = clock.Add(time.Millisecond); return clock }
+			r.set("ns:user:1", "10")
+			op := rules.Op{Kind: rules.OpBump, Rule: rs.Rules()[0], Key: r.key("ns:user:1"), Source: rules.Position{Topic: "t", Partition: 2}}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			for i := range tc.changes {
+				if err := rb.ScheduleBatch(ctx, []rules.Op{op}); err != nil {
+					t.Fatalf("change %d: %v", i+1, err)
+				}
+			}
+			if n := rb.Pending(); n != 1 {
+				t.Fatalf("%d bumps pending, want 1", n)
+			}
+			journal := RebumpJournalKey(r.prefix, group, 2)
+			it, err := r.mc.Get(journal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pending, err := PendingRebumps(store, rs, group)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pending) != 1 {
+				t.Fatalf("after %d changes of one key the journal holds %d entries (item of %d bytes), want 1", tc.changes, len(pending), len(it.Value))
+			}
+			t.Logf("after %d changes: 1 entry, journal item of %d bytes before a read compacted it", tc.changes, len(it.Value))
+			if len(it.Value) > 2*rebumpJournalCompactBytes {
+				t.Errorf("journal item of %d bytes, want it compacted as it grows (at most %d)", len(it.Value), 2*rebumpJournalCompactBytes)
+			}
+			due := clock.Add(time.Hour).Truncate(time.Millisecond)
+			if !pending[0].Due.Equal(due) {
+				t.Errorf("the entry is due %v, want the last change's %v", pending[0].Due, due)
+			}
+			if it, err = r.mc.Get(journal); err != nil || len(it.Value) > 200 {
+				t.Errorf("journal item after a read = %d bytes, %v; want it compacted to the one entry", len(it.Value), err)
+			}
+			if strings.Contains(r.logs.String(), "wait in memory only") {
+				t.Errorf("some bumps were not recorded in the journal")
+			}
+
+			// A restart (the first daemon is never flushed: killed)
+			// recovers the one bump at its due time.
+			restarted := NewRebumper(r.pipeline.cfg.Writer, NewMetrics(nil), r.log)
+			restarted.EnableJournal(store, rs, group)
+			if !restarted.recoverJournal(0) {
+				t.Fatal("the restarted daemon could not read the journal")
+			}
+			if n := restarted.Pending(); n != 1 || !restarted.queue[0].due.Equal(due) {
+				t.Fatalf("restart recovered %d bumps (first due %v), want 1 due %v", n, restarted.queue[0].due, due)
+			}
+			if dropped := restarted.Flush(ctx); dropped != 0 {
+				t.Fatalf("Flush dropped %d", dropped)
+			}
+			if got := r.get("ns:user:1"); got != "11" {
+				t.Errorf("ns:user:1 = %q, want 11: the recovered bump applied once", got)
+			}
+			if pending, err := PendingRebumps(store, rs, group); err != nil || len(pending) != 0 {
+				t.Errorf("journal holds %d entries, %v after the bump was applied", len(pending), err)
+			}
+		})
+	}
+}
+
+// TestRebumpJournalManyKeys schedules bumps of many keys, all recorded in
+// one journal item, against memcached with small items: when the item is
+// full, the bumps due first are applied early to make room, never
+// dropped; the journal holds exactly the bumps pending, one entry each,
+// and a restart recovers them all.
+func TestRebumpJournalManyKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		keys int
+	}{
+		{"64KiB items", []string{"-I", "64k", "-o", "slab_chunk_max=32768"}, 3000},
+		{"1KiB items", []string{"-I", "1k", "-o", "slab_chunk_max=512"}, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mc := testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{Args: tc.args})
+			r := newRig(t, rebumpRules, rigOptions{mcAddr: mc.Addr})
+			rs := r.pipeline.cfg.Rules
+			group := "cw-" + testsvc.Unique()
+			store := cacheops.NewTokenLog(r.mc, r.log)
+			m := NewMetrics(nil)
+			rb := NewRebumper(r.pipeline.cfg.Writer, m, r.log)
+			rb.EnableJournal(store, rs, group)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			key := func(i int) string { return fmt.Sprintf("ns:user:%d", i) }
+			var batch []rules.Op
+			for i := range tc.keys {
+				r.set(key(i), "10")
+				batch = append(batch, rules.Op{Kind: rules.OpBump, Rule: rs.Rules()[0], Key: r.key(key(i)), Source: rules.Position{Topic: "t", Partition: 5}})
+				if len(batch) == 10 || i == tc.keys-1 {
+					if err := rb.ScheduleBatch(ctx, batch); err != nil {
+						t.Fatalf("batch ending at key %d: %v", i, err)
+					}
+					batch = nil
+				}
+			}
+			if strings.Contains(r.logs.String(), "wait in memory only") {
+				t.Errorf("some bumps were not recorded in the journal")
+			}
+			pendingN := rb.Pending()
+			early := metricValue(m.rebumpsEarly.WithLabelValues("journal_full"))
+			t.Logf("%d keys: %d bumps pending, %v applied early", tc.keys, pendingN, early)
+			if early == 0 || int(early)+pendingN != tc.keys {
+				t.Fatalf("%d pending and %v applied early, want some applied early and %d in all", pendingN, early, tc.keys)
+			}
+			bumped := 0
+			for i := range tc.keys {
+				switch got := r.get(key(i)); got {
+				case "11":
+					bumped++
+				case "10":
+				default:
+					t.Fatalf("%s = %q, want 10 or 11", key(i), got)
+				}
+			}
+			if bumped != int(early) {
+				t.Errorf("%d keys bumped a second time, want the %v applied early", bumped, early)
+			}
+			pending, err := PendingRebumps(store, rs, group)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := rb.heldEntries()
+			if len(pending) != len(held) {
+				t.Errorf("journal holds %d entries for %d pending bumps", len(pending), len(held))
+			}
+			for _, pr := range pending {
+				if !held[journalEntry{item: pr.Journal, member: pr.member}] {
+					t.Fatalf("journal entry %+v is no pending bump's", pr)
+				}
+			}
+
+			restarted := NewRebumper(r.pipeline.cfg.Writer, NewMetrics(nil), r.log)
+			restarted.EnableJournal(store, rs, group)
+			if !restarted.recoverJournal(0) {
+				t.Fatal("the restarted daemon could not read the journal")
+			}
+			if n := restarted.Pending(); n != pendingN {
+				t.Fatalf("restart recovered %d bumps, want %d", n, pendingN)
+			}
+			if dropped := restarted.Flush(ctx); dropped != 0 {
+				t.Fatalf("Flush dropped %d", dropped)
+			}
+			for i := range tc.keys {
+				if got := r.get(key(i)); got != "11" {
+					t.Fatalf("%s = %q after the restart's flush, want 11 (bumped once, early or recovered)", key(i), got)
+				}
+			}
+			if pending, err := PendingRebumps(store, rs, group); err != nil || len(pending) != 0 {
+				t.Errorf("journal holds %d entries, %v after every bump was applied", len(pending), err)
+			}
+		})
+	}
+}
+
+// TestRebumperMaxPending checks the bound on pending bumps: past it, the
+// bumps due first are applied at once.
+func TestRebumperMaxPending(t *testing.T) {
+	r := newRig(t, rebumpRules, rigOptions{})
+	r.rebump.maxPending = 10
+	clock := time.Now()
+	r.rebump.now = func() time.Time { clock = clock.Add(time.Millisecond); return clock }
+	for i := range 25 {
+		r.set(fmt.Sprint("k", i), "1")
+		r.rebump.Schedule(bumpOp(r, fmt.Sprint("k", i), time.Hour))
+	}
+	if n := r.rebump.Pending(); n != 10 {
+		t.Fatalf("%d pending, want the bound, 10", n)
+	}
+	for i := range 25 {
+		want := "2" // the 15 due first were applied early
+		if i >= 15 {
+			want = "1"
+		}
+		if got := r.get(fmt.Sprint("k", i)); got != want {
+			t.Errorf("k%d = %q, want %s", i, got, want)
+		}
+	}
+	if n := metricValue(r.metrics.rebumpsEarly.WithLabelValues("max_pending")); n != 15 {
+		t.Errorf("early (max_pending) = %v, want 15", n)
 	}
 }
 

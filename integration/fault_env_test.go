@@ -432,7 +432,7 @@ func (d *faultDaemon) sigkill(t *testing.T) {
 
 // httpGet returns the status and body of a daemon URL path.
 func (d *faultDaemon) httpGet(addr, path string) (int, string, error) {
-	c := http.Client{Timeout: 2 * time.Second}
+	c := http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get("http://" + addr + path)
 	if err != nil {
 		return 0, "", err

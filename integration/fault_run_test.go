@@ -531,12 +531,15 @@ func waitReady(t *testing.T, d *faultDaemon, addr string, dur time.Duration) (to
 	}
 }
 
-// holdDown checks, while a fault keeps memcached away for dur, that the
-// group commits nothing that needs memcached. Publishing continues
-// meanwhile (the caller published a round). It returns the messages
-// waiting when the fault ended and whether /readyz answered 503 (the
-// health check runs every 2s: the caller goes on looking after the
-// fault, with waitReady).
+// holdDown checks, while a fault keeps memcached away, that the group
+// commits nothing that needs memcached. Publishing continues meanwhile
+// (the caller published a round). The fault lasts at least dur, and then
+// until /readyz has answered 503 (the health check runs every 2s, and on
+// a loaded machine a check or an answer may come late) or
+// holdDownDeadline has passed: a fixed window could end before the daemon
+// was seen not ready. It returns the messages waiting when the fault
+// ended and whether /readyz answered 503 (the caller goes on looking
+// after the fault, with waitReady).
 func (fs *faultScenario) holdDown(ctx context.Context, d *faultDaemon, addr string, dur time.Duration) (waiting int64, sawNotReady bool) {
 	fs.t.Helper()
 	start := time.Now()
@@ -544,6 +547,9 @@ func (fs *faultScenario) holdDown(ctx context.Context, d *faultDaemon, addr stri
 	// A batch applied just before the fault may have committed by now.
 	c1 := fs.committed(ctx)
 	notReadyLater, _ := pollReady(d, addr, dur-time.Since(start))
+	if !notReady && !notReadyLater {
+		notReadyLater = pollNotReady(d, addr, max(holdDownDeadline, dur)-time.Since(start))
+	}
 	c2 := fs.committed(ctx)
 	if bad := fs.committedWithOps(ctx, c1, c2); len(bad) > 0 {
 		fs.t.Errorf("offsets were committed past %d messages with cache ops while memcached was away: %v", len(bad), bad)
@@ -556,6 +562,23 @@ func (fs *faultScenario) holdDown(ctx context.Context, d *faultDaemon, addr stri
 		fs.t.Errorf("nothing was waiting while memcached was away: the fault proved nothing")
 	}
 	return lag.Total, notReady || notReadyLater
+}
+
+// holdDownDeadline bounds how long holdDown keeps a fault on while waiting
+// for /readyz to answer 503: 30 health check periods.
+const holdDownDeadline = time.Minute
+
+// pollNotReady polls /readyz until it answers 503, for up to dur, and
+// reports whether it did.
+func pollNotReady(d *faultDaemon, addr string, dur time.Duration) bool {
+	deadline := time.Now().Add(dur)
+	for time.Now().Before(deadline) {
+		if status, _, err := d.httpGet(addr, "/readyz"); err == nil && status == 503 {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
 }
 
 // finish quiesces the scenario and checks it: every offset committed,
