@@ -2,8 +2,10 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"strings"
 
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -50,9 +52,10 @@ func (p *Pipeline) fallbackKeysOfTopic(dst []string, topic string) []string {
 }
 
 // coverPoison plans the fallback bumps that cover a poison message: of
-// the tables of its decoded row changes, or of its topic's tables when
-// none was decoded.
-func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event) {
+// the tables of its decoded row changes; else of the table its decode
+// error names (cdc.DecodeError.Table: an unknown operation type); else of
+// its topic's tables.
+func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event, err error) {
 	keys := b.fallbackKeys[:0]
 	for i := range events {
 		if events[i].Table != "" {
@@ -60,7 +63,12 @@ func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event) {
 		}
 	}
 	if len(events) == 0 {
-		keys = p.fallbackKeysOfTopic(keys, msg.Pos.Topic)
+		var de *cdc.DecodeError
+		if errors.As(err, &de) && de.Table != "" {
+			keys = p.cfg.Rules.FallbackKeys(keys, de.Database, de.Table)
+		} else {
+			keys = p.fallbackKeysOfTopic(keys, msg.Pos.Topic)
+		}
 	}
 	for _, k := range keys {
 		b.planned = append(b.planned, p.cfg.Rules.FallbackOp(k, msg.Pos))

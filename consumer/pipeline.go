@@ -337,7 +337,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		dec := p.decoderFor(msg.Pos.Topic)
 		if err := dec.Decode(msg.Value, msg.Pos, &b.decoded); err != nil {
 			b.poison(msg, err, b.decoded.Format)
-			p.coverPoison(b, msg, nil)
+			p.coverPoison(b, msg, nil, err)
 			continue
 		}
 		format := b.decoded.Format.String()
@@ -371,7 +371,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		}
 		if firstErr != nil {
 			b.poison(msg, firstErr, b.decoded.Format)
-			p.coverPoison(b, msg, b.decoded.Events)
+			p.coverPoison(b, msg, b.decoded.Events, firstErr)
 		}
 	}
 }

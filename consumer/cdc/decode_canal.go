@@ -18,8 +18,12 @@ const (
 // rows) is a read. The before image of an UPDATE row is data[i] overlaid
 // with old[i] (previous values of changed columns). A DDL message
 // (isDdl true) is skipped as SkipDDL, except TRUNCATE, which becomes a
-// truncate event for the message's database and table. Other types are
-// skipped as SkipUnsupportedType.
+// truncate event for the message's database and table. Types that carry
+// no row whatever isDdl says are skipped: CREATE, ALTER, ERASE, RENAME,
+// CINDEX and DINDEX as SkipDDL, QUERY, GTID, XACOMMIT and XAROLLBACK as
+// SkipQuery, MHEARTBEAT as SkipHeartbeat. Any other type is a DecodeError
+// naming the table: a row change the decoder cannot read must not pass
+// unnoticed.
 //
 // Canal writes every value as a string; strings are typed by the
 // column's "mysqlType" (or, when the message has no mysqlType, its
@@ -76,8 +80,11 @@ func (d *Decoder) canal(m msg, pos rules.Position, out *Decoded) error {
 	case typ == "INIT":
 		op = rules.Read
 	default:
-		out.Skip = SkipUnsupportedType
-		return nil
+		if skip := canalSkip(typ); skip != "" {
+			out.Skip = skip
+			return nil
+		}
+		return d.unknownOp(f, tf, "type", typ, "INSERT, UPDATE, DELETE, INIT, TRUNCATE, DDL and marker types", pos.Topic, db, table)
 	}
 
 	df := m.get(kData)
@@ -129,6 +136,20 @@ func (d *Decoder) canal(m msg, pos rules.Position, out *Decoded) error {
 		out.addEvent(op, db, table, before, after, src)
 	}
 	return nil
+}
+
+// canalSkip classifies the Canal event types that carry no row (Canal's
+// EventType); "" for any other.
+func canalSkip(typ string) string {
+	switch typ {
+	case "CREATE", "ALTER", "ERASE", "RENAME", "CINDEX", "DINDEX":
+		return SkipDDL
+	case "QUERY", "GTID", "XACOMMIT", "XAROLLBACK":
+		return SkipQuery
+	case "MHEARTBEAT":
+		return SkipHeartbeat
+	}
+	return ""
 }
 
 // int64 returns the integer value of key k.
