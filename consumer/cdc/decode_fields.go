@@ -246,13 +246,14 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 	for {
 		var key string
 		var k, klo, khi int
+		var dup bool
 		node := kc.first(b, cur, i)
 		if node < 0 {
 			node = kc.lookup(b, cur, i)
 		}
 		if node >= 0 {
 			nd := &kc.nodes[node]
-			key, k, cur = nd.name, int(nd.id), node
+			key, k, dup, cur = nd.name, int(nd.id), nd.dup, node
 			klo = i + 1
 			i += nd.n
 			khi = i - 2
@@ -262,6 +263,7 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 				return false
 			}
 			k = keyID(key)
+			dup = cur < 0 || kc.nodes[cur].dup
 		}
 		if i < len(s) && s[i] <= ' ' {
 			i = wsEnd(s, i)
@@ -278,9 +280,9 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 		switch c {
 		case '{':
 			if envelope && k == kPayload {
-				if len(st.inner) != 0 {
-					return sc.fail(sc.i, "duplicate payload member")
-				}
+				// A later payload replaces an earlier one.
+				st.inner = st.inner[:0]
+				st.innerIdx.reset()
 				if !st.fields(&st.inner, &st.innerIdx, false) {
 					return false
 				}
@@ -324,15 +326,27 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 			}
 		}
 		sc.pop()
+		// A duplicate member replaces the earlier one in its place: of
+		// duplicates, the last value counts, as in encoding/json.
 		n := len(*dst)
+		if dup {
+			for j := range *dst {
+				if (*dst)[j].name == key {
+					n = j
+					break
+				}
+			}
+		}
 		if k >= 0 {
 			idx[k] = int32(n)
 		}
 		// Copy field by field (see addColumn).
-		if n == cap(*dst) {
-			*dst = append(*dst, field{})
-		} else {
-			*dst = (*dst)[:n+1]
+		if n == len(*dst) {
+			if n == cap(*dst) {
+				*dst = append(*dst, field{})
+			} else {
+				*dst = (*dst)[:n+1]
+			}
 		}
 		d := &(*dst)[n]
 		d.name = f.name
@@ -635,14 +649,14 @@ func (st *decodeState) row() (span, bool) {
 	for {
 		var key string
 		var klo, khi int
-		var keep bool
+		var keep, dup bool
 		node := kc.first(b, cur, i)
 		if node < 0 {
 			node = kc.lookup(b, cur, i)
 		}
 		if node >= 0 {
 			nd := &kc.nodes[node]
-			key, keep, cur = nd.name, nd.keep, node
+			key, keep, dup, cur = nd.name, nd.keep, nd.dup, node
 			klo = i + 1
 			i += nd.n
 			khi = i - 2
@@ -652,9 +666,11 @@ func (st *decodeState) row() (span, bool) {
 				return absent, false
 			}
 			if cur >= 0 {
-				keep = kc.nodes[cur].keep
+				keep, dup = kc.nodes[cur].keep, kc.nodes[cur].dup
 			} else {
-				keep = st.keep == nil || st.keep.Has(key)
+				// Not remembered: whether the name came before is not
+				// known.
+				keep, dup = st.keep == nil || st.keep.Has(key), true
 			}
 		}
 		if i < len(s) && s[i] <= ' ' {
@@ -680,7 +696,9 @@ func (st *decodeState) row() (span, bool) {
 			if i = end; !ok {
 				return absent, sc.failedIn(klo, khi)
 			}
-			st.addColumn(key, v)
+			if !dup || !st.replaceColumn(lo, key, v) {
+				st.addColumn(key, v)
+			}
 		}
 		if i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
 			i++ // the next member follows at once
@@ -727,6 +745,20 @@ func (st *decodeState) columnValue(i int) (v rules.Value, end int, ok bool) {
 		}
 		return v, sc.i, true
 	}
+}
+
+// replaceColumn gives the column named name of the row that starts at
+// cols[lo] the value v, and reports whether the row had one: of duplicate
+// members of an object, the last one's value counts (as in encoding/json),
+// at the place of the first.
+func (st *decodeState) replaceColumn(lo int32, name string, v rules.Value) bool {
+	for i := int(lo); i < len(st.cols); i++ {
+		if c := &st.cols[i]; c.Name == name {
+			c.Value = v
+			return true
+		}
+	}
+	return false
 }
 
 // addColumn appends a column to the arena. Writing the fields in place

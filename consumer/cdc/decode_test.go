@@ -1000,3 +1000,42 @@ func TestUnknownOpNamesTable(t *testing.T) {
 		})
 	}
 }
+
+// TestDuplicateMembersLastWins checks that of members whose names repeat,
+// the last one counts at every level, as in encoding/json, whether the
+// names were remembered from an earlier message or not.
+func TestDuplicateMembersLastWins(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		op          rules.Operation
+		table       string
+		row         string // renderRow of the after image, else the before
+	}{
+		{"debezium op", `{"op":"c","op":"d","before":{"id":1,"active":1,"active":0},"source":{"db":"d","table":"t","table":"u"}}`, rules.Delete, "d.u", "id=int:1 active=int:0"},
+		{"debezium envelope", `{"schema":{},"payload":{"op":"c","after":{"id":1}},"payload":{"op":"u","after":{"id":2,"id":3}}}`, rules.Update, "d.t", "id=int:3"},
+		{"flat", `{"id":1,"__op":"d","__op":"c","active":1,"active":0,"__table":"t","__table":"u","__db":"d"}`, rules.Insert, "d.u", "id=int:1 active=int:0"},
+		{"maxwell", `{"database":"d","table":"t","type":"delete","type":"insert","data":{"id":1,"id":2}}`, rules.Insert, "d.t", "id=int:2"},
+		{"canal", `{"data":[{"id":"1","id":"2"}],"database":"d","table":"t","isDdl":false,"type":"DELETE","type":"INSERT","mysqlType":{"id":"varchar(3)","id":"int"}}`, rules.Insert, "d.t", "id=int:2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out Decoded
+			d := Decoder{Table: "d.t"}
+			for range 3 { // the second and third read remembered names
+				if err := d.Decode([]byte(tc.value), rules.Position{}, &out); err != nil {
+					t.Fatal(err)
+				}
+				if len(out.Events) != 1 {
+					t.Fatalf("%d events", len(out.Events))
+				}
+				e := out.Events[0]
+				row := e.After
+				if row == nil {
+					row = e.Before
+				}
+				if e.Operation != tc.op || e.Database+"."+e.Table != tc.table || renderRow(row) != tc.row {
+					t.Errorf("%v %s.%s %s, want %v %s %s", e.Operation, e.Database, e.Table, renderRow(row), tc.op, tc.table, tc.row)
+				}
+			}
+		})
+	}
+}
