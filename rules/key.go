@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -22,6 +23,11 @@ func needsEscape(b byte) bool { return b <= 0x20 || b == 0x7f || b == '%' }
 // AppendEscaped appends s to dst with every byte <= 0x20, 0x7f or '%'
 // written as '%' and two upper-case hex digits; other bytes are kept.
 func AppendEscaped(dst []byte, s string) []byte {
+	if cap(dst)-len(dst) < len(s) {
+		// Room for s at once: growing by a quarter at a time through a
+		// large value allocates about five times its size.
+		dst = slices.Grow(dst, len(s))
+	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if needsEscape(c) {

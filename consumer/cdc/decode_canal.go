@@ -1,6 +1,12 @@
 package cdc
 
-import "github.com/cachewarden/cachewarden/rules"
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
 
 // canalKind is how a Canal column's string values are typed.
 type canalKind uint8
@@ -88,6 +94,13 @@ func (d *Decoder) canal(m msg, pos rules.Position, out *Decoded) error {
 	}
 
 	df := m.get(kData)
+	if of := m.get(kOld); (df != nil && df.shape == shapeManyRows) || (of != nil && of.shape == shapeManyRows) {
+		e := &DecodeError{Format: f, Offset: -1, Path: "data", Reason: "more than " + strconv.Itoa(MaxMessageRows) + " rows in one message (the most cachewarden reads, to bound the memory a message takes)"}
+		if db, table, missing := d.resolveTable(pos.Topic, db, table); missing == "" {
+			e.Database, e.Table = strings.Clone(db), strings.Clone(table)
+		}
+		return e
+	}
 	switch {
 	case df == nil || (df.shape == shapeScalar && df.val.Kind == rules.KindNull):
 		return &DecodeError{Format: f, Offset: -1, Path: "data", Reason: typ + " without data"}
@@ -121,6 +134,20 @@ func (d *Decoder) canal(m msg, pos rules.Position, out *Decoded) error {
 		}
 	}
 
+	// Room for every event and the before images of updates at once: a
+	// message may hold many thousand rows.
+	out.Events = slices.Grow(out.Events, len(data))
+	st.evRows = slices.Grow(st.evRows, len(data))
+	if op == rules.Update {
+		n := 0
+		for _, r := range data {
+			n += int(r.hi - r.lo)
+		}
+		for _, r := range old {
+			n += int(r.hi - r.lo)
+		}
+		st.cols = slices.Grow(st.cols, n)
+	}
 	for i, r := range data {
 		before, after := absent, r
 		switch op {

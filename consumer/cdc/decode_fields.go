@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/cachewarden/cachewarden/rules"
@@ -15,13 +16,23 @@ import (
 
 // Shapes of a field's value.
 const (
-	shapeScalar = iota // string, number, bool or null in val
-	shapeRow           // object parsed into cols[lo:hi]
-	shapeRows          // array of objects parsed into rows[lo:hi]
-	shapeArray         // any other array (raw text only)
-	shapeFields        // the envelope payload, parsed into inner[lo:hi]
-	shapeSource        // a Debezium "source" object, read into sources[lo]
+	shapeScalar   = iota // string, number, bool or null in val
+	shapeRow             // object parsed into cols[lo:hi]
+	shapeRows            // array of objects parsed into rows[lo:hi]
+	shapeArray           // any other array (raw text only)
+	shapeFields          // the envelope payload, parsed into inner[lo:hi]
+	shapeSource          // a Debezium "source" object, read into sources[lo]
+	shapeManyRows        // array of more than MaxMessageRows objects, the first ones in rows[lo:hi]
 )
+
+// MaxMessageRows bounds the rows of one message (Canal's data and old
+// arrays): the memory a message takes grows with its rows (about 1.5 KB
+// each while decoding, planning and coalescing, beside the message
+// itself), so a message of more rows is poison rather than a cost without
+// bound. The rows beyond it are validated, not stored. No producer
+// cachewarden reads writes that many: Canal writes a message per binary
+// log rows event (8 KB of rows by default).
+const MaxMessageRows = 10_000
 
 // field is one member of the top-level (or payload) object.
 type field struct {
@@ -184,7 +195,7 @@ func (m msg) detect() (Format, error) {
 	case m.has(kIsDdl):
 		return FormatCanal, nil
 	}
-	if f := m.get(kData); f != nil && (f.shape == shapeRows || f.shape == shapeArray) {
+	if f := m.get(kData); f != nil && (f.shape == shapeRows || f.shape == shapeArray || f.shape == shapeManyRows) {
 		return FormatCanal, nil
 	}
 	switch {
@@ -592,7 +603,8 @@ func (si *sourceInfo) setNumber(k int, n int64) {
 }
 
 // array parses the array at sc.i. When every element is an object, the
-// elements become rows and f.shape is shapeRows; otherwise shapeArray.
+// elements become rows and f.shape is shapeRows (shapeManyRows, beyond
+// MaxMessageRows of them); otherwise shapeArray.
 func (st *decodeState) array(f *field) bool {
 	sc := &st.sc
 	if !sc.enter() {
@@ -604,10 +616,19 @@ func (st *decodeState) array(f *field) bool {
 	n := 0
 	for first := true; sc.nextElem(first); first = false {
 		sc.pushElem(n)
-		if f.shape == shapeRows && sc.i < len(sc.s) && sc.s[sc.i] == '{' {
+		isObject := f.shape != shapeArray && sc.i < len(sc.s) && sc.s[sc.i] == '{'
+		if isObject && n >= MaxMessageRows {
+			f.shape = shapeManyRows
+			if !sc.skip() {
+				return false
+			}
+		} else if isObject {
 			r, ok := st.row()
 			if !ok {
 				return false
+			}
+			if len(st.rows) == cap(st.rows) {
+				st.rows = slices.Grow(st.rows, max(len(st.rows), 16)) // double (see addColumn)
 			}
 			st.rows = append(st.rows, r)
 		} else {
@@ -767,10 +788,11 @@ func (st *decodeState) replaceColumn(lo int32, name string, v rules.Value) bool 
 func (st *decodeState) addColumn(name string, v rules.Value) {
 	n := len(st.cols)
 	if n == cap(st.cols) {
-		st.cols = append(st.cols, rules.Column{})
-	} else {
-		st.cols = st.cols[:n+1]
+		// Double: append grows large slices by a quarter, which for a
+		// message of many rows allocates about five times the arena.
+		st.cols = slices.Grow(st.cols, max(n, 64))
 	}
+	st.cols = st.cols[:n+1]
 	c := &st.cols[n]
 	c.Name = name
 	c.Value.Kind = v.Kind

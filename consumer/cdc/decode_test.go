@@ -1039,3 +1039,29 @@ func TestDuplicateMembersLastWins(t *testing.T) {
 		})
 	}
 }
+
+// TestMessageRowBound checks that a message of more than MaxMessageRows
+// rows is an error naming its table, and one of MaxMessageRows rows is not.
+func TestMessageRowBound(t *testing.T) {
+	msg := func(rows int) []byte {
+		var b strings.Builder
+		b.WriteString(`{"data":[`)
+		for i := range rows {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"id":"%d"}`, i)
+		}
+		b.WriteString(`],"database":"shop","table":"users","isDdl":false,"type":"INSERT"}`)
+		return []byte(b.String())
+	}
+	var out Decoded
+	if err := (&Decoder{}).Decode(msg(MaxMessageRows), rules.Position{}, &out); err != nil || len(out.Events) != MaxMessageRows {
+		t.Fatalf("%d rows: %d events, error %v", MaxMessageRows, len(out.Events), err)
+	}
+	err := (&Decoder{}).Decode(msg(MaxMessageRows+1), rules.Position{}, &out)
+	var de *DecodeError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "data: more than 10000 rows in one message") || de.Table != "users" || len(out.Events) != 0 {
+		t.Fatalf("%d rows: error %v (%+v), %d events", MaxMessageRows+1, err, de, len(out.Events))
+	}
+}
