@@ -26,10 +26,11 @@ const (
 )
 
 // MaxMessageRows bounds the rows of one message (Canal's data and old
-// arrays): the memory a message takes grows with its rows (about 1.5 KB
-// each while decoding, planning and coalescing, beside the message
-// itself), so a message of more rows is poison rather than a cost without
-// bound. The rows beyond it are validated, not stored. No producer
+// arrays): the memory a message takes grows with its rows (up to about
+// 3 KB each while it is decoded, planned and coalesced, beside about 8
+// times its size; docs/operations.md, "Memory per message"), so a
+// message of more rows is poison rather than a cost without bound. The
+// rows beyond it are validated, not stored. No producer
 // cachewarden reads writes that many: Canal writes a message per binary
 // log rows event (8 KB of rows by default).
 const MaxMessageRows = 10_000
