@@ -23,11 +23,6 @@ func needsEscape(b byte) bool { return b <= 0x20 || b == 0x7f || b == '%' }
 // AppendEscaped appends s to dst with every byte <= 0x20, 0x7f or '%'
 // written as '%' and two upper-case hex digits; other bytes are kept.
 func AppendEscaped(dst []byte, s string) []byte {
-	if cap(dst)-len(dst) < len(s) {
-		// Room for s at once: growing by a quarter at a time through a
-		// large value allocates about five times its size.
-		dst = slices.Grow(dst, len(s))
-	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if needsEscape(c) {
@@ -38,6 +33,13 @@ func AppendEscaped(dst []byte, s string) []byte {
 	}
 	return dst
 }
+
+// largeValue is the length beyond which the renderers of keys and members
+// make room for a value at once before escaping it into their buffer:
+// growing by append, a quarter at a time, through a large value allocates
+// about five times its size. (Doing so in AppendEscaped would keep it
+// from being inlined.)
+const largeValue = 256
 
 // Escape returns s escaped as AppendEscaped does.
 func Escape(s string) string {
@@ -158,6 +160,9 @@ func (t *Template) AppendRendered(dst []byte, lookup func(column string) (string
 		v, found := lookup(p.column)
 		if !found {
 			return dst[:start], p.column, false
+		}
+		if len(v) > largeValue {
+			dst = slices.Grow(dst, len(v))
 		}
 		dst = AppendEscaped(dst, v)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -357,6 +358,9 @@ func (p *planner) render(r *Rule, t *Template, prefix string, row Row, image str
 		if v.IsNull() {
 			null = true
 			continue
+		}
+		if len(v.Text) > largeValue {
+			buf = slices.Grow(buf, len(v.Text)) // see largeValue
 		}
 		buf = AppendEscaped(buf, v.Text)
 	}

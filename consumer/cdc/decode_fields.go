@@ -657,6 +657,9 @@ func (st *decodeState) row() (span, bool) {
 	if !sc.beginObject() {
 		return absent, false
 	}
+	if cap(st.cols)-len(st.cols) < rowRoom {
+		st.growCols()
+	}
 	s := sc.s
 	lo := int32(len(st.cols))
 	i := wsEnd(s, sc.i)
@@ -769,6 +772,21 @@ func (st *decodeState) columnValue(i int) (v rules.Value, end int, ok bool) {
 	}
 }
 
+// rowRoom is the free room in the column arena that row makes sure of
+// before reading a row.
+const rowRoom = 32
+
+// growCols doubles the capacity of the column arena. Appending alone
+// would grow it by a quarter at a time once it is large, which for a
+// message of many rows allocates about five times the arena; row calls it
+// when the arena is nearly full, so addColumn stays small enough to be
+// inlined.
+//
+//go:noinline
+func (st *decodeState) growCols() {
+	st.cols = slices.Grow(st.cols, max(len(st.cols), rowRoom))
+}
+
 // replaceColumn gives the column named name of the row that starts at
 // cols[lo] the value v, and reports whether the row had one: of duplicate
 // members of an object, the last one's value counts (as in encoding/json),
@@ -789,11 +807,10 @@ func (st *decodeState) replaceColumn(lo int32, name string, v rules.Value) bool 
 func (st *decodeState) addColumn(name string, v rules.Value) {
 	n := len(st.cols)
 	if n == cap(st.cols) {
-		// Double: append grows large slices by a quarter, which for a
-		// message of many rows allocates about five times the arena.
-		st.cols = slices.Grow(st.cols, max(n, 64))
+		st.cols = append(st.cols, rules.Column{})
+	} else {
+		st.cols = st.cols[:n+1]
 	}
-	st.cols = st.cols[:n+1]
 	c := &st.cols[n]
 	c.Name = name
 	c.Value.Kind = v.Kind
