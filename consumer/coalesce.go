@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/cachewarden/cachewarden/rules"
@@ -148,6 +149,11 @@ func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules
 		clear(c.index[i])
 	}
 	c.slots = c.slots[:0]
+	if len(ops) > cap(c.slots) {
+		// At most one slot per op: allocated once rather than grown by a
+		// quarter at a time through a batch of many ops.
+		c.slots = slices.Grow(c.slots, len(ops))
+	}
 	st := CoalesceStats{In: len(ops)}
 
 	var reset rules.Op
@@ -198,6 +204,7 @@ func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules
 		}
 	}
 
+	dst = slices.Grow(dst, len(c.slots))
 	for i := range c.slots {
 		s := &c.slots[i]
 		class, ok := classOf(s.op.Kind)

@@ -2,8 +2,10 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"strings"
 
+	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -75,10 +77,11 @@ func (p *Pipeline) topicCovered(topic string) bool {
 
 // coverPoison plans the bumps that cover a poison message: the fallback
 // namespaces and the generations (of sets and counters) of the tables of
-// its decoded row changes, or of its topic's tables when none was
-// decoded. The bumps are applied with the batch, before its offsets are
-// committed.
-func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event) {
+// its decoded row changes; else of the table its decode error names
+// (cdc.DecodeError.Table: an unknown operation type, too many rows); else
+// of its topic's tables. The bumps are applied with the batch, before its
+// offsets are committed.
+func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event, err error) {
 	keys := b.fallbackKeys[:0]
 	covered := true
 	rs := p.cfg.Rules
@@ -90,8 +93,15 @@ func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event) {
 		}
 	}
 	if len(events) == 0 {
-		keys = p.coverKeysOfTopic(keys, msg.Pos.Topic)
-		covered = p.topicCovered(msg.Pos.Topic)
+		var de *cdc.DecodeError
+		if errors.As(err, &de) && de.Table != "" {
+			keys = rs.FallbackKeys(keys, de.Database, de.Table)
+			keys = rs.GenerationKeys(keys, de.Database, de.Table)
+			covered = rs.Covered(de.Database, de.Table)
+		} else {
+			keys = p.coverKeysOfTopic(keys, msg.Pos.Topic)
+			covered = p.topicCovered(msg.Pos.Topic)
+		}
 	}
 	for _, k := range keys {
 		b.planned = append(b.planned, rs.FallbackOp(k, msg.Pos))

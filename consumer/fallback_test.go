@@ -222,3 +222,79 @@ func TestRefusedWriteIsNoFailure(t *testing.T) {
 		t.Errorf("%v retries of a refused write", n)
 	}
 }
+
+// TestUnknownOperationIsPoison: a change event whose operation type the
+// decoder does not know (Debezium, Maxwell and Canal) goes to the DLQ
+// with the reason, bumps its table's fallback namespace (only that
+// table's, though the topic names none) and is counted as an
+// invalidation lost to poison, through the daemon and a broker.
+func TestUnknownOperationIsPoison(t *testing.T) {
+	topic := "cdc-" + testsvc.Unique()
+	dlqTopic := "dlq-" + testsvc.Unique()
+	group := "cw-" + testsvc.Unique()
+	brokers := testsvc.KafkaTopics(t, 1, topic, dlqTopic)
+	dlq, err := NewDLQ(KafkaConn{Brokers: brokers}, dlqTopic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close()
+	r := newRig(t, fallbackRules, rigOptions{poison: dlq})
+	for _, k := range []string{"fb:shop.users", "fb:shop.user_interests", "fb:blog.comments"} {
+		r.set(k, "10")
+	}
+	r.set("ns:user:3", "1")
+	unknown := []kafka.Message{
+		debezium("x", "shop", "users", nil, row("id", 3)),
+		{Value: []byte(`{"database":"shop","table":"users","type":"upsert","ts":1,"data":{"id":3}}`)},
+		{Value: []byte(`{"data":[{"id":"3"}],"database":"shop","table":"users","isDdl":false,"type":"REPLACE","es":1,"ts":1}`)},
+	}
+	produce(t, brokers, topic, append(unknown,
+		// Messages without row changes stay skipped.
+		kafka.Message{Value: []byte(`{"database":"shop","table":"users","type":"table-alter","ts":1}`)},
+		kafka.Message{Value: []byte(`{"data":null,"database":"shop","table":"users","isDdl":false,"type":"QUERY"}`)},
+		debezium("u", "shop", "users", row("id", 3), row("id", 3)),
+	)...)
+	_, stop := r.daemon(brokers, group, topic)
+	waitCommitted(t, brokers, group, topic, 6)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.get("ns:user:3"); got != "2" {
+		t.Errorf("ns:user:3 = %q, want 2", got)
+	}
+	// Bumps of one key in one batch coalesce: 11 to 13.
+	if got := r.get("fb:shop.users"); got < "11" || got > "13" {
+		t.Errorf("fb:shop.users = %s, want 11 to 13", got)
+	}
+	for _, k := range []string{"fb:shop.user_interests", "fb:blog.comments"} {
+		if got := r.get(k); got != "10" {
+			t.Errorf("%s = %s, want 10: only the named table's fallback is bumped", k, got)
+		}
+	}
+	if n := metricValue(r.metrics.lost.WithLabelValues(lostPoison, "fallback")); n != 3 {
+		t.Errorf("lost poison/fallback = %v, want 3", n)
+	}
+	if n := metricValue(r.metrics.poison.WithLabelValues(topic)); n != 3 {
+		t.Errorf("poison messages = %v, want 3", n)
+	}
+	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: dlqTopic, Partition: 0, MaxWait: 200 * time.Millisecond})
+	defer reader.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, w := range []string{`unknown operation type "x"`, `unknown operation type "upsert"`, `unknown operation type "REPLACE"`} {
+		m, err := reader.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("DLQ record %d: %v", i, err)
+		}
+		h := map[string]string{}
+		for _, hd := range m.Headers {
+			h[hd.Key] = string(hd.Value)
+		}
+		if string(m.Value) != string(unknown[i].Value) || h[HeaderOffset] != fmt.Sprint(i) || !strings.Contains(h[HeaderError], w) {
+			t.Errorf("DLQ record %d: value %s, offset %s, error %q; want offset %d with %q", i, m.Value, h[HeaderOffset], h[HeaderError], i, w)
+		}
+	}
+	if !strings.Contains(r.logs.String(), `unknown operation type \"x\"`) {
+		t.Errorf("no poison log line names the unknown op:\n%s", r.logs.String())
+	}
+}

@@ -344,13 +344,13 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		msg := &msgs[i]
 		if msg.Failed != nil {
 			b.poison(msg, msg.Failed, cdc.FormatAuto)
-			p.coverPoison(b, msg, nil)
+			p.coverPoison(b, msg, nil, msg.Failed)
 			continue
 		}
 		dec := p.decoderFor(msg.Pos.Topic)
 		if err := dec.Decode(msg.Value, msg.Pos, &b.decoded); err != nil {
 			b.poison(msg, err, b.decoded.Format)
-			p.coverPoison(b, msg, nil)
+			p.coverPoison(b, msg, nil, err)
 			continue
 		}
 		format := b.decoded.Format.String()
@@ -384,7 +384,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		}
 		if firstErr != nil {
 			b.poison(msg, firstErr, b.decoded.Format)
-			p.coverPoison(b, msg, b.decoded.Events)
+			p.coverPoison(b, msg, b.decoded.Events, firstErr)
 		}
 	}
 }

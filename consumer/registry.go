@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/sr"
 
@@ -28,13 +29,39 @@ type SchemaRegistry struct {
 	// user is the basic-auth user ("" none), for logs and /readyz.
 	user string
 	// mu lets one Fetch ask the registry at a time: partitions that wait
-	// for the same new schema ask once.
+	// for the same new schema ask once. It guards the fields below.
 	mu sync.Mutex
 	// authFailure is why the registry last refused the credentials; ""
 	// when it answered since. Guarded by authMu.
 	authMu      sync.Mutex
 	authFailure string
+	// unknown holds the ids the registry said it does not know, with the
+	// time until which that answer is used (negativeSchemaTTL); at most
+	// maxUnknownSchemaIDs of them.
+	unknown map[uint32]time.Time
+	// lastWarn is when the last unknown-id warning was logged; notLogged
+	// counts the ids found unknown since then without a line.
+	lastWarn  time.Time
+	notLogged int
+	// now is the clock (time.Now; tests replace it).
+	now func() time.Time
 }
+
+// negativeSchemaTTL is how long the registry's answer that it does not
+// know a schema id is used: meanwhile the id's messages are poison without
+// asking again. A schema registered after that answer is used at most this
+// long later.
+const negativeSchemaTTL = time.Minute
+
+// maxUnknownSchemaIDs bounds the ids remembered as unknown (a few dozen
+// bytes each). When it is reached, expired ids are forgotten, and if none
+// has expired an arbitrary one: it is asked again at its next message.
+const maxUnknownSchemaIDs = 10_000
+
+// unknownSchemaLogInterval is the shortest time between two warnings of
+// schema ids unknown to the registry; a warning counts the ids found
+// unknown since the previous one without being logged.
+const unknownSchemaLogInterval = 10 * time.Second
 
 // NewSchemaRegistry returns a client of the registry c describes (its URLs
 // must not be empty). m may be nil; log nil discards.
@@ -71,7 +98,7 @@ func NewSchemaRegistry(c config.SchemaRegistry, m *Metrics, log *slog.Logger) (*
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &SchemaRegistry{cl: cl, cache: &cdc.AvroSchemaCache{}, log: log, m: m, user: c.Username}, nil
+	return &SchemaRegistry{cl: cl, cache: &cdc.AvroSchemaCache{}, log: log, m: m, user: c.Username, unknown: map[uint32]time.Time{}, now: time.Now}, nil
 }
 
 // AuthFailure returns why the registry last refused the credentials
@@ -123,7 +150,9 @@ const maxSchemaReferenceDepth = 16
 
 // Fetch reads the schemas of the ids the cache lacks and adds them. An id
 // the registry answers it does not know stays out of the cache (its
-// messages are poison: "unknown to the schema registry"); one registered
+// messages are poison: "unknown to the schema registry") and is not asked
+// again for negativeSchemaTTL; its warning is logged at most once per
+// unknownSchemaLogInterval for all such ids together. One registered
 // as something else than Avro, or whose text is not a valid Avro schema,
 // is cached as unusable (its messages are poison with that reason). Any
 // other failure to get an answer (the registry unreachable, a timeout, an
@@ -133,9 +162,16 @@ func (r *SchemaRegistry) Fetch(ctx context.Context, ids []uint32) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var errs []error
+	now := r.now()
 	for _, id := range ids {
 		if r.cache.Lookup(id) != nil {
 			continue // fetched meanwhile by another partition
+		}
+		if until, ok := r.unknown[id]; ok {
+			if now.Before(until) {
+				continue // the registry said lately it does not know it
+			}
+			delete(r.unknown, id)
 		}
 		s, err := r.fetch(ctx, id)
 		r.noteAuth(err)
@@ -146,7 +182,14 @@ func (r *SchemaRegistry) Fetch(ctx context.Context, ids []uint32) error {
 			r.log.Info("schema registry: schema cached", "schema_id", id, "schema", s.String())
 		case schemaNotFound(err):
 			r.m.schemaFetches.WithLabelValues("not_found").Inc()
-			r.log.Warn("schema registry: schema id unknown to the registry; values framed with it are poison (keys framed with it name no columns)", "schema_id", id, "error", err.Error())
+			r.rememberUnknown(id, now)
+			if now.Sub(r.lastWarn) < unknownSchemaLogInterval {
+				r.notLogged++
+				break
+			}
+			r.log.Warn("schema registry: schema id unknown to the registry; values framed with it are poison (keys framed with it name no columns) and it is not asked again for a while",
+				"schema_id", id, "error", err.Error(), "not_asked_again_for", negativeSchemaTTL, "other_unknown_ids_not_logged", r.notLogged)
+			r.lastWarn, r.notLogged = now, 0
 		default:
 			r.m.schemaFetches.WithLabelValues("error").Inc()
 			errs = append(errs, fmt.Errorf("schema id %d: %w", id, err))
@@ -156,6 +199,25 @@ func (r *SchemaRegistry) Fetch(ctx context.Context, ids []uint32) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// rememberUnknown remembers id as unknown to the registry until
+// negativeSchemaTTL after now, within maxUnknownSchemaIDs.
+func (r *SchemaRegistry) rememberUnknown(id uint32, now time.Time) {
+	if len(r.unknown) >= maxUnknownSchemaIDs {
+		for k, until := range r.unknown {
+			if !now.Before(until) {
+				delete(r.unknown, k)
+			}
+		}
+		for k := range r.unknown {
+			if len(r.unknown) < maxUnknownSchemaIDs {
+				break
+			}
+			delete(r.unknown, k)
+		}
+	}
+	r.unknown[id] = now.Add(negativeSchemaTTL)
 }
 
 // fetch reads and compiles one schema.

@@ -461,3 +461,59 @@ func TestAvroReplayKafka(t *testing.T) {
 		t.Errorf("dry run:\n%s\nwant:\n%s\nreport %q", out.String(), want, report.String())
 	}
 }
+
+// TestUnknownSchemaIDsCachedNegatively: an id the registry does not know
+// is asked once per negativeSchemaTTL, whatever the number of its
+// messages, and the warnings of many unknown ids are one line per
+// unknownSchemaLogInterval that counts the others.
+func TestUnknownSchemaIDsCachedNegatively(t *testing.T) {
+	tr := newTestRegistry(t)
+	reg := tr.daemonClient(t, config.SchemaRegistry{})
+	log, logs := testLogger(t)
+	reg.log = log
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	reg.now = func() time.Time { return clock }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 200
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = uint32(900000 + i)
+	}
+	total := func() (sum int) {
+		for _, c := range tr.requests() {
+			sum += c
+		}
+		return sum
+	}
+	warnings := func() int { return strings.Count(logs.String(), "schema id unknown to the registry") }
+	for range 5 { // five batches of messages framed with the same ids
+		if err := reg.Fetch(ctx, ids); err != nil {
+			t.Fatal(err)
+		}
+		clock = clock.Add(negativeSchemaTTL / 10)
+	}
+	if got := total(); got != n {
+		t.Errorf("%d registry requests for %d unknown ids in 5 batches, want %d", got, n, n)
+	}
+	if got := warnings(); got != 1 {
+		t.Errorf("%d warnings, want 1:\n%s", got, logs.String())
+	}
+	clock = clock.Add(negativeSchemaTTL)
+	if err := reg.Fetch(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	if got := total(); got != 2*n {
+		t.Errorf("%d registry requests after the negative cache expired, want %d", got, 2*n)
+	}
+	if got := warnings(); got != 2 || !strings.Contains(logs.String(), fmt.Sprintf("other_unknown_ids_not_logged=%d", n-1)) {
+		t.Errorf("%d warnings, want 2, the second counting %d ids not logged:\n%s", got, n-1, logs.String())
+	}
+	// The negative cache is bounded in entries.
+	for i := range maxUnknownSchemaIDs + 100 {
+		reg.rememberUnknown(uint32(i), clock)
+	}
+	if len(reg.unknown) > maxUnknownSchemaIDs {
+		t.Errorf("%d ids remembered as unknown, want at most %d", len(reg.unknown), maxUnknownSchemaIDs)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -67,6 +68,13 @@ func AppendEscaped(dst []byte, s string) []byte {
 	}
 	return dst
 }
+
+// largeValue is the length beyond which the renderers of keys and members
+// make room for a value at once before escaping it into their buffer:
+// growing by append, a quarter at a time, through a large value allocates
+// about five times its size. (Doing so in AppendEscaped would keep it
+// from being inlined.)
+const largeValue = 256
 
 // Escape returns s escaped as AppendEscaped does.
 func Escape(s string) string {
@@ -268,6 +276,9 @@ func (t *Template) AppendRendered(dst []byte, lookup func(column string) (string
 		v, found := lookup(p.column)
 		if !found {
 			return dst[:start], p.column, false
+		}
+		if len(v) > largeValue {
+			dst = slices.Grow(dst, len(v))
 		}
 		dst = AppendEscaped(dst, v)
 	}

@@ -3,6 +3,7 @@ package rules
 import (
 	"bytes"
 	"fmt"
+	"slices"
 )
 
 // PlanStats counts what Plan did with one event.
@@ -387,6 +388,9 @@ func (p *planner) render(r *Rule, t *Template, prefix string, row Row, image str
 		if v.IsNull() {
 			null = true
 			continue
+		}
+		if len(v.Text) > largeValue {
+			buf = slices.Grow(buf, len(v.Text)) // see largeValue
 		}
 		buf = AppendEscaped(buf, v.Text)
 	}

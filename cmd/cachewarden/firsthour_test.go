@@ -208,7 +208,8 @@ func TestDemoMissingServices(t *testing.T) {
 }
 
 // TestPlanReportsUnknownOperation checks that a message whose operation
-// type no decoder knows is reported with its line number, and skipped.
+// type no decoder knows is reported with its line number as a failed
+// line (the daemon makes it poison), and planned no op.
 func TestPlanReportsUnknownOperation(t *testing.T) {
 	in := strings.Join([]string{
 		`{"op":"c","before":null,"after":{"id":1,"name":"x"},"source":{"db":"shop","table":"users"},"ts_ms":1}`,
@@ -221,8 +222,8 @@ func TestPlanReportsUnknownOperation(t *testing.T) {
 		t.Fatalf("plan: %v\n%s", err, errOut)
 	}
 	for _, want := range []string{
-		`line 2: skipped: the debezium message's "op" is not an operation type`,
-		`line 3: skipped: the maxwell message's "type" is not an operation type`,
+		`line 2: cdc: decode debezium message: op: at byte 6: unknown operation type "x"`,
+		`line 3: cdc: decode maxwell message: type: at byte 8: unknown operation type "frobnicate"`,
 	} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
@@ -231,9 +232,9 @@ func TestPlanReportsUnknownOperation(t *testing.T) {
 	if !strings.Contains(out, `"line":1,`) || !strings.Contains(out, `"line":4,`) || strings.Contains(out, `"line":2,`) {
 		t.Errorf("stdout:\n%s", out)
 	}
-	// Skipped, not failed: --strict does not fail on it.
-	if _, _, err := invoke(t, in, "plan", "--strict", "--rules", "../../configs/rules"); err != nil {
-		t.Errorf("plan --strict: %v", err)
+	// Failed, not skipped: --strict fails on it.
+	if _, _, err := invoke(t, in, "plan", "--strict", "--rules", "../../configs/rules"); err == nil {
+		t.Errorf("plan --strict succeeded despite unknown operation types")
 	}
 }
 

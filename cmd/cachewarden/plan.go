@@ -34,7 +34,8 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 			"  {\"line\":4,\"rule\":\"user-interests\",\"op\":\"set_add\",\"key\":\"shop:interests:42\",\"member\":\"7\"}\n"+
 			"Empty lines are tombstones and are skipped. A line that cannot be decoded or\n"+
 			"planned is reported on stderr as \"line N: reason\" and skipped; so is a message\n"+
-			"whose operation type (Debezium op, Maxwell or Canal type) is not one it knows.\n"+
+			"whose operation type (Debezium op, Maxwell or Canal type) is not one it knows,\n"+
+			"which the daemon sends to the dead-letter topic as poison.\n"+
 			"Avro messages (Confluent-framed, with a schema registry) are binary, not\n"+
 			"lines: `cachewarden replay -c FILE --from START --dry-run` plans an Avro\n"+
 			"topic from Kafka.",

@@ -24,9 +24,12 @@ const (
 	SkipSchemaChange = "schema-change"
 	// SkipBootstrap: Maxwell bootstrap-start / bootstrap-complete markers.
 	SkipBootstrap = "bootstrap"
-	// SkipUnsupportedType: an operation type the decoder does not know
-	// (an unknown Debezium op, Maxwell type or Canal type).
-	SkipUnsupportedType = "unsupported-type"
+	// SkipMessage: a Debezium logical decoding message (op "m"), which
+	// names no row.
+	SkipMessage = "message"
+	// SkipQuery: the text of a statement (a Canal QUERY message, or
+	// GTID/XA markers); its rows, if any, come in their own messages.
+	SkipQuery = "query"
 	// SkipEmpty: a row-change message that holds no rows (Canal "data":[]).
 	SkipEmpty = "empty"
 )
@@ -101,6 +104,11 @@ type DecodeError struct {
 	Path string
 	// Reason says what is wrong.
 	Reason string
+	// Database and Table name the table of the message's row change when
+	// the decoder knew it before finding the problem (an operation type
+	// it does not know); empty otherwise. They never share the message's
+	// memory.
+	Database, Table string
 }
 
 func (e *DecodeError) Error() string {
@@ -411,6 +419,31 @@ func (st *decodeState) ownedCopy(last *string, s string) string {
 	}
 	*last = st.strs.CopyString(s)
 	return *last
+}
+
+// maxQuotedOp bounds how much of an unknown operation type an error
+// quotes.
+const maxQuotedOp = 64
+
+// unknownOp is the error of a message whose operation type (field, such
+// as "op" or "type", at path) the decoder does not know: its row change
+// cannot be planned, so it is poison rather than skipped. known lists the
+// types that are. The table is resolved from db and table, as for a row
+// change, so that the daemon can bump that table's fallback namespace.
+func (d *Decoder) unknownOp(f Format, fd *field, path, text, known, topic, db, table string) *DecodeError {
+	if len(text) > maxQuotedOp {
+		text = text[:maxQuotedOp] + "..."
+	}
+	off := -1
+	if fd != nil {
+		off = int(fd.off)
+	}
+	e := &DecodeError{Format: f, Offset: off, Path: path,
+		Reason: "unknown operation type " + strconv.Quote(text) + " (known: " + known + "): its row change cannot be planned"}
+	if db, table, missing := d.resolveTable(topic, db, table); missing == "" {
+		e.Database, e.Table = strings.Clone(db), strings.Clone(table)
+	}
+	return e
 }
 
 func (d *Decoder) missingTable(f Format, what, path, topic string) *DecodeError {

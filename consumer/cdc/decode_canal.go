@@ -1,6 +1,12 @@
 package cdc
 
-import "github.com/cachewarden/cachewarden/rules"
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cachewarden/cachewarden/rules"
+)
 
 // canalKind is how a Canal column's string values are typed.
 type canalKind uint8
@@ -18,8 +24,12 @@ const (
 // rows) is a read. The before image of an UPDATE row is data[i] overlaid
 // with old[i] (previous values of changed columns). A DDL message
 // (isDdl true) is skipped as SkipDDL, except TRUNCATE, which becomes a
-// truncate event for the message's database and table. Other types are
-// skipped as SkipUnsupportedType.
+// truncate event for the message's database and table. Types that carry
+// no row whatever isDdl says are skipped: CREATE, ALTER, ERASE, RENAME,
+// CINDEX and DINDEX as SkipDDL, QUERY, GTID, XACOMMIT and XAROLLBACK as
+// SkipQuery, MHEARTBEAT as SkipHeartbeat. Any other type is a DecodeError
+// naming the table: a row change the decoder cannot read must not pass
+// unnoticed.
 //
 // Canal writes every value as a string; strings are typed by the
 // column's "mysqlType" (or, when the message has no mysqlType, its
@@ -76,11 +86,21 @@ func (d *Decoder) canal(m msg, pos rules.Position, out *Decoded) error {
 	case typ == "INIT":
 		op = rules.Read
 	default:
-		out.Skip = SkipUnsupportedType
-		return nil
+		if skip := canalSkip(typ); skip != "" {
+			out.Skip = skip
+			return nil
+		}
+		return d.unknownOp(f, tf, "type", typ, "INSERT, UPDATE, DELETE, INIT, TRUNCATE, DDL and marker types", pos.Topic, db, table)
 	}
 
 	df := m.get(kData)
+	if of := m.get(kOld); (df != nil && df.shape == shapeManyRows) || (of != nil && of.shape == shapeManyRows) {
+		e := &DecodeError{Format: f, Offset: -1, Path: "data", Reason: "more than " + strconv.Itoa(MaxMessageRows) + " rows in one message (the most cachewarden reads, to bound the memory a message takes)"}
+		if db, table, missing := d.resolveTable(pos.Topic, db, table); missing == "" {
+			e.Database, e.Table = strings.Clone(db), strings.Clone(table)
+		}
+		return e
+	}
 	switch {
 	case df == nil || (df.shape == shapeScalar && df.val.Kind == rules.KindNull):
 		return &DecodeError{Format: f, Offset: -1, Path: "data", Reason: typ + " without data"}
@@ -114,6 +134,20 @@ func (d *Decoder) canal(m msg, pos rules.Position, out *Decoded) error {
 		}
 	}
 
+	// Room for every event and the before images of updates at once: a
+	// message may hold many thousand rows.
+	out.Events = slices.Grow(out.Events, len(data))
+	st.evRows = slices.Grow(st.evRows, len(data))
+	if op == rules.Update {
+		n := 0
+		for _, r := range data {
+			n += int(r.hi - r.lo)
+		}
+		for _, r := range old {
+			n += int(r.hi - r.lo)
+		}
+		st.cols = slices.Grow(st.cols, n)
+	}
 	for i, r := range data {
 		before, after := absent, r
 		switch op {
@@ -129,6 +163,20 @@ func (d *Decoder) canal(m msg, pos rules.Position, out *Decoded) error {
 		out.addEvent(op, db, table, before, after, src)
 	}
 	return nil
+}
+
+// canalSkip classifies the Canal event types that carry no row (Canal's
+// EventType); "" for any other.
+func canalSkip(typ string) string {
+	switch typ {
+	case "CREATE", "ALTER", "ERASE", "RENAME", "CINDEX", "DINDEX":
+		return SkipDDL
+	case "QUERY", "GTID", "XACOMMIT", "XAROLLBACK":
+		return SkipQuery
+	case "MHEARTBEAT":
+		return SkipHeartbeat
+	}
+	return ""
 }
 
 // int64 returns the integer value of key k.

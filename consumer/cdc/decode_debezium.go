@@ -11,8 +11,10 @@ import (
 //
 // Operations: "c" insert, "u" update, "d" delete, "r" read, "t" truncate;
 // "c" with source.snapshot true, "true", "last" or another snapshot marker
-// (older connectors' snapshot rows) is a read. Other ops are skipped as
-// SkipUnsupportedType. The table is source.db (or source.schema, for
+// (older connectors' snapshot rows) is a read; "m" (a logical decoding
+// message, which names no row) is skipped as SkipMessage. Any other op is
+// a DecodeError naming the table: a row change the decoder cannot read
+// must not pass unnoticed. The table is source.db (or source.schema, for
 // connectors that have one) and source.table.
 func (d *Decoder) debezium(m msg, pos rules.Position, out *Decoded) error {
 	const f = FormatDebezium
@@ -88,9 +90,11 @@ func (d *Decoder) debezium(m msg, pos rules.Position, out *Decoded) error {
 		op = rules.Read
 	case "t":
 		op = rules.Truncate
-	default:
-		out.Skip = SkipUnsupportedType
+	case "m":
+		out.Skip = SkipMessage
 		return nil
+	default:
+		return d.unknownOp(f, opField, m.prefix+"op", opText, "c, u, d, r, t, m", pos.Topic, db, table)
 	}
 
 	before, ok := rowOf(m.get(kBefore))
@@ -143,7 +147,8 @@ func isSnapshotMarker(v rules.Value) bool {
 //
 // __op "c" is an insert, "r" a read, "u" or no __op an update (an upsert
 // without before image), "d" a delete, "t" a truncate; any other __op is
-// skipped. __deleted "true" (or true) makes it a delete whose before image
+// a DecodeError naming the table (unless __deleted makes the row a
+// delete). __deleted "true" (or true) makes it a delete whose before image
 // is the row. The table comes from __db/__table, else from the decoder's
 // topic map or default table. __source_ts_ms (else __ts_ms),
 // __source_file, __source_pos, __source_gtid and __source_server_id fill
@@ -236,8 +241,9 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 	case "t":
 		op = rules.Truncate
 	default:
-		out.Skip = SkipUnsupportedType
-		return nil
+		if !deleted {
+			return d.unknownOp(f, m.get(kFlatOp), m.prefix+"__op", opText, "c, u, d, r, t", pos.Topic, db, table)
+		}
 	}
 	if deleted {
 		op = rules.Delete

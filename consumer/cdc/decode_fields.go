@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/cachewarden/cachewarden/rules"
@@ -15,13 +16,24 @@ import (
 
 // Shapes of a field's value.
 const (
-	shapeScalar = iota // string, number, bool or null in val
-	shapeRow           // object parsed into cols[lo:hi]
-	shapeRows          // array of objects parsed into rows[lo:hi]
-	shapeArray         // any other array (raw text only)
-	shapeFields        // the envelope payload, parsed into inner[lo:hi]
-	shapeSource        // a Debezium "source" object, read into sources[lo]
+	shapeScalar   = iota // string, number, bool or null in val
+	shapeRow             // object parsed into cols[lo:hi]
+	shapeRows            // array of objects parsed into rows[lo:hi]
+	shapeArray           // any other array (raw text only)
+	shapeFields          // the envelope payload, parsed into inner[lo:hi]
+	shapeSource          // a Debezium "source" object, read into sources[lo]
+	shapeManyRows        // array of more than MaxMessageRows objects, the first ones in rows[lo:hi]
 )
+
+// MaxMessageRows bounds the rows of one message (Canal's data and old
+// arrays): the memory a message takes grows with its rows (up to about
+// 3 KB each while it is decoded, planned and coalesced, beside about 8
+// times its size; docs/operations.md, "Memory per message"), so a
+// message of more rows is poison rather than a cost without bound. The
+// rows beyond it are validated, not stored. No producer
+// cachewarden reads writes that many: Canal writes a message per binary
+// log rows event (8 KB of rows by default).
+const MaxMessageRows = 10_000
 
 // field is one member of the top-level (or payload) object.
 type field struct {
@@ -184,7 +196,7 @@ func (m msg) detect() (Format, error) {
 	case m.has(kIsDdl):
 		return FormatCanal, nil
 	}
-	if f := m.get(kData); f != nil && (f.shape == shapeRows || f.shape == shapeArray) {
+	if f := m.get(kData); f != nil && (f.shape == shapeRows || f.shape == shapeArray || f.shape == shapeManyRows) {
 		return FormatCanal, nil
 	}
 	switch {
@@ -246,13 +258,14 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 	for {
 		var key string
 		var k, klo, khi int
+		var dup bool
 		node := kc.first(b, cur, i)
 		if node < 0 {
 			node = kc.lookup(b, cur, i)
 		}
 		if node >= 0 {
 			nd := &kc.nodes[node]
-			key, k, cur = nd.name, int(nd.id), node
+			key, k, dup, cur = nd.name, int(nd.id), nd.dup, node
 			klo = i + 1
 			i += nd.n
 			khi = i - 2
@@ -262,6 +275,7 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 				return false
 			}
 			k = keyID(key)
+			dup = cur < 0 || kc.nodes[cur].dup
 		}
 		if i < len(s) && s[i] <= ' ' {
 			i = wsEnd(s, i)
@@ -278,9 +292,9 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 		switch c {
 		case '{':
 			if envelope && k == kPayload {
-				if len(st.inner) != 0 {
-					return sc.fail(sc.i, "duplicate payload member")
-				}
+				// A later payload replaces an earlier one.
+				st.inner = st.inner[:0]
+				st.innerIdx.reset()
 				if !st.fields(&st.inner, &st.innerIdx, false) {
 					return false
 				}
@@ -324,15 +338,27 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 			}
 		}
 		sc.pop()
+		// A duplicate member replaces the earlier one in its place: of
+		// duplicates, the last value counts, as in encoding/json.
 		n := len(*dst)
+		if dup {
+			for j := range *dst {
+				if (*dst)[j].name == key {
+					n = j
+					break
+				}
+			}
+		}
 		if k >= 0 {
 			idx[k] = int32(n)
 		}
 		// Copy field by field (see addColumn).
-		if n == cap(*dst) {
-			*dst = append(*dst, field{})
-		} else {
-			*dst = (*dst)[:n+1]
+		if n == len(*dst) {
+			if n == cap(*dst) {
+				*dst = append(*dst, field{})
+			} else {
+				*dst = (*dst)[:n+1]
+			}
 		}
 		d := &(*dst)[n]
 		d.name = f.name
@@ -578,7 +604,8 @@ func (si *sourceInfo) setNumber(k int, n int64) {
 }
 
 // array parses the array at sc.i. When every element is an object, the
-// elements become rows and f.shape is shapeRows; otherwise shapeArray.
+// elements become rows and f.shape is shapeRows (shapeManyRows, beyond
+// MaxMessageRows of them); otherwise shapeArray.
 func (st *decodeState) array(f *field) bool {
 	sc := &st.sc
 	if !sc.enter() {
@@ -590,10 +617,19 @@ func (st *decodeState) array(f *field) bool {
 	n := 0
 	for first := true; sc.nextElem(first); first = false {
 		sc.pushElem(n)
-		if f.shape == shapeRows && sc.i < len(sc.s) && sc.s[sc.i] == '{' {
+		isObject := f.shape != shapeArray && sc.i < len(sc.s) && sc.s[sc.i] == '{'
+		if isObject && n >= MaxMessageRows {
+			f.shape = shapeManyRows
+			if !sc.skip() {
+				return false
+			}
+		} else if isObject {
 			r, ok := st.row()
 			if !ok {
 				return false
+			}
+			if len(st.rows) == cap(st.rows) {
+				st.rows = slices.Grow(st.rows, max(len(st.rows), 16)) // double (see addColumn)
 			}
 			st.rows = append(st.rows, r)
 		} else {
@@ -621,6 +657,9 @@ func (st *decodeState) row() (span, bool) {
 	if !sc.beginObject() {
 		return absent, false
 	}
+	if cap(st.cols)-len(st.cols) < rowRoom {
+		st.growCols()
+	}
 	s := sc.s
 	lo := int32(len(st.cols))
 	i := wsEnd(s, sc.i)
@@ -635,14 +674,14 @@ func (st *decodeState) row() (span, bool) {
 	for {
 		var key string
 		var klo, khi int
-		var keep bool
+		var keep, dup bool
 		node := kc.first(b, cur, i)
 		if node < 0 {
 			node = kc.lookup(b, cur, i)
 		}
 		if node >= 0 {
 			nd := &kc.nodes[node]
-			key, keep, cur = nd.name, nd.keep, node
+			key, keep, dup, cur = nd.name, nd.keep, nd.dup, node
 			klo = i + 1
 			i += nd.n
 			khi = i - 2
@@ -652,9 +691,11 @@ func (st *decodeState) row() (span, bool) {
 				return absent, false
 			}
 			if cur >= 0 {
-				keep = kc.nodes[cur].keep
+				keep, dup = kc.nodes[cur].keep, kc.nodes[cur].dup
 			} else {
-				keep = st.keep == nil || st.keep.Has(key)
+				// Not remembered: whether the name came before is not
+				// known.
+				keep, dup = st.keep == nil || st.keep.Has(key), true
 			}
 		}
 		if i < len(s) && s[i] <= ' ' {
@@ -680,7 +721,9 @@ func (st *decodeState) row() (span, bool) {
 			if i = end; !ok {
 				return absent, sc.failedIn(klo, khi)
 			}
-			st.addColumn(key, v)
+			if !dup || !st.replaceColumn(lo, key, v) {
+				st.addColumn(key, v)
+			}
 		}
 		if i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
 			i++ // the next member follows at once
@@ -727,6 +770,35 @@ func (st *decodeState) columnValue(i int) (v rules.Value, end int, ok bool) {
 		}
 		return v, sc.i, true
 	}
+}
+
+// rowRoom is the free room in the column arena that row makes sure of
+// before reading a row.
+const rowRoom = 32
+
+// growCols doubles the capacity of the column arena. Appending alone
+// would grow it by a quarter at a time once it is large, which for a
+// message of many rows allocates about five times the arena; row calls it
+// when the arena is nearly full, so addColumn stays small enough to be
+// inlined.
+//
+//go:noinline
+func (st *decodeState) growCols() {
+	st.cols = slices.Grow(st.cols, max(len(st.cols), rowRoom))
+}
+
+// replaceColumn gives the column named name of the row that starts at
+// cols[lo] the value v, and reports whether the row had one: of duplicate
+// members of an object, the last one's value counts (as in encoding/json),
+// at the place of the first.
+func (st *decodeState) replaceColumn(lo int32, name string, v rules.Value) bool {
+	for i := int(lo); i < len(st.cols); i++ {
+		if c := &st.cols[i]; c.Name == name {
+			c.Value = v
+			return true
+		}
+	}
+	return false
 }
 
 // addColumn appends a column to the arena. Writing the fields in place

@@ -52,13 +52,18 @@ type keyNode struct {
 	// name is the member name, pat[1:len(pat)-2].
 	name string
 	// child is the first of the names seen after this one, sib the next
-	// name seen after this one's parent; -1 for none.
-	child, sib int32
+	// name seen after this one's parent; -1 for none. parent is the name
+	// before this one (or its kind's root).
+	child, sib, parent int32
 	// id is keyID(name) in top-level and payload objects, sourceKey(name)
 	// in source blocks.
 	id int8
 	// keep tells, in rows, whether the column is kept (ColumnSet.Has).
 	keep bool
+	// dup tells that a name before this one in its object is the same:
+	// the member is a duplicate, whose value replaces the earlier one's
+	// (see decodeState.row).
+	dup bool
 }
 
 // keyCache is the memory of member names of one decodeState.
@@ -77,7 +82,7 @@ func (kc *keyCache) reset(keep *ColumnSet) {
 	kc.keep = keep
 	kc.nodes = kc.nodes[:0]
 	for range nObjKinds {
-		kc.nodes = append(kc.nodes, keyNode{child: -1, sib: -1})
+		kc.nodes = append(kc.nodes, keyNode{child: -1, sib: -1, parent: -1})
 	}
 }
 
@@ -139,7 +144,13 @@ func (kc *keyCache) learn(cur int32, key string, raw bool, kind int) int32 {
 		return -1
 	}
 	pat := `"` + key + `":`
-	nd := keyNode{pat: pat, n: len(pat), name: pat[1 : len(pat)-2], child: -1, sib: kc.nodes[cur].child}
+	nd := keyNode{pat: pat, n: len(pat), name: pat[1 : len(pat)-2], child: -1, sib: kc.nodes[cur].child, parent: cur}
+	for p := cur; p >= nObjKinds; p = kc.nodes[p].parent {
+		if kc.nodes[p].name == key {
+			nd.dup = true
+			break
+		}
+	}
 	var w [8]byte
 	copy(w[:], pat)
 	nd.w0 = binary.LittleEndian.Uint64(w[:])

@@ -17,7 +17,9 @@ const maxwellTsMsThreshold = 100_000_000_000
 // row changes; the before image of an update is "data" overlaid with "old"
 // (the previous values of the changed columns). "bootstrap-start" and
 // "bootstrap-complete" are skipped as SkipBootstrap, "database-*",
-// "table-*" and "view-*" as SkipDDL, other types as SkipUnsupportedType.
+// "table-*" and "view-*" as SkipDDL, "heartbeat" as SkipHeartbeat; any
+// other type is a DecodeError naming the table: a row change the decoder
+// cannot read must not pass unnoticed.
 // Encrypted messages (encrypt=data or all) are errors: their rows cannot
 // be read.
 func (d *Decoder) maxwell(m msg, pos rules.Position, out *Decoded) error {
@@ -43,13 +45,17 @@ func (d *Decoder) maxwell(m msg, pos rules.Position, out *Decoded) error {
 	case "bootstrap-start", "bootstrap-complete":
 		out.Skip = SkipBootstrap
 		return nil
+	case "heartbeat":
+		out.Skip = SkipHeartbeat
+		return nil
 	default:
 		if strings.HasPrefix(typ, "database-") || strings.HasPrefix(typ, "table-") || strings.HasPrefix(typ, "view-") {
 			out.Skip = SkipDDL
-		} else {
-			out.Skip = SkipUnsupportedType
+			return nil
 		}
-		return nil
+		db, _ := m.str(kDatabase)
+		table, _ := m.str(kTable)
+		return d.unknownOp(f, tf, "type", typ, "insert, update, delete, bootstrap-*, database-*, table-*, view-*, heartbeat", pos.Topic, db, table)
 	}
 
 	data, ok := rowOf(m.get(kData))

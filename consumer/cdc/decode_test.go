@@ -295,7 +295,8 @@ func TestDecodeDebezium(t *testing.T) {
 			value: `{"schema":{"type":"struct","name":"io.debezium.connector.common.Heartbeat"},"payload":{"ts_ms":1}}`,
 			want:  want{format: FormatDebezium, skip: SkipHeartbeat},
 		},
-		{name: "unknown op", value: `{"op":"m","source":{"db":"d","table":"t"}}`, want: want{format: FormatDebezium, skip: SkipUnsupportedType}},
+		{name: "logical decoding message", value: `{"op":"m","source":{"db":"d","table":"t"}}`, want: want{format: FormatDebezium, skip: SkipMessage}},
+		{name: "unknown op", value: `{"op":"x","after":{"id":1},"source":{"db":"d","table":"t"}}`, want: want{errHas: []string{"op: at byte 6", `unknown operation type "x"`, "cannot be planned"}}},
 		{name: "create without after", value: `{"op":"c","before":null,"after":null,"source":{"db":"d","table":"t"}}`, want: want{errHas: []string{"after", "op c without an after image"}}},
 		{name: "delete without before", value: `{"op":"d","before":null,"source":{"db":"d","table":"t"}}`, want: want{errHas: []string{"op d without a before image"}}},
 		{name: "before is a string", value: `{"op":"u","before":"x","after":{},"source":{"db":"d","table":"t"}}`, want: want{errHas: []string{"before", "not an object"}}},
@@ -454,7 +455,8 @@ func TestDecodeDebeziumFlat(t *testing.T) {
 			want:  want{errHas: []string{"missing table name"}},
 		},
 		{name: "bad __deleted", dec: mapped, value: `{"id":1,"__deleted":"maybe"}`, want: want{errHas: []string{"__deleted"}}},
-		{name: "unknown __op", dec: mapped, value: `{"id":1,"__op":"z"}`, want: want{format: FormatDebeziumFlat, skip: SkipUnsupportedType}},
+		{name: "unknown __op", dec: mapped, value: `{"id":1,"__op":"z"}`, want: want{errHas: []string{"__op", `unknown operation type "z"`}}},
+		{name: "unknown __op of a deleted row", dec: mapped, value: `{"id":1,"__op":"z","__deleted":"true"}`, want: want{format: FormatDebeziumFlat, events: []wantEvent{{op: rules.Delete, table: "inventory.customers"}}}},
 		{name: "tombstone", dec: Decoder{Format: FormatDebeziumFlat}, value: "", want: want{format: FormatDebeziumFlat, skip: SkipTombstone}},
 	}
 	for _, tc := range cases {
@@ -537,7 +539,8 @@ func TestDecodeMaxwell(t *testing.T) {
 		{name: "bootstrap-complete", value: fixtureLine(t, "maxwell.ndjson", 33), want: want{format: FormatMaxwell, skip: SkipBootstrap}},
 		{name: "table-create", value: fixtureLine(t, "maxwell.ndjson", 24), want: want{format: FormatMaxwell, skip: SkipDDL}},
 		{name: "table-alter", value: fixtureLine(t, "maxwell.ndjson", 25), want: want{format: FormatMaxwell, skip: SkipDDL}},
-		{name: "unknown type", value: `{"database":"d","table":"t","type":"heartbeat","ts":1}`, want: want{format: FormatMaxwell, skip: SkipUnsupportedType}},
+		{name: "heartbeat", value: `{"database":"d","table":"t","type":"heartbeat","ts":1}`, want: want{format: FormatMaxwell, skip: SkipHeartbeat}},
+		{name: "unknown type", value: `{"database":"d","table":"t","type":"upsert","ts":1,"data":{"id":1}}`, want: want{errHas: []string{"type: at byte", `unknown operation type "upsert"`}}},
 		{name: "encrypt=data", value: fixtureLine(t, "maxwell.ndjson", 35), want: want{errHas: []string{"encrypted"}}},
 		{name: "encrypt=all", value: fixtureLine(t, "maxwell.ndjson", 36), want: want{errHas: []string{"encrypted"}}},
 		{name: "insert without data", value: `{"database":"d","table":"t","type":"insert"}`, want: want{errHas: []string{"data", "insert without data"}}},
@@ -645,7 +648,9 @@ func TestDecodeCanal(t *testing.T) {
 		},
 		{name: "CREATE DDL (canal:14)", value: fixtureLine(t, "canal-flat.ndjson", 14), want: want{format: FormatCanal, skip: SkipDDL}},
 		{name: "empty data", value: `{"data":[],"database":"d","table":"t","isDdl":false,"type":"INSERT"}`, want: want{format: FormatCanal, skip: SkipEmpty}},
-		{name: "unknown type", value: `{"data":null,"database":"d","table":"t","isDdl":false,"type":"QUERY"}`, want: want{format: FormatCanal, skip: SkipUnsupportedType}},
+		{name: "QUERY", value: `{"data":null,"database":"d","table":"t","isDdl":false,"type":"QUERY"}`, want: want{format: FormatCanal, skip: SkipQuery}},
+		{name: "MHEARTBEAT", value: `{"data":null,"database":"d","table":"t","isDdl":false,"type":"MHEARTBEAT"}`, want: want{format: FormatCanal, skip: SkipHeartbeat}},
+		{name: "unknown type", value: `{"data":[{"id":"1"}],"database":"d","table":"t","isDdl":false,"type":"REPLACE"}`, want: want{errHas: []string{"type: at byte", `unknown operation type "REPLACE"`}}},
 		{name: "DML without data", value: `{"data":null,"database":"d","table":"t","isDdl":false,"type":"INSERT"}`, want: want{errHas: []string{"INSERT without data"}}},
 		{name: "data element not an object", value: `{"data":[{"a":"1"},2],"database":"d","table":"t","isDdl":false,"type":"INSERT"}`, want: want{errHas: []string{"data is not an array of objects"}}},
 		{name: "old not rows", value: `{"data":[{"a":"1"}],"old":{"a":"2"},"database":"d","table":"t","isDdl":false,"type":"UPDATE"}`, want: want{errHas: []string{"old is not an array"}}},
@@ -968,4 +973,95 @@ func TestDecodeConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestUnknownOpNamesTable checks that the error of an unknown operation
+// type names the message's table, which the daemon covers with that
+// table's fallback namespace, in every JSON format.
+func TestUnknownOpNamesTable(t *testing.T) {
+	for _, tc := range []struct{ name, value, db, table string }{
+		{"debezium", `{"op":"x","after":{"id":1},"source":{"db":"shop","table":"users"}}`, "shop", "users"},
+		{"debezium envelope", `{"schema":{},"payload":{"op":"x","after":{"id":1},"source":{"db":"shop","table":"users"}}}`, "shop", "users"},
+		{"flat", `{"id":1,"__op":"x","__db":"shop","__table":"users"}`, "shop", "users"},
+		{"maxwell", `{"database":"shop","table":"users","type":"upsert","data":{"id":1}}`, "shop", "users"},
+		{"canal", `{"data":[{"id":"1"}],"database":"shop","table":"users","isDdl":false,"type":"REPLACE"}`, "shop", "users"},
+		{"maxwell without table", `{"database":"shop","type":"upsert","data":{"id":1}}`, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out Decoded
+			err := (&Decoder{}).Decode([]byte(tc.value), rules.Position{}, &out)
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("err = %v, want a *DecodeError", err)
+			}
+			if de.Database != tc.db || de.Table != tc.table || !strings.Contains(de.Reason, "unknown operation type") {
+				t.Errorf("error %q names %q.%q, want %q.%q", err, de.Database, de.Table, tc.db, tc.table)
+			}
+		})
+	}
+}
+
+// TestDuplicateMembersLastWins checks that of members whose names repeat,
+// the last one counts at every level, as in encoding/json, whether the
+// names were remembered from an earlier message or not.
+func TestDuplicateMembersLastWins(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		op          rules.Operation
+		table       string
+		row         string // renderRow of the after image, else the before
+	}{
+		{"debezium op", `{"op":"c","op":"d","before":{"id":1,"active":1,"active":0},"source":{"db":"d","table":"t","table":"u"}}`, rules.Delete, "d.u", "id=int:1 active=int:0"},
+		{"debezium envelope", `{"schema":{},"payload":{"op":"c","after":{"id":1}},"payload":{"op":"u","after":{"id":2,"id":3}}}`, rules.Update, "d.t", "id=int:3"},
+		{"flat", `{"id":1,"__op":"d","__op":"c","active":1,"active":0,"__table":"t","__table":"u","__db":"d"}`, rules.Insert, "d.u", "id=int:1 active=int:0"},
+		{"maxwell", `{"database":"d","table":"t","type":"delete","type":"insert","data":{"id":1,"id":2}}`, rules.Insert, "d.t", "id=int:2"},
+		{"canal", `{"data":[{"id":"1","id":"2"}],"database":"d","table":"t","isDdl":false,"type":"DELETE","type":"INSERT","mysqlType":{"id":"varchar(3)","id":"int"}}`, rules.Insert, "d.t", "id=int:2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out Decoded
+			d := Decoder{Table: "d.t"}
+			for range 3 { // the second and third read remembered names
+				if err := d.Decode([]byte(tc.value), rules.Position{}, &out); err != nil {
+					t.Fatal(err)
+				}
+				if len(out.Events) != 1 {
+					t.Fatalf("%d events", len(out.Events))
+				}
+				e := out.Events[0]
+				row := e.After
+				if row == nil {
+					row = e.Before
+				}
+				if e.Operation != tc.op || e.Database+"."+e.Table != tc.table || renderRow(row) != tc.row {
+					t.Errorf("%v %s.%s %s, want %v %s %s", e.Operation, e.Database, e.Table, renderRow(row), tc.op, tc.table, tc.row)
+				}
+			}
+		})
+	}
+}
+
+// TestMessageRowBound checks that a message of more than MaxMessageRows
+// rows is an error naming its table, and one of MaxMessageRows rows is not.
+func TestMessageRowBound(t *testing.T) {
+	msg := func(rows int) []byte {
+		var b strings.Builder
+		b.WriteString(`{"data":[`)
+		for i := range rows {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"id":"%d"}`, i)
+		}
+		b.WriteString(`],"database":"shop","table":"users","isDdl":false,"type":"INSERT"}`)
+		return []byte(b.String())
+	}
+	var out Decoded
+	if err := (&Decoder{}).Decode(msg(MaxMessageRows), rules.Position{}, &out); err != nil || len(out.Events) != MaxMessageRows {
+		t.Fatalf("%d rows: %d events, error %v", MaxMessageRows, len(out.Events), err)
+	}
+	err := (&Decoder{}).Decode(msg(MaxMessageRows+1), rules.Position{}, &out)
+	var de *DecodeError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "data: more than 10000 rows in one message") || de.Table != "users" || len(out.Events) != 0 {
+		t.Fatalf("%d rows: error %v (%+v), %d events", MaxMessageRows+1, err, de, len(out.Events))
+	}
 }

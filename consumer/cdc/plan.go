@@ -27,7 +27,9 @@ type PlanSummary struct {
 	Lines int
 	// Skipped counts lines that carry no row change: empty lines
 	// (tombstones) and messages the decoder skips (DDL, heartbeats,
-	// transaction markers, unknown types).
+	// transaction markers). A message whose operation type the decoder
+	// does not know is not skipped but Failed, as the daemon makes it
+	// poison.
 	Skipped int
 	// Failed counts lines that could not be decoded or planned; each was
 	// reported on the error stream.
@@ -53,7 +55,7 @@ type PlanSummary struct {
 // wrapping ErrLineTooLong) and may end in "\n" or "\r\n". Lines that carry no
 // row change are skipped: empty or blank lines and "null" (tombstones),
 // DDL, heartbeats, transaction markers (see Decoder.Decode). A line that
-// fails to decode is reported on stderr as "line N: reason"; so is each
+// fails to decode, an unknown operation type included, is reported on stderr as "line N: reason"; so is each
 // row change that fails to plan, while the operations of the line's other
 // rows are written, exactly as the daemon applies them.
 //
@@ -161,12 +163,6 @@ func (p *PlanWriter) Line(dec *Decoder, value []byte, where string) error {
 	if p.decoded.Skip != "" {
 		p.sum.Skipped++
 		p.log.Debug("skipped line", "line", n, "reason", p.decoded.Skip)
-		if p.decoded.Skip == SkipUnsupportedType {
-			// A row change of a kind the decoder does not know may be one
-			// the rules should have seen: say so, the other skips are
-			// messages without row changes.
-			return p.report(n, where, unsupportedTypeError(p.decoded.Format))
-		}
 		return nil
 	}
 	events := p.decoded.Events
@@ -198,16 +194,6 @@ func (p *PlanWriter) Line(dec *Decoder, value []byte, where string) error {
 	}
 	p.sum.Ops += len(p.ops)
 	return nil
-}
-
-// unsupportedTypeError is the report of a message skipped as
-// SkipUnsupportedType, naming the field the format keeps its type in.
-func unsupportedTypeError(f Format) error {
-	field := "op"
-	if f == FormatMaxwell || f == FormatCanal {
-		field = "type"
-	}
-	return fmt.Errorf("skipped: the %s message's %q is not an operation type cachewarden knows (no row change planned)", f, field)
 }
 
 // fail reports a bad line on the error stream.

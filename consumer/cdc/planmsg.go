@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -15,8 +16,15 @@ import (
 // multi-row message. It returns the first such error.
 func PlanMessage(rs *rules.RuleSet, events []rules.Event, dst []rules.Op, stats *rules.PlanStats, rowDone func(i, added int, err error)) ([]rules.Op, error) {
 	var first error
+	startLen := len(dst)
 	for i := range events {
 		before := len(dst)
+		if i == 1 {
+			// Room for as many ops per row as the first row planned, at
+			// once, rather than growing by a quarter at a time through a
+			// message of many rows.
+			dst = slices.Grow(dst, (len(events)-1)*max(1, len(dst)-startLen))
+		}
 		ops, st, err := rs.Plan(dst, &events[i])
 		stats.Add(st)
 		if err != nil {
