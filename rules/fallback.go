@@ -1,22 +1,26 @@
 package rules
 
+import "slices"
+
 // FallbackKeys appends to dst the fallback namespace keys that cover a
 // change of db.table: the Fallback key of every rule that matches that
 // table, each key once. With table "" (a change whose table is unknown,
 // such as an undecodable message) it appends every fallback key of the
 // rule set. It is safe for concurrent use.
 func (rs *RuleSet) FallbackKeys(dst []string, db, table string) []string {
+	return rs.tableKeys(dst, db, table, func(r *Rule) string { return r.Fallback })
+}
+
+// tableKeys appends to dst key(r), when not "", of every rule r that
+// matches db.table (every rule when table is ""), each key once.
+func (rs *RuleSet) tableKeys(dst []string, db, table string, key func(*Rule) string) []string {
 	start := len(dst)
 	add := func(r *Rule) {
-		if r.Fallback == "" {
+		k := key(r)
+		if k == "" || slices.Contains(dst[start:], k) {
 			return
 		}
-		for _, k := range dst[start:] {
-			if k == r.Fallback {
-				return
-			}
-		}
-		dst = append(dst, r.Fallback)
+		dst = append(dst, k)
 	}
 	if table == "" {
 		for _, r := range rs.rules {

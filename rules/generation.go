@@ -23,30 +23,7 @@ func GenerationKey(prefix, db, table string) string {
 // is unknown) it appends every generation key of the rule set. It is
 // safe for concurrent use.
 func (rs *RuleSet) GenerationKeys(dst []string, db, table string) []string {
-	start := len(dst)
-	add := func(r *Rule) {
-		if r.Generation == "" {
-			return
-		}
-		for _, k := range dst[start:] {
-			if k == r.Generation {
-				return
-			}
-		}
-		dst = append(dst, r.Generation)
-	}
-	if table == "" {
-		for _, r := range rs.rules {
-			add(r)
-		}
-		return dst
-	}
-	for _, r := range rs.byTable[table] {
-		if r.Database == "" || db == "" || r.Database == db {
-			add(r)
-		}
-	}
-	return dst
+	return rs.tableKeys(dst, db, table, func(r *Rule) string { return r.Generation })
 }
 
 // Covered reports whether a lost change of db.table (table "" for an
