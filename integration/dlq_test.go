@@ -48,22 +48,9 @@ func TestDLQOldRecords(t *testing.T) {
 	if err := s.WaitCaughtUp(caughtUp); err != nil {
 		t.Fatalf("partitions did not reach their end behind poison messages 5 hours old: %v", err)
 	}
-	dead, err := s.Broker.ReadAll(ctx, dlq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(dead) != len(poison) {
-		t.Fatalf("dead-letter topic holds %d messages, want %d", len(dead), len(poison))
-	}
-	for i, p := range poison {
-		var got *Message
-		for j := range dead {
-			if string(dead[j].Value) == string(p.Value) {
-				got = &dead[j]
-			}
-		}
+	for i, got := range deadLetters(ctx, t, s, dlq, poison) {
+		p := poison[i]
 		if got == nil {
-			t.Errorf("poison message %d (%s) is not in the dead-letter topic", i, p.Value)
 			continue
 		}
 		if want := strconv.FormatInt(p.Time.UnixMilli(), 10); got.Headers["cachewarden.timestamp"] != want {
@@ -84,4 +71,30 @@ func TestDLQOldRecords(t *testing.T) {
 		t.Errorf("metrics: %.0f dead letters, want %d", c.DLQ, len(poison))
 	}
 	check(t, ctx, s)
+}
+
+// deadLetters reads the dead-letter topic dlq and returns, for each of
+// poison, the dead letter holding its value (nil, reported as an error,
+// when there is none). The topic must hold as many messages as poison.
+func deadLetters(ctx context.Context, t *testing.T, s *Scenario, dlq string, poison []OutMessage) []*Message {
+	t.Helper()
+	dead, err := s.Broker.ReadAll(ctx, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != len(poison) {
+		t.Fatalf("dead-letter topic holds %d messages, want %d", len(dead), len(poison))
+	}
+	out := make([]*Message, len(poison))
+	for i, p := range poison {
+		for j := range dead {
+			if string(dead[j].Value) == string(p.Value) {
+				out[i] = &dead[j]
+			}
+		}
+		if out[i] == nil {
+			t.Errorf("poison message %d (%s) is not in the dead-letter topic", i, p.Value)
+		}
+	}
+	return out
 }
