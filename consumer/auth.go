@@ -24,9 +24,43 @@ import (
 type kafkaAuth struct {
 	mechanism, user string
 	log             *slog.Logger
+	state           authState
+}
 
+// authState remembers why an authentication last failed, until the next
+// success, and says which calls change that, so that its owner logs a
+// failure once and a recovery once however often it retries. The zero
+// value has no failure. Safe for concurrent use.
+type authState struct {
 	mu      sync.Mutex
-	failure string // why the last authentication failed; "" none since the last success
+	failure string // "" when none since the last success
+}
+
+// fail records reason and reports whether no failure was recorded before
+// (the failure is news: log it).
+func (s *authState) fail(reason string) (first bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first = s.failure == ""
+	s.failure = reason
+	return first
+}
+
+// succeed forgets the failure and reports whether there was one (the
+// recovery is news: log it).
+func (s *authState) succeed() (recovered bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recovered = s.failure != ""
+	s.failure = ""
+	return recovered
+}
+
+// Failure returns the failure recorded, "" when none.
+func (s *authState) Failure() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failure
 }
 
 // Request keys of the Kafka protocol: SASL's, and ApiVersions, which
@@ -61,22 +95,14 @@ func (a *kafkaAuth) failed(broker string, err error) {
 		err = fmt.Errorf("the broker closed the connection (%w): credentials refused?", err)
 	}
 	reason := fmt.Sprintf("SASL %s authentication as user %q failed at %s: %v", a.mechanism, a.user, broker, err)
-	a.mu.Lock()
-	first := a.failure == ""
-	a.failure = reason
-	a.mu.Unlock()
-	if first {
+	if a.state.fail(reason) {
 		a.log.Error("kafka: authentication failed; check kafka.sasl (retrying, logged again only after a success)",
 			"mechanism", a.mechanism, "user", a.user, "at", broker, "error", err.Error())
 	}
 }
 
 func (a *kafkaAuth) succeeded() {
-	a.mu.Lock()
-	was := a.failure
-	a.failure = ""
-	a.mu.Unlock()
-	if was != "" {
+	if a.state.succeed() {
 		a.log.Info("kafka: authenticated", "mechanism", a.mechanism, "user", a.user)
 	}
 }
@@ -87,9 +113,7 @@ func (a *kafkaAuth) Failure() string {
 	if a == nil {
 		return ""
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.failure
+	return a.state.Failure()
 }
 
 // isAuthError reports whether err is a broker's refusal of SASL

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -109,7 +110,7 @@ func (p *Pipeline) stampCounters(ctx context.Context, ops []rules.Op) error {
 	for i := range ops {
 		op := &ops[i]
 		if (op.Kind == rules.OpCount || op.Kind == rules.OpRecount) && op.Rule != nil && op.Rule.Generation != "" {
-			if !containsString(keys, op.Rule.Generation) {
+			if !slices.Contains(keys, op.Rule.Generation) {
 				keys = append(keys, op.Rule.Generation)
 			}
 		}
@@ -143,13 +144,4 @@ func (p *Pipeline) stampCounters(ctx context.Context, ops []rules.Op) error {
 		}
 	}
 	return nil
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -31,10 +31,9 @@ type SchemaRegistry struct {
 	// mu lets one Fetch ask the registry at a time: partitions that wait
 	// for the same new schema ask once. It guards the fields below.
 	mu sync.Mutex
-	// authFailure is why the registry last refused the credentials; ""
-	// when it answered since. Guarded by authMu.
-	authMu      sync.Mutex
-	authFailure string
+	// auth is why the registry last refused the credentials, until it
+	// answers again.
+	auth authState
 	// unknown holds the ids the registry said it does not know, with the
 	// time until which that answer is used (negativeSchemaTTL); at most
 	// maxUnknownSchemaIDs of them.
@@ -105,9 +104,7 @@ func NewSchemaRegistry(c config.SchemaRegistry, m *Metrics, log *slog.Logger) (*
 // (HTTP 401 or 403); "" when it has answered a request since, or never
 // refused. Safe for concurrent use.
 func (r *SchemaRegistry) AuthFailure() string {
-	r.authMu.Lock()
-	defer r.authMu.Unlock()
-	return r.authFailure
+	return r.auth.Failure()
 }
 
 // noteAuth records the outcome of a request: a refusal of the
@@ -118,25 +115,19 @@ func (r *SchemaRegistry) noteAuth(err error) {
 	if err != nil && !refused && !schemaNotFound(err) {
 		return // no answer: says nothing of the credentials
 	}
-	r.authMu.Lock()
-	was := r.authFailure
-	if refused {
-		auth := "no credentials"
-		if r.user != "" {
-			auth = fmt.Sprintf("basic auth as user %q", r.user)
+	if !refused {
+		if r.auth.succeed() {
+			r.log.Info("schema registry: credentials accepted again", "user", r.user)
 		}
-		r.authFailure = fmt.Sprintf("authentication failed (%s): HTTP %d", auth, re.StatusCode)
-	} else {
-		r.authFailure = ""
+		return
 	}
-	now := r.authFailure
-	r.authMu.Unlock()
-	switch {
-	case refused && was == "":
+	auth := "no credentials"
+	if r.user != "" {
+		auth = fmt.Sprintf("basic auth as user %q", r.user)
+	}
+	if r.auth.fail(fmt.Sprintf("authentication failed (%s): HTTP %d", auth, re.StatusCode)) {
 		r.log.Error("schema registry: the registry refused the credentials; check kafka.schema_registry.username and password (retrying, logged again only after a success)",
 			"mechanism", "basic", "user", r.user, "status", re.StatusCode, "error", err.Error())
-	case now == "" && was != "":
-		r.log.Info("schema registry: credentials accepted again", "user", r.user)
 	}
 }
 
