@@ -18,8 +18,8 @@ import (
 // kafka.max_decompressed_batch_bytes (a compression bomb, or a producer
 // batching far more than the topic's messages need). The batch's records
 // are never read: the message is poison, its dead letter names the batch
-// (not its contents), the fallback namespaces of its topic's tables are
-// bumped, and the partition moves past it.
+// (not its contents), the fallback namespaces and generations of its
+// topic's tables are bumped, and the partition moves past it.
 type OversizedBatch struct {
 	Topic     string
 	Partition int32
