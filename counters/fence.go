@@ -162,7 +162,9 @@ func encodeFence(f Fence) []byte {
 	return append(b, f.At.File...)
 }
 
-func parseFence(v []byte) (Fence, error) {
+// ParseFence reads a fence item's value (the item at FenceKey of a
+// counter's key); the error names a value that is not one.
+func ParseFence(v []byte) (Fence, error) {
 	f, ok := parseFenceFields(string(v))
 	if !ok {
 		return Fence{}, fmt.Errorf("%w: %.60q", errBadFence, v)

@@ -446,7 +446,7 @@ func (c *Counters) viewFences(keys []string, into map[string]FenceView, sc *view
 		if k, ok := fenceOf[key]; ok {
 			v := into[k]
 			v.HasFence = true
-			f, err := parseFence(it.Value)
+			f, err := ParseFence(it.Value)
 			v.Fence, v.BadFence = f, err != nil
 			into[k] = v
 			continue

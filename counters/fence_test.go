@@ -102,20 +102,20 @@ func TestFenceEncoding(t *testing.T) {
 		{At: BinlogPosition{File: "mysql-bin.000002", Pos: 328}, ServerID: 7, GTID: "0-7-31,1-2-5", ID: 9},
 		{At: BinlogPosition{File: "binlog.000002", Pos: 328}, ServerID: 4294967295, GTID: "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100:120,4e11fa47-71ca-11e1-9e33-c80aa9429562:3", ID: 9},
 	} {
-		got, err := parseFence(encodeFence(f))
+		got, err := ParseFence(encodeFence(f))
 		if err != nil || got != f {
 			t.Errorf("round trip of %+v = %+v, %v", f, got, err)
 		}
 	}
 	// Fences written in format 1 are still read.
-	if got, err := parseFence([]byte("1 5 10 f.000001")); err != nil || got != (Fence{At: BinlogPosition{File: "f.000001", Pos: 10}, ID: 5}) {
+	if got, err := ParseFence([]byte("1 5 10 f.000001")); err != nil || got != (Fence{At: BinlogPosition{File: "f.000001", Pos: 10}, ID: 5}) {
 		t.Errorf("format 1 fence = %+v, %v", got, err)
 	}
 	for _, bad := range []string{"", "1", "1 5 10", "2 5 10 f.000001", "1 0 10 f.000001", "1 x 10 f.000001",
 		"1 5 -1 f.000001", "1 5 10 ", "1 4294967296 10 f.000001", "12345",
 		"2 5 10 1 - ", "2 5 10 x - f.000001", "2 5 10 1 0-1 f.000001", "2 5 10 1 uuid:1 f.000001", "3 5 10 1 - f.000001"} {
-		if f, err := parseFence([]byte(bad)); err == nil {
-			t.Errorf("parseFence(%q) = %+v, want an error", bad, f)
+		if f, err := ParseFence([]byte(bad)); err == nil {
+			t.Errorf("ParseFence(%q) = %+v, want an error", bad, f)
 		}
 	}
 }
@@ -128,14 +128,14 @@ func FuzzParseFence(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
-		fence, err := parseFence(v)
+		fence, err := ParseFence(v)
 		if err != nil {
 			return
 		}
 		if fence.ID == 0 || !fence.At.Known() || fence.At.Pos < 0 {
-			t.Fatalf("parseFence(%q) = %+v", v, fence)
+			t.Fatalf("ParseFence(%q) = %+v", v, fence)
 		}
-		again, err := parseFence(encodeFence(fence))
+		again, err := ParseFence(encodeFence(fence))
 		if err != nil || again != fence {
 			t.Fatalf("re-parse of %+v = %+v, %v", fence, again, err)
 		}

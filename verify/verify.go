@@ -27,7 +27,6 @@ package verify
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/big"
@@ -642,24 +641,45 @@ func (v *Verifier) judge(ctx context.Context, r *rules.Rule, concurrency int, ts
 
 // compare checks one present item against its truth.
 func (v *Verifier) compare(ctx context.Context, r *rules.Rule, t target, value []byte) (verdict, error) {
+	c, err := Compare(ctx, v.truth, r, t.args, value)
+	if err != nil {
+		return verdict{}, fmt.Errorf("verify: rule %q key %q: %w", r.Name, t.key, err)
+	}
+	return verdict{wrong: c.Wrong, cached: c.Cached, truthS: c.Truth}, nil
+}
+
+// Comparison is one present item compared with its truth.
+type Comparison struct {
+	// Wrong reports whether the item differs from the truth.
+	Wrong bool
+	// Cached and Truth render both sides as Mismatch does.
+	Cached, Truth string
+}
+
+// Compare runs the load or recount query of r (a set or count rule with
+// a query) bound to args through truth, and compares its result with
+// value, the item read from memcached: a counter as readers parse it, a
+// set as its members (order and duplicates ignored). It is what verify
+// does for each present item; the error is truth's.
+func Compare(ctx context.Context, truth Truth, r *rules.Rule, args []rules.Value, value []byte) (Comparison, error) {
 	switch r.Kind {
 	case rules.CountRule:
-		want, err := v.truth.Count(ctx, r.Query, t.args)
+		want, err := truth.Count(ctx, r.Query, args)
 		if err != nil {
-			return verdict{}, fmt.Errorf("verify: rule %q key %q: %w", r.Name, t.key, err)
+			return Comparison{}, err
 		}
 		// As readers parse it (memcached pads a decremented number
 		// with spaces).
 		got, ok := itemformat.ParseCount(value)
 		wantS := strconv.FormatInt(want, 10)
 		if !ok {
-			return verdict{wrong: true, cached: strconv.Quote(string(value)), truthS: wantS}, nil
+			return Comparison{Wrong: true, Cached: strconv.Quote(string(value)), Truth: wantS}, nil
 		}
-		return verdict{wrong: got != want, cached: strconv.FormatInt(got, 10), truthS: wantS}, nil
+		return Comparison{Wrong: got != want, Cached: strconv.FormatInt(got, 10), Truth: wantS}, nil
 	case rules.SetRule:
-		loaded, err := v.truth.LoadMembers(ctx, r.Query, t.args)
+		loaded, err := truth.LoadMembers(ctx, r.Query, args)
 		if err != nil {
-			return verdict{}, fmt.Errorf("verify: rule %q key %q: %w", r.Name, t.key, err)
+			return Comparison{}, err
 		}
 		want := make([]string, len(loaded))
 		for i, m := range loaded {
@@ -667,13 +687,13 @@ func (v *Verifier) compare(ctx context.Context, r *rules.Rule, t target, value [
 		}
 		got := itemformat.DecodeSet(value).Members
 		gotSet, wantSet := sortedUnique(got), sortedUnique(want)
-		return verdict{
-			wrong:  !slices.Equal(gotSet, wantSet),
-			cached: "{" + strings.Join(gotSet, " ") + "}",
-			truthS: "{" + strings.Join(wantSet, " ") + "}",
+		return Comparison{
+			Wrong:  !slices.Equal(gotSet, wantSet),
+			Cached: "{" + strings.Join(gotSet, " ") + "}",
+			Truth:  "{" + strings.Join(wantSet, " ") + "}",
 		}, nil
 	}
-	return verdict{}, errors.New("verify: unreachable rule kind")
+	return Comparison{}, fmt.Errorf("rule %q is a %s rule: only set and count rules have a truth", r.Name, r.Kind)
 }
 
 func sortedUnique(in []string) []string {
