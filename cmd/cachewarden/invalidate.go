@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/cachewarden/cachewarden/inspect"
+	"github.com/cachewarden/cachewarden/rules"
+)
+
+// invalidateCmd implements `invalidate`: bump a namespace, delete a set
+// or counter, or bump a table's fallback namespaces and generation, by
+// hand, in every pool given.
+func (a *app) invalidateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("invalidate",
+		"invalidate -c FILE [-c FILE]... (--rule NAME COLUMN=VALUE... | --table DB.TABLE) [--dry-run] [--json]",
+		"Invalidates by hand, in the pool of each config given (one daemon config per\n"+
+			"pool), through the daemon's own writer (memcached.protocol) and distribution:\n"+
+			"  --rule NAME COLUMN=VALUE...  one entity of a rule: bump its namespace (every\n"+
+			"      copy, keys of earlier releases, its evidence bit), or delete its set or\n"+
+			"      counter (under the table's current generation); readers reload them.\n"+
+			"  --table DB.TABLE  everything cached of a table, as the daemon does for a lost\n"+
+			"      change: bump the fallback namespace of its rules and the generation of\n"+
+			"      its sets and counters. TABLE alone means the table in any database.\n"+
+			"Prints one line per op (pool, server, op, key, result) and logs each. Exit\n"+
+			"status 1 when an op failed, naming its servers.",
+		stderr)
+	var paths stringList
+	fs.Var(&paths, "c", "daemon config file, one per memcached pool (repeatable; at least one)")
+	fs.Var(&paths, "config", "same as -c")
+	ruleName := fs.String("rule", "", "the rule whose entity to invalidate")
+	table := fs.String("table", "", "the table to invalidate as a whole (db.table, or table)")
+	dryRun := fs.Bool("dry-run", false, "print what would be done, send nothing")
+	asJSON := fs.Bool("json", false, "print the ops as JSON")
+	entity, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *ruleName != "" && *table != "":
+		fs.Usage()
+		return usageErrorf("invalidate: give --rule or --table, not both")
+	case *table != "":
+		if len(paths) == 0 {
+			fs.Usage()
+			return usageErrorf("invalidate: -c FILE is required")
+		}
+		if len(entity) > 0 {
+			fs.Usage()
+			return usageErrorf("invalidate: unexpected argument %q with --table", entity[0])
+		}
+	case *ruleName == "":
+		fs.Usage()
+		return usageErrorf("invalidate: give --rule NAME COLUMN=VALUE... or --table DB.TABLE")
+	default:
+		if err := checkEntityArgs(fs, "invalidate", paths, *ruleName, entity); err != nil {
+			return err
+		}
+	}
+	pools, log, closeAll, err := a.openPools(paths, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	// Every pool's ops are built before any is sent, so that a mistake
+	// (a rule or table a pool's config lacks) changes nothing.
+	opsOf := make([][]rules.Op, len(pools))
+	for i, p := range pools {
+		if *table != "" {
+			opsOf[i], err = p.TableOps(*table)
+		} else {
+			opsOf[i], err = p.EntityOps(ctx, *ruleName, entity)
+		}
+		if err != nil {
+			return fmt.Errorf("invalidate: %w", err)
+		}
+	}
+	var acts []inspect.Action
+	for i, p := range pools {
+		acts = append(acts, p.Apply(ctx, opsOf[i], *dryRun, log)...)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(acts)
+	} else {
+		err = inspect.WriteActions(stdout, acts)
+	}
+	if err != nil {
+		return fmt.Errorf("invalidate: write: %w", err)
+	}
+	if failed := inspect.FailedServers(acts); len(failed) > 0 {
+		return fmt.Errorf("invalidate: ops failed on %s (see the lines above)", strings.Join(failed, ", "))
+	}
+	return nil
+}
