@@ -2,8 +2,8 @@ package config
 
 import (
 	"bytes"
-	"maps"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"

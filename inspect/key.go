@@ -154,7 +154,7 @@ func (p *Pool) inspect(ctx context.Context, r *rules.Rule, ops []rules.Op, pr *P
 		}
 		pr.Items = append(pr.Items, it)
 		if !ok {
-			return nil
+			return p.truth(ctx, r, &ops[0], nil, pr)
 		}
 	}
 	type want struct {
@@ -213,9 +213,6 @@ func (p *Pool) inspect(ctx context.Context, r *rules.Rule, ops []rules.Op, pr *P
 			}
 		}
 		pr.Items = append(pr.Items, it)
-	}
-	if r.Kind == rules.BumpRule || r.Query == "" || p.Truth == nil {
-		return nil
 	}
 	return p.truth(ctx, r, &ops[0], main, pr)
 }
@@ -356,7 +353,12 @@ func describeFence(it *Item, v *memcache.Item, counterFlags uint32) {
 
 // truth runs r's query for the entity and compares it with main, the
 // entity's valid set or counter (nil when missing).
+// It does nothing for bump rules, rules without a query and pools
+// without MySQL.
 func (p *Pool) truth(ctx context.Context, r *rules.Rule, op *rules.Op, main *memcache.Item, pr *PoolReport) error {
+	if r.Kind == rules.BumpRule || r.Query == "" || p.Truth == nil {
+		return nil
+	}
 	t := &Truth{Query: r.Query}
 	for _, a := range op.Args {
 		t.Args = append(t.Args, a.Text)
@@ -372,7 +374,7 @@ func (p *Pool) truth(ctx context.Context, r *rules.Rule, op *rules.Op, main *mem
 	}
 	c, err := verify.Compare(ctx, p.Truth, r, op.Args, value)
 	if err != nil {
-		t.Note = "query failed: " + err.Error()
+		t.Note = "query failed (below)"
 		return fmt.Errorf("pool %s: rule %q: %w", p.Name, r.Name, err)
 	}
 	t.Result = c.Truth
