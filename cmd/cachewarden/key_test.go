@@ -344,3 +344,67 @@ func TestOpsToolsUsage(t *testing.T) {
 		t.Errorf("unknown table: exit status %d (%v)", code, err)
 	}
 }
+
+// TestDocsOpsCommandsNameExampleRules checks every `cachewarden key` and
+// `cachewarden invalidate` line of docs/operations.md and the README
+// against the example config's rules (configs/): the rule exists and the
+// entity names its key columns, or the table has rules that cover it.
+func TestDocsOpsCommandsNameExampleRules(t *testing.T) {
+	cfg, err := config.Load("../../configs/cachewarden.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := &inspect.Pool{Name: "example", Rules: cfg.RuleSet}
+	checked := 0
+	for _, doc := range []string{"../../docs/operations.md", "../../README.md"} {
+		data, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			line = strings.Trim(strings.TrimSpace(line), "`")
+			if i := strings.Index(line, "cachewarden invalidate "); i >= 0 {
+				line = line[i:]
+			} else if i := strings.Index(line, "cachewarden key "); i >= 0 {
+				line = line[i:]
+			} else {
+				continue
+			}
+			f := strings.Fields(strings.SplitN(line, "`", 2)[0])
+			var rule, table string
+			var entity []string
+			for i := 2; i < len(f); i++ {
+				switch {
+				case f[i] == "--rule" && i+1 < len(f):
+					rule, i = f[i+1], i+1
+				case f[i] == "--table" && i+1 < len(f):
+					table, i = f[i+1], i+1
+				case f[i] == "-c" || f[i] == "--config":
+					i++
+				case strings.Contains(f[i], "=") && !strings.HasPrefix(f[i], "-"):
+					entity = append(entity, f[i])
+				}
+			}
+			switch {
+			case strings.HasPrefix(table, "DB.TABLE") || rule == "R" || rule == "NAME":
+				continue // a synopsis
+			case table != "":
+				_, err = pool.TableOps(table)
+			case rule != "":
+				var r *rules.Rule
+				if r, err = pool.Rule(rule); err == nil {
+					_, err = r.EntityRow(entity)
+				}
+			default:
+				continue
+			}
+			checked++
+			if err != nil {
+				t.Errorf("%s: %q: %v", doc, line, err)
+			}
+		}
+	}
+	if checked < 5 {
+		t.Errorf("checked %d command lines; the docs should show more", checked)
+	}
+}
