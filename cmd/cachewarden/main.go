@@ -9,8 +9,8 @@
 //
 // It only wires: each subcommand (one file each: run.go, replay.go,
 // check.go, verify.go, plan.go, rules.go, observe.go, demo.go,
-// doctor.go, probe.go, version.go) parses its flags, loads the config and calls the packages
-// that do the work (consumer, check, doctor, verify, ruletest, integration).
+// doctor.go, probe.go, version.go, key.go, invalidate.go, config.go) parses its flags, loads the config and calls the packages
+// that do the work (consumer, check, doctor, verify, inspect, ruletest, integration).
 package main
 
 import (
