@@ -82,6 +82,25 @@ func (p *Pool) Rule(name string) (*rules.Rule, error) {
 	return nil, fmt.Errorf("pool %s: no rule named %q (rules: %s)", p.Name, name, strings.Join(names, ", "))
 }
 
+// entity resolves the rule named ruleName in p and the entity args name
+// (rules.Rule.EntityRow), and returns its ops as the planner keys them
+// (rules.Rule.EntityOps).
+func (p *Pool) entity(ruleName string, args []string) (*rules.Rule, rules.Row, []rules.Op, error) {
+	r, err := p.Rule(ruleName)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	row, err := r.EntityRow(args)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ops, err := r.EntityOps(row)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return r, row, ops, nil
+}
+
 // generation reads the current generation of r's table: ok is false
 // when the item is missing or holds no generation (no set or counter of
 // the table is then valid).
@@ -105,15 +124,7 @@ func (p *Pool) generation(r *rules.Rule) (gen uint64, item *memcache.Item, ok bo
 // when the generation is missing no counter of the table is valid and
 // only the deletes of keys of earlier releases remain.
 func (p *Pool) EntityOps(ctx context.Context, ruleName string, args []string) ([]rules.Op, error) {
-	r, err := p.Rule(ruleName)
-	if err != nil {
-		return nil, err
-	}
-	row, err := r.EntityRow(args)
-	if err != nil {
-		return nil, err
-	}
-	ops, err := r.EntityOps(row)
+	r, _, ops, err := p.entity(ruleName, args)
 	if err != nil {
 		return nil, err
 	}

@@ -105,15 +105,7 @@ func (r *Report) Failed() bool {
 func Key(ctx context.Context, pools []*Pool, ruleName string, args []string) (*Report, error) {
 	rep := &Report{Rule: ruleName}
 	for _, p := range pools {
-		r, err := p.Rule(ruleName)
-		if err != nil {
-			return nil, err
-		}
-		row, err := r.EntityRow(args)
-		if err != nil {
-			return nil, err
-		}
-		ops, err := r.EntityOps(row)
+		r, row, ops, err := p.entity(ruleName, args)
 		if err != nil {
 			return nil, err
 		}
