@@ -80,6 +80,12 @@ func (a *app) invalidateCmd(ctx context.Context, args []string, stdout, stderr i
 	}
 	var acts []inspect.Action
 	for i, p := range pools {
+		if len(opsOf[i]) == 0 {
+			// A count rule whose table's generation is missing.
+			log.Info("nothing to invalidate by hand: no counter of the rule is valid, its table's generation is missing", "pool", p.Name, "rule", *ruleName)
+			fmt.Fprintf(stderr, "%s: nothing to invalidate: no counter of rule %q is valid (its table's generation item is missing)\n", p.Name, *ruleName)
+			continue
+		}
 		acts = append(acts, p.Apply(ctx, opsOf[i], *dryRun, log)...)
 	}
 	if *asJSON {

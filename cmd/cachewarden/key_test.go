@@ -271,6 +271,12 @@ func TestKeyCounterAndSetAgainstMySQL(t *testing.T) {
 		t.Errorf("after the delete: %+v, MySQL %+v; want missing, agreeing", it, rep.Pools[0].MySQL)
 	}
 
+	// Pool B holds no generation of the table: no counter of it is valid.
+	out, errOut, err := invoke(t, "", "invalidate", "-c", f.cfgB, "--rule", "post-comments", "post_id=7")
+	if err != nil || out != "" || !strings.Contains(errOut, "nothing to invalidate: no counter of rule \"post-comments\" is valid") {
+		t.Errorf("counter without a generation: %v\n%s%s", err, out, errOut)
+	}
+
 	acts = invokeJSON[[]inspect.Action](t, 0, "invalidate", "-c", f.cfgA, "--table", f.db+".user_interests", "--json")
 	var keys []string
 	for _, a := range acts {
@@ -314,6 +320,10 @@ func TestInvalidateNamesFailedServer(t *testing.T) {
 	}
 	if !failed || !done {
 		t.Errorf("log lines: want pool A's bump and down.yaml's failure on %s:\n%s", down, errOut)
+	}
+	out, _, err = invoke(t, "", "key", "-c", f.cfgA, "-c", cfgDown, "--rule", "user", "id=1")
+	if code := exitCode(err); code != 1 || !strings.Contains(out, "error: pool "+cfgDown) || !strings.Contains(out, down) {
+		t.Errorf("key with a pool down: exit status %d (%v), want 1 and the pool's error naming %s:\n%s", code, err, down, out)
 	}
 }
 
