@@ -336,9 +336,12 @@ func describeFence(it *Item, v *memcache.Item, counterFlags uint32) {
 		at += " (GTID " + f.GTID + ")"
 	}
 	it.Meaning = fmt.Sprintf("fence id %d at %s, server id %d", f.ID, at, f.ServerID)
-	if view.Consistent() {
+	switch {
+	case view.Consistent():
 		it.Meaning += ": the counter is that recount plus the deltas after it"
-	} else {
+	case counterFlags == 0:
+		it.Meaning += ": the counter is missing or was not stored at a fence"
+	default:
 		it.Meaning += ": not the counter's fence (a recount in progress, or an older one)"
 	}
 }
