@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
-	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // TestObserverCleanStreamWithReversals: a clean stream, applied by the
@@ -245,15 +243,7 @@ func newCountedStream(t *testing.T, mc *memcache.Client, streams int) *countedSt
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { truth.Close() })
-	data, err := os.ReadFile("testdata/counters.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := "obsclean" + testsvc.Unique() + ":"
-	rs, err := rulefile.Parse("counters.yaml", []byte(strings.Replace(string(data), "version: 1\n", "version: 1\nprefix: \""+prefix+"\"\n", 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := testRules(t, "counters.yaml", "obsclean")
 	c := counters.New(mc, truth, counters.Config{}, nil)
 	t.Cleanup(c.Close)
 	cs := &countedStream{t: t, db: db, truth: truth, c: c, rs: rs, mc: mc, streams: streams}
