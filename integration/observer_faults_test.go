@@ -270,17 +270,26 @@ func TestObserverInjectedFaults(t *testing.T) {
 		k := keyAttr.FindStringSubmatch(line)
 		tm := timeAttr.FindStringSubmatch(line)
 		if k == nil || tm == nil {
+			t.Errorf("a report without its key or time: %s", line)
 			continue
 		}
 		at, err := time.Parse(time.RFC3339Nano, tm[1])
-		if key := unquoteAttr(k[1]); err == nil && (reportedAt[key].IsZero() || at.Before(reportedAt[key])) {
+		if err != nil {
+			t.Errorf("a report's time: %v: %s", err, line)
+			continue
+		}
+		if key := unquoteAttr(k[1]); reportedAt[key].IsZero() || at.Before(reportedAt[key]) {
 			reportedAt[key] = at
 		}
 		// The server is the one the daemons write to and read: the proxy.
+		// The history holds at least the batch of the sampled change.
 		for _, want := range []string{"server=" + proxy.ln.Addr().String(), "pool=" + s.Opts.Group + " ", "expected=", "seen=", "history="} {
 			if !strings.Contains(line, want) {
 				t.Errorf("the evidence lacks %q: %s", want, line)
 			}
+		}
+		if strings.Contains(line, `history="none recorded"`) {
+			t.Errorf("the evidence has no history of the key: %s", line)
 		}
 	}
 	var visible []*fault

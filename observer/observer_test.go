@@ -38,16 +38,7 @@ const testWindow = 150 * time.Millisecond
 
 func newObserved(t *testing.T) *observed {
 	addr := testsvc.Memcached(t)
-	data, err := os.ReadFile("testdata/rules.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Keys of this run only.
-	prefix := "obs" + testsvc.Unique() + ":"
-	rs, err := rulefile.Parse("rules.yaml", []byte(strings.Replace(string(data), "version: 1\n", "version: 1\nprefix: \""+prefix+"\"\n", 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := testRules(t, "rules.yaml", "obs")
 	mc := memcache.New(addr)
 	sel, err := itemformat.NewSelector("", []itemformat.Server{{Addr: addr}})
 	if err != nil {
@@ -61,6 +52,22 @@ func newObserved(t *testing.T) *observed {
 	}
 	t.Cleanup(o.Close)
 	return &observed{t: t, mc: mc, w: cacheops.NewWriter(mc, nil, cacheops.WriterConfig{}, nil), o: o, rs: rs, log: logs}
+}
+
+// testRules parses testdata/file with a key prefix of this run only
+// (prefix followed by a unique suffix).
+func testRules(t *testing.T, file, prefix string) *rules.RuleSet {
+	t.Helper()
+	data, err := os.ReadFile("testdata/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix += testsvc.Unique() + ":"
+	rs, err := rulefile.Parse(file, []byte(strings.Replace(string(data), "version: 1\n", "version: 1\nprefix: \""+prefix+"\"\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
 }
 
 // plan returns the ops of inserts into table, one per row.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,7 +17,6 @@ import (
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
-	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // positioned is a test bed for counters judged at a binary log position:
@@ -69,15 +67,7 @@ func newPositioned(t *testing.T) *positioned {
 	}
 	t.Cleanup(func() { db2.Close() })
 	truth := &countingTruth{MySQL: db2}
-	data, err := os.ReadFile("testdata/counters.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := "obsat" + testsvc.Unique() + ":"
-	rs, err := rulefile.Parse("counters.yaml", []byte(strings.Replace(string(data), "version: 1\n", "version: 1\nprefix: \""+prefix+"\"\n", 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := testRules(t, "counters.yaml", "obsat")
 	mc := memcache.New(addr)
 	logs := &syncBuffer{}
 	o, err := New(Config{Sample: 1, MaxPerSecond: 1e6, Windows: []time.Duration{positionWindow}, ConfirmAfter: positionConfirm,
