@@ -403,7 +403,7 @@ feed:
 
 // dryRun plans the input sequentially with the `plan` planner.
 func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) error {
-	pl := cdc.NewPlanWriter(rp.p.cfg.Rules, out, rp.cfg.Report, rp.log)
+	pl := cdc.NewPlanWriter(rp.p.Rules(), out, rp.cfg.Report, rp.log)
 	pl.ObserveOps(func(op *rules.Op) {
 		if kind, ok := rp.endOpKind(op); ok {
 			rp.pending.add(op, kind, math.MaxInt)
@@ -439,7 +439,7 @@ func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) e
 func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *cdc.PlanWriter) error {
 	dec := in.Decoder
 	if dec == nil {
-		dec = rp.p.cfg.Decoder
+		dec = rp.p.rules.Load().decoder
 	}
 	lines := cdc.NewLineReader(in.File)
 	for {
@@ -534,8 +534,7 @@ func kafkaCoordinates(pos rules.Position) string {
 // withDecoder returns a copy of p that decodes every message with dec.
 func (p *Pipeline) withDecoder(dec *cdc.Decoder) *Pipeline {
 	cp := *p
-	cp.cfg.Decoder = dec
-	cp.cfg.TopicDecoders = nil
+	cp.fileDecoder = dec
 	return &cp
 }
 
