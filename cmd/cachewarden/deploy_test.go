@@ -628,6 +628,7 @@ func TestSystemdUnit(t *testing.T) {
 		"PrivateTmp":            "yes",
 		"CapabilityBoundingSet": "",
 		"KillSignal":            "SIGTERM",
+		"ExecReload":            "/bin/kill -HUP $MAINPID",
 		// A config that does not load is not retried forever.
 		"RestartPreventExitStatus": strconv.Itoa(exitConfig),
 		"StartLimitBurst":          "5",
