@@ -312,8 +312,11 @@ func (a *app) dlqRedrive(ctx context.Context, args []string, stdout, stderr io.W
 	if sel.lo > ro.From {
 		ro.From = sel.lo
 	}
-	more := false
+	more, last := false, ""
 	err = consumer.ReadDLQ(ctx, stack.Kafka, cfg.Kafka.DLQTopic, ro, log, func(d *consumer.DeadLetter) error {
+		if o.partition >= 0 && sel.lo >= 0 && d.Offset > sel.hi {
+			return consumer.ErrStopDLQ // past the offsets chosen
+		}
 		if !sel.matches(d) {
 			return nil
 		}
@@ -323,6 +326,7 @@ func (a *app) dlqRedrive(ctx context.Context, args []string, stdout, stderr io.W
 		}
 		partitions[d.Partition] = true
 		at := strconv.Itoa(d.Partition) + ":" + strconv.FormatInt(d.Offset, 10)
+		last = at
 		if d.Origin.Topic != "" {
 			at += " " + d.Origin.String()
 		}
@@ -346,7 +350,7 @@ func (a *app) dlqRedrive(ctx context.Context, args []string, stdout, stderr io.W
 		return errReported
 	}
 	if more {
-		fmt.Fprintf(stderr, "dlq redrive: stopped choosing at --limit %d; the dead letters after %s are not re-driven\n", o.limit, where[len(where)-1])
+		fmt.Fprintf(stderr, "dlq redrive: stopped choosing at --limit %d; the dead letters after %s are not re-driven\n", o.limit, last)
 	}
 
 	replayer, err := consumer.NewReplayer(consumer.ReplayConfig{

@@ -206,3 +206,45 @@ http:
 		t.Errorf("comments:9 = %q under the generation after the re-drive, want MySQL's 2", got)
 	}
 }
+
+// TestDLQUsage checks the command-line mistakes of dlq: each exits with
+// status 2 and says what is wrong, before any broker is asked.
+func TestDLQUsage(t *testing.T) {
+	rules := filepath.Join(mustAbs(t, "testdata/plan"), "inventory.yaml")
+	cfg := writeReplayConfig(t, "127.0.0.1:1", "127.0.0.1:1", "nobody@tcp(127.0.0.1:1)/none", rules)
+	withDLQ := filepath.Join(t.TempDir(), "dlq.yaml")
+	data, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(withDLQ, []byte(strings.Replace(string(data), "  topics: [cdc]\n", "  topics: [cdc]\n  dlq_topic: cdc.dlq\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"dlq"}, "give a subcommand: list or redrive"},
+		{[]string{"dlq", "show"}, `unknown subcommand "show"`},
+		{[]string{"dlq", "list"}, "-c FILE is required"},
+		{[]string{"dlq", "list", "-c", cfg}, "names no kafka.dlq_topic"},
+		{[]string{"dlq", "list", "-c", withDLQ, "--limit", "0"}, "--limit must be at least 1"},
+		{[]string{"dlq", "list", "-c", withDLQ, "--from", "-1"}, "must not be negative"},
+		{[]string{"dlq", "redrive", "-c", withDLQ}, "choose the dead letters"},
+		{[]string{"dlq", "redrive", "-c", withDLQ, "--offset", "1", "--all"}, "give one of --offset, --offsets and --all"},
+		{[]string{"dlq", "redrive", "-c", withDLQ, "--offsets", "5-2"}, `--offsets "5-2": want A-B`},
+		{[]string{"dlq", "redrive", "-c", withDLQ, "--offsets", "x"}, `--offsets "x": want A-B`},
+		{[]string{"dlq", "redrive", "-c", withDLQ, "--all", "extra"}, "unexpected argument"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, errOut, err := invoke(t, "", tt.args...)
+			if code := exitCode(err); code != 2 {
+				t.Errorf("exit code %d (%v), want 2", code, err)
+			}
+			if err == nil || !strings.Contains(err.Error()+errOut, tt.wantErr) {
+				t.Errorf("error %v / stderr %q lacks %q", err, errOut, tt.wantErr)
+			}
+		})
+	}
+}
