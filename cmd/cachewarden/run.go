@@ -127,7 +127,7 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	log := a.configLogger(cfg.Log, stderr)
 	build := binaryBuild()
 	log.Info("starting", "version", build.Version, "revision", build.Revision, "go_version", build.GoVersion)
-	log.Info("config loaded", "config", cfg, "rule_count", len(cfg.RuleSet.Rules()))
+	log.Info("config loaded", "config", cfg, "rule_count", len(cfg.RuleSet.Rules()), "rules_digest", cfg.RulesDigest)
 	if err := checkCollations(ctx, cfg, log, stderr); err != nil || ctx.Err() != nil {
 		return err // nil when stopped by a signal meanwhile, as below
 	}
