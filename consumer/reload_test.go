@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,6 +67,7 @@ func TestSetRulesConcurrent(t *testing.T) {
 	r := newRig(t, daemonRules, rigOptions{})
 	var sets [2]string
 	var swaps sync.WaitGroup
+	var stop atomic.Bool
 	for i, key := range []string{"ns:user:{id}", "ns:member:{id}"} {
 		rs, err := rulefile.Parse("rules.yaml", []byte(strings.ReplaceAll(strings.ReplaceAll(daemonRules, "ns:user:{id}", key), "PREFIX", r.prefix)))
 		if err != nil {
@@ -73,17 +75,18 @@ func TestSetRulesConcurrent(t *testing.T) {
 		}
 		sets[i] = strings.TrimSuffix(strings.SplitN(key, "{", 2)[0], ":")
 		swaps.Go(func() {
-			for range 200 {
+			for !stop.Load() {
 				r.pipeline.SetRules(rs, nil, nil)
 			}
 		})
 	}
 	defer swaps.Wait()
+	defer stop.Store(true)
 	errs := make(chan error, 4)
 	for g := range 4 {
 		go func() {
 			var b Batch
-			for i := range 50 {
+			for i := range 500 {
 				msgs := []Message{userMessage(t, int64(i), g*100+i), userMessage(t, int64(i)+1, g*100+i+50)}
 				r.pipeline.Plan(&b, msgs, CoalesceOptions{})
 				if len(b.Ops) != 2 {
