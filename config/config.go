@@ -92,9 +92,12 @@ type Config struct {
 	// RuleSet holds the loaded rules (set by Load and LoadEnv, nil after
 	// Parse).
 	RuleSet *rules.RuleSet
-	Batch   Batch
-	HTTP    HTTP
-	Log     Log
+	// RulesDigest identifies the rule files RuleSet was loaded from
+	// (rulefile.Digest); "" after Parse.
+	RulesDigest string
+	Batch       Batch
+	HTTP        HTTP
+	Log         Log
 	// Observer is the consistency observer (key `observer`); off unless
 	// enabled.
 	Observer Observer

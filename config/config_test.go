@@ -2,6 +2,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -79,9 +81,11 @@ func TestLoadGood(t *testing.T) {
 		Counters: Counters{Fencing: DefaultCountersFencing, FenceTTL: counters.DefaultFenceTTL},
 		Rules:    []string{"testdata/rules/shop.yaml", "testdata/rules/counts.yaml"},
 		RuleSet:  cfg.RuleSet,
-		Batch:    Batch{MaxEvents: 500, MaxWait: 50 * time.Millisecond},
-		HTTP:     HTTP{Listen: "127.0.0.1:0", Pprof: true},
-		Log:      Log{Format: "json", Level: "debug"},
+		// What `cat testdata/rules/shop.yaml testdata/rules/counts.yaml | sha256sum` prints.
+		RulesDigest: catSHA256(t, "testdata/rules/shop.yaml", "testdata/rules/counts.yaml"),
+		Batch:       Batch{MaxEvents: 500, MaxWait: 50 * time.Millisecond},
+		HTTP:        HTTP{Listen: "127.0.0.1:0", Pprof: true},
+		Log:         Log{Format: "json", Level: "debug"},
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("config:\n got %+v\nwant %+v", cfg, want)
@@ -416,4 +420,19 @@ func TestREADMEQuotesDefaults(t *testing.T) {
 			t.Errorf("README.md shows %s: %v; its default is %v", c.setting, c.shown, c.dflt)
 		}
 	}
+}
+
+// catSHA256 returns the SHA-256 in hex of the files' contents one after
+// the other.
+func catSHA256(t *testing.T, paths ...string) string {
+	t.Helper()
+	h := sha256.New()
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Write(data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cachewarden/cachewarden/internal/yamlfile"
+	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 	"go.yaml.in/yaml/v3"
 )
@@ -39,9 +40,11 @@ func LoadBytes(name string, data []byte, lookup LookupFunc) (*Config, error) {
 	d, cfg := parse(name, data, lookup)
 	var rulesErr error
 	if len(cfg.Rules) > 0 {
-		cfg.RuleSet, rulesErr = rulefile.LoadPaths(cfg.Rules...)
-		if rulesErr == nil {
-			d.checkRuleNeeds(cfg)
+		cfg.RuleSet, cfg.RulesDigest, rulesErr = rulefile.LoadPathsDigest(cfg.Rules...)
+		if rulesErr == nil && !d.bad["mysql.dsn"] {
+			if err := cfg.CheckRuleNeeds(cfg.RuleSet); err != nil {
+				d.problem(d.place("mysql.dsn"), "%v", err)
+			}
 		}
 	}
 	if len(d.problems) > 0 {
@@ -84,18 +87,19 @@ func parse(name string, data []byte, lookup LookupFunc) (*decoder, *Config) {
 	return d, cfg
 }
 
-// checkRuleNeeds reports settings that the loaded rules require: a rule
-// with a load or recount query needs mysql.dsn.
-func (d *decoder) checkRuleNeeds(cfg *Config) {
-	if cfg.MySQL.DSN != "" || d.bad["mysql.dsn"] {
-		return
+// CheckRuleNeeds reports a setting that rs requires and c lacks: a rule
+// with a load or recount query needs mysql.dsn. Load checks the rules it
+// loads; the daemon checks the rules it reloads.
+func (c *Config) CheckRuleNeeds(rs *rules.RuleSet) error {
+	if c.MySQL.DSN != "" {
+		return nil
 	}
-	for _, r := range cfg.RuleSet.Rules() {
+	for _, r := range rs.Rules() {
 		if r.Query != "" {
-			d.problem(d.place("mysql.dsn"), "mysql.dsn: required: rule %q (%s:%d:%d) queries MySQL", r.Name, r.File, r.Line, r.Column)
-			return
+			return fmt.Errorf("mysql.dsn: required: rule %q (%s:%d:%d) queries MySQL", r.Name, r.File, r.Line, r.Column)
 		}
 	}
+	return nil
 }
 
 // resolvePaths makes relative rule paths relative to the config file.

@@ -30,9 +30,9 @@ const (
 // kafka.topic_tables names it; else every rule table whose db.table the
 // topic's name is or ends with (Debezium names topics prefix.db.table);
 // else once with ("", ""), every table of the rules.
-func (p *Pipeline) topicTables(topic string, f func(db, table string)) {
-	rs := p.cfg.Rules
-	if t, ok := p.decoderFor(topic).TopicTables[topic]; ok {
+func (p *Pipeline) topicTables(st *ruleState, topic string, f func(db, table string)) {
+	rs := st.rules
+	if t, ok := p.decoderIn(st, topic).TopicTables[topic]; ok {
 		db, table, dotted := strings.Cut(t, ".")
 		if !dotted {
 			db, table = "", t
@@ -55,9 +55,9 @@ func (p *Pipeline) topicTables(topic string, f func(db, table string)) {
 // coverKeysOfTopic appends the fallback namespace keys and the
 // generation keys that cover a change of unknown table read from topic
 // (see topicTables).
-func (p *Pipeline) coverKeysOfTopic(dst []string, topic string) []string {
-	rs := p.cfg.Rules
-	p.topicTables(topic, func(db, table string) {
+func (p *Pipeline) coverKeysOfTopic(st *ruleState, dst []string, topic string) []string {
+	rs := st.rules
+	p.topicTables(st, topic, func(db, table string) {
 		dst = rs.FallbackKeys(dst, db, table)
 		dst = rs.GenerationKeys(dst, db, table)
 	})
@@ -67,10 +67,10 @@ func (p *Pipeline) coverKeysOfTopic(dst []string, topic string) []string {
 // topicCovered reports whether every rule of every table of topic (see
 // topicTables) is covered by a fallback namespace or a generation
 // (rules.RuleSet.Covered).
-func (p *Pipeline) topicCovered(topic string) bool {
+func (p *Pipeline) topicCovered(st *ruleState, topic string) bool {
 	covered := true
-	p.topicTables(topic, func(db, table string) {
-		covered = covered && p.cfg.Rules.Covered(db, table)
+	p.topicTables(st, topic, func(db, table string) {
+		covered = covered && st.rules.Covered(db, table)
 	})
 	return covered
 }
@@ -84,7 +84,8 @@ func (p *Pipeline) topicCovered(topic string) bool {
 func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event, err error) {
 	keys := b.fallbackKeys[:0]
 	covered := true
-	rs := p.cfg.Rules
+	st := p.batchRules(b)
+	rs := st.rules
 	for i := range events {
 		if events[i].Table != "" {
 			keys = rs.FallbackKeys(keys, events[i].Database, events[i].Table)
@@ -99,8 +100,8 @@ func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event, err
 			keys = rs.GenerationKeys(keys, de.Database, de.Table)
 			covered = rs.Covered(de.Database, de.Table)
 		} else {
-			keys = p.coverKeysOfTopic(keys, msg.Pos.Topic)
-			covered = p.topicCovered(msg.Pos.Topic)
+			keys = p.coverKeysOfTopic(st, keys, msg.Pos.Topic)
+			covered = p.topicCovered(st, msg.Pos.Topic)
 		}
 	}
 	for _, k := range keys {
@@ -128,15 +129,16 @@ func (p *Pipeline) countLost(reason string, covered bool) {
 // covers it later counts it). It reports whether the bumps covered every
 // rule of those tables (rules.RuleSet.Covered).
 func (p *Pipeline) CoverGap(ctx context.Context, topic, reason string, src rules.Position) (bool, error) {
-	keys := p.coverKeysOfTopic(nil, topic)
-	covered := p.topicCovered(topic) && len(keys) > 0
+	st := p.rules.Load()
+	keys := p.coverKeysOfTopic(st, nil, topic)
+	covered := p.topicCovered(st, topic) && len(keys) > 0
 	if len(keys) == 0 {
 		p.countLost(reason, false)
 		return false, nil
 	}
 	b := &Batch{}
 	for _, k := range keys {
-		b.Ops = append(b.Ops, p.cfg.Rules.FallbackOp(k, src))
+		b.Ops = append(b.Ops, st.rules.FallbackOp(k, src))
 	}
 	if err := p.applyOps(ctx, b); err != nil {
 		return covered, err

@@ -66,6 +66,9 @@ type Metrics struct {
 	// schemaFetches and schemaWaiting: the schema registry.
 	schemaFetches *prometheus.CounterVec
 	schemaWaiting prometheus.Gauge
+	// rulesReloads and rulesInfo: the rules (Stack.ReloadRules).
+	rulesReloads *prometheus.CounterVec
+	rulesInfo    *prometheus.GaugeVec
 }
 
 // latencyBuckets span 0.5ms to ~16s.
@@ -113,6 +116,8 @@ func (m *Metrics) makeBatchMetrics(b metricMaker) {
 	m.lost = b.counterVec("cachewarden_invalidations_lost_total", "Changes whose exact invalidation could not be delivered, by reason (poison: undecodable or unplannable message, an unknown operation type or more rows than a message may hold among them; op_failed: a cache op failed permanently; retention: records removed before they were read; offset_reset: consumption restarted elsewhere in the log) and by covered (fallback: every rule of the tables concerned was covered, bump rules by their table's fallback namespace, set and count rules by their table's generation, bumped instead; none: a bump rule of those tables has no fallback namespace, so keys built under it may serve stale data until they expire).", "reason", "covered")
 	m.unorderedSets = b.gaugeVec("cachewarden_set_rule_unordered", "1 for a set rule whose changes of one member may arrive out of order on a topic (several partitions, and a message key not made of the set's key and member columns); see kafka.unordered_sets.", "rule", "topic")
 	m.schemaFetches = b.counterVec("cachewarden_schema_registry_requests_total", "Schemas of Avro messages asked of the schema registry (once per schema id), by outcome: found, not_found (its messages are poison), error (asked again; the partition waits).", "outcome")
+	m.rulesReloads = b.counterVec("cachewarden_rules_reload_total", "Reloads of the rule files (SIGHUP), by result: ok (the new rules apply to the batches planned after), error (the rules loaded before stay; the log says why).", "result")
+	m.rulesInfo = b.gaugeVec("cachewarden_rules_info", "1, labelled with the SHA-256 of the rule files the daemon plans with (what `cat FILE... | sha256sum` prints for the config's rule files, in load order).", "digest")
 	m.schemaWaiting = b.gauge("cachewarden_schema_registry_waiting_batches", "Batches waiting for the schema registry to answer for a schema they need; the daemon is not ready while one does.")
 }
 
@@ -237,4 +242,13 @@ func (c *outcomeCounts) flush(ops *prometheus.CounterVec) {
 		}
 	}
 	*c = outcomeCounts{}
+}
+
+// setRules records the digest of the rules in use ("" records nothing).
+func (m *Metrics) setRules(digest string) {
+	if digest == "" {
+		return
+	}
+	m.rulesInfo.Reset()
+	m.rulesInfo.WithLabelValues(digest).Set(1)
 }

@@ -144,6 +144,48 @@ type Pipeline struct {
 	// schemaWaits counts the batches waiting for the schema registry;
 	// copies of the pipeline (replay's) share it.
 	schemaWaits *atomic.Int64
+	// rules are the rules new batches are planned with (SetRules);
+	// copies of the pipeline share them.
+	rules *atomic.Pointer[ruleState]
+	// fileDecoder, when not nil, decodes every message whatever its
+	// topic (withDecoder: a replay file).
+	fileDecoder *cdc.Decoder
+}
+
+// ruleState is a rule set and the decoders that keep the columns its
+// rules read. A batch is planned and applied with one ruleState
+// (Batch.rules); SetRules replaces it for the batches planned after.
+type ruleState struct {
+	rules         *rules.RuleSet
+	decoder       *cdc.Decoder
+	topicDecoders map[string]*cdc.Decoder
+}
+
+// SetRules makes rs, with the decoders dec (nil: a zero cdc.Decoder) and
+// topicDecoders that keep the columns its rules read, the rules of the
+// batches planned from now on. A batch being planned or applied finishes
+// with the rules it started with. It is safe for concurrent use.
+func (p *Pipeline) SetRules(rs *rules.RuleSet, dec *cdc.Decoder, topicDecoders map[string]*cdc.Decoder) error {
+	if rs == nil {
+		return errors.New("consumer: pipeline: no rules")
+	}
+	if dec == nil {
+		dec = &cdc.Decoder{}
+	}
+	p.rules.Store(&ruleState{rules: rs, decoder: dec, topicDecoders: topicDecoders})
+	return nil
+}
+
+// Rules returns the rules new batches are planned with.
+func (p *Pipeline) Rules() *rules.RuleSet { return p.rules.Load().rules }
+
+// batchRules returns the rules b was planned with, or the current ones
+// for a batch that was not planned (replay's recounts).
+func (p *Pipeline) batchRules(b *Batch) *ruleState {
+	if b.rules != nil {
+		return b.rules
+	}
+	return p.rules.Load()
 }
 
 // NewPipeline checks cfg and returns a Pipeline.
@@ -169,7 +211,8 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 	if cfg.RecountReason == "" {
 		cfg.RecountReason = "reassigned"
 	}
-	p := &Pipeline{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, schemaWaits: new(atomic.Int64)}
+	p := &Pipeline{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, schemaWaits: new(atomic.Int64), rules: new(atomic.Pointer[ruleState])}
+	p.rules.Store(&ruleState{rules: cfg.Rules, decoder: cfg.Decoder, topicDecoders: cfg.TopicDecoders})
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -246,6 +289,8 @@ type Batch struct {
 	schemaIDs []uint32
 	// apply is applyOps's scratch.
 	apply applyScratch
+	// rules are the rules the batch was planned with.
+	rules *ruleState
 }
 
 // Release drops what b keeps of the messages of the batch just handled
@@ -317,10 +362,18 @@ func (c *labelCounts[L]) reset() {
 }
 
 func (p *Pipeline) decoderFor(topic string) *cdc.Decoder {
-	if d, ok := p.cfg.TopicDecoders[topic]; ok {
+	return p.decoderIn(p.rules.Load(), topic)
+}
+
+// decoderIn returns the decoder of topic's messages under st.
+func (p *Pipeline) decoderIn(st *ruleState, topic string) *cdc.Decoder {
+	if p.fileDecoder != nil {
+		return p.fileDecoder
+	}
+	if d, ok := st.topicDecoders[topic]; ok {
 		return d
 	}
-	return p.cfg.Decoder
+	return st.decoder
 }
 
 // Plan decodes msgs, plans their row changes and coalesces the ops into
@@ -340,6 +393,8 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 	b.Stats = BatchStats{Messages: len(msgs)}
 	b.events.reset()
 	b.sourceTsMs = b.sourceTsMs[:0]
+	state := p.rules.Load()
+	b.rules = state
 	for i := range msgs {
 		msg := &msgs[i]
 		if msg.Failed != nil {
@@ -347,7 +402,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 			p.coverPoison(b, msg, nil, msg.Failed)
 			continue
 		}
-		dec := p.decoderFor(msg.Pos.Topic)
+		dec := p.decoderIn(state, msg.Pos.Topic)
 		if err := dec.Decode(msg.Value, msg.Pos, &b.decoded); err != nil {
 			b.poison(msg, err, b.decoded.Format)
 			p.coverPoison(b, msg, nil, err)
@@ -367,7 +422,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		var st rules.PlanStats
 		var firstErr error
 		start := len(b.planned)
-		b.planned, firstErr = cdc.PlanMessage(p.cfg.Rules, b.decoded.Events, b.planned, &st, func(_, added int, err error) {
+		b.planned, firstErr = cdc.PlanMessage(state.rules, b.decoded.Events, b.planned, &st, func(_, added int, err error) {
 			b.Stats.Events++
 			switch {
 			case err != nil:
@@ -672,7 +727,7 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 				b.outcomes.add(b.Ops[i].Kind, cacheops.OutcomeFailed)
 				kind := b.Ops[i].Kind.String()
 				op := &b.Ops[i]
-				fb, covered := fallbackFor(p.cfg.Rules, op)
+				fb, covered := fallbackFor(p.batchRules(b).rules, op)
 				if permanentLogged < maxPermanentLogs || (!covered && logAttempt(attempt)) {
 					if covered {
 						p.log.Error("cache op failed permanently; bumping its table's fallback namespace (bump rules) or generation (set and count rules) instead", positionAttrs(op.Source,

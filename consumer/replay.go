@@ -75,7 +75,8 @@ type ReplayConfig struct {
 	Logger *slog.Logger
 }
 
-// ReplayInput is what to replay: File when not nil, else Ranges.
+// ReplayInput is what to replay: File when not nil, else Messages when
+// not nil, else Ranges.
 type ReplayInput struct {
 	// File holds one CDC message value per line (NDJSON), read to its
 	// end.
@@ -88,6 +89,25 @@ type ReplayInput struct {
 	Decoder *cdc.Decoder
 	// Ranges are the partition ranges to read (ResolveReplayRanges).
 	Ranges []PartitionRange
+	// Messages are messages already read (the originals of dead letters,
+	// `cachewarden dlq redrive`), each planned and applied as a batch of
+	// its own, in order; their Pos names their topic, whose decoder
+	// applies.
+	Messages []Message
+	// Outcome, when not nil, receives what became of Messages[i] once it
+	// was applied (not in a dry run).
+	Outcome func(i int, o MessageOutcome)
+}
+
+// MessageOutcome is what became of one message of ReplayInput.Messages.
+type MessageOutcome struct {
+	// Poison is why the message, or one of its row changes, could not be
+	// decoded or planned again; nil when it was.
+	Poison error
+	// Ops counts its ops applied or given up on; Failed those given up
+	// on; EndOps its counter and set keys left to the recounts and set
+	// rebuilds that run when the replay ends.
+	Ops, Failed, EndOps int
 }
 
 // ReplaySummary counts what a replay did.
@@ -240,7 +260,9 @@ func (rp *Replayer) run(ctx context.Context, in ReplayInput, planOut io.Writer) 
 	dry := planOut != nil
 
 	total := in.FileLines
-	if in.File == nil {
+	if in.File == nil && in.Messages != nil {
+		total = int64(len(in.Messages))
+	} else if in.File == nil {
 		total = 0
 		for _, r := range in.Ranges {
 			total += r.Len()
@@ -271,6 +293,8 @@ func (rp *Replayer) run(ctx context.Context, in ReplayInput, planOut io.Writer) 
 		err = rp.dryRun(ctx, in, planOut)
 	case in.File != nil:
 		err = rp.replayFile(ctx, in)
+	case in.Messages != nil:
+		err = rp.replayMessages(ctx, in)
 	default:
 		err = rp.replayKafka(ctx, in.Ranges)
 	}
@@ -379,7 +403,7 @@ feed:
 
 // dryRun plans the input sequentially with the `plan` planner.
 func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) error {
-	pl := cdc.NewPlanWriter(rp.p.cfg.Rules, out, rp.cfg.Report, rp.log)
+	pl := cdc.NewPlanWriter(rp.p.Rules(), out, rp.cfg.Report, rp.log)
 	pl.ObserveOps(func(op *rules.Op) {
 		if kind, ok := rp.endOpKind(op); ok {
 			rp.pending.add(op, kind, math.MaxInt)
@@ -388,6 +412,8 @@ func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) e
 	var err error
 	if in.File != nil {
 		err = rp.dryRunFile(ctx, in, pl)
+	} else if in.Messages != nil {
+		err = rp.dryRunMessages(ctx, in.Messages, pl)
 	} else {
 		err = rp.dryRunKafka(ctx, in.Ranges, pl)
 	}
@@ -413,7 +439,7 @@ func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) e
 func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *cdc.PlanWriter) error {
 	dec := in.Decoder
 	if dec == nil {
-		dec = rp.p.cfg.Decoder
+		dec = rp.p.rules.Load().decoder
 	}
 	lines := cdc.NewLineReader(in.File)
 	for {
@@ -442,19 +468,59 @@ func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl
 	for _, r := range ranges {
 		err := rp.readPartition(ctx, r, rp.cfg.BatchSize, func(msgs []Message) error {
 			var err error
-			if ids, err = rp.p.awaitSchemas(ctx, ids, msgs); err != nil {
-				return err
-			}
-			for i := range msgs {
-				m := &msgs[i]
-				if err := pl.Line(rp.p.decoderFor(m.Pos.Topic), m.Value, kafkaCoordinates(m.Pos)); err != nil {
-					return err
-				}
-			}
-			return nil
+			ids, err = rp.planLines(ctx, ids, msgs, pl)
+			return err
 		})
 		if err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// dryRunMessages plans msgs, in order.
+func (rp *Replayer) dryRunMessages(ctx context.Context, msgs []Message, pl *cdc.PlanWriter) error {
+	var ids []uint32
+	for i := range msgs {
+		var err error
+		if ids, err = rp.planLines(ctx, ids, msgs[i:i+1], pl); err != nil {
+			return err
+		}
+		rp.progress.add(1)
+	}
+	return nil
+}
+
+// planLines plans msgs with pl, each with its topic's decoder, once the
+// schemas they need are read; ids is scratch.
+func (rp *Replayer) planLines(ctx context.Context, ids []uint32, msgs []Message, pl *cdc.PlanWriter) ([]uint32, error) {
+	var err error
+	if ids, err = rp.p.awaitSchemas(ctx, ids, msgs); err != nil {
+		return ids, err
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		if err := pl.Line(rp.p.decoderFor(m.Pos.Topic), m.Value, kafkaCoordinates(m.Pos)); err != nil {
+			return ids, err
+		}
+	}
+	return ids, nil
+}
+
+// replayMessages applies in.Messages one at a time and tells
+// in.Outcome what became of each.
+func (rp *Replayer) replayMessages(ctx context.Context, in ReplayInput) error {
+	w := &replayWorker{rp: rp, p: rp.p}
+	for i := range in.Messages {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := w.apply(ctx, in.Messages[i:i+1]); err != nil {
+			return err
+		}
+		rp.progress.add(1)
+		if in.Outcome != nil {
+			in.Outcome(i, w.last)
 		}
 	}
 	return nil
@@ -468,8 +534,7 @@ func kafkaCoordinates(pos rules.Position) string {
 // withDecoder returns a copy of p that decodes every message with dec.
 func (p *Pipeline) withDecoder(dec *cdc.Decoder) *Pipeline {
 	cp := *p
-	cp.cfg.Decoder = dec
-	cp.cfg.TopicDecoders = nil
+	cp.fileDecoder = dec
 	return &cp
 }
 
@@ -479,6 +544,8 @@ type replayWorker struct {
 	p   *Pipeline
 	b   Batch
 	buf []byte
+	// last is what became of the last batch applied.
+	last MessageOutcome
 }
 
 // apply plans msgs with every counter delta turned into a recount, moves
@@ -494,8 +561,10 @@ func (w *replayWorker) apply(ctx context.Context, msgs []Message) error {
 	rp.sum.messages.Add(int64(len(msgs)))
 	rp.sum.events.Add(int64(b.Stats.Events))
 	rp.sum.skipped.Add(int64(b.Stats.Skipped))
+	w.last = MessageOutcome{}
 	if len(b.Poison) > 0 {
 		rp.sum.poison.Add(int64(len(b.Poison)))
+		w.last.Poison = b.Poison[0].Err
 		for i := range b.Poison {
 			pm := &b.Poison[i]
 			p.m.poison.WithLabelValues(pm.Message.Pos.Topic).Inc()
@@ -512,6 +581,7 @@ func (w *replayWorker) apply(ctx context.Context, msgs []Message) error {
 		op := &b.Ops[i]
 		if kind, ok := rp.endOpKind(op); ok {
 			full = rp.pending.add(op, kind, rp.cfg.MaxPendingRecounts) || full
+			w.last.EndOps++
 			continue
 		}
 		kept = append(kept, *op)
@@ -525,8 +595,10 @@ func (w *replayWorker) apply(ctx context.Context, msgs []Message) error {
 		return err
 	}
 	rp.sum.ops.Add(int64(len(b.Ops)))
+	w.last.Ops = len(b.Ops)
 	if len(b.Ops) > 0 {
-		rp.sum.failed.Add(int64(failures(b.results)))
+		w.last.Failed = failures(b.results)
+		rp.sum.failed.Add(int64(w.last.Failed))
 	}
 	if full {
 		rp.log.Info("running the recounts and set rebuilds collected so far", "keys", rp.pending.len(), "max_recount_keys", rp.cfg.MaxPendingRecounts)

@@ -475,10 +475,28 @@ func startPartitionReader(ctx context.Context, conn KafkaConn, topic string, par
 // or when no more fetched messages are waiting. Offsets missing from the
 // log (compaction) are passed over; progress counts offsets.
 func (rp *Replayer) readPartition(ctx context.Context, r PartitionRange, maxMessages int, handle func([]Message) error) error {
-	log := rp.log.With("topic", r.Topic, "partition", r.Partition)
-	pr, err := startPartitionReader(ctx, rp.cfg.Kafka, r.Topic, r.Partition, r.Start, log)
+	return readRange(ctx, rangeReading{what: "replay", conn: rp.cfg.Kafka, idleTimeout: rp.cfg.IdleTimeout, log: rp.log, progress: rp.progress}, r, maxMessages, handle)
+}
+
+// rangeReading is how readRange reads: through conn, failing after
+// idleTimeout without a message before the range's end, counting offsets
+// in progress (nil: none).
+type rangeReading struct {
+	// what names the reading in errors: "replay", "read".
+	what        string
+	conn        KafkaConn
+	idleTimeout time.Duration
+	log         *slog.Logger
+	progress    *ReplayProgress
+}
+
+// readRange is Replayer.readPartition with its settings in rr: replay
+// and the reading of the dead-letter topic (ReadDLQ) share it.
+func readRange(ctx context.Context, rr rangeReading, r PartitionRange, maxMessages int, handle func([]Message) error) error {
+	log := rr.log.With("topic", r.Topic, "partition", r.Partition)
+	pr, err := startPartitionReader(ctx, rr.conn, r.Topic, r.Partition, r.Start, log)
 	if err != nil {
-		return fmt.Errorf("consumer: replay %s:%d: %w", r.Topic, r.Partition, err)
+		return fmt.Errorf("consumer: %s %s:%d: %w", rr.what, r.Topic, r.Partition, err)
 	}
 	defer pr.stop()
 	log.Debug("replaying partition", "from", r.Start, "to", r.End)
@@ -494,13 +512,13 @@ func (rp *Replayer) readPartition(ctx context.Context, r PartitionRange, maxMess
 			return err
 		}
 		last := msgs[len(msgs)-1].Pos.Offset
-		rp.progress.add(last + 1 - next)
+		rr.progress.add(last + 1 - next)
 		next = last + 1
 		clear(msgs)
 		msgs = msgs[:0]
 		return nil
 	}
-	idle := time.NewTimer(rp.cfg.IdleTimeout)
+	idle := time.NewTimer(rr.idleTimeout)
 	defer idle.Stop()
 	for atEnd := false; !atEnd; {
 		if len(src.pending) == 0 {
@@ -510,17 +528,17 @@ func (rp *Replayer) readPartition(ctx context.Context, r PartitionRange, maxMess
 					return err
 				}
 			}
-			idle.Reset(rp.cfg.IdleTimeout)
+			idle.Reset(rr.idleTimeout)
 			ok, err := src.receive(ctx, idle.C)
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				return fmt.Errorf("consumer: replay %s:%d: read at offset %d: %w", r.Topic, r.Partition, next, err)
+				return fmt.Errorf("consumer: %s %s:%d: read at offset %d: %w", rr.what, r.Topic, r.Partition, next, err)
 			}
 			if !ok {
-				return fmt.Errorf("consumer: replay %s:%d: no message for %s at offset %d (the range ends at %d); are the brokers reachable?",
-					r.Topic, r.Partition, rp.cfg.IdleTimeout, next, r.End)
+				return fmt.Errorf("consumer: %s %s:%d: no message for %s at offset %d (the range ends at %d); are the brokers reachable?",
+					rr.what, r.Topic, r.Partition, rr.idleTimeout, next, r.End)
 			}
 		}
 		msgs, atEnd = src.takeBefore(msgs, maxMessages-len(msgs), r.End)
@@ -533,6 +551,6 @@ func (rp *Replayer) readPartition(ctx context.Context, r PartitionRange, maxMess
 	if err := flush(); err != nil {
 		return err
 	}
-	rp.progress.add(r.End - next)
+	rr.progress.add(r.End - next)
 	return nil
 }

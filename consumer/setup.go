@@ -28,6 +28,7 @@ import (
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/observer"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
 
 // Stack is everything the daemon, replay and demo build from one
@@ -300,7 +301,60 @@ func (s *Stack) buildPipeline(writer Applier, servers *itemformat.Selector, opts
 	if s.Pipeline, err = NewPipeline(pc); err != nil {
 		return err
 	}
+	s.Metrics.setRules(cfg.RulesDigest)
 	return nil
+}
+
+// ReloadRules loads the config's rule files again and, when they load,
+// pass the config's own checks (Config.CheckRuleNeeds) and check (nil:
+// none), makes them the rules of the batches the pipeline plans from now
+// on; batches being planned or applied finish with the rules they
+// started with. On any error the rules stay as they were. It returns the
+// new rules and their digest (rulefile.Digest), counts the reload in
+// cachewarden_rules_reload_total and sets cachewarden_rules_info. The
+// caller logs the result. Reloads must not run at once.
+//
+// Rules removed or added change which keys later changes touch (and
+// which fallback namespaces and generations cover them); items written
+// under the old rules stay until their TTL or a bump
+// (docs/operations.md, "Reloading the rules").
+func (s *Stack) ReloadRules(check func(*rules.RuleSet) error) (*rules.RuleSet, string, error) {
+	rs, digest, err := s.loadRules(check)
+	result := "ok"
+	if err != nil {
+		result = "error"
+	} else {
+		s.Metrics.setRules(digest)
+	}
+	s.Metrics.rulesReloads.WithLabelValues(result).Inc()
+	return rs, digest, err
+}
+
+func (s *Stack) loadRules(check func(*rules.RuleSet) error) (*rules.RuleSet, string, error) {
+	rs, digest, err := rulefile.LoadPathsDigest(s.Config.Rules...)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.Config.CheckRuleNeeds(rs); err != nil {
+		return nil, "", err
+	}
+	if check != nil {
+		if err := check(rs); err != nil {
+			return nil, "", err
+		}
+	}
+	var schemas *cdc.AvroSchemaCache
+	if s.SchemaRegistry != nil {
+		schemas = s.SchemaRegistry.Cache()
+	}
+	dec, topicDecoders, err := decodersFromConfig(s.Config.Kafka, rs, schemas)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.Pipeline.SetRules(rs, dec, topicDecoders); err != nil {
+		return nil, "", err
+	}
+	return rs, digest, nil
 }
 
 // DaemonConfig returns the daemon configuration the config file describes.

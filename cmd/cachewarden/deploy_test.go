@@ -113,8 +113,9 @@ func dashboardQueries(t *testing.T) []string {
 	return queries
 }
 
-// TestDashboardAndAlertsNameExportedMetrics runs the daemon through
-// planned, recounted and poison messages, then checks that every metric
+// TestDashboardAndAlertsNameExportedMetrics runs the daemon, its
+// consistency observer on, through planned, recounted and poison
+// messages, then checks that every metric
 // the Grafana dashboard's queries and the alert rules name is in its
 // /metrics.
 func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
@@ -174,7 +175,17 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 	}
 	topic := "cdc-" + testsvc.Unique()
 	brokers := testsvc.KafkaTopics(t, 1, topic, topic+".dlq")
-	d := startDaemon(t, writeCountConfig(t, brokers, topic, mc, strings.TrimSuffix(dsn, "/")+"/"+database))
+	cfgPath := writeCountConfig(t, brokers, topic, mc, strings.TrimSuffix(dsn, "/")+"/"+database)
+	// The observer's alerts name its metrics: check every change at 1s.
+	observerSection := "observer:\n  enabled: true\n  sample: 1\n  windows: [1s]\n"
+	data, err := os.ReadFile(cfgPath)
+	if err == nil {
+		err = os.WriteFile(cfgPath, append(data, observerSection...), 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, cfgPath)
 
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, BatchTimeout: time.Millisecond, AllowAutoTopicCreation: true}
 	defer w.Close()
@@ -617,6 +628,7 @@ func TestSystemdUnit(t *testing.T) {
 		"PrivateTmp":            "yes",
 		"CapabilityBoundingSet": "",
 		"KillSignal":            "SIGTERM",
+		"ExecReload":            "/bin/kill -HUP $MAINPID",
 		// A config that does not load is not retried forever.
 		"RestartPreventExitStatus": strconv.Itoa(exitConfig),
 		"StartLimitBurst":          "5",

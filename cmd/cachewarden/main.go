@@ -9,8 +9,9 @@
 //
 // It only wires: each subcommand (one file each: run.go, replay.go,
 // check.go, verify.go, plan.go, rules.go, observe.go, demo.go,
-// doctor.go, probe.go, version.go, key.go, invalidate.go, config.go) parses its flags, loads the config and calls the packages
-// that do the work (consumer, check, doctor, verify, inspect, ruletest, integration).
+// doctor.go, probe.go, version.go, key.go, invalidate.go, config.go, dlq.go)
+// parses its flags, loads the config and calls the packages that do the
+// work (consumer, check, doctor, verify, inspect, ruletest, integration).
 package main
 
 import (
@@ -57,6 +58,7 @@ func (a *app) commands() []command {
 		{name: "rules", help: "check rule files or run rule unit tests (rules check|test)", run: a.rulesCmd},
 		{name: "plan", help: "print the cache operations planned for CDC messages read from stdin", run: a.planCmd},
 		{name: "replay", help: "re-apply a range of the CDC topics, or an NDJSON file (replay -c FILE --from START | --file F)", run: a.replayCmd},
+		{name: "dlq", help: "list the dead-letter topic, or re-apply chosen dead letters with the current rules (dlq list|redrive -c FILE)", run: a.dlqCmd},
 		{name: "observe", help: "check continuously that memcached reflects the changes another daemon applies (observe -c FILE)", run: a.observeCmd},
 		{name: "verify", help: "compare the sets and counters in memcached with MySQL", run: a.verifyCmd},
 		{name: "key", help: "show one entity's items in memcached, what they mean and what MySQL says (key -c FILE --rule R COL=VAL)", run: a.keyCmd},

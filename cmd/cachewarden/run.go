@@ -8,11 +8,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cachewarden/cachewarden/check"
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/rules"
 )
 
 // httpShutdownTimeout bounds how long in-flight scrapes may finish at exit.
@@ -29,31 +34,74 @@ const collationCheckTimeout = 10 * time.Second
 // as it does when MySQL is down: `cachewarden check --dsn` checks the
 // same. It returns nil when ctx ends meanwhile.
 func checkCollations(ctx context.Context, cfg *config.Config, log *slog.Logger, stderr io.Writer) error {
-	if cfg.MySQL.DSN == "" {
-		log.Info("collations of key columns not checked: no mysql.dsn (cachewarden check --dsn checks them)")
-		return nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, collationCheckTimeout)
-	defer cancel()
-	fs, err := check.Folding(cctx, cfg.MySQL.DSN, cfg.RuleSet, log)
+	refused, err := foldingErrors(ctx, cfg, cfg.RuleSet, log)
 	if ctx.Err() != nil {
 		return nil // stopped before starting; runCmd returns
 	}
-	var refused bool
-	for _, f := range fs {
-		if f.Severity == check.Error {
-			fmt.Fprintln(stderr, f)
-			refused = true
-		}
-	}
-	if refused {
-		fmt.Fprintln(stderr, "run: refusing rules whose keys fold values the database finds equal (docs/rules.md, \"Collations\")")
+	if refused != "" {
+		fmt.Fprintln(stderr, refused)
+		fmt.Fprintln(stderr, "run: "+refusedFolding)
 		return errConfigReported
 	}
 	if err != nil {
 		log.Warn("collations of key columns not checked (cachewarden check --dsn checks them)", "error", err.Error())
 	}
 	return nil
+}
+
+// refusedFolding says why rules with folding key columns are refused.
+const refusedFolding = "refusing rules whose keys fold values the database finds equal (docs/rules.md, \"Collations\")"
+
+// foldingErrors checks the collations of rs's key, member and args
+// columns (check.Folding) within collationCheckTimeout and returns the
+// findings that refuse the rules, one "file:line:col: error: message" a
+// line ("" when none), and why the check could not run (then the rules
+// are not refused: `check --dsn` checks the same).
+func foldingErrors(ctx context.Context, cfg *config.Config, rs *rules.RuleSet, log *slog.Logger) (string, error) {
+	if cfg.MySQL.DSN == "" {
+		log.Info("collations of key columns not checked: no mysql.dsn (cachewarden check --dsn checks them)")
+		return "", nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, collationCheckTimeout)
+	defer cancel()
+	fs, err := check.Folding(cctx, cfg.MySQL.DSN, rs, log)
+	var refused []string
+	for _, f := range fs {
+		if f.Severity == check.Error {
+			refused = append(refused, f.String())
+		}
+	}
+	return strings.Join(refused, "\n"), err
+}
+
+// reloadOnSignal reloads the rules (Stack.ReloadRules) on each signal of
+// sig until ctx ends: checked as at start, collations included, and kept
+// as they were on any error. Each reload is logged once.
+func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, cfg *config.Config, stack *consumer.Stack, log *slog.Logger) {
+	digest := cfg.RulesDigest
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+		}
+		rs, next, err := stack.ReloadRules(func(rs *rules.RuleSet) error {
+			refused, err := foldingErrors(ctx, cfg, rs, log)
+			if refused != "" {
+				return fmt.Errorf("%s\n%s", refused, refusedFolding)
+			}
+			if err != nil {
+				log.Warn("collations of the reloaded rules' key columns not checked (cachewarden check --dsn checks them)", "error", err.Error())
+			}
+			return nil
+		})
+		if err != nil {
+			log.Error("rules not reloaded: the rules loaded before stay", "error", err.Error(), "digest", digest)
+			continue
+		}
+		log.Info("rules reloaded", "rule_count", len(rs.Rules()), "digest", next, "previous_digest", digest)
+		digest = next
+	}
 }
 
 // runCmd implements `run`: the daemon.
@@ -65,7 +113,9 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 			"serves /metrics, /healthz and /readyz on http.listen. It refuses rules\n"+
 			"whose key, member or args columns have a collation that folds case,\n"+
 			"accents or trailing spaces (as check --dsn reports them), unless the\n"+
-			"rule says collation: accept-folding. SIGINT or SIGTERM\n"+
+			"rule says collation: accept-folding. SIGHUP reloads the rule files\n"+
+			"(checked first; on any error the rules stay as they were and the log\n"+
+			"says why). SIGINT or SIGTERM\n"+
 			"stops it gracefully (exit status 0). The config's log section sets the\n"+
 			"log format and level; the global --log-format and --log-level, when\n"+
 			"given, override it.",
@@ -77,7 +127,7 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	log := a.configLogger(cfg.Log, stderr)
 	build := binaryBuild()
 	log.Info("starting", "version", build.Version, "revision", build.Revision, "go_version", build.GoVersion)
-	log.Info("config loaded", "config", cfg, "rule_count", len(cfg.RuleSet.Rules()))
+	log.Info("config loaded", "config", cfg, "rule_count", len(cfg.RuleSet.Rules()), "rules_digest", cfg.RulesDigest)
 	if err := checkCollations(ctx, cfg, log, stderr); err != nil || ctx.Err() != nil {
 		return err // nil when stopped by a signal meanwhile, as below
 	}
@@ -91,6 +141,20 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
+	// SIGHUP reloads the rules; the reloads end before the stack closes.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reloadCtx, stopReloads := context.WithCancel(ctx)
+	reloaded := make(chan struct{})
+	go func() {
+		defer close(reloaded)
+		reloadOnSignal(reloadCtx, hup, cfg, stack, log)
+	}()
+	defer func() {
+		signal.Stop(hup)
+		stopReloads()
+		<-reloaded
+	}()
 
 	err = serveWhileRunning(ctx, daemon, cfg.HTTP.Listen, stack.HTTPHandler(daemon.NotReady), log, func(addr net.Addr) {
 		log.Info("serving /metrics, /healthz and /readyz", "addr", addr.String())

@@ -10,6 +10,8 @@
 package rulefile
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -42,8 +44,15 @@ type File struct {
 // paths and of the files. Every problem of every file is reported at once
 // in a *rules.LoadError.
 func LoadPaths(paths ...string) (*rules.RuleSet, error) {
+	rs, _, err := LoadPathsDigest(paths...)
+	return rs, err
+}
+
+// LoadPathsDigest is LoadPaths, also returning the Digest of the files
+// it read ("" with an error).
+func LoadPathsDigest(paths ...string) (*rules.RuleSet, string, error) {
 	if len(paths) == 0 {
-		return nil, &rules.LoadError{Problems: []rules.Problem{{File: "rules", Msg: "no rule file given"}}}
+		return nil, "", &rules.LoadError{Problems: []rules.Problem{{File: "rules", Msg: "no rule file given"}}}
 	}
 	var files []File
 	var problems []rules.Problem
@@ -100,9 +109,24 @@ func LoadPaths(paths ...string) (*rules.RuleSet, error) {
 		if errors.As(err, &le) {
 			problems = append(problems, le.Problems...)
 		}
-		return nil, &rules.LoadError{Problems: problems}
+		return nil, "", &rules.LoadError{Problems: problems}
 	}
-	return rs, err
+	if err != nil {
+		return nil, "", err
+	}
+	return rs, Digest(files), nil
+}
+
+// Digest returns the SHA-256, in hex, of the files' contents one after
+// the other, in their order: what `cat FILE... | sha256sum` prints for
+// the files LoadPaths reads, in the order it reads them. It identifies a
+// set of rules (the daemon exports it as cachewarden_rules_info).
+func Digest(files []File) string {
+	h := sha256.New()
+	for _, f := range files {
+		h.Write(f.Data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func pathErrorMsg(err error) string {
