@@ -149,8 +149,8 @@ func Parse(filename string, data []byte) (*rules.RuleSet, error) {
 // placeholders), args and keys; count holds key, and optionally recount,
 // args and keys (see rules.Rule.Keys). args are the columns bound to the query's placeholders, by default
 // the key template's placeholder columns in order; their number must match
-// the '?' placeholders outside quotes and comments. args without a query
-// is an error.
+// the '?' placeholders outside quotes and comments; a column may be named
+// twice (a query that uses it twice). args without a query is an error.
 //
 // ttl and rebump_after are an integer number of seconds or a Go duration
 // string ("90s", "5m", "1h30m"); a quoted number is neither. ttl must be
@@ -361,8 +361,9 @@ func (l *fileLoader) str(n *yaml.Node, what string) (string, bool) {
 	return n.Value, true
 }
 
-// names returns a list of column names.
-func (l *fileLoader) names(n *yaml.Node, what string) ([]string, bool) {
+// names returns a list of column names; a name may repeat only when
+// repeats is true (args: a query may use one column twice).
+func (l *fileLoader) names(n *yaml.Node, what string, repeats bool) ([]string, bool) {
 	if n.Kind != yaml.SequenceNode {
 		l.errorf(n, "%s", yamlfile.WrongKind(what, "a list of column names", n))
 		return nil, false
@@ -382,7 +383,7 @@ func (l *fileLoader) names(n *yaml.Node, what string) ([]string, bool) {
 			ok = false
 			continue
 		}
-		if seen[s] {
+		if seen[s] && !repeats {
 			l.errorf(item, "column %q listed twice in %s", s, what)
 			ok = false
 			continue
@@ -604,7 +605,7 @@ func (l *fileLoader) queried(r *rules.Rule, v *yaml.Node, kind, queryField strin
 	argsBad := false
 	if f, ok := sub.Get("args"); ok {
 		argsNode = f.Key
-		if names, ok := l.names(f.Value, "args"); ok {
+		if names, ok := l.names(f.Value, "args", true); ok {
 			if len(names) == 0 {
 				l.errorf(f.Value, "args must list at least one column")
 			}
@@ -724,7 +725,7 @@ func (l *fileLoader) ruleBumpOptions(r *rules.Rule, fs yamlfile.Fields) {
 	if f, ok := fs.Get("columns"); ok {
 		if notBump {
 			l.errorf(f.Key, "columns is allowed only in bump rules")
-		} else if names, ok := l.names(f.Value, "columns"); ok {
+		} else if names, ok := l.names(f.Value, "columns", false); ok {
 			if len(names) == 0 {
 				l.errorf(f.Value, "columns must list at least one column")
 			}
