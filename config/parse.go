@@ -84,9 +84,15 @@ func parse(name string, data []byte, lookup LookupFunc) (*decoder, *Config) {
 	return d, cfg
 }
 
-// checkRuleNeeds reports settings that the loaded rules require: a rule
-// with a load or recount query needs mysql.dsn.
+// checkRuleNeeds reports rule files that hold no rule at all (the daemon
+// would consume and apply nothing), and settings that the loaded rules
+// require: a rule with a load or recount query needs mysql.dsn.
 func (d *decoder) checkRuleNeeds(cfg *Config) {
+	if len(cfg.RuleSet.Rules()) == 0 {
+		d.problem(d.place("rules"), "rules: no rule in %s: nothing would be applied (a rule file of comments alone holds none)",
+			strings.Join(cfg.Rules, ", "))
+		return
+	}
 	if cfg.MySQL.DSN != "" || d.bad["mysql.dsn"] {
 		return
 	}

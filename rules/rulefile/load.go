@@ -10,6 +10,7 @@
 package rulefile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -268,7 +269,13 @@ func (l *fileLoader) load() []*rules.Rule {
 	}
 	root = yamlfile.Resolve(root)
 	if root == nil || yamlfile.IsNull(root) {
-		return nil // an empty file holds no rules
+		// A file of comments holds no rules yet; an empty one was more
+		// likely emptied by a failed copy or deploy, which must not drop
+		// its rules silently.
+		if len(l.problems) == 0 && len(bytes.TrimSpace(l.data)) == 0 {
+			l.errorAt(0, 0, "rule file is empty (%d bytes, no text): want version: 1 and a rules list (a file of comments alone may stand for no rules yet)", len(l.data))
+		}
+		return nil
 	}
 	fields, ok := yamlfile.Mapping(root, "", []string{"version", "prefix", "fallback", "rules"}, l.errorf)
 	if !ok {

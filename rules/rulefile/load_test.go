@@ -200,7 +200,9 @@ func TestParseProblems(t *testing.T) {
 	tests := []struct {
 		name, src, want string
 	}{
-		{"empty file has no rules", "", ""},
+		{"empty file", "", "t.yaml: rule file is empty (0 bytes, no text): want version: 1 and a rules list (a file of comments alone may stand for no rules yet)"},
+		{"blank file", "\n  \n", "t.yaml: rule file is empty (4 bytes, no text): want version: 1 and a rules list (a file of comments alone may stand for no rules yet)"},
+		{"an empty rules list is a choice", "version: 1\nrules: []\n", ""},
 		{"comments only", "# nothing yet\n", ""},
 		{"missing version", "rules: []\n", `t.yaml:1:1: missing required key "version" (want version: 1)`},
 		{"version as string", "version: '1'\nrules: []\n", `t.yaml:1:10: unsupported version "1" (want 1)`},
