@@ -77,6 +77,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	cfg, err := config.Load(o.Config)
 	if err != nil {
 		rep.add(loadFindings(o.Config, err)...)
+		if o.DSN != "" || o.ConfigDSN {
+			rep.SchemaSkipped = "the config does not load"
+		}
 		return rep, nil // the rules cannot be checked further
 	}
 	rs := cfg.RuleSet
@@ -98,6 +101,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	dsn := o.DSN
 	if o.ConfigDSN {
 		if dsn = cfg.MySQL.DSN; dsn == "" {
+			rep.SchemaSkipped = "mysql.dsn is not set"
 			rep.add(Finding{File: o.Config, Severity: Error, Message: "mysql.dsn is not set: no database to check the rules against"})
 			return rep, nil
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -32,7 +33,7 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	var dsn, format string
 	var tests, databases stringList
 	path := configFlag(fs)
-	fs.StringVar(&dsn, "dsn", "", "go-sql-driver/mysql DSN of the database the rules query; none: no schema check")
+	fs.StringVar(&dsn, "dsn", "", "go-sql-driver/mysql DSN of the database the rules query; left out: no schema check (an empty one is an error)")
 	fs.Var(&tests, "tests", "rule test file or directory (repeatable); default: tests/ beside each rule directory")
 	fs.Var(&databases, "database", "NAME=SCHEMA: look up tables of rules' database NAME in SCHEMA (repeatable)")
 	fs.StringVar(&format, "format", "text", "output format: text or json")
@@ -45,7 +46,11 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err := checkConfigArgs(fs, "check", *path); err != nil {
 		return err
 	}
+	dsnGiven := false
+	fs.Visit(func(f *flag.Flag) { dsnGiven = dsnGiven || f.Name == "dsn" })
 	switch {
+	case dsnGiven && dsn == "":
+		return usageErrorf("check: --dsn is empty (an unset variable?): give a DSN, or leave --dsn out to check without the schema")
 	case dsn != "" && *configDSN:
 		return usageErrorf("check: give --dsn or --config-dsn, not both")
 	case format != "text" && format != "json":
