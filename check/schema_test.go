@@ -3,7 +3,9 @@ package check
 import (
 	"context"
 	"database/sql"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cachewarden/cachewarden/integration"
@@ -150,5 +152,75 @@ func TestConfigDSN(t *testing.T) {
 	}
 	if rep.Server == "" || len(rep.Schemas) != 1 || len(rep.Findings) != 0 {
 		t.Errorf("report %+v", rep)
+	}
+}
+
+// listen serves each connection to a local address with serve, until the
+// test ends; it returns the address.
+func listen(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go serve(c)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestNotAMySQLServer points the check at addresses that are not MySQL
+// servers: memcached (which waits for the client to speak), a server
+// that accepts and never answers, and one that answers something else.
+// Each is reported within DefaultConnectTimeout with its address and the
+// likely cause, not as the whole check's deadline.
+func TestNotAMySQLServer(t *testing.T) {
+	silent := listen(t, func(net.Conn) {})
+	ssh := listen(t, func(c net.Conn) { c.Write([]byte("SSH-2.0-OpenSSH_9.2\r\n")) })
+	for _, tc := range []struct {
+		name, addr string
+		words      []string
+	}{
+		{"memcached", testsvc.Memcached(t), []string{"is this a MySQL server? got no MySQL handshake from", "within 5s", "memcached"}},
+		{"silent", silent, []string{"is this a MySQL server? got no MySQL handshake from", "within 5s", "readTimeout="}},
+		{"ssh", ssh, []string{"is this a MySQL server? the handshake with", "failed after 21 bytes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := Run(context.Background(), Options{Config: "../configs/cachewarden.yaml", DSN: "cw:secret@tcp(" + tc.addr + ")/app"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Errors != 1 || len(rep.Findings) != 1 {
+				t.Fatalf("findings %v", rep.Findings)
+			}
+			msg := rep.Findings[0].String()
+			for _, w := range append(tc.words, tc.addr) {
+				if !strings.Contains(msg, w) {
+					t.Errorf("%s\nwant it to mention %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, "secret") || strings.Contains(msg, "deadline") {
+				t.Errorf("%s\nwants no password and no deadline", msg)
+			}
+		})
 	}
 }

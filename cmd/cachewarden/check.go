@@ -39,7 +39,7 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.StringVar(&format, "format", "text", "output format: text or json")
 	configDSN := fs.Bool("config-dsn", false, "check against the config's mysql.dsn")
 	warnFail := fs.Bool("warnings-as-errors", false, "exit with status 1 on warnings too")
-	timeout := fs.Duration("timeout", check.DefaultTimeout, "bound on the schema check")
+	timeout := fs.Duration("timeout", check.DefaultTimeout, "bound on the whole schema check (connecting alone: 5s, or the DSN's timeout= and readTimeout=)")
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
 	}
