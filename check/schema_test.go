@@ -224,3 +224,59 @@ func TestNotAMySQLServer(t *testing.T) {
 		})
 	}
 }
+
+// TestMariaDBJSON: MariaDB's JSON type is a LONGTEXT with a CHECK
+// (json_valid(col)); such columns get the findings of JSON columns, a
+// plain LONGTEXT does not.
+func TestMariaDBJSON(t *testing.T) {
+	db, dsn := testsvc.MySQL(t)
+	if _, err := db.Exec("CREATE TABLE documents (id INT PRIMARY KEY, body JSON, meta LONGTEXT, note LONGTEXT, " +
+		"CONSTRAINT meta_json CHECK (json_valid(meta) AND id > 0))"); err != nil {
+		t.Fatal(err)
+	}
+	var version string
+	if err := db.QueryRow("SELECT VERSION()").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(version, "MariaDB") {
+		t.Skipf("%s: JSON is a type of its own", version)
+	}
+	rep, err := Run(context.Background(), Options{Config: "testdata/json/cachewarden.yaml", DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const f = "testdata/json/rules/json.yaml"
+	want := []struct {
+		at    string
+		sev   Severity
+		words []string
+	}{
+		{f + ":10:15", Error, []string{`rule "doc-bodies"`, `member placeholder {body}`, "longtext (MariaDB's JSON: CHECK (json_valid(body))) cannot be rendered into a key"}},
+		{f + ":10:15", Error, []string{`rule "doc-bodies"`, `member placeholder {body}`, `collation utf8mb4_bin`, `MODIFY body longtext COLLATE`}},
+		{f + ":15:11", Error, []string{`rule "doc-meta"`, `key placeholder {meta}`, "longtext (MariaDB's JSON: CHECK (json_valid(meta))) cannot be rendered into a key"}},
+		{f + ":21:11", Warning, []string{`rule "doc-note"`, `when identifier body`, "longtext (MariaDB's JSON: CHECK (json_valid(body))): when compares the JSON text"}},
+	}
+	var got []Finding
+	for _, fd := range rep.Findings {
+		if !strings.Contains(fd.Message, "SHA-256") { // long keys are not the point here
+			got = append(got, fd)
+		}
+	}
+	if len(got) != len(want) {
+		for _, fd := range rep.Findings {
+			t.Log(fd)
+		}
+		t.Fatalf("%d findings, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		line := got[i].String()
+		if !strings.HasPrefix(line, w.at+": "+string(w.sev)+": ") {
+			t.Errorf("finding %d = %s\nwant it at %s, %s", i+1, line, w.at, w.sev)
+		}
+		for _, word := range w.words {
+			if !strings.Contains(line, word) {
+				t.Errorf("finding %d = %s\nwant it to mention %q", i+1, line, word)
+			}
+		}
+	}
+}
