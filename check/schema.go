@@ -189,7 +189,7 @@ func (s *Schema) rule(ctx context.Context, r *rules.Rule) ([]Finding, error) {
 		}
 	}
 	if r.Keys != "" {
-		if err := s.keysQuery(ctx, c); err != nil {
+		if err := s.keysQuery(ctx, c, t); err != nil {
 			return c.out, err
 		}
 	}

@@ -280,3 +280,48 @@ func TestMariaDBJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryMeanings checks load, recount and keys queries that prepare
+// but do not return what the daemon and verify read of them, and right
+// ones that must not be reported (a joined table's column, an IF that
+// reads a flag, CONCAT for a member of several columns, args naming a
+// column twice), against the example schema.
+func TestQueryMeanings(t *testing.T) {
+	_, dsn := exampleDB(t)
+	rep, err := Run(context.Background(), Options{Config: "testdata/meanings/cachewarden.yaml", DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const f = "testdata/meanings/rules/meanings.yaml"
+	want := []struct {
+		at    string
+		words []string
+	}{
+		{f + ":12:13", []string{`rule "category-statuses"`, `load selects column id of products as the member, but member "{status}" is column status`}},
+		{f + ":21:13", []string{`rule "interests-two"`, `load returns 2 columns (interest, active)`, `first column alone`}},
+		{f + ":30:13", []string{`rule "product-refs"`, `load selects column id of products alone, but member "p{id}"`}},
+		{f + ":38:13", []string{`rule "product-pairs"`, `load's member CONCAT(category_id, ':') does not read id`}},
+		{f + ":45:16", []string{`rule "comment-ids"`, `recount returns id, not a count`}},
+		{f + ":52:16", []string{`rule "comment-two"`, `recount returns 2 columns (COUNT(*), MAX(id)), not one count`}},
+		{f + ":59:16", []string{`rule "comment-groups"`, `recount has GROUP BY at its top`}},
+		{f + ":68:13", []string{`rule "interests-keys"`, `keys returns 2 column(s) (user_id, interest)`, `in order: 1 (user_id)`}},
+		{f + ":77:13", []string{`rule "comment-keys"`, `keys column 1 is author_id of comments, but placeholder 1 of key "c4:{post_id}" is {post_id}`}},
+	}
+	if len(rep.Findings) != len(want) {
+		for _, fd := range rep.Findings {
+			t.Log(fd)
+		}
+		t.Fatalf("%d findings, want %d", len(rep.Findings), len(want))
+	}
+	for i, w := range want {
+		line := rep.Findings[i].String()
+		if !strings.HasPrefix(line, w.at+": error: ") {
+			t.Errorf("finding %d = %s\nwant it at %s, an error", i+1, line, w.at)
+		}
+		for _, word := range w.words {
+			if !strings.Contains(line, word) {
+				t.Errorf("finding %d = %s\nwant it to mention %q", i+1, line, word)
+			}
+		}
+	}
+}
