@@ -26,10 +26,14 @@ import (
 //     near);
 //   - key and member placeholders have types that render the same text
 //     whatever produced the change event, and `when` columns types it
-//     can compare (JSON and spatial columns in keys are errors; decimals,
+//     can compare (JSON columns, MariaDB's LONGTEXT with CHECK
+//     (json_valid) included, and spatial columns in keys are errors; decimals,
 //     floats, dates and times, binary and BIT columns are warnings);
 //   - load, recount and keys queries prepare on the server, which takes
 //     as many parameters as args names columns (errors);
+//   - they return what the daemon and verify read (meaning.go): a load
+//     one column, the member's; a recount one COUNT; a keys query the
+//     key's distinct placeholder columns, in order (errors);
 //   - per EXPLAIN, load and recount queries do not read a whole table
 //     that has no index they could use (a warning naming the query and
 //     the index that would serve it);

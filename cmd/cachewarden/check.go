@@ -19,7 +19,9 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 			"default the *.yaml files in the tests/ directory of each rule directory),\n"+
 			"and, with --dsn, checks the rules against the live schema: tables and\n"+
 			"columns exist, key and when columns have usable types, load and recount\n"+
-			"queries prepare with the right number of parameters and use an index,\n"+
+			"queries prepare with the right number of parameters, return what the\n"+
+			"daemon reads (a load of the member's column, a recount of one COUNT, a\n"+
+			"keys query of the key's columns in order) and use an index,\n"+
 			"key, member and args columns compare bytes exactly (a collation that\n"+
 			"folds case, accents or trailing spaces is an error unless the rule says\n"+
 			"collation: accept-folding); it reports key templates that can exceed\n"+
@@ -28,7 +30,9 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 			"summary. Exit status: 1 when there is an error (or, with\n"+
 			"--warnings-as-errors, a warning), 2 on a command-line mistake, else 0.\n"+
 			"--config-dsn checks against the config's mysql.dsn, whose password may\n"+
-			"come from the environment (${NAME}) rather than the command line.",
+			"come from the environment (${NAME}) rather than the command line.\n"+
+			"Connecting waits at most 5s (unless the DSN sets timeout= or readTimeout=)\n"+
+			"and names an address that sends no MySQL handshake as such.",
 		stderr)
 	var dsn, format string
 	var tests, databases stringList
