@@ -33,15 +33,21 @@ type queryShape struct {
 	plain  bool
 	tables []tableRef
 	s      *Schema
+	// n is the number of columns the query returns, -1 when a star's
+	// table is unknown; names are the items as written, a table's columns
+	// for a star.
+	n     int
+	names []string
 }
 
-// shape reads q's select list; ok is false when it has none.
-func (s *Schema) shape(ctx context.Context, q string) (qs queryShape, ok bool, err error) {
+// shape reads q's select list and counts its columns; nil when it has
+// none.
+func (s *Schema) shape(ctx context.Context, q string) (*queryShape, error) {
 	sel, ok := selectOf(q)
-	if !ok {
-		return qs, false, nil
+	if !ok || len(sel.items) == 0 {
+		return nil, nil
 	}
-	qs = queryShape{sel: sel, s: s}
+	qs := &queryShape{sel: sel, s: s}
 	selects := 0
 	for _, t := range tokenize(q) {
 		if t.kind == tokKeyword && t.text == "SELECT" {
@@ -54,13 +60,17 @@ func (s *Schema) shape(ctx context.Context, q string) (qs queryShape, ok bool, e
 	for _, ref := range sc.tables {
 		t, err := s.table(ctx, cmp.Or(ref.schema, s.current), ref.name)
 		if err != nil {
-			return qs, false, err
+			return nil, err
 		}
 		if t == nil {
 			qs.plain = false
 		}
 	}
-	return qs, true, nil
+	var err error
+	if qs.n, qs.names, err = qs.columns(ctx); err != nil {
+		return nil, err
+	}
+	return qs, nil
 }
 
 // lookup returns the table a query's reference (a table name or alias)
@@ -155,17 +165,10 @@ func (qs *queryShape) first(ctx context.Context) (*table, *column, error) {
 // loadMeaning checks that a set's load returns the rule's members: one
 // column, the member template's column (or an expression reading every
 // column of the template).
-func (s *Schema) loadMeaning(ctx context.Context, c *ruleCheck, t *table) error {
+func (s *Schema) loadMeaning(ctx context.Context, c *ruleCheck, t *table, qs *queryShape) error {
 	r := c.r
 	field := kindField(r, "load")
-	qs, ok, err := s.shape(ctx, r.Query)
-	if err != nil || !ok || len(qs.sel.items) == 0 {
-		return err
-	}
-	n, names, err := qs.columns(ctx)
-	if err != nil {
-		return err
-	}
+	n, names := qs.n, qs.names
 	if n > 1 {
 		c.add(field, Error, "load returns %d columns (%s): the daemon makes a member of each row's first column alone and ignores the rest; "+
 			"select one column, the member %q (for a member built from several columns, one expression such as CONCAT(a, ':', b))",
@@ -225,17 +228,9 @@ func (s *Schema) loadMeaning(ctx context.Context, c *ruleCheck, t *table) error 
 
 // recountMeaning checks that a counter's recount returns one row of one
 // column, a COUNT.
-func (s *Schema) recountMeaning(ctx context.Context, c *ruleCheck) error {
-	r := c.r
-	field := kindField(r, "recount")
-	qs, ok, err := s.shape(ctx, r.Query)
-	if err != nil || !ok || len(qs.sel.items) == 0 {
-		return err
-	}
-	n, names, err := qs.columns(ctx)
-	if err != nil {
-		return err
-	}
+func recountMeaning(c *ruleCheck, qs *queryShape) {
+	field := kindField(c.r, "recount")
+	n, names := qs.n, qs.names
 	const want = "the daemon stores the one integer of its one row as the counter: SELECT COUNT(*) FROM ... WHERE ... over the rows the rule counts"
 	switch {
 	case n > 1:
@@ -245,7 +240,6 @@ func (s *Schema) recountMeaning(ctx context.Context, c *ruleCheck) error {
 	case qs.sel.groups != "":
 		c.add(field, Error, "recount has %s at its top, so it can return no row (a key with nothing to count) or several, not one count: %s", qs.sel.groups, want)
 	}
-	return nil
 }
 
 // keysMeaning checks that a keys query returns the key's distinct
@@ -256,15 +250,12 @@ func (s *Schema) keysMeaning(ctx context.Context, c *ruleCheck, t *table) error 
 		return nil
 	}
 	field := kindField(r, "keys")
-	qs, ok, err := s.shape(ctx, r.Keys)
-	if err != nil || !ok || len(qs.sel.items) == 0 {
+	qs, err := s.shape(ctx, r.Keys)
+	if qs == nil {
 		return err
 	}
 	want := r.Key.DistinctColumns()
-	n, names, err := qs.columns(ctx)
-	if err != nil {
-		return err
-	}
+	n, names := qs.n, qs.names
 	if n >= 0 && n != len(want) {
 		c.add(field, Error, "keys returns %d column(s) (%s), but verify reads one per placeholder of key %q, in order: %d (%s)",
 			n, strings.Join(names, ", "), r.Key.String(), len(want), strings.Join(want, ", "))
@@ -292,8 +283,13 @@ func (s *Schema) keysMeaning(ctx context.Context, c *ruleCheck, t *table) error 
 // meaning runs the check of what the rule's load or recount query
 // returns.
 func (s *Schema) meaning(ctx context.Context, c *ruleCheck, t *table) error {
-	if c.r.Kind == rules.SetRule {
-		return s.loadMeaning(ctx, c, t)
+	qs, err := s.shape(ctx, c.r.Query)
+	if qs == nil {
+		return err
 	}
-	return s.recountMeaning(ctx, c)
+	if c.r.Kind == rules.SetRule {
+		return s.loadMeaning(ctx, c, t, qs)
+	}
+	recountMeaning(c, qs)
+	return nil
 }

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"net"
@@ -21,6 +22,36 @@ func exampleDB(t testing.TB) (*sql.DB, string) {
 		t.Fatal(err)
 	}
 	return db, dsn
+}
+
+// wantFinding is a finding expected at "file:line:col" with a severity
+// (Error when ""), its message holding each of words.
+type wantFinding struct {
+	at    string
+	sev   Severity
+	words []string
+}
+
+// expectFindings compares got with want, one by one.
+func expectFindings(t *testing.T, got []Finding, want []wantFinding) {
+	t.Helper()
+	if len(got) != len(want) {
+		for _, f := range got {
+			t.Log(f)
+		}
+		t.Fatalf("%d findings, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		line := got[i].String()
+		if !strings.HasPrefix(line, w.at+": "+string(cmp.Or(w.sev, Error))+": ") {
+			t.Errorf("finding %d = %s\nwant it at %s, %s", i+1, line, w.at, cmp.Or(w.sev, Error))
+		}
+		for _, word := range w.words {
+			if !strings.Contains(line, word) {
+				t.Errorf("finding %d = %s\nwant it to mention %q", i+1, line, word)
+			}
+		}
+	}
 }
 
 // TestExampleRulesPass checks the example config and rules against the
@@ -54,11 +85,7 @@ func TestMistakesReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	const f = "testdata/mistakes/rules/mistakes.yaml"
-	want := []struct {
-		at    string
-		sev   Severity
-		words []string
-	}{
+	expectFindings(t, rep.Findings, []wantFinding{
 		// the key's {idd}, inside the quoted template
 		{f + ":9:11", Error, []string{`rule "user"`, `key placeholder {idd}`, `no column "idd"`, `did you mean "id"`}},
 		// actve, inside the when expression
@@ -74,25 +101,7 @@ func TestMistakesReported(t *testing.T) {
 		{f + ":57:11", Warning, []string{`rule "product-price"`, `{price}`, `decimal(10,2)`}},
 		{f + ":62:11", Error, []string{`rule "by-status"`, `key placeholder {status}`, `collation utf8mb4_general_ci`}},
 		{f + ":63:15", Warning, []string{`rule "by-status"`, `renders the evidence master's key "ns:status:master"`, `varchar(20) status "master"`}},
-	}
-	if len(rep.Findings) != len(want) {
-		for _, f := range rep.Findings {
-			t.Log(f)
-		}
-		t.Fatalf("%d findings, want %d", len(rep.Findings), len(want))
-	}
-	for i, w := range want {
-		got := rep.Findings[i]
-		line := got.String()
-		if !strings.HasPrefix(line, w.at+": "+string(w.sev)+": ") {
-			t.Errorf("finding %d = %s\nwant it at %s, %s", i+1, line, w.at, w.sev)
-		}
-		for _, word := range w.words {
-			if !strings.Contains(line, word) {
-				t.Errorf("finding %d = %s\nwant it to mention %q", i+1, line, word)
-			}
-		}
-	}
+	})
 	if rep.Errors != 7 || rep.Warnings != 4 || !rep.Failed(false) {
 		t.Errorf("%d errors, %d warnings, failed %v", rep.Errors, rep.Warnings, rep.Failed(false))
 	}
@@ -245,40 +254,19 @@ func TestMariaDBJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const f = "testdata/json/rules/json.yaml"
-	want := []struct {
-		at    string
-		sev   Severity
-		words []string
-	}{
-		{f + ":10:15", Error, []string{`rule "doc-bodies"`, `member placeholder {body}`, "longtext (MariaDB's JSON: CHECK (json_valid(body))) cannot be rendered into a key"}},
-		{f + ":10:15", Error, []string{`rule "doc-bodies"`, `member placeholder {body}`, `collation utf8mb4_bin`, `MODIFY body longtext COLLATE`}},
-		{f + ":15:11", Error, []string{`rule "doc-meta"`, `key placeholder {meta}`, "longtext (MariaDB's JSON: CHECK (json_valid(meta))) cannot be rendered into a key"}},
-		{f + ":21:11", Warning, []string{`rule "doc-note"`, `when identifier body`, "longtext (MariaDB's JSON: CHECK (json_valid(body))): when compares the JSON text"}},
-	}
 	var got []Finding
 	for _, fd := range rep.Findings {
 		if !strings.Contains(fd.Message, "SHA-256") { // long keys are not the point here
 			got = append(got, fd)
 		}
 	}
-	if len(got) != len(want) {
-		for _, fd := range rep.Findings {
-			t.Log(fd)
-		}
-		t.Fatalf("%d findings, want %d", len(got), len(want))
-	}
-	for i, w := range want {
-		line := got[i].String()
-		if !strings.HasPrefix(line, w.at+": "+string(w.sev)+": ") {
-			t.Errorf("finding %d = %s\nwant it at %s, %s", i+1, line, w.at, w.sev)
-		}
-		for _, word := range w.words {
-			if !strings.Contains(line, word) {
-				t.Errorf("finding %d = %s\nwant it to mention %q", i+1, line, word)
-			}
-		}
-	}
+	const f = "testdata/json/rules/json.yaml"
+	expectFindings(t, got, []wantFinding{
+		{f + ":10:15", Error, []string{`rule "doc-bodies"`, `member placeholder {body}`, "longtext (MariaDB's JSON: CHECK (json_valid(body))) cannot be rendered into a key"}},
+		{f + ":10:15", Error, []string{`rule "doc-bodies"`, `member placeholder {body}`, `collation utf8mb4_bin`, `MODIFY body longtext COLLATE`}},
+		{f + ":15:11", Error, []string{`rule "doc-meta"`, `key placeholder {meta}`, "longtext (MariaDB's JSON: CHECK (json_valid(meta))) cannot be rendered into a key"}},
+		{f + ":21:11", Warning, []string{`rule "doc-note"`, `when identifier body`, "longtext (MariaDB's JSON: CHECK (json_valid(body))): when compares the JSON text"}},
+	})
 }
 
 // TestQueryMeanings checks load, recount and keys queries that prepare
@@ -293,35 +281,15 @@ func TestQueryMeanings(t *testing.T) {
 		t.Fatal(err)
 	}
 	const f = "testdata/meanings/rules/meanings.yaml"
-	want := []struct {
-		at    string
-		words []string
-	}{
-		{f + ":12:13", []string{`rule "category-statuses"`, `load selects column id of products as the member, but member "{status}" is column status`}},
-		{f + ":21:13", []string{`rule "interests-two"`, `load returns 2 columns (interest, active)`, `first column alone`}},
-		{f + ":30:13", []string{`rule "product-refs"`, `load selects column id of products alone, but member "p{id}"`}},
-		{f + ":38:13", []string{`rule "product-pairs"`, `load's member CONCAT(category_id, ':') does not read id`}},
-		{f + ":45:16", []string{`rule "comment-ids"`, `recount returns id, not a count`}},
-		{f + ":52:16", []string{`rule "comment-two"`, `recount returns 2 columns (COUNT(*), MAX(id)), not one count`}},
-		{f + ":59:16", []string{`rule "comment-groups"`, `recount has GROUP BY at its top`}},
-		{f + ":68:13", []string{`rule "interests-keys"`, `keys returns 2 column(s) (user_id, interest)`, `in order: 1 (user_id)`}},
-		{f + ":77:13", []string{`rule "comment-keys"`, `keys column 1 is author_id of comments, but placeholder 1 of key "c4:{post_id}" is {post_id}`}},
-	}
-	if len(rep.Findings) != len(want) {
-		for _, fd := range rep.Findings {
-			t.Log(fd)
-		}
-		t.Fatalf("%d findings, want %d", len(rep.Findings), len(want))
-	}
-	for i, w := range want {
-		line := rep.Findings[i].String()
-		if !strings.HasPrefix(line, w.at+": error: ") {
-			t.Errorf("finding %d = %s\nwant it at %s, an error", i+1, line, w.at)
-		}
-		for _, word := range w.words {
-			if !strings.Contains(line, word) {
-				t.Errorf("finding %d = %s\nwant it to mention %q", i+1, line, word)
-			}
-		}
-	}
+	expectFindings(t, rep.Findings, []wantFinding{
+		{at: f + ":12:13", words: []string{`rule "category-statuses"`, `load selects column id of products as the member, but member "{status}" is column status`}},
+		{at: f + ":21:13", words: []string{`rule "interests-two"`, `load returns 2 columns (interest, active)`, `first column alone`}},
+		{at: f + ":30:13", words: []string{`rule "product-refs"`, `load selects column id of products alone, but member "p{id}"`}},
+		{at: f + ":38:13", words: []string{`rule "product-pairs"`, `load's member CONCAT(category_id, ':') does not read id`}},
+		{at: f + ":45:16", words: []string{`rule "comment-ids"`, `recount returns id, not a count`}},
+		{at: f + ":52:16", words: []string{`rule "comment-two"`, `recount returns 2 columns (COUNT(*), MAX(id)), not one count`}},
+		{at: f + ":59:16", words: []string{`rule "comment-groups"`, `recount has GROUP BY at its top`}},
+		{at: f + ":68:13", words: []string{`rule "interests-keys"`, `keys returns 2 column(s) (user_id, interest)`, `in order: 1 (user_id)`}},
+		{at: f + ":77:13", words: []string{`rule "comment-keys"`, `keys column 1 is author_id of comments, but placeholder 1 of key "c4:{post_id}" is {post_id}`}},
+	})
 }
