@@ -31,7 +31,7 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 			"--warnings-as-errors, a warning), 2 on a command-line mistake, else 0.\n"+
 			"--config-dsn checks against the config's mysql.dsn, whose password may\n"+
 			"come from the environment (${NAME}) rather than the command line.\n"+
-			"Connecting waits at most 5s (unless the DSN sets timeout= or readTimeout=)\n"+
+			fmt.Sprintf("Connecting waits at most %v (unless the DSN sets timeout= or readTimeout=)\n", check.DefaultConnectTimeout)+
 			"and names an address that sends no MySQL handshake as such.",
 		stderr)
 	var dsn, format string
@@ -43,7 +43,8 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.StringVar(&format, "format", "text", "output format: text or json")
 	configDSN := fs.Bool("config-dsn", false, "check against the config's mysql.dsn")
 	warnFail := fs.Bool("warnings-as-errors", false, "exit with status 1 on warnings too")
-	timeout := fs.Duration("timeout", check.DefaultTimeout, "bound on the whole schema check (connecting alone: 5s, or the DSN's timeout= and readTimeout=)")
+	timeout := fs.Duration("timeout", check.DefaultTimeout,
+		fmt.Sprintf("bound on the whole schema check (connecting alone: %v, or the DSN's timeout= and readTimeout=)", check.DefaultConnectTimeout))
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
 	}
