@@ -327,12 +327,16 @@ func containsCol(cols []string, name string) bool {
 // it all. log receives progress at debug level; nil discards. Each call
 // opens a pool of its own: calls may run concurrently.
 func Folding(ctx context.Context, dsn string, rs *rules.RuleSet, log *slog.Logger) ([]Finding, error) {
-	db, where, err := openDB(dsn)
+	srv, err := openServer(dsn, log)
 	if err != nil {
 		return nil, err
 	}
-	defer db.Close()
-	s := &Schema{DB: db, Log: log}
+	defer srv.close()
+	if err := srv.connect(ctx); err != nil {
+		return nil, err
+	}
+	where := srv.where
+	s := &Schema{DB: srv.db, Log: log}
 	if err := s.open(ctx); err != nil {
 		return nil, fmt.Errorf("MySQL %s: %w", where, err)
 	}

@@ -106,8 +106,12 @@ type Report struct {
 	TestsPassed int `json:"tests_passed"`
 	TestsFailed int `json:"tests_failed"`
 	// Server names the server and user of the DSN (never the password);
-	// "" when no DSN was given.
+	// "" when the schema was not checked.
 	Server string `json:"server,omitempty"`
+	// SchemaSkipped says why a schema that was asked for (--dsn or
+	// --config-dsn) was not checked; "" when it was, or when none was
+	// asked for.
+	SchemaSkipped string `json:"schema_skipped,omitempty"`
 	// Schemas lists the databases whose tables the rules were checked
 	// against.
 	Schemas []string `json:"schemas,omitempty"`
@@ -147,6 +151,8 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, ", %s in %s (%d failed)", plural(r.TestsPassed+r.TestsFailed, "rule test"), plural(r.TestFiles, "test file"), r.TestsFailed)
 	}
 	switch {
+	case r.SchemaSkipped != "":
+		fmt.Fprintf(&b, ", schema not checked (%s)", r.SchemaSkipped)
 	case r.Server == "":
 		b.WriteString(", no schema (no --dsn)")
 	case len(r.Schemas) > 0:

@@ -15,7 +15,8 @@ import (
 )
 
 // query checks a set's load or a counter's recount query: it reads,
-// prepares with as many parameters as args names, and uses an index.
+// prepares with as many parameters as args names, returns what the
+// daemon reads of it (meaning.go), and uses an index.
 func (s *Schema) query(ctx context.Context, c *ruleCheck, t *table) error {
 	r := c.r
 	field, name := queryField(r)
@@ -25,6 +26,9 @@ func (s *Schema) query(ctx context.Context, c *ruleCheck, t *table) error {
 	}
 	n, ok, err := s.prepare(ctx, c, field, name, r.Query)
 	if err != nil || !ok {
+		return err
+	}
+	if err := s.meaning(ctx, c, t); err != nil {
 		return err
 	}
 	if n != len(r.Args) {
@@ -43,8 +47,9 @@ func (s *Schema) query(ctx context.Context, c *ruleCheck, t *table) error {
 	return s.explain(ctx, c, t, field, name)
 }
 
-// keysQuery checks that a keys query prepares without parameters.
-func (s *Schema) keysQuery(ctx context.Context, c *ruleCheck) error {
+// keysQuery checks that a keys query prepares without parameters and
+// returns the key's columns.
+func (s *Schema) keysQuery(ctx context.Context, c *ruleCheck, t *table) error {
 	field := kindField(c.r, "keys")
 	if !isSelect(c.r.Keys) {
 		c.add(field, Error, "keys must be a SELECT: verify runs it")
@@ -57,7 +62,7 @@ func (s *Schema) keysQuery(ctx context.Context, c *ruleCheck) error {
 	if n != 0 {
 		c.add(field, Error, "keys takes %d parameter(s) on the server; it must take none", n)
 	}
-	return nil
+	return s.keysMeaning(ctx, c, t)
 }
 
 // unknownColumn reads the column of MySQL's error 1054.

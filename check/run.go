@@ -15,9 +15,7 @@
 package check
 
 import (
-	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,16 +26,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/internal/readfile"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/ruletest"
 )
 
-// DefaultTimeout bounds the schema check (connecting, every
-// information_schema query, prepare and EXPLAIN).
+// DefaultTimeout bounds the whole schema check (connecting, every
+// information_schema query, prepare and EXPLAIN); connecting alone is
+// bounded by DefaultConnectTimeout.
 const DefaultTimeout = 30 * time.Second
 
 // Options says what Run checks.
@@ -77,6 +74,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	cfg, err := config.Load(o.Config)
 	if err != nil {
 		rep.add(loadFindings(o.Config, err)...)
+		if o.DSN != "" || o.ConfigDSN {
+			rep.SchemaSkipped = "the config does not load"
+		}
 		return rep, nil // the rules cannot be checked further
 	}
 	rs := cfg.RuleSet
@@ -98,6 +98,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	dsn := o.DSN
 	if o.ConfigDSN {
 		if dsn = cfg.MySQL.DSN; dsn == "" {
+			rep.SchemaSkipped = "mysql.dsn is not set"
 			rep.add(Finding{File: o.Config, Severity: Error, Message: "mysql.dsn is not set: no database to check the rules against"})
 			return rep, nil
 		}
@@ -111,14 +112,32 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	db, where, err := openDB(dsn)
-	rep.Server = cmp.Or(where, "an unreadable DSN")
+	srv, err := openServer(dsn, log)
 	if err != nil {
+		rep.Server = "an unreadable DSN"
 		rep.add(Finding{Severity: Error, Message: err.Error()})
 		return rep, nil
 	}
-	defer db.Close()
-	sc := &Schema{DB: db, Databases: o.Databases, Log: log}
+	defer srv.close()
+	rep.Server = srv.where
+	stopped := func(err error) {
+		if errors.Is(err, context.DeadlineExceeded) && sctx.Err() != nil {
+			err = fmt.Errorf("the check's bound of %v (--timeout) ran out: %w", timeout, err)
+		}
+		rep.add(Finding{Severity: Error, Message: fmt.Sprintf("schema check on MySQL %s stopped: %v", srv.where, err)})
+	}
+	if err := srv.connect(sctx); err != nil {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		if sctx.Err() != nil {
+			stopped(err)
+		} else {
+			rep.add(Finding{Severity: Error, Message: err.Error()})
+		}
+		return rep, nil
+	}
+	sc := &Schema{DB: srv.db, Databases: o.Databases, Log: log}
 	fs, schemas, err := sc.Check(sctx, rs)
 	sortFindings(fs)
 	rep.add(fs...)
@@ -127,29 +146,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if ctx.Err() != nil {
 			return rep, ctx.Err()
 		}
-		rep.add(Finding{Severity: Error, Message: fmt.Sprintf("schema check on MySQL %s stopped: %v", where, err)})
+		stopped(err)
 	}
 	return rep, nil
-}
-
-// openDB opens a pool for dsn; where names the server and user for
-// messages (never the password).
-func openDB(dsn string) (db *sql.DB, where string, err error) {
-	mcfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return nil, "", fmt.Errorf("--dsn: %v", err) // names the malformed part, not the password
-	}
-	where = fmt.Sprintf("%s@%s/%s", mcfg.User, mcfg.Addr, mcfg.DBName)
-	// One statement at a time, and placeholders bound by the server.
-	mcfg.MultiStatements = false
-	mcfg.InterpolateParams = false
-	conn, err := mysql.NewConnector(mcfg)
-	if err != nil {
-		return nil, where, fmt.Errorf("--dsn: MySQL %s: %v", where, err)
-	}
-	db = sql.OpenDB(conn)
-	db.SetMaxOpenConns(2)
-	return db, where, nil
 }
 
 // loadFindings turns config.Load's error into findings: the config's and

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -94,6 +95,32 @@ func TestFindingString(t *testing.T) {
 	} {
 		if got := tc.f.String(); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.f, got, tc.want)
+		}
+	}
+}
+
+// TestSchemaSkippedSummary: a schema asked for but not checked says why
+// in the summary, never "no --dsn".
+func TestSchemaSkippedSummary(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Config: "testdata/badconfig/cachewarden.yaml", ConfigDSN: true}, ", schema not checked (the config does not load): 2 errors"},
+		{Options{Config: "testdata/badconfig/cachewarden.yaml", DSN: "cw@tcp(127.0.0.1:1)/app"}, ", schema not checked (the config does not load): 2 errors"},
+		{Options{Config: "testdata/failing/cachewarden.yaml", ConfigDSN: true}, ", schema not checked (mysql.dsn is not set): 2 errors"},
+		{Options{Config: "testdata/badconfig/cachewarden.yaml"}, ", no schema (no --dsn): 2 errors"},
+	} {
+		rep, err := Run(context.Background(), tc.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := rep.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("%+v: report\n%s\nwant it to end %q", tc.o, b.String(), tc.want)
 		}
 	}
 }

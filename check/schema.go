@@ -3,11 +3,15 @@ package check
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/cachewarden/cachewarden/internal/yamlfile"
 	"github.com/cachewarden/cachewarden/rules"
@@ -22,10 +26,14 @@ import (
 //     near);
 //   - key and member placeholders have types that render the same text
 //     whatever produced the change event, and `when` columns types it
-//     can compare (JSON and spatial columns in keys are errors; decimals,
+//     can compare (JSON columns, MariaDB's LONGTEXT with CHECK
+//     (json_valid) included, and spatial columns in keys are errors; decimals,
 //     floats, dates and times, binary and BIT columns are warnings);
 //   - load, recount and keys queries prepare on the server, which takes
 //     as many parameters as args names columns (errors);
+//   - they return what the daemon and verify read (meaning.go): a load
+//     one column, the member's; a recount one COUNT; a keys query the
+//     key's distinct placeholder columns, in order (errors);
 //   - per EXPLAIN, load and recount queries do not read a whole table
 //     that has no index they could use (a warning naming the query and
 //     the index that would serve it);
@@ -185,7 +193,7 @@ func (s *Schema) rule(ctx context.Context, r *rules.Rule) ([]Finding, error) {
 		}
 	}
 	if r.Keys != "" {
-		if err := s.keysQuery(ctx, c); err != nil {
+		if err := s.keysQuery(ctx, c, t); err != nil {
 			return c.out, err
 		}
 	}
@@ -491,6 +499,11 @@ func (s *Schema) table(ctx context.Context, schema, name string) (*table, error)
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("information_schema.COLUMNS: %w", err)
 	}
+	if len(t.columns) > 0 {
+		if err := s.mariaDBJSON(ctx, t); err != nil {
+			return nil, err
+		}
+	}
 	if len(t.columns) == 0 {
 		t = nil
 	} else if !slices.Contains(s.used, schema) {
@@ -499,6 +512,50 @@ func (s *Schema) table(ctx context.Context, schema, name string) (*table, error)
 	s.tables[k] = t
 	s.Log.Debug("table read", "schema", schema, "table", name, "found", t != nil)
 	return t, nil
+}
+
+// jsonValid matches a CHECK clause, or one conjunct of it, as MariaDB
+// writes the constraint of a JSON column: json_valid(`name`).
+var jsonValid = regexp.MustCompile("^\\(*json_valid\\(`((?:[^`]|``)+)`\\)\\)*$")
+
+// mariaDBJSON marks t's MariaDB JSON columns, LONGTEXT columns with a
+// CHECK (json_valid(col)) (what MariaDB makes of the type JSON), with
+// JSONCheck: their values are JSON text as MySQL's JSON columns are. A server
+// without MariaDB's information_schema.CHECK_CONSTRAINTS (MySQL, whose
+// JSON is a type of its own) has none.
+func (s *Schema) mariaDBJSON(ctx context.Context, t *table) error {
+	if !slices.ContainsFunc(t.columns, func(c *column) bool { return c.DataType == "longtext" }) {
+		return nil
+	}
+	rows, err := s.conn.QueryContext(ctx,
+		"SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?", t.schema, t.name)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && (me.Number == 1054 || me.Number == 1109) {
+		return nil // no such column (MySQL 8) or table (MySQL 5.7)
+	}
+	if err != nil {
+		return fmt.Errorf("information_schema.CHECK_CONSTRAINTS: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var clause string
+		if err := rows.Scan(&clause); err != nil {
+			return fmt.Errorf("information_schema.CHECK_CONSTRAINTS: %w", err)
+		}
+		for _, term := range strings.Split(clause, " and ") {
+			m := jsonValid.FindStringSubmatch(strings.TrimSpace(term))
+			if m == nil {
+				continue
+			}
+			if c := t.column(strings.ReplaceAll(m[1], "``", "`")); c != nil && c.DataType == "longtext" {
+				c.JSONCheck = true
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("information_schema.CHECK_CONSTRAINTS: %w", err)
+	}
+	return nil
 }
 
 // tableNames lists a schema's tables.

@@ -24,6 +24,8 @@ const (
 type token struct {
 	kind tokKind
 	text string // names unquoted, keywords upper-cased
+	// pos and end are the byte offsets of the token in the query.
+	pos, end int
 }
 
 // keywords are the words that end a table reference or are never a
@@ -45,6 +47,7 @@ func tokenize(sql string) []token {
 	var out []token
 	for i := 0; i < len(sql); {
 		c := sql[i]
+		start, n := i, len(out)
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
 			i++
@@ -127,6 +130,9 @@ func tokenize(sql string) []token {
 		default:
 			out = append(out, token{kind: tokPunct, text: sql[i : i+1]})
 			i++
+		}
+		if len(out) > n {
+			out[n].pos, out[n].end = start, min(i, len(sql))
 		}
 	}
 	return out
@@ -344,8 +350,9 @@ func (s *scanned) table(ref string) (tableRef, bool) {
 // names for it: COLLATE name after it, "binary" for BINARY before it,
 // CAST(... AS BINARY) and CONVERT(... USING binary) around it.
 type operand struct {
-	column string // "" for a placeholder or constant
-	coll   string // lower case; "" when none is named
+	column    string // "" for a placeholder or constant
+	qualifier string // the table (or alias) the column is written with
+	coll      string // lower case; "" when none is named
 }
 
 // operandAt reads an operand at toks[i]; ok is false when there is none.
@@ -409,7 +416,7 @@ func plainOperand(toks []token, i int) (o operand, next int, ok bool) {
 		o.column = t.text
 		next = i + 1
 		for next+1 < len(toks) && toks[next].text == "." && toks[next+1].kind == tokIdent {
-			o.column = toks[next+1].text
+			o.qualifier, o.column = o.column, toks[next+1].text
 			next += 2
 		}
 		return o, next, true
@@ -479,4 +486,233 @@ func collapses(sql string) bool {
 		}
 	}
 	return false
+}
+
+// colName is a column a query names, with the table qualifier it is
+// written with ("" when none).
+type colName struct {
+	qualifier, name string
+}
+
+// selectItem is one expression of a query's select list.
+type selectItem struct {
+	// text is the item as written, for messages.
+	text string
+	// star is true for * and q.*, which qualifies it.
+	star          bool
+	starQualifier string
+	// column is set when the item is a column alone: possibly qualified,
+	// under BINARY, COLLATE, CAST(... AS BINARY) or CONVERT(... USING
+	// binary), with an alias or not.
+	column *colName
+	// refs are the columns an expression reads (the column itself for a
+	// column alone), and may hold words that are no column (INTERVAL 1
+	// DAY); opaque is true, and refs nil, when it holds a subquery.
+	refs   []colName
+	opaque bool
+	// count is true when the item calls COUNT at any depth.
+	count bool
+}
+
+// selectList is what selectOf reads of a query's main SELECT.
+type selectList struct {
+	items []selectItem
+	// groups names the GROUP BY, HAVING, UNION, EXCEPT or INTERSECT of the
+	// main SELECT that can make it return other than one row; "" when none.
+	groups string
+}
+
+// selectModifiers may follow SELECT before the select list.
+var selectModifiers = map[string]bool{
+	"ALL": true, "DISTINCT": true, "DISTINCTROW": true, "HIGH_PRIORITY": true, "STRAIGHT_JOIN": true,
+	"SQL_SMALL_RESULT": true, "SQL_BIG_RESULT": true, "SQL_BUFFER_RESULT": true, "SQL_CACHE": true,
+	"SQL_NO_CACHE": true, "SQL_CALC_FOUND_ROWS": true,
+}
+
+// selectEnd are the words that end a select list at its own depth.
+var selectEnd = map[string]bool{
+	"FROM": true, "INTO": true, "WHERE": true, "GROUP": true, "HAVING": true, "WINDOW": true,
+	"ORDER": true, "LIMIT": true, "FOR": true, "LOCK": true, "UNION": true, "EXCEPT": true, "INTERSECT": true,
+}
+
+// selectOf reads the select list of a query's main SELECT (after any WITH
+// clause; the first of a UNION), and what follows it at its depth; ok is
+// false when there is no SELECT.
+func selectOf(sql string) (sel selectList, ok bool) {
+	toks := tokenize(sql)
+	upper := func(i int) string {
+		if i < 0 || i >= len(toks) || (toks[i].kind != tokKeyword && toks[i].kind != tokIdent) {
+			return ""
+		}
+		return strings.ToUpper(toks[i].text)
+	}
+	// The main SELECT: the first one outside the WITH clause's bodies.
+	start, depth, with := -1, 0, false
+	for i, t := range toks {
+		switch {
+		case t.text == "(" && t.kind == tokPunct:
+			depth++
+		case t.text == ")" && t.kind == tokPunct:
+			depth--
+		case upper(i) == "WITH" && start < 0 && i == 0:
+			with = true
+		case upper(i) == "SELECT" && (!with || depth == 0):
+			start = i
+		}
+		if start >= 0 {
+			break
+		}
+	}
+	if start < 0 {
+		return sel, false
+	}
+	base := 0
+	for _, t := range toks[:start] {
+		switch t.text {
+		case "(":
+			base++
+		case ")":
+			base--
+		}
+	}
+	i := start + 1
+	for i < len(toks) && selectModifiers[upper(i)] && i+1 < len(toks) && toks[i+1].text != "," {
+		i++
+	}
+	// The items: split at commas of the list's own depth.
+	var item []token
+	rel := 0
+	flush := func() {
+		if len(item) > 0 {
+			sel.items = append(sel.items, readItem(sql, item))
+		}
+		item = nil
+	}
+	for ; i < len(toks); i++ {
+		t := toks[i]
+		if rel == 0 && (t.kind == tokKeyword || t.kind == tokIdent) && selectEnd[upper(i)] {
+			break
+		}
+		if t.kind == tokPunct {
+			switch t.text {
+			case "(":
+				rel++
+			case ")":
+				rel--
+			case ";":
+				if rel == 0 {
+					i = len(toks)
+				}
+			case ",":
+				if rel == 0 {
+					flush()
+					continue
+				}
+			}
+		}
+		if rel < 0 { // the ')' of a parenthesized SELECT, read again below
+			rel = 0
+			break
+		}
+		if i >= len(toks) {
+			break
+		}
+		item = append(item, t)
+	}
+	flush()
+	// What follows, at the list's depth or, for a UNION of parenthesized
+	// SELECTs, outside them.
+	depth = base + rel
+	for ; i < len(toks); i++ {
+		switch t := toks[i]; {
+		case t.kind == tokPunct && t.text == "(":
+			depth++
+		case t.kind == tokPunct && t.text == ")":
+			depth--
+		case depth <= base && (upper(i) == "UNION" || upper(i) == "EXCEPT" || upper(i) == "INTERSECT"):
+			if sel.groups == "" {
+				sel.groups = upper(i)
+			}
+		case depth == base && (upper(i) == "GROUP" && upper(i+1) == "BY" || upper(i) == "HAVING"):
+			if sel.groups == "" {
+				sel.groups = upper(i)
+				if sel.groups == "GROUP" {
+					sel.groups = "GROUP BY"
+				}
+			}
+		}
+	}
+	return sel, true
+}
+
+// readItem reads one select list item, toks of sql.
+func readItem(sql string, toks []token) selectItem {
+	it := selectItem{text: sql[toks[0].pos:toks[len(toks)-1].end]}
+	isWord := func(t token, w string) bool {
+		return (t.kind == tokKeyword || t.kind == tokIdent) && strings.EqualFold(t.text, w)
+	}
+	// An alias: AS name, or a name after what ends an expression.
+	n := len(toks)
+	if n >= 3 && isWord(toks[n-2], "AS") && (toks[n-1].kind == tokIdent || toks[n-1].kind == tokString) {
+		n -= 2
+	}
+	body := toks[:n]
+	switch {
+	case len(body) == 1 && body[0].text == "*" && body[0].kind == tokPunct:
+		it.star = true
+		return it
+	case len(body) == 3 && body[2].text == "*" && body[1].text == "." && body[0].kind == tokIdent:
+		it.star, it.starQualifier = true, body[0].text
+		return it
+	}
+	if o, next, ok := operandAt(body, 0); ok && o.column != "" &&
+		(next == len(body) || next == len(body)-1 && body[next].kind == tokIdent && !isWord(body[next], "COLLATE")) {
+		c := colName{qualifier: o.qualifier, name: o.column}
+		it.column, it.refs = &c, []colName{c}
+		return it
+	}
+	// An implicit alias after an expression: "CONCAT(a, b) ab".
+	if len(body) >= 2 && body[len(body)-1].kind == tokIdent {
+		if p := body[len(body)-2]; p.text == ")" || p.kind == tokString || p.kind == tokNumber {
+			body = body[:len(body)-1]
+		}
+	}
+	depth, typeDepth := 0, -1 // typeDepth: inside CAST's "AS type" up to its ')'
+	for i := 0; i < len(body); i++ {
+		t := body[i]
+		switch {
+		case t.kind == tokPunct && t.text == "(":
+			depth++
+			continue
+		case t.kind == tokPunct && t.text == ")":
+			if depth == typeDepth {
+				typeDepth = -1
+			}
+			depth--
+			continue
+		case typeDepth >= 0:
+			continue
+		case isWord(t, "SELECT"):
+			it.opaque = true
+		case isWord(t, "AS") && depth > 0:
+			typeDepth = depth // CAST(x AS type)
+		case (isWord(t, "USING") || isWord(t, "COLLATE")) && i+1 < len(body):
+			i++ // a character set or collation name
+		case t.kind == tokIdent && i+1 < len(body) && body[i+1].text == "(":
+			if strings.EqualFold(t.text, "COUNT") {
+				it.count = true
+			}
+		case t.kind == tokIdent && !(i > 0 && body[i-1].text == "."):
+			c := colName{name: t.text}
+			for i+2 < len(body) && body[i+1].text == "." && body[i+2].kind == tokIdent {
+				c.qualifier, c.name = c.name, body[i+2].text
+				i += 2
+			}
+			it.refs = append(it.refs, c)
+		}
+	}
+	if it.opaque {
+		it.refs = nil // a subquery's names are its own
+	}
+	return it
 }

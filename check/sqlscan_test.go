@@ -3,6 +3,7 @@ package check
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -105,5 +106,62 @@ func FuzzScanQuery(f *testing.F) {
 		isSelect(q)
 		explicitCollations(q)
 		collapses(q)
+		selectOf(q)
 	})
+}
+
+// TestSelectOf reads the select lists of testdata/selects.yaml.
+func TestSelectOf(t *testing.T) {
+	data, err := os.ReadFile("testdata/selects.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name, Query, Groups string
+		Items               []string
+		None                bool
+	}
+	if err := yaml.Unmarshal(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	describe := func(it selectItem) string {
+		name := func(c colName) string {
+			if c.qualifier != "" {
+				return c.qualifier + "." + c.name
+			}
+			return c.name
+		}
+		switch {
+		case it.star:
+			return strings.TrimSpace("star " + it.starQualifier)
+		case it.column != nil:
+			return "column " + name(*it.column)
+		}
+		words := []string{"expr"}
+		if it.count {
+			words = append(words, "count")
+		}
+		if it.opaque {
+			words = append(words, "opaque")
+		}
+		for _, c := range it.refs {
+			words = append(words, name(c))
+		}
+		return strings.Join(words, " ")
+	}
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			sel, ok := selectOf(tc.Query)
+			if ok == tc.None {
+				t.Fatalf("found a select list: %v, want %v", ok, !tc.None)
+			}
+			var got []string
+			for _, it := range sel.items {
+				got = append(got, describe(it))
+			}
+			if !slices.Equal(got, tc.Items) || sel.groups != tc.Groups {
+				t.Errorf("items %q, groups %q; want %q, %q", got, sel.groups, tc.Items, tc.Groups)
+			}
+		})
+	}
 }

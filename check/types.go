@@ -21,6 +21,19 @@ type column struct {
 	// Charset and Collation of a character column (CHAR, VARCHAR, TEXT,
 	// ENUM, SET); NULL for other columns.
 	Charset, Collation sql.NullString
+	// JSONCheck is true for a MariaDB JSON column: a LONGTEXT with a
+	// CHECK (json_valid(col)), which MariaDB makes of the type JSON. It
+	// classifies as JSON.
+	JSONCheck bool
+}
+
+// typeName names c's type in messages: its column type, and for a
+// MariaDB JSON column what makes it one.
+func (c *column) typeName() string {
+	if c.JSONCheck {
+		return c.ColumnType + " (MariaDB's JSON: CHECK (json_valid(" + c.Name + ")))"
+	}
+	return c.ColumnType
 }
 
 // typeClass groups column types by how change events carry their values.
@@ -40,6 +53,9 @@ const (
 )
 
 func classify(c *column) typeClass {
+	if c.JSONCheck {
+		return classJSON
+	}
 	switch c.DataType {
 	case "tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year":
 		return classInt
@@ -84,7 +100,7 @@ func renderProblem(c *column) (Severity, string) {
 	case classBit:
 		return Warning, fmt.Sprintf("%s: Debezium sends BIT as a boolean or base64 bytes, Maxwell and Canal as a number, so the rendered text changes with the producer", c.ColumnType)
 	case classJSON:
-		return Error, fmt.Sprintf("%s cannot be rendered into a key: the text is whatever JSON the producer wrote (a string from Debezium, a nested value from Maxwell)", c.ColumnType)
+		return Error, fmt.Sprintf("%s cannot be rendered into a key: the text is whatever JSON the producer wrote (a string from Debezium, a nested value from Maxwell)", c.typeName())
 	case classSpatial:
 		return Error, fmt.Sprintf("%s cannot be rendered into a key: Debezium sends a structure (wkb, srid), other producers text", c.ColumnType)
 	}
@@ -102,7 +118,7 @@ func whenProblem(c *column) (Severity, string) {
 	case classBinary, classBit:
 		return Warning, fmt.Sprintf("%s: when compares what the change event carries (Debezium: base64 text), not MySQL's bytes", c.ColumnType)
 	case classJSON:
-		return Warning, fmt.Sprintf("%s: when compares the JSON text the producer wrote (a nested value from Maxwell is never equal to a string)", c.ColumnType)
+		return Warning, fmt.Sprintf("%s: when compares the JSON text the producer wrote (a nested value from Maxwell is never equal to a string)", c.typeName())
 	case classSpatial:
 		return Error, fmt.Sprintf("%s cannot be compared in when: the change event carries a structure or WKT text", c.ColumnType)
 	}

@@ -133,7 +133,7 @@ func TestDefaults(t *testing.T) {
 // TestProblems loads broken configs and compares every reported problem
 // with testdata/NAME.errors (go test -update rewrites them).
 func TestProblems(t *testing.T) {
-	for _, name := range []string{"bad", "bad-rules", "bad-registry", "bad-registry-urls", "needs-mysql", "env-missing", "syntax", "types"} {
+	for _, name := range []string{"bad", "bad-rules", "bad-registry", "bad-registry-urls", "needs-mysql", "no-rules", "empty-rules", "env-missing", "syntax", "types"} {
 		t.Run(name, func(t *testing.T) {
 			_, err := LoadEnv(filepath.Join("testdata", name+".yaml"), env(map[string]string{"HOME": "/root"}))
 			if err == nil {

@@ -41,9 +41,11 @@ func LoadBytes(name string, data []byte, lookup LookupFunc) (*Config, error) {
 	var rulesErr error
 	if len(cfg.Rules) > 0 {
 		cfg.RuleSet, cfg.RulesDigest, rulesErr = rulefile.LoadPathsDigest(cfg.Rules...)
-		if rulesErr == nil && !d.bad["mysql.dsn"] {
+		if rulesErr == nil {
 			if err := cfg.CheckRuleNeeds(cfg.RuleSet); err != nil {
-				d.problem(d.place("mysql.dsn"), "%v", err)
+				if key := err.Setting; !d.bad[key] {
+					d.problem(d.place(key), "%v", err)
+				}
 			}
 		}
 	}
@@ -87,20 +89,34 @@ func parse(name string, data []byte, lookup LookupFunc) (*decoder, *Config) {
 	return d, cfg
 }
 
-// CheckRuleNeeds reports a setting that rs requires and c lacks: a rule
-// with a load or recount query needs mysql.dsn. Load checks the rules it
-// loads; the daemon checks the rules it reloads.
-func (c *Config) CheckRuleNeeds(rs *rules.RuleSet) error {
+// CheckRuleNeeds reports rule files that hold no rule at all (the daemon
+// would consume and apply nothing), and a setting that rs requires and c
+// lacks: a rule with a load or recount query needs mysql.dsn. It
+// returns nil when the rules can run. Load checks the rules it loads;
+// the daemon checks the rules it reloads.
+func (c *Config) CheckRuleNeeds(rs *rules.RuleSet) *RuleNeedError {
+	if len(rs.Rules()) == 0 {
+		return &RuleNeedError{Setting: "rules", Reason: fmt.Sprintf("no rule in %s: nothing would be applied (a rule file of comments alone holds none)",
+			strings.Join(c.Rules, ", "))}
+	}
 	if c.MySQL.DSN != "" {
 		return nil
 	}
 	for _, r := range rs.Rules() {
 		if r.Query != "" {
-			return fmt.Errorf("mysql.dsn: required: rule %q (%s:%d:%d) queries MySQL", r.Name, r.File, r.Line, r.Column)
+			return &RuleNeedError{Setting: "mysql.dsn", Reason: fmt.Sprintf("required: rule %q (%s:%d:%d) queries MySQL", r.Name, r.File, r.Line, r.Column)}
 		}
 	}
 	return nil
 }
+
+// RuleNeedError is CheckRuleNeeds' finding: the setting it concerns
+// ("rules" or "mysql.dsn") and why.
+type RuleNeedError struct {
+	Setting, Reason string
+}
+
+func (e *RuleNeedError) Error() string { return e.Setting + ": " + e.Reason }
 
 // resolvePaths makes relative rule paths relative to the config file.
 func (c *Config) resolvePaths() {

@@ -252,6 +252,29 @@ func (t *Template) Columns() []string {
 	return cols
 }
 
+// DistinctColumns returns the placeholder column names, each once, in
+// order of first appearance: the columns a rule's keys query returns, in
+// that order.
+func (t *Template) DistinctColumns() []string {
+	var out []string
+	for _, c := range t.Columns() {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Bare returns the column of a template that is one placeholder and
+// nothing else ("{id}"), whose rendering is that column's value alone;
+// ok is false for any other template.
+func (t *Template) Bare() (column string, ok bool) {
+	if len(t.parts) != 1 || t.parts[0].column == "" {
+		return "", false
+	}
+	return t.parts[0].column, true
+}
+
 // HasPlaceholders reports whether the template has any {column}.
 func (t *Template) HasPlaceholders() bool {
 	for _, p := range t.parts {

@@ -104,3 +104,27 @@ func TestTemplate(t *testing.T) {
 		}
 	}
 }
+
+func TestTemplateDistinctColumnsAndBare(t *testing.T) {
+	for _, tc := range []struct {
+		src      string
+		distinct []string
+		bare     string
+	}{
+		{"{id}", []string{"id"}, "id"},
+		{"ns:{id}", []string{"id"}, ""},
+		{"{a}{b}:{a}", []string{"a", "b"}, ""},
+		{"ns:all", nil, ""},
+	} {
+		tpl, err := ParseTemplate(tc.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tpl.DistinctColumns(); !slices.Equal(got, tc.distinct) {
+			t.Errorf("%q: DistinctColumns = %q, want %q", tc.src, got, tc.distinct)
+		}
+		if got, ok := tpl.Bare(); got != tc.bare || ok != (tc.bare != "") {
+			t.Errorf("%q: Bare = %q, %v, want %q", tc.src, got, ok, tc.bare)
+		}
+	}
+}

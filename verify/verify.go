@@ -397,7 +397,7 @@ func ListKeys(ctx context.Context, db Querier, r *rules.Rule, fn func(key string
 		return fmt.Errorf("verify: rule %q: keys query: %w", r.Name, err)
 	}
 	defer rows.Close()
-	cols := distinctColumns(r.Key)
+	cols := r.Key.DistinctColumns()
 	types, err := rows.ColumnTypes()
 	if err != nil {
 		return fmt.Errorf("verify: rule %q: keys query: %w", r.Name, err)
@@ -446,20 +446,6 @@ func ListKeys(ctx context.Context, db Querier, r *rules.Rule, fn func(key string
 		return fmt.Errorf("verify: rule %q: keys query: %w", r.Name, err)
 	}
 	return nil
-}
-
-// distinctColumns returns t's placeholder columns, each once, in order of
-// first appearance.
-func distinctColumns(t *rules.Template) []string {
-	var out []string
-	seen := make(map[string]bool)
-	for _, c := range t.Columns() {
-		if !seen[c] {
-			seen[c] = true
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // kindOf maps a MySQL column type name to the value kind a change event

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -18,7 +19,9 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 			"default the *.yaml files in the tests/ directory of each rule directory),\n"+
 			"and, with --dsn, checks the rules against the live schema: tables and\n"+
 			"columns exist, key and when columns have usable types, load and recount\n"+
-			"queries prepare with the right number of parameters and use an index,\n"+
+			"queries prepare with the right number of parameters, return what the\n"+
+			"daemon reads (a load of the member's column, a recount of one COUNT, a\n"+
+			"keys query of the key's columns in order) and use an index,\n"+
 			"key, member and args columns compare bytes exactly (a collation that\n"+
 			"folds case, accents or trailing spaces is an error unless the rule says\n"+
 			"collation: accept-folding); it reports key templates that can exceed\n"+
@@ -27,25 +30,32 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 			"summary. Exit status: 1 when there is an error (or, with\n"+
 			"--warnings-as-errors, a warning), 2 on a command-line mistake, else 0.\n"+
 			"--config-dsn checks against the config's mysql.dsn, whose password may\n"+
-			"come from the environment (${NAME}) rather than the command line.",
+			"come from the environment (${NAME}) rather than the command line.\n"+
+			fmt.Sprintf("Connecting waits at most %v (unless the DSN sets timeout= or readTimeout=)\n", check.DefaultConnectTimeout)+
+			"and names an address that sends no MySQL handshake as such.",
 		stderr)
 	var dsn, format string
 	var tests, databases stringList
 	path := configFlag(fs)
-	fs.StringVar(&dsn, "dsn", "", "go-sql-driver/mysql DSN of the database the rules query; none: no schema check")
+	fs.StringVar(&dsn, "dsn", "", "go-sql-driver/mysql DSN of the database the rules query; left out: no schema check (an empty one is an error)")
 	fs.Var(&tests, "tests", "rule test file or directory (repeatable); default: tests/ beside each rule directory")
 	fs.Var(&databases, "database", "NAME=SCHEMA: look up tables of rules' database NAME in SCHEMA (repeatable)")
 	fs.StringVar(&format, "format", "text", "output format: text or json")
 	configDSN := fs.Bool("config-dsn", false, "check against the config's mysql.dsn")
 	warnFail := fs.Bool("warnings-as-errors", false, "exit with status 1 on warnings too")
-	timeout := fs.Duration("timeout", check.DefaultTimeout, "bound on the schema check")
+	timeout := fs.Duration("timeout", check.DefaultTimeout,
+		fmt.Sprintf("bound on the whole schema check (connecting alone: %v, or the DSN's timeout= and readTimeout=)", check.DefaultConnectTimeout))
 	if err := fs.Parse(args); err != nil {
 		return flagError(err)
 	}
 	if err := checkConfigArgs(fs, "check", *path); err != nil {
 		return err
 	}
+	dsnGiven := false
+	fs.Visit(func(f *flag.Flag) { dsnGiven = dsnGiven || f.Name == "dsn" })
 	switch {
+	case dsnGiven && dsn == "":
+		return usageErrorf("check: --dsn is empty (an unset variable?): give a DSN, or leave --dsn out to check without the schema")
 	case dsn != "" && *configDSN:
 		return usageErrorf("check: give --dsn or --config-dsn, not both")
 	case format != "text" && format != "json":

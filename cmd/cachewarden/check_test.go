@@ -16,17 +16,20 @@ func TestCheckUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		code int
+		err  string // in the error, when set
 	}{
 		{args: []string{"check"}, code: 2},
 		{args: []string{"check", "-c", exampleConfig, "--format", "xml"}, code: 2},
 		{args: []string{"check", "-c", exampleConfig, "--database", "shop"}, code: 2},
 		{args: []string{"check", "-c", exampleConfig, "extra"}, code: 2},
 		{args: []string{"check", "-c", exampleConfig, "--dsn", "x@tcp(h:1)/d", "--config-dsn"}, code: 2},
+		{args: []string{"check", "-c", exampleConfig, "--dsn", ""}, code: 2, err: "--dsn is empty (an unset variable?)"},
+		{args: []string{"check", "-c", exampleConfig, "--dsn="}, code: 2, err: "--dsn is empty"},
 		{args: []string{"help", "check"}, code: 0},
 	} {
 		_, _, err := invoke(t, "", tc.args...)
-		if got := exitCode(err); got != tc.code {
-			t.Errorf("%q: exit code %d (err %v), want %d", tc.args, got, err, tc.code)
+		if got := exitCode(err); got != tc.code || (tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err))) {
+			t.Errorf("%q: exit code %d (err %v), want %d and %q", tc.args, got, err, tc.code, tc.err)
 		}
 	}
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +39,32 @@ func TestRunConfigProblems(t *testing.T) {
 	}
 	if _, _, err := invoke(t, "", "run"); exitCode(err) != 2 {
 		t.Errorf("run without -c: exit code %d, want 2", exitCode(err))
+	}
+}
+
+// TestRunRefusesNoRules: a config whose rule files hold no rule (a
+// zero-byte file, a file of comments) is a configuration error, not a
+// daemon that consumes and applies nothing.
+func TestRunRefusesNoRules(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "empty.yaml"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "later.yaml"), []byte("# rules to come\n"), 0o644)
+	const head = "kafka:\n  brokers: [localhost:9092]\n  group: g\n  topics: [t]\nmemcached:\n  servers: [localhost:11211]\nhttp:\n  listen: 127.0.0.1:0\n"
+	for _, tc := range []struct{ rules, want string }{
+		{"empty.yaml", filepath.Join(dir, "empty.yaml") + ": rule file is empty (0 bytes, no text)"},
+		{"later.yaml", ":9:8: rules: no rule in " + filepath.Join(dir, "later.yaml") + ": nothing would be applied"},
+	} {
+		cfg := filepath.Join(dir, "cfg.yaml")
+		os.WriteFile(cfg, []byte(head+"rules: ["+tc.rules+"]\n"), 0o644)
+		// Bounded: a daemon that starts anyway is stopped, and fails below.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var errBuf bytes.Buffer
+		err := runWithInput(ctx, strings.NewReader(""), []string{"run", "-c", cfg}, io.Discard, &errBuf)
+		cancel()
+		errOut := errBuf.String()
+		if code := exitCode(err); code != exitConfig || !strings.Contains(errOut, tc.want) {
+			t.Errorf("rules %s: exit code %d (%v), want %d; stderr:\n%s", tc.rules, code, err, exitConfig, errOut)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@
 package rulefile
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -173,8 +174,8 @@ func Parse(filename string, data []byte) (*rules.RuleSet, error) {
 // placeholders), args and keys; count holds key, and optionally recount,
 // args and keys (see rules.Rule.Keys). args are the columns bound to the query's placeholders, by default
 // the key template's placeholder columns in order; their number must match
-// the '?' placeholders outside quotes and comments. args without a query
-// is an error.
+// the '?' placeholders outside quotes and comments; a column may be named
+// twice (a query that uses it twice). args without a query is an error.
 //
 // ttl and rebump_after are an integer number of seconds or a Go duration
 // string ("90s", "5m", "1h30m"); a quoted number is neither. ttl must be
@@ -292,7 +293,13 @@ func (l *fileLoader) load() []*rules.Rule {
 	}
 	root = yamlfile.Resolve(root)
 	if root == nil || yamlfile.IsNull(root) {
-		return nil // an empty file holds no rules
+		// A file of comments holds no rules yet; an empty one was more
+		// likely emptied by a failed copy or deploy, which must not drop
+		// its rules silently.
+		if len(l.problems) == 0 && len(bytes.TrimSpace(l.data)) == 0 {
+			l.errorAt(0, 0, "rule file is empty (%d bytes, no text): want version: 1 and a rules list (a file of comments alone may stand for no rules yet)", len(l.data))
+		}
+		return nil
 	}
 	fields, ok := yamlfile.Mapping(root, "", []string{"version", "prefix", "fallback", "rules"}, l.errorf)
 	if !ok {
@@ -385,8 +392,9 @@ func (l *fileLoader) str(n *yaml.Node, what string) (string, bool) {
 	return n.Value, true
 }
 
-// names returns a list of column names.
-func (l *fileLoader) names(n *yaml.Node, what string) ([]string, bool) {
+// names returns a list of column names; a name may repeat only when
+// repeats is true (args: a query may use one column twice).
+func (l *fileLoader) names(n *yaml.Node, what string, repeats bool) ([]string, bool) {
 	if n.Kind != yaml.SequenceNode {
 		l.errorf(n, "%s", yamlfile.WrongKind(what, "a list of column names", n))
 		return nil, false
@@ -406,7 +414,7 @@ func (l *fileLoader) names(n *yaml.Node, what string) ([]string, bool) {
 			ok = false
 			continue
 		}
-		if seen[s] {
+		if seen[s] && !repeats {
 			l.errorf(item, "column %q listed twice in %s", s, what)
 			ok = false
 			continue
@@ -628,7 +636,7 @@ func (l *fileLoader) queried(r *rules.Rule, v *yaml.Node, kind, queryField strin
 	argsBad := false
 	if f, ok := sub.Get("args"); ok {
 		argsNode = f.Key
-		if names, ok := l.names(f.Value, "args"); ok {
+		if names, ok := l.names(f.Value, "args", true); ok {
 			if len(names) == 0 {
 				l.errorf(f.Value, "args must list at least one column")
 			}
@@ -748,7 +756,7 @@ func (l *fileLoader) ruleBumpOptions(r *rules.Rule, fs yamlfile.Fields) {
 	if f, ok := fs.Get("columns"); ok {
 		if notBump {
 			l.errorf(f.Key, "columns is allowed only in bump rules")
-		} else if names, ok := l.names(f.Value, "columns"); ok {
+		} else if names, ok := l.names(f.Value, "columns", false); ok {
 			if len(names) == 0 {
 				l.errorf(f.Value, "columns must list at least one column")
 			}

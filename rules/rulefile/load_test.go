@@ -200,7 +200,9 @@ func TestParseProblems(t *testing.T) {
 	tests := []struct {
 		name, src, want string
 	}{
-		{"empty file has no rules", "", ""},
+		{"empty file", "", "t.yaml: rule file is empty (0 bytes, no text): want version: 1 and a rules list (a file of comments alone may stand for no rules yet)"},
+		{"blank file", "\n  \n", "t.yaml: rule file is empty (4 bytes, no text): want version: 1 and a rules list (a file of comments alone may stand for no rules yet)"},
+		{"an empty rules list is a choice", "version: 1\nrules: []\n", ""},
 		{"comments only", "# nothing yet\n", ""},
 		{"missing version", "rules: []\n", `t.yaml:1:1: missing required key "version" (want version: 1)`},
 		{"version as string", "version: '1'\nrules: []\n", `t.yaml:1:10: unsupported version "1" (want 1)`},
@@ -244,7 +246,8 @@ func TestParseProblems(t *testing.T) {
 		{"load placeholders vs args", head + "    set:\n      key: 's:{a}'\n      member: '{m}'\n      load: SELECT m FROM t WHERE a = ? AND b = ?\n      args: [a]\n",
 			`t.yaml:8:13: load has 2 '?' placeholder(s) but args name 1 column(s)`},
 		{"placeholders in quotes and comments do not count", head + "    count:\n      key: 'c:{a}'\n      recount: \"SELECT COUNT(*) FROM t WHERE a = ? AND b <> '?' -- ?\"\n", ""},
-		{"args twice", head + "    count:\n      key: 'c:{a}'\n      recount: SELECT ?\n      args: [a, a]\n", `t.yaml:8:17: column "a" listed twice in args`},
+		{"args may name a column twice", head + "    count:\n      key: 'c:{a}'\n      recount: SELECT COUNT(*) FROM t WHERE a = ? OR b = ?\n      args: [a, a]\n", ""},
+		{"columns twice", head + "    bump: k\n    columns: [a, a]\n", `t.yaml:6:18: column "a" listed twice in columns`},
 		{"args empty", head + "    count:\n      key: 'c:{a}'\n      recount: SELECT 1\n      args: []\n", `t.yaml:8:13: args must list at least one column`},
 		{"args without recount", head + "    count:\n      key: 'c:{a}'\n      args: [a]\n", `t.yaml:7:7: args given without recount`},
 		{"on not a list", head + "    bump: k\n    on: insert\n", `t.yaml:6:9: on must be a list such as [insert, update, delete], not a string`},
@@ -403,5 +406,20 @@ rules:
 	}
 	if got := problemLines(t, err); !slices.Equal(got, want) {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestArgsRepeatAColumn binds a column that args names twice to both of
+// the query's placeholders.
+func TestArgsRepeatAColumn(t *testing.T) {
+	rs, err := Parse("t.yaml", []byte("version: 1\nrules:\n  - name: r\n    table: t\n    count:\n      key: 'c:{a}'\n"+
+		"      recount: SELECT COUNT(*) FROM t WHERE a = ? OR b = ?\n      args: [a, a]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seven := rules.Value{Kind: rules.KindInt, Text: "7"}
+	ops, _, err := rs.Plan(nil, &rules.Event{Table: "t", Operation: rules.Update, After: rules.Row{{Name: "a", Value: seven}}})
+	if err != nil || len(ops) != 1 || ops[0].Kind != rules.OpRecount || !slices.Equal(ops[0].Args, []rules.Value{seven, seven}) {
+		t.Fatalf("ops = %+v, err = %v", ops, err)
 	}
 }
