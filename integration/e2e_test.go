@@ -19,6 +19,7 @@ import (
 
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/verify"
 )
@@ -563,9 +564,25 @@ func TestGracefulShutdown(t *testing.T) {
 	if len(s.Warmed.Counters) == 0 {
 		t.Fatal("no counter was warmed")
 	}
-	key := s.Warmed.Counters[0]
-	if _, err := s.MC.Increment(key, 5); err != nil {
-		t.Fatalf("break counter %s: %v", key, err)
+	// A counter lives under its table's generation, which the restart may
+	// have moved since the warm: break one that is present now.
+	gen, err := Generation(s.MC, s.Rules.Rule("post-comments").Generation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for _, warmed := range s.Warmed.Counters {
+		base, _, _ := strings.Cut(warmed, "%@")
+		k := itemformat.CounterKey(base, gen)
+		if _, err := s.MC.Increment(k, 5); err == nil {
+			key = k
+			break
+		} else if !errors.Is(err, memcache.ErrCacheMiss) {
+			t.Fatalf("break counter %s: %v", k, err)
+		}
+	}
+	if key == "" {
+		t.Fatalf("none of the %d warmed counters is present at generation %d", len(s.Warmed.Counters), gen)
 	}
 	cmd := exec.Command(bin, "verify", "-c", configPath, "--recheck", "0", "--rule", "post-comments")
 	out, err = cmd.CombinedOutput()
