@@ -66,6 +66,8 @@ type Metrics struct {
 	// schemaFetches and schemaWaiting: the schema registry.
 	schemaFetches *prometheus.CounterVec
 	schemaWaiting prometheus.Gauge
+	// sourcePositions: the position items of readers on replicas.
+	sourcePositions *prometheus.CounterVec
 }
 
 // latencyBuckets span 0.5ms to ~16s.
@@ -113,6 +115,7 @@ func (m *Metrics) makeBatchMetrics(b metricMaker) {
 	m.lost = b.counterVec("cachewarden_invalidations_lost_total", "Changes whose exact invalidation could not be delivered, by reason (poison: undecodable or unplannable message, an unknown operation type or more rows than a message may hold among them; op_failed: a cache op failed permanently; retention: records removed before they were read; offset_reset: consumption restarted elsewhere in the log) and by covered (fallback: every rule of the tables concerned was covered, bump rules by their table's fallback namespace, set and count rules by their table's generation, bumped instead; none: a bump rule of those tables has no fallback namespace, so keys built under it may serve stale data until they expire).", "reason", "covered")
 	m.unorderedSets = b.gaugeVec("cachewarden_set_rule_unordered", "1 for a set rule whose changes of one member may arrive out of order on a topic (several partitions, and a message key not made of the set's key and member columns); see kafka.unordered_sets.", "rule", "topic")
 	m.schemaFetches = b.counterVec("cachewarden_schema_registry_requests_total", "Schemas of Avro messages asked of the schema registry (once per schema id), by outcome: found, not_found (its messages are poison), error (asked again; the partition waits).", "outcome")
+	m.sourcePositions = b.counterVec("cachewarden_source_positions_total", "Batches with ops by what they did to the source position items readers on replicas wait for (docs/formats.md, \"Source positions\"), per source server: written (moved forward), current (already at or after the batch's), none (the batch's changes carry no server_id or position: readers get none for them).", "outcome")
 	m.schemaWaiting = b.gauge("cachewarden_schema_registry_waiting_batches", "Batches waiting for the schema registry to answer for a schema they need; the daemon is not ready while one does.")
 }
 

@@ -130,6 +130,10 @@ type PipelineConfig struct {
 	// (docs/formats.md, "Generations"); nil leaves counter keys as
 	// planned (tests of other parts only).
 	Generations GenerationReader
+	// Positions writes the position item of each source server a batch's
+	// row changes come from before the batch's ops are sent
+	// (docs/formats.md, "Source positions"); nil writes none.
+	Positions PositionWriter
 }
 
 // Pipeline turns batches of CDC messages into applied cache ops: decode,
@@ -237,7 +241,10 @@ type Batch struct {
 	// sourceTsMs are the source timestamps (Unix ms) of the batch's row
 	// changes that carry one, for cachewarden_event_age_seconds.
 	sourceTsMs []int64
-	fence      batchFence
+	// positions are the newest source positions of the batch's row
+	// changes, per source server (position.go).
+	positions []serverPosition
+	fence     batchFence
 	// fallbackKeys is scratch for the fallback keys of a poison message.
 	fallbackKeys []string
 	// rebumps are the applied bumps whose rule has rebump_after.
@@ -340,6 +347,8 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 	b.Stats = BatchStats{Messages: len(msgs)}
 	b.events.reset()
 	b.sourceTsMs = b.sourceTsMs[:0]
+	clear(b.positions)
+	b.positions = b.positions[:0]
 	for i := range msgs {
 		msg := &msgs[i]
 		if msg.Failed != nil {
@@ -363,6 +372,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 			if ts := b.decoded.Events[j].Source.TsMs; ts > 0 {
 				b.sourceTsMs = append(b.sourceTsMs, ts)
 			}
+			b.includePosition(b.decoded.Events[j].Source)
 		}
 		var st rules.PlanStats
 		var firstErr error
@@ -474,7 +484,9 @@ func eachRun[T any](xs []T, same func(a, b *T) bool, f func(first *T, n int)) {
 //     daemon reports not ready.
 //
 // Poison messages were given fallback bumps of their tables when they
-// were planned (see coverPoison).
+// were planned (see coverPoison). Before any op is sent, the position
+// items of the batch's source servers are moved forward to the batch's
+// newest source positions (PipelineConfig.Positions, position.go).
 //
 // Apply returns nil when the batch may be committed, or ctx's error when
 // ctx ends first (the batch must then not be committed). After the ops
@@ -487,6 +499,9 @@ func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 		if err := p.handlePoison(ctx, b.Poison); err != nil {
 			return err
 		}
+	}
+	if err := p.writePositions(ctx, b); err != nil {
+		return err
 	}
 	if len(b.Ops) > 0 {
 		var observed func([]rules.Op, []cacheops.Result)

@@ -183,6 +183,39 @@ func PositionOfEvent(src rules.Position) SourcePosition {
 	return p
 }
 
+// Include moves p forward to cover an event's position (as
+// MergePositions with PositionOfEvent(src), in place): for the batch's
+// newest position, event by event. It allocates only for a stream p does
+// not hold yet.
+func (p *SourcePosition) Include(src rules.Position) {
+	if g, ok := ParseGTID(src.GTID); ok {
+		p.addGTID(g)
+	}
+	if src.BinlogFile != "" {
+		p.addBinlog(BinlogPosition{File: src.BinlogFile, Pos: src.BinlogPos})
+	}
+}
+
+// addGTID keeps g when it is newer than p's GTID of its stream.
+func (p *SourcePosition) addGTID(g GTID) {
+	i := slices.IndexFunc(p.GTIDs, g.sameStream)
+	switch {
+	case i < 0:
+		p.GTIDs = append(p.GTIDs, g)
+		slices.SortFunc(p.GTIDs, compareStreams)
+	case g.Seq > p.GTIDs[i].Seq:
+		p.GTIDs[i] = g
+	}
+}
+
+// addBinlog keeps b when it is after p's binary log position, or when the
+// two cannot be compared (another server's log).
+func (p *SourcePosition) addBinlog(b BinlogPosition) {
+	if order, ok := ComparePositions(p.Binlog, b); !ok || order < 0 {
+		p.Binlog = b
+	}
+}
+
 // Encode returns the position item's value: "gtid=" and the GTIDs
 // comma-separated, a space, "binlog=" file:pos; either left out when
 // empty.
@@ -261,19 +294,10 @@ func DecodePosition(value []byte) (SourcePosition, error) {
 func MergePositions(a, b SourcePosition) SourcePosition {
 	out := SourcePosition{GTIDs: slices.Clone(a.GTIDs), Binlog: a.Binlog}
 	for _, g := range b.GTIDs {
-		i := slices.IndexFunc(out.GTIDs, g.sameStream)
-		switch {
-		case i < 0:
-			out.GTIDs = append(out.GTIDs, g)
-		case g.Seq > out.GTIDs[i].Seq:
-			out.GTIDs[i] = g
-		}
+		out.addGTID(g)
 	}
-	slices.SortFunc(out.GTIDs, compareStreams)
 	if b.Binlog.Known() {
-		if order, ok := ComparePositions(a.Binlog, b.Binlog); !ok || order < 0 {
-			out.Binlog = b.Binlog
-		}
+		out.addBinlog(b.Binlog)
 	}
 	return out
 }

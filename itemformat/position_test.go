@@ -155,3 +155,25 @@ func TestMergePositionsCommutes(t *testing.T) {
 		}
 	}
 }
+
+// Include is MergePositions with the event's position, event by event.
+func TestIncludeIsMerge(t *testing.T) {
+	events := []rules.Position{
+		{GTID: "0-1-9", BinlogFile: "b.000002", BinlogPos: 50},
+		{GTID: "0-1-7", BinlogFile: "b.000001", BinlogPos: 900},
+		{GTID: "1-1-3"},
+		{GTID: "0-1-10", BinlogFile: "b.000002", BinlogPos: 80},
+		{BinlogFile: "b.000002", BinlogPos: 60},
+	}
+	var inc, merged SourcePosition
+	for _, e := range events {
+		inc.Include(e)
+		merged = MergePositions(merged, PositionOfEvent(e))
+		if !inc.Equal(merged) {
+			t.Fatalf("after %+v: Include gives %q, MergePositions %q", e, inc.Encode(), merged.Encode())
+		}
+	}
+	if got, want := string(inc.Encode()), "gtid=0-1-10,1-1-3 binlog=b.000002:80"; got != want {
+		t.Errorf("newest of the batch = %q, want %q", got, want)
+	}
+}
