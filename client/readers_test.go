@@ -509,3 +509,49 @@ func TestReadersUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestReadersAgreeOnReplicaWaits has the Go client and the Python and PHP
+// readers read position items and say what they would wait for on a
+// replica: the same statement with the same arguments.
+func TestReadersAgreeOnReplicaWaits(t *testing.T) {
+	addr := testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{}).Addr
+	mc := memcache.New(addr)
+	items := map[uint32]string{
+		11: "gtid=0-11-1040,1-11-7 binlog=mysql-bin.000042:8812",
+		12: "binlog=mysql-bin.000003:4",
+		13: "gtid=3e11fa47-71ca-11e1-9e33-c80aa9429562:23",
+		14: "binlog=mysql-bin.000003", // no offset: not a position
+	}
+	for id, v := range items {
+		if err := mc.Set(&memcache.Item{Key: itemformat.PositionKey(id), Value: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := New(Config{Servers: []itemformat.Server{{Addr: addr}}, Rules: mustRules(t)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	goWait := func(id uint32) any {
+		w, why := c.sourceWait(&ReplicaConfig{SourceServerID: id, MaxWait: 1500 * time.Millisecond})
+		if why != "" {
+			return nil
+		}
+		b, _ := json.Marshal(map[string]any{"function": w.Function, "query": w.Query, "args": w.Args})
+		var out any
+		json.Unmarshal(b, &out)
+		return out
+	}
+	for _, r := range otherReaders {
+		t.Run(r.name, func(t *testing.T) {
+			requireReader(t, r.check)
+			p := startReader(t, r.cmd, addr)
+			for id := range items {
+				ans := p.ask(map[string]any{"op": "replica_wait", "prefix": "", "template": "x", "server_id": id, "max_wait": 1.5})
+				if got, want := ans["wait"], goWait(id); fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("server %d (%q): %s waits %v, Go %v", id, items[id], r.name, got, want)
+				}
+			}
+		})
+	}
+}
