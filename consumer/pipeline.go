@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -728,6 +729,31 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 		p.log.Error("more cache ops failed permanently in the batch", "not_logged", permanentLogged-maxPermanentLogs)
 	}
 	return nil
+}
+
+// retryUntil calls f until it succeeds, waiting with the pipeline's
+// backoff between attempts: the partition waits, nothing is skipped.
+// Each failure counts in cachewarden_apply_retries_total and is logged
+// (at the attempts logAttempt picks) as msg with attrs. It returns nil,
+// or ctx's error once ctx ends.
+func (p *Pipeline) retryUntil(ctx context.Context, msg string, f func() error, attrs ...any) error {
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.m.applyRetries.Inc()
+		wait := p.backoff(attempt)
+		if logAttempt(attempt) {
+			p.log.Warn(msg, append(slices.Clip(attrs), "attempt", attempt+1, "retry_in", wait, "error", err.Error())...)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
 }
 
 // splitsOps reports whether some of ops go to the Counters applier.

@@ -128,28 +128,19 @@ func (p *Pipeline) writePositions(ctx context.Context, b *Batch) error {
 		if !sp.pos.Known() {
 			continue
 		}
-		for attempt := 0; ; attempt++ {
+		err := p.retryUntil(ctx, "cannot write the source position before the batch's ops; retrying, the partition waits", func() error {
 			written, err := p.cfg.Positions.Advance(ctx, sp.serverID, sp.pos)
-			if err == nil {
-				if written {
-					p.m.sourcePositions.WithLabelValues("written").Inc()
-				} else {
-					p.m.sourcePositions.WithLabelValues("current").Inc()
-				}
-				break
+			switch {
+			case err != nil:
+			case written:
+				p.m.sourcePositions.WithLabelValues("written").Inc()
+			default:
+				p.m.sourcePositions.WithLabelValues("current").Inc()
 			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			p.m.applyRetries.Inc()
-			wait := p.backoff(attempt)
-			if logAttempt(attempt) {
-				p.log.Warn("cannot write the source position before the batch's ops; retrying, the partition waits",
-					"server_id", sp.serverID, "position", string(sp.pos.Encode()), "attempt", attempt+1, "retry_in", wait, "error", err.Error())
-			}
-			if err := sleep(ctx, wait); err != nil {
-				return err
-			}
+			return err
+		}, "server_id", sp.serverID, "position", string(sp.pos.Encode()))
+		if err != nil {
+			return err
 		}
 	}
 	return nil
