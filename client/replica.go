@@ -83,17 +83,23 @@ type ReplicaStats struct {
 	// Reached: the replica had applied the position (at once or after a
 	// wait); the fill read it.
 	Reached uint64
-	// TimedOut: MaxWait passed first.
+	// TimedOut: MaxWait passed first, or the replica could not wait
+	// (WaitFailed).
 	TimedOut uint64
+	// WaitFailed: timed-out fills whose wait answered NULL (not a
+	// replica of that source, or its SQL thread stopped) or failed:
+	// nothing says the replica has the change, so they are handled as
+	// time-outs, with a warning.
+	WaitFailed uint64
 	// PrimaryReads: timed-out fills that read the primary.
 	PrimaryReads uint64
 	// ShortLived: timed-out fills that read the replica and stored their
 	// result with ShortLifetime.
 	ShortLived uint64
 	// Unfenced: fills that read the replica without a fence, as without
-	// a ReplicaConfig, with a warning: no position item, one without a
-	// usable position, or a wait the replica could not do (not a replica
-	// of that source, replication stopped: NULL), or a failed wait.
+	// a ReplicaConfig, with a warning: no position item (no change with
+	// a position applied yet, or evicted), or one without a usable
+	// position.
 	Unfenced uint64
 	// Waited is the total time fills spent waiting for the replica.
 	Waited time.Duration
@@ -101,9 +107,9 @@ type ReplicaStats struct {
 
 // replicaCounters are the atomic counters behind ReplicaStats.
 type replicaCounters struct {
-	reached, timedOut, primary, short, unfenced atomic.Uint64
-	waitedNs                                    atomic.Int64
-	lastWarn                                    atomic.Int64 // Unix ns
+	reached, timedOut, primary, short, unfenced, waitFailed atomic.Uint64
+	waitedNs                                                atomic.Int64
+	lastWarn                                                atomic.Int64 // Unix ns
 }
 
 // ReplicaStats returns the counts of fills from the replica; zero without
@@ -112,7 +118,7 @@ func (c *Client) ReplicaStats() ReplicaStats {
 	r := &c.replicaStats
 	return ReplicaStats{
 		Reached: r.reached.Load(), TimedOut: r.timedOut.Load(), PrimaryReads: r.primary.Load(),
-		ShortLived: r.short.Load(), Unfenced: r.unfenced.Load(), Waited: time.Duration(r.waitedNs.Load()),
+		ShortLived: r.short.Load(), Unfenced: r.unfenced.Load(), WaitFailed: r.waitFailed.Load(), Waited: time.Duration(r.waitedNs.Load()),
 	}
 }
 
@@ -168,7 +174,8 @@ func (c *Client) fillFrom(ctx context.Context, what string) (fillSource, error) 
 		return fillSource{}, fmt.Errorf("client: %s: replica connection: %w", what, err)
 	}
 	if why != "" {
-		c.unfenced(what, why, nil)
+		c.replicaStats.unfenced.Add(1)
+		c.warnReplica(what, why, nil)
 		return fillSource{db: conn, conn: conn}, nil
 	}
 	outcome, err := c.waitReplica(ctx, conn, wait, rc.MaxWait)
@@ -176,15 +183,18 @@ func (c *Client) fillFrom(ctx context.Context, what string) (fillSource, error) 
 	case err != nil && ctx.Err() != nil:
 		conn.Close()
 		return fillSource{}, fmt.Errorf("client: %s: waiting for the replica: %w", what, ctx.Err())
-	case err != nil:
-		c.unfenced(what, "the wait failed", err)
-		return fillSource{db: conn, conn: conn}, nil
-	case outcome == itemformat.WaitReached:
+	case err == nil && outcome == itemformat.WaitReached:
 		c.replicaStats.reached.Add(1)
 		return fillSource{db: conn, conn: conn}, nil
-	case outcome == itemformat.WaitUnusable:
-		c.unfenced(what, wait.Function+" answered NULL: not a replica of that source, or replication is stopped", nil)
-		return fillSource{db: conn, conn: conn}, nil
+	case err != nil || outcome == itemformat.WaitUnusable:
+		// Nothing says the replica has the change: as behind as a
+		// time-out.
+		c.replicaStats.waitFailed.Add(1)
+		why := wait.Function + " answered NULL: not a replica of that source, or its SQL thread is stopped"
+		if err != nil {
+			why = wait.Function + " failed"
+		}
+		c.warnReplica(what, why, err)
 	}
 	c.replicaStats.timedOut.Add(1)
 	if rc.Primary == nil {
@@ -239,10 +249,9 @@ func (c *Client) waitReplica(ctx context.Context, conn *sql.Conn, w itemformat.R
 	return w.Outcome(result.String, !result.Valid), nil
 }
 
-// unfenced counts a fill that reads the replica without a fence and warns
-// at most every replicaWarnEvery.
-func (c *Client) unfenced(what, why string, err error) {
-	c.replicaStats.unfenced.Add(1)
+// warnReplica warns of a fill that could not be fenced, at most every
+// replicaWarnEvery.
+func (c *Client) warnReplica(what, why string, err error) {
 	now := time.Now().UnixNano()
 	last := c.replicaStats.lastWarn.Load()
 	if now-last < int64(replicaWarnEvery) || !c.replicaStats.lastWarn.CompareAndSwap(last, now) {
@@ -252,7 +261,7 @@ func (c *Client) unfenced(what, why string, err error) {
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}
-	c.log.Warn("filling from the replica without waiting for the source position: the fill may be stale (docs/formats.md, \"Source positions\")", attrs...)
+	c.log.Warn("cannot wait for the source position on the replica (docs/formats.md, \"Source positions\")", attrs...)
 }
 
 // ReadFunc computes a value for GetOrComputeFrom from db: the replica

@@ -235,10 +235,10 @@ func TestReplicaFenceTimeout(t *testing.T) {
 	}
 }
 
-// TestReplicaFenceUnfenced checks the fallbacks to today's behaviour:
-// no position item, and a replica that cannot wait for the position
-// (a GTID of a domain it never sees times out; NULL is for a server that
-// is not a replica, counted the same way below via a wrong server).
+// TestReplicaFenceUnfenced checks the fallback to today's behaviour when
+// there is no position item, and that a replica that cannot wait for
+// the position (MASTER_POS_WAIT answers NULL on a server that is not a
+// replica) is handled as one that is behind: its fill is short-lived.
 func TestReplicaFenceUnfenced(t *testing.T) {
 	e := newReplicaEnv(t)
 	ctx := context.Background()
@@ -249,11 +249,10 @@ func TestReplicaFenceUnfenced(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("no position item: %d, %v", n, err)
 	}
-	if st := env.c.ReplicaStats(); st.Unfenced != 1 || st.Reached != 0 {
+	if st := env.c.ReplicaStats(); st.Unfenced != 1 || st.Reached != 0 || st.TimedOut != 0 {
 		t.Errorf("no position item: stats %+v, want 1 unfenced", st)
 	}
 
-	// The primary is not a replica: MASTER_POS_WAIT answers NULL there.
 	notReplica := newTestEnvAt(t, e.addr, nil, func(cfg *Config) {
 		cfg.Replica = &ReplicaConfig{DB: e.Primary, SourceServerID: e.ServerID + 1, MaxWait: 200 * time.Millisecond}
 	})
@@ -265,8 +264,8 @@ func TestReplicaFenceUnfenced(t *testing.T) {
 	if n, err := notReplica.c.Count(ctx, "post-comments", Row{"post_id": 2}); err != nil || n != 1 {
 		t.Fatalf("not a replica: %d, %v", n, err)
 	}
-	if st := notReplica.c.ReplicaStats(); st.Unfenced != 1 {
-		t.Errorf("not a replica: stats %+v, want 1 unfenced", st)
+	if st := notReplica.c.ReplicaStats(); st.WaitFailed != 1 || st.TimedOut != 1 || st.ShortLived != 1 || st.Unfenced != 0 {
+		t.Errorf("not a replica: stats %+v, want 1 failed wait, handled as a time-out: short-lived", st)
 	}
 }
 
