@@ -136,53 +136,61 @@ var replicaReads = []struct {
 	}},
 }
 
-// TestReplicaFenceWaits changes a row on the primary while the replica's
-// SQL thread is stopped, and fills from the replica: a reader without
-// the fence reads (and caches) the old row; with it the fill waits until
-// the replica has applied the change and caches the new one.
+// TestReplicaFenceWaits changes a row on the primary while the replica
+// lags (its SQL thread stopped, or MASTER_DELAY), and fills from the
+// replica: a reader without the fence reads (and caches) the old row;
+// with it the fill waits until the replica has applied the change and
+// caches the new one.
 func TestReplicaFenceWaits(t *testing.T) {
-	for _, rd := range replicaReads {
-		t.Run(rd.name, func(t *testing.T) {
-			e := newReplicaEnv(t)
-			ctx := context.Background()
-			plain := newTestEnvAt(t, e.addr, e.Replica.Replica, nil)
-			fenced := newTestEnvAt(t, e.addr, nil, func(cfg *Config) {
-				cfg.Replica = &ReplicaConfig{DB: e.Replica.Replica, SourceServerID: e.ServerID, MaxWait: 50 * time.Second}
+	for _, lag := range []string{"stopped", "delayed"} {
+		for _, rd := range replicaReads {
+			t.Run(lag+"/"+rd.name, func(t *testing.T) {
+				e := newReplicaEnv(t)
+				ctx := context.Background()
+				plain := newTestEnvAt(t, e.addr, e.Replica.Replica, nil)
+				fenced := newTestEnvAt(t, e.addr, nil, func(cfg *Config) {
+					cfg.Replica = &ReplicaConfig{DB: e.Replica.Replica, SourceServerID: e.ServerID, MaxWait: 50 * time.Second}
+				})
+				if lag == "stopped" {
+					e.StopSQL(t)
+				} else {
+					e.Delay(t, 2*time.Second)
+				}
+				e.change(t, rd.change)
+
+				// The control: no fence, the lagging replica's row, cached.
+				got, err := rd.read(ctx, plain.c, "cwtest:plain:"+testsvc.Unique(), e.Replica.Replica)
+				if err != nil || got != rd.before {
+					t.Fatalf("without the fence: %q, %v; want the replica's old %q (is it lagging?)", got, err, rd.before)
+				}
+
+				// The fenced client has a prefix of its own: it fills too.
+				done := make(chan string, 1)
+				go func() {
+					got, err := rd.read(ctx, fenced.c, "cwtest:fenced:"+testsvc.Unique(), nil)
+					if err != nil {
+						got = "error: " + err.Error()
+					}
+					done <- got
+				}()
+				if lag == "stopped" {
+					var returned bool
+					got, returned = e.waitForWaiter(t, done)
+					e.StartSQL(t)
+					if !returned {
+						got = <-done
+					}
+				} else {
+					got = <-done // the delay ends on its own
+				}
+				if got != rd.after {
+					t.Errorf("with the fence: %q, want the primary's %q", got, rd.after)
+				}
+				if st := fenced.c.ReplicaStats(); st.Reached != 1 || st.TimedOut != 0 || st.Unfenced != 0 {
+					t.Errorf("stats %+v, want 1 reached", st)
+				}
 			})
-			e.StopSQL(t)
-			e.change(t, rd.change)
-
-			// The control: no fence, the lagging replica's row, cached.
-			got, err := rd.read(ctx, plain.c, "cwtest:plain:"+testsvc.Unique(), e.Replica.Replica)
-			if err != nil || got != rd.before {
-				t.Fatalf("without the fence: %q, %v; want the replica's old %q (is it lagging?)", got, err, rd.before)
-			}
-			// The fenced client has a prefix of its own: it fills too.
-
-			done := make(chan string, 1)
-			go func() {
-				got, err := rd.read(ctx, fenced.c, "cwtest:fenced:"+testsvc.Unique(), nil)
-				if err != nil {
-					got = "error: " + err.Error()
-				}
-				done <- got
-			}()
-			got, returned := e.waitForWaiter(t, done)
-			e.StartSQL(t)
-			if !returned {
-				select {
-				case got = <-done:
-				case <-time.After(2 * time.Minute):
-					t.Fatal("the fenced read did not return")
-				}
-			}
-			if got != rd.after {
-				t.Errorf("with the fence: %q, want the primary's %q", got, rd.after)
-			}
-			if st := fenced.c.ReplicaStats(); st.Reached != 1 || st.TimedOut != 0 || st.Unfenced != 0 {
-				t.Errorf("stats %+v, want 1 reached", st)
-			}
-		})
+		}
 	}
 }
 

@@ -147,6 +147,29 @@ func (r *Replica) StartSQL(t testing.TB) {
 	}
 }
 
+// Delay makes the replica apply each transaction d (whole seconds) after
+// the primary committed it (CHANGE MASTER TO MASTER_DELAY), until the end
+// of the test, which sets it back to 0.
+func (r *Replica) Delay(t testing.TB, d time.Duration) {
+	t.Helper()
+	set := func(seconds int) error {
+		for _, q := range []string{"STOP SLAVE", fmt.Sprintf("CHANGE MASTER TO MASTER_DELAY = %d", seconds), "START SLAVE"} {
+			if _, err := r.admin.Exec(q); err != nil {
+				return fmt.Errorf("testsvc: %s: %w", q, err)
+			}
+		}
+		return nil
+	}
+	if err := set(int(d.Seconds())); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := set(0); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // CatchUp waits (up to a minute) until the replica has applied everything
 // the primary has logged so far.
 func (r *Replica) CatchUp(t testing.TB) {
