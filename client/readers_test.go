@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
@@ -555,3 +556,55 @@ func TestReadersAgreeOnReplicaWaits(t *testing.T) {
 		})
 	}
 }
+
+// TestReadersWaitOnReplica has the Python (PyMySQL) and PHP (PDO)
+// readers wait for a position item on the real replica: timed out while
+// the replica's SQL thread is stopped behind the position, reached once
+// it applied it, unfenced without a position item.
+func TestReadersWaitOnReplica(t *testing.T) {
+	e := newReplicaEnv(t)
+	cfg, err := mysqlConfig(e.ReplicaDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(cfg.Addr, ":")
+	portN, _ := strconv.Atoi(port)
+	my := map[string]any{"host": host, "port": portN, "user": cfg.User, "database": cfg.DBName}
+	e.StopSQL(t)
+	e.change(t, "INSERT INTO comments VALUES (4, 1, 1)")
+	readers := []struct {
+		name  string
+		check []string
+		cmd   []string
+	}{
+		{"python", []string{"/usr/bin/python3", "-c", "import pymemcache.client.base, pymysql"}, otherReaders[0].cmd},
+		{"php", []string{"php", "-r", "exit(class_exists('Memcached') && in_array('mysql', PDO::getAvailableDrivers()) ? 0 : 1);"}, otherReaders[1].cmd},
+	}
+	procs := make([]*readerProc, len(readers))
+	for i, r := range readers {
+		requireReader(t, r.check)
+		procs[i] = startReader(t, r.cmd, e.addr)
+	}
+	ask := func(serverID uint32, maxWait float64) []string {
+		var out []string
+		for i, p := range procs {
+			ans := p.ask(map[string]any{"op": "wait_for_position", "prefix": "", "template": "x", "server_id": serverID,
+				"max_wait": maxWait, "mysql": my})
+			out = append(out, readers[i].name+":"+fmt.Sprint(ans["outcome"]))
+		}
+		return out
+	}
+	if got := ask(e.ServerID, 0.3); !slices.Equal(got, []string{"python:timed_out", "php:timed_out"}) {
+		t.Errorf("replica behind the position: %q, want both timed_out", got)
+	}
+	e.StartSQL(t)
+	if got := ask(e.ServerID, 30); !slices.Equal(got, []string{"python:reached", "php:reached"}) {
+		t.Errorf("replica catching up: %q, want both reached", got)
+	}
+	if got := ask(e.ServerID+1, 0.3); !slices.Equal(got, []string{"python:unfenced", "php:unfenced"}) {
+		t.Errorf("no position item: %q, want both unfenced", got)
+	}
+}
+
+// mysqlConfig parses a go-sql-driver DSN.
+func mysqlConfig(dsn string) (*mysql.Config, error) { return mysql.ParseDSN(dsn) }

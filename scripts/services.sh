@@ -21,7 +21,8 @@
 #              target of the fault suite's counter scenario;
 #            - the memcached clients of other languages the distribution
 #              tests read through (python3-pylibmc, python3-pymemcache,
-#              php-cli, php-memcached);
+#              php-cli, php-memcached), and the MySQL drivers their
+#              replica waits run on (python3-pymysql, php-mysql);
 #            - promtool (Debian's prometheus package), which the alert
 #              rules' unit tests run.
 #   stop   stops what this script started (memcached, the private MariaDBs
@@ -279,8 +280,10 @@ install_clients() {
   local missing=()
   /usr/bin/python3 -c 'import pylibmc' 2>/dev/null || missing+=(python3-pylibmc)
   /usr/bin/python3 -c 'import pymemcache' 2>/dev/null || missing+=(python3-pymemcache)
+  /usr/bin/python3 -c 'import pymysql' 2>/dev/null || missing+=(python3-pymysql)
   command -v php >/dev/null || missing+=(php-cli)
   command -v php >/dev/null && php -r 'exit(class_exists("Memcached") ? 0 : 1);' 2>/dev/null || missing+=(php-memcached)
+  command -v php >/dev/null && php -r 'exit(in_array("mysql", PDO::getAvailableDrivers()) ? 0 : 1);' 2>/dev/null || missing+=(php-mysql)
   if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}"
   fi

@@ -635,6 +635,12 @@ function cw_serve(string $server): void {
                 $w = $pos === null ? null : cw_replica_wait($pos, (float)$req['max_wait']);
                 $out['wait'] = $w === null ? null : ['function' => $w[0], 'query' => $w[1], 'args' => $w[2]];
                 break;
+            case 'wait_for_position':
+                $my = $req['mysql'];
+                $pdo = new PDO("mysql:host={$my['host']};port={$my['port']};dbname={$my['database']}", $my['user'], '',
+                    [PDO::ATTR_ERRMODE => PDO::ERRMODE_EXCEPTION]);
+                $out['outcome'] = cw_wait_for_position($mc, (int)$req['server_id'], $pdo, (float)$req['max_wait']);
+                break;
             case 'get':
                 $value = $mc->get($key);
                 $out['value'] = $value === false ? null : (string)$value;

@@ -697,6 +697,15 @@ def serve(server):
             except ValueError:
                 w = None
             out["wait"] = None if w is None else {"function": w[0], "query": w[1], "args": w[2]}
+        elif op == "wait_for_position":
+            import pymysql
+
+            my = req["mysql"]
+            db = pymysql.connect(host=my["host"], port=my["port"], user=my["user"], database=my["database"])
+            try:
+                out["outcome"] = wait_for_position(mc, req["server_id"], db.cursor(), req["max_wait"])
+            finally:
+                db.close()
         print(json.dumps(out), flush=True)
 
 
