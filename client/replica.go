@@ -265,8 +265,8 @@ func (c *Client) warnReplica(what, why string, err error) {
 }
 
 // ReadFunc computes a value for GetOrComputeFrom from db: the replica
-// once it has applied the source position, or the primary (Config.Replica).
-// Without Config.Replica db is nil.
+// once it has applied the source position, or the primary
+// (Config.Replica); without Config.Replica, Config.DB.
 type ReadFunc func(ctx context.Context, db *sql.Conn) ([]byte, error)
 
 // GetOrComputeFrom is GetOrCompute for a value the application computes
@@ -276,21 +276,32 @@ type ReadFunc func(ctx context.Context, db *sql.Conn) ([]byte, error)
 // the replica (or, after ReplicaConfig.MaxWait, to the primary, or to the
 // replica with the value stored for ShortLifetime). So a value cached
 // under a namespace version the daemon moved was computed from a database
-// state that holds the change that moved it. Without Config.Replica it is
-// GetOrCompute with a nil connection. ComputeTime must cover the wait and
-// the computation. Safe for concurrent use.
+// state that holds the change that moved it. Without Config.Replica the
+// connection is Config.DB's, which must then be a *sql.DB, unfenced.
+// ComputeTime must cover the wait and the computation. Safe for
+// concurrent use.
 func (c *Client) GetOrComputeFrom(ctx context.Context, key string, expiration time.Duration, compute ReadFunc) ([]byte, error) {
 	if compute == nil {
 		return nil, fmt.Errorf("client: get or compute %q: need a compute function", key)
 	}
+	what := "get or compute " + strconv.Quote(key)
 	return c.getOrCompute(ctx, key, expiration, func(ctx context.Context) ([]byte, time.Duration, error) {
-		if c.replica == nil {
-			v, err := compute(ctx, nil)
-			return v, expiration, err
-		}
-		src, err := c.fillFrom(ctx, "get or compute "+strconv.Quote(key))
-		if err != nil {
-			return nil, 0, err
+		var src fillSource
+		if c.replica != nil {
+			var err error
+			if src, err = c.fillFrom(ctx, what); err != nil {
+				return nil, 0, err
+			}
+		} else {
+			db, ok := c.db.(*sql.DB)
+			if !ok {
+				return nil, 0, fmt.Errorf("client: %s: GetOrComputeFrom needs Config.Replica, or a *sql.DB in Config.DB", what)
+			}
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				return nil, 0, fmt.Errorf("client: %s: connection: %w", what, err)
+			}
+			src = fillSource{db: conn, conn: conn}
 		}
 		defer src.release()
 		v, err := compute(ctx, src.conn)

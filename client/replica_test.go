@@ -103,35 +103,25 @@ var replicaReads = []struct {
 	change string
 	before string
 	after  string
-	// read reads through c; a client without Config.Replica reads the
-	// replica through GetOrCompute, as applications do today.
-	read func(ctx context.Context, c *Client, key string, replica *sql.DB) (string, error)
+	// read reads through c; a client without Config.Replica reads
+	// Config.DB, the replica, as applications do today.
+	read func(ctx context.Context, c *Client, key string) (string, error)
 }{
-	{"count", "INSERT INTO comments VALUES (4, 1, 1)", "2", "3", func(ctx context.Context, c *Client, _ string, _ *sql.DB) (string, error) {
+	{"count", "INSERT INTO comments VALUES (4, 1, 1)", "2", "3", func(ctx context.Context, c *Client, _ string) (string, error) {
 		n, err := c.Count(ctx, "post-comments", Row{"post_id": 1})
 		return strconv.FormatInt(n, 10), err
 	}},
-	{"members", "INSERT INTO user_interests VALUES (7, 2, 'sql', 1)", "go", "go,sql", func(ctx context.Context, c *Client, _ string, _ *sql.DB) (string, error) {
+	{"members", "INSERT INTO user_interests VALUES (7, 2, 'sql', 1)", "go", "go,sql", func(ctx context.Context, c *Client, _ string) (string, error) {
 		m, err := c.Members(ctx, "user-interests", Row{"user_id": 7})
 		return strings.Join(m, ","), err
 	}},
-	{"get or compute", "UPDATE posts SET body = 'second' WHERE id = 1", "first", "second", func(ctx context.Context, c *Client, key string, replica *sql.DB) (string, error) {
+	{"get or compute", "UPDATE posts SET body = 'second' WHERE id = 1", "first", "second", func(ctx context.Context, c *Client, key string) (string, error) {
 		const q = "SELECT body FROM posts WHERE id = 1"
-		var v []byte
-		var err error
-		if c.replica == nil {
-			v, err = c.GetOrCompute(ctx, key, time.Minute, func(ctx context.Context) ([]byte, error) {
-				var body []byte
-				err := replica.QueryRowContext(ctx, q).Scan(&body)
-				return body, err
-			})
-		} else {
-			v, err = c.GetOrComputeFrom(ctx, key, time.Minute, func(ctx context.Context, db *sql.Conn) ([]byte, error) {
-				var body []byte
-				err := db.QueryRowContext(ctx, q).Scan(&body)
-				return body, err
-			})
-		}
+		v, err := c.GetOrComputeFrom(ctx, key, time.Minute, func(ctx context.Context, db *sql.Conn) ([]byte, error) {
+			var body []byte
+			err := db.QueryRowContext(ctx, q).Scan(&body)
+			return body, err
+		})
 		return string(v), err
 	}},
 }
@@ -159,7 +149,7 @@ func TestReplicaFenceWaits(t *testing.T) {
 				e.change(t, rd.change)
 
 				// The control: no fence, the lagging replica's row, cached.
-				got, err := rd.read(ctx, plain.c, "cwtest:plain:"+testsvc.Unique(), e.Replica.Replica)
+				got, err := rd.read(ctx, plain.c, "cwtest:plain:"+testsvc.Unique())
 				if err != nil || got != rd.before {
 					t.Fatalf("without the fence: %q, %v; want the replica's old %q (is it lagging?)", got, err, rd.before)
 				}
@@ -167,7 +157,7 @@ func TestReplicaFenceWaits(t *testing.T) {
 				// The fenced client has a prefix of its own: it fills too.
 				done := make(chan string, 1)
 				go func() {
-					got, err := rd.read(ctx, fenced.c, "cwtest:fenced:"+testsvc.Unique(), nil)
+					got, err := rd.read(ctx, fenced.c, "cwtest:fenced:"+testsvc.Unique())
 					if err != nil {
 						got = "error: " + err.Error()
 					}
