@@ -242,7 +242,9 @@ func (c *Client) abandon(ctx context.Context, key string, it *metaproto.Item) {
 // compute's error is returned wrapped. A value computed but not stored
 // (memcached refused it, or the item changed or ended meanwhile) is still
 // returned: after an Invalidate or a delete of the key, no value computed
-// before it is ever stored. Safe for concurrent use.
+// before it is ever stored. A compute that reads a replica should use
+// GetOrComputeFrom, which waits for the replica to have the changes the
+// daemon invalidated (Config.Replica). Safe for concurrent use.
 func (c *Client) GetOrCompute(ctx context.Context, key string, expiration time.Duration, compute ComputeFunc) ([]byte, error) {
 	if compute == nil {
 		return nil, fmt.Errorf("client: get or compute %q: need a compute function and a non-negative expiration", key)
