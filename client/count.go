@@ -20,8 +20,9 @@ import (
 // something that is not a count, Count runs the rule's recount query
 // through Config.DB (with Config.Replica: on the replica once it has
 // applied the daemon's source position, see ReplicaConfig) with the row's
-// values for the rule's args, stores the result (add on a miss, so a value the daemon stored meanwhile wins; set
-// over a non-numeric item) with the rule's TTL and returns it. When
+// values for the rule's args, stores the result (add on a miss, so a
+// value the daemon stored meanwhile wins; set over a non-numeric item)
+// with the rule's TTL and returns it. When
 // memcached fails the count comes from the query and nothing is stored.
 // Without a recount query or a DB a missing counter is an error matching
 // ErrMissing.
