@@ -147,6 +147,9 @@ type Client struct {
 	// replica is Config.Replica with its defaults; nil without one.
 	replica      *ReplicaConfig
 	replicaStats replicaCounters
+	// source is the replica's source server_id, read from the replica
+	// when ReplicaConfig.SourceServerID is 0.
+	source sourceCache
 	// gens holds the last generation read per generation key (uint64
 	// values), so that a counter is read with its generation in one
 	// round trip (counterAt).

@@ -534,7 +534,7 @@ func TestReadersAgreeOnReplicaWaits(t *testing.T) {
 	}
 	defer c.Close()
 	goWait := func(id uint32) any {
-		w, why := c.sourceWait(&ReplicaConfig{SourceServerID: id, MaxWait: 1500 * time.Millisecond})
+		w, why := c.sourceWait(t.Context(), &ReplicaConfig{SourceServerID: id, MaxWait: 1500 * time.Millisecond})
 		if why != "" {
 			return nil
 		}

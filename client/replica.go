@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,11 @@ type ReplicaConfig struct {
 	DB *sql.DB
 	// SourceServerID is the server_id of the server the replica
 	// replicates from, the server_id in the daemon's change events
-	// (Debezium's source.server_id). Required.
+	// (Debezium's source.server_id). 0 (the default): the client asks
+	// the replica (SHOW SLAVE STATUS, or SHOW REPLICA STATUS: its
+	// Master_Server_Id or Source_Server_Id) and asks again every 10s, so
+	// that readers follow a failover of the primary that the replica
+	// follows.
 	SourceServerID uint32
 	// Primary, when set, is read by fills for which the replica has not
 	// applied the position within MaxWait. nil: such fills read the
@@ -54,6 +59,9 @@ const (
 	// replicaWarnEvery spaces the warnings of fills that could not be
 	// fenced.
 	replicaWarnEvery = 10 * time.Second
+	// sourceRefresh is how long a source server_id read from the replica
+	// is used before it is read again.
+	sourceRefresh = 10 * time.Second
 )
 
 func (rc *ReplicaConfig) withDefaults() (*ReplicaConfig, error) {
@@ -63,9 +71,6 @@ func (rc *ReplicaConfig) withDefaults() (*ReplicaConfig, error) {
 	out := *rc
 	if out.DB == nil {
 		return nil, errors.New("client: Config.Replica.DB is nil: name the replica the fills read")
-	}
-	if out.SourceServerID == 0 {
-		return nil, errors.New("client: Config.Replica.SourceServerID is 0: give the server_id of the replica's source (the server_id in the daemon's change events)")
 	}
 	if out.MaxWait <= 0 {
 		out.MaxWait = defaultReplicaMaxWait
@@ -168,7 +173,7 @@ func (c *Client) fillFrom(ctx context.Context, what string) (fillSource, error) 
 	}
 	// The position first: it must be read after the read that decided
 	// to fill, and the wait must run on the connection the fill uses.
-	wait, why := c.sourceWait(rc)
+	wait, why := c.sourceWait(ctx, rc)
 	conn, err := rc.DB.Conn(ctx)
 	if err != nil {
 		return fillSource{}, fmt.Errorf("client: %s: replica connection: %w", what, err)
@@ -213,8 +218,15 @@ func (c *Client) fillFrom(ctx context.Context, what string) (fillSource, error) 
 
 // sourceWait reads the position item of the replica's source and returns
 // the statement that waits for it, or why there is none.
-func (c *Client) sourceWait(rc *ReplicaConfig) (itemformat.ReplicaWait, string) {
-	key := itemformat.PositionKey(rc.SourceServerID)
+func (c *Client) sourceWait(ctx context.Context, rc *ReplicaConfig) (itemformat.ReplicaWait, string) {
+	serverID := rc.SourceServerID
+	if serverID == 0 {
+		var err error
+		if serverID, err = c.replicaSource(ctx, rc.DB); err != nil {
+			return itemformat.ReplicaWait{}, err.Error()
+		}
+	}
+	key := itemformat.PositionKey(serverID)
 	it, err := c.mc.Get(key)
 	switch {
 	case errors.Is(err, memcache.ErrCacheMiss):
@@ -231,6 +243,32 @@ func (c *Client) sourceWait(rc *ReplicaConfig) (itemformat.ReplicaWait, string) 
 		return itemformat.ReplicaWait{}, "position item " + strconv.Quote(key) + " holds no usable position: " + strconv.Quote(string(it.Value))
 	}
 	return w, ""
+}
+
+// sourceCache is the replica's source server_id as last read, and when.
+type sourceCache struct {
+	mu   sync.Mutex
+	id   uint32
+	read time.Time
+}
+
+// replicaSource returns the server_id of the server db replicates from,
+// read at most every sourceRefresh.
+func (c *Client) replicaSource(ctx context.Context, db *sql.DB) (uint32, error) {
+	sc := &c.source
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.id != 0 && time.Since(sc.read) < sourceRefresh {
+		return sc.id, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout+time.Second)
+	defer cancel()
+	id, err := querySourceID(ctx, db)
+	if err != nil {
+		return 0, fmt.Errorf("cannot read the replica's source server_id: %w", err)
+	}
+	sc.id, sc.read = id, time.Now()
+	return id, nil
 }
 
 // waitReplica runs w on conn. The server bounds the wait by maxWait;
@@ -257,7 +295,7 @@ func (c *Client) warnReplica(what, why string, err error) {
 	if now-last < int64(replicaWarnEvery) || !c.replicaStats.lastWarn.CompareAndSwap(last, now) {
 		return
 	}
-	attrs := []any{"fill", what, "reason", why, "server_id", c.replica.SourceServerID}
+	attrs := []any{"fill", what, "reason", why}
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}

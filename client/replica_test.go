@@ -138,8 +138,9 @@ func TestReplicaFenceWaits(t *testing.T) {
 				e := newReplicaEnv(t)
 				ctx := context.Background()
 				plain := newTestEnvAt(t, e.addr, e.Replica.Replica, nil)
+				// No SourceServerID: the client reads it from the replica.
 				fenced := newTestEnvAt(t, e.addr, nil, func(cfg *Config) {
-					cfg.Replica = &ReplicaConfig{DB: e.Replica.Replica, SourceServerID: e.ServerID, MaxWait: 50 * time.Second}
+					cfg.Replica = &ReplicaConfig{DB: e.Replica.Replica, MaxWait: 50 * time.Second}
 				})
 				if lag == "stopped" {
 					e.StopSQL(t)
@@ -275,7 +276,6 @@ func TestReplicaConfigChecked(t *testing.T) {
 		want string
 	}{
 		{"no DB", Config{Replica: &ReplicaConfig{SourceServerID: 1}}, "Replica.DB is nil"},
-		{"no server id", Config{Replica: &ReplicaConfig{DB: db}}, "SourceServerID is 0"},
 		{"compute time within the wait", Config{Replica: &ReplicaConfig{DB: db, SourceServerID: 1, MaxWait: 3 * time.Second},
 			Turnstile: TurnstileOptions{ComputeTime: 2 * time.Second}}, "must exceed Replica.MaxWait"},
 	} {
