@@ -154,7 +154,11 @@ func runReplicaBench(b *testing.B) {
 	}
 	e.clients = map[string]*client.Client{}
 	for _, mode := range replicaBenchModes {
-		cc := client.Config{Servers: []itemformat.Server{{Addr: mcAddr}}, Rules: rs, MaxIdleConns: 64}
+		// Readers waiting for another's fill look again every 5ms (the
+		// default 50ms would make a slower fill cost the waiting readers
+		// whole ticks of the 20ms schedule).
+		cc := client.Config{Servers: []itemformat.Server{{Addr: mcAddr}}, Rules: rs, MaxIdleConns: 64,
+			Turnstile: client.TurnstileOptions{Wait: 5 * time.Millisecond}}
 		if mode == "fenced" {
 			cc.Replica = &client.ReplicaConfig{DB: rep.Replica, Primary: rep.Primary, SourceServerID: rep.ServerID, MaxWait: replicaMaxWait}
 		}
