@@ -452,7 +452,9 @@ func (e *rbEnv) countStored(mode, tag string) int {
 }
 
 // reader reads random posts, one read every 20ms, until stop: the plain
-// namespace first (the staleness oracle), then its mode's, then the value.
+// namespace first (the staleness oracle), then its mode's (plain readers
+// read theirs again, so that every mode makes the same round trips, and
+// use the first read), then the value.
 func (e *rbEnv) reader(ctx context.Context, c *client.Client, mode, tag string, st *rbStats, stop <-chan struct{}) {
 	plain := e.clients["plain"]
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -470,12 +472,15 @@ func (e *rbEnv) reader(ctx context.Context, c *client.Client, mode, tag string, 
 			e.b.Error(err)
 			return
 		}
-		ns := oracle
-		if mode != "plain" {
-			if ns, err = c.Namespace(ctx, mode, row); err != nil {
-				e.b.Error(err)
-				return
-			}
+		// Every mode reads its own namespace after the oracle's, plain
+		// too (the same item again): the same round trips for all.
+		ns, err := c.Namespace(ctx, mode, row)
+		if err != nil {
+			e.b.Error(err)
+			return
+		}
+		if mode == "plain" {
+			ns = oracle // the version the oracle counted
 		}
 		o, _ := strconv.ParseUint(oracle, 10, 64)
 		// At least this many changes of the post had been applied when
