@@ -76,10 +76,17 @@ func (e *replicaEnv) change(t *testing.T, query string) {
 // when it returns the read's result.
 func (e *replicaEnv) waitForWaiter(t *testing.T, done <-chan string) (result string, returned bool) {
 	t.Helper()
+	return e.waitFor(t, "SELECT MASTER_GTID_WAIT(%", done)
+}
+
+// waitFor is waitForWaiter for a session running a statement like
+// pattern (a LIKE pattern).
+func (e *replicaEnv) waitFor(t *testing.T, pattern string, done <-chan string) (result string, returned bool) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		var n int
-		if err := e.Replica.Replica.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT MASTER_GTID_WAIT(%'").Scan(&n); err != nil {
+		if err := e.Replica.Replica.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ?", pattern).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -182,6 +189,54 @@ func TestReplicaFenceWaits(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestReplicaFenceBinlogPosition fences with the binary log position
+// alone (no GTID in the item). On a delayed replica MASTER_POS_WAIT for
+// the offset of the change's first row event plus one returns only once
+// the replica has applied that transaction. On a replica whose SQL
+// thread is stopped it answers NULL at once: the fill is handled as a
+// time-out (short-lived), never as reached.
+func TestReplicaFenceBinlogPosition(t *testing.T) {
+	e := newReplicaEnv(t)
+	ctx := context.Background()
+	fenced := newTestEnvAt(t, e.addr, nil, func(cfg *Config) {
+		cfg.Replica = &ReplicaConfig{DB: e.Replica.Replica, SourceServerID: e.ServerID, MaxWait: 50 * time.Second}
+	})
+	conn, err := e.Primary.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	change := func(query string) {
+		t.Helper()
+		tx, err := testsvc.ExecLogged(ctx, conn, query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos := itemformat.SourcePosition{Binlog: itemformat.BinlogPosition{File: tx.File, Pos: tx.RowsPos}}
+		if err := memcache.New(e.addr).Set(&memcache.Item{Key: itemformat.PositionKey(e.ServerID), Value: pos.Encode()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	e.Delay(t, 2*time.Second)
+	change("INSERT INTO comments VALUES (4, 1, 1)")
+	if n, err := fenced.c.Count(ctx, "post-comments", Row{"post_id": 1}); err != nil || n != 3 {
+		t.Errorf("delayed replica: %d, %v; want the primary's 3", n, err)
+	}
+	if st := fenced.c.ReplicaStats(); st.Reached != 1 || st.Waited < time.Second {
+		t.Errorf("delayed replica: stats %+v, want 1 reached after waiting", st)
+	}
+
+	e.StopSQL(t)
+	change("INSERT INTO comments VALUES (5, 2, 1)")
+	if n, err := fenced.c.Count(ctx, "post-comments", Row{"post_id": 2}); err != nil || n != 1 {
+		t.Errorf("stopped replica: %d, %v; want the replica's 1", n, err)
+	}
+	if st := fenced.c.ReplicaStats(); st.WaitFailed != 1 || st.ShortLived != 1 {
+		t.Errorf("stopped replica: stats %+v, want the NULL handled as a time-out, short-lived", st)
 	}
 }
 
