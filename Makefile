@@ -69,11 +69,16 @@ demo: services-demo build
 # binlog-enabled MariaDB that `make services-bench` starts, fences on and off;
 # the event-to-applied latency; then it rewrites the results section of
 # docs/benchmarks.md. Extra cwbench flags go in BENCH_FLAGS, e.g.
-# make bench BENCH_FLAGS="-events 1000000".
+# make bench BENCH_FLAGS="-events 1000000". Then readers on the GTID
+# replica that services-bench starts, plain, rebump_after and fenced, at
+# each replica lag (BenchmarkReplicaReaders; it prints its tables, which
+# docs/benchmarks.md, "Readers on replicas", quotes; its flags go in
+# REPLICA_BENCH_FLAGS).
 bench: services-bench build
 	$(GO) build -o bin/cwbench ./bench/cmd/cwbench
 	$(GO) build -o bin/cwbroker ./bench/cmd/cwbroker
 	set -a && . ./$(SERVICES_ENV) && set +a && ./bin/cwbench -events 300000 -doc docs/benchmarks.md $(BENCH_FLAGS)
+	set -a && . ./$(SERVICES_ENV) && set +a && $(GO) test ./bench -run '^$$' -bench ReplicaReaders -benchtime 1x $(REPLICA_BENCH_FLAGS)
 
 # soak runs the fault suite (integration/fault*_test.go) at its long size:
 # 200,000 events with 10 SIGKILLs of the daemon, 30 s memcached and MariaDB

@@ -59,8 +59,14 @@ type Config struct {
 	Rules *rules.RuleSet
 	// DB runs the rules' load queries (Members) and recount queries
 	// (Count) when a set or counter is missing. nil: a missing set or
-	// counter is an error matching ErrMissing.
+	// counter is an error matching ErrMissing (unless Replica is set).
 	DB Querier
+	// Replica, when set, makes fills read a replica, fenced by the
+	// daemon's source positions: GetOrComputeFrom's computations and the
+	// load and recount queries of Members and Count (then DB is not
+	// used). README, "Reading from applications", and docs/formats.md,
+	// "Source positions". nil: no replica.
+	Replica *ReplicaConfig
 
 	// Timeout bounds each memcached round trip (and dialing). Default
 	// 500ms.
@@ -138,6 +144,12 @@ type Client struct {
 	db    Querier
 	log   *slog.Logger
 	cfg   Config
+	// replica is Config.Replica with its defaults; nil without one.
+	replica      *ReplicaConfig
+	replicaStats replicaCounters
+	// source is the replica's source server_id, read from the replica
+	// when ReplicaConfig.SourceServerID is 0.
+	source sourceCache
 	// gens holds the last generation read per generation key (uint64
 	// values), so that a counter is read with its generation in one
 	// round trip (counterAt).
@@ -162,6 +174,18 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	replica, err := cfg.Replica.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if replica != nil {
+		if ct := cfg.Turnstile.ComputeTime; ct > 0 && ct <= replica.MaxWait {
+			return nil, fmt.Errorf("client: Turnstile.ComputeTime %v must exceed Replica.MaxWait %v: the wait for the replica is part of each computation", ct, replica.MaxWait)
+		}
+		if cfg.Turnstile.ComputeTime <= 0 {
+			cfg.Turnstile.ComputeTime = replica.MaxWait + defaultComputeTime
+		}
+	}
 	cfg = cfg.withDefaults()
 	mc := memcache.NewFromSelector(sel)
 	mc.Timeout = cfg.Timeout
@@ -174,12 +198,13 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 		gomc: mc,
 		meta: metaproto.NewClient(sel, metaproto.ClientConfig{
 			ConnsPerServer: cfg.MaxIdleConns, Timeout: cfg.Timeout, Dial: cfg.Dial}),
-		sel:   sel,
-		rules: make(map[string]*Rule, len(cfg.Rules.Rules())),
-		hold:  newHoldCache(cfg.NamespaceHold),
-		db:    cfg.DB,
-		log:   logger,
-		cfg:   cfg,
+		sel:     sel,
+		rules:   make(map[string]*Rule, len(cfg.Rules.Rules())),
+		hold:    newHoldCache(cfg.NamespaceHold),
+		db:      cfg.DB,
+		log:     logger,
+		cfg:     cfg,
+		replica: replica,
 	}
 	for _, r := range cfg.Rules.Rules() {
 		c.rules[r.Name] = &Rule{c: c, rule: r}

@@ -18,9 +18,11 @@ import (
 // A counter is ASCII decimal (memcached pads one that a decrement
 // shortened with spaces, which are ignored). When it is missing, or holds
 // something that is not a count, Count runs the rule's recount query
-// through Config.DB with the row's values for the rule's args, stores the
-// result (add on a miss, so a value the daemon stored meanwhile wins; set
-// over a non-numeric item) with the rule's TTL and returns it. When
+// through Config.DB (with Config.Replica: on the replica once it has
+// applied the daemon's source position, see ReplicaConfig) with the row's
+// values for the rule's args, stores the result (add on a miss, so a
+// value the daemon stored meanwhile wins; set over a non-numeric item)
+// with the rule's TTL and returns it. When
 // memcached fails the count comes from the query and nothing is stored.
 // Without a recount query or a DB a missing counter is an error matching
 // ErrMissing.
@@ -75,20 +77,25 @@ func (r *Rule) Count(ctx context.Context, row Row) (int64, error) {
 		c.log.Debug("counter get failed; counting in the database", "key", key, "err", err)
 		store = nil
 	}
-	if r.rule.Query == "" || c.db == nil {
+	if r.rule.Query == "" || !c.canFill() {
 		return 0, fmt.Errorf("client: count %q: %w", key, ErrMissing)
 	}
 	args, err := r.args(row)
 	if err != nil {
 		return 0, err
 	}
-	n, err := queryCount(ctx, c.db, r.rule.Query, args)
+	src, err := c.fillFrom(ctx, "count "+strconv.Quote(key))
+	if err != nil {
+		return 0, err
+	}
+	defer src.release()
+	n, err := queryCount(ctx, src.db, r.rule.Query, args)
 	if err != nil {
 		return 0, fmt.Errorf("client: count %q: recount: %w", key, err)
 	}
 	if store != nil && ctx.Err() == nil {
 		err := store(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Flags: itemformat.ReaderCountFlags,
-			Expiration: readExpiration(r.rule.TTL, time.Now())})
+			Expiration: readExpiration(src.lifetime(c, r.rule.TTL), time.Now())})
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
 			c.log.Debug("counter store failed", "key", key, "err", err)
 		}

@@ -63,7 +63,12 @@ type testEnv struct {
 // the Config before the Client is built.
 func newTestEnv(t *testing.T, db Querier, adjust func(*Config)) *testEnv {
 	t.Helper()
-	addr := testsvc.Memcached(t)
+	return newTestEnvAt(t, testsvc.Memcached(t), db, adjust)
+}
+
+// newTestEnvAt is newTestEnv on the memcached at addr.
+func newTestEnvAt(t *testing.T, addr string, db Querier, adjust func(*Config)) *testEnv {
+	t.Helper()
 	prefix := "cwtest:client:" + testsvc.Unique() + ":"
 	rs, err := rulefile.Parse("client-test.yaml", []byte(strings.ReplaceAll(testRules, "%PREFIX%", prefix)))
 	if err != nil {

@@ -26,7 +26,9 @@ import (
 // generation is treated as missing and replaced (with cas) by the load.
 //
 // When the set is missing, Members runs the rule's load query through
-// Config.DB with the row's values for the rule's args, adds the loaded set
+// Config.DB (with Config.Replica: on the replica once it has applied the
+// daemon's source position, see ReplicaConfig) with the row's values for
+// the rule's args, adds the loaded set
 // (members escaped, duplicates dropped) with the rule's TTL, and returns
 // the loaded members. If another client added the set first, the add
 // fails harmlessly. A set is never created partially: a query error is
@@ -80,7 +82,7 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 		// lost since, or the generation was evicted): as good as missing.
 		c.log.Debug("set of another generation; loading it again", "key", key, "generation_key", genKey)
 	}
-	if r.rule.Query == "" || c.db == nil {
+	if r.rule.Query == "" || !c.canFill() {
 		return nil, fmt.Errorf("client: members %q: %w", key, ErrMissing)
 	}
 	args, err := r.args(row)
@@ -96,7 +98,12 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 			store = false
 		}
 	}
-	loaded, err := queryMembers(ctx, c.db, r.rule.Query, args)
+	src, err := c.fillFrom(ctx, "members "+strconv.Quote(key))
+	if err != nil {
+		return nil, err
+	}
+	defer src.release()
+	loaded, err := queryMembers(ctx, src.db, r.rule.Query, args)
 	if err != nil {
 		return nil, fmt.Errorf("client: members %q: load: %w", key, err)
 	}
@@ -104,7 +111,7 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 	if !store || checkContext(ctx, "members "+key) != nil {
 		return members, nil // the members are correct; only the store is skipped
 	}
-	item := &memcache.Item{Key: key, Value: itemformat.EncodeSetAt(gen, escaped), Expiration: readExpiration(r.rule.TTL, time.Now())}
+	item := &memcache.Item{Key: key, Value: itemformat.EncodeSetAt(gen, escaped), Expiration: readExpiration(src.lifetime(c, r.rule.TTL), time.Now())}
 	if it == nil {
 		err = c.mc.Add(item)
 	} else {

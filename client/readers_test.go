@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
@@ -509,3 +510,101 @@ func TestReadersUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestReadersAgreeOnReplicaWaits has the Go client and the Python and PHP
+// readers read position items and say what they would wait for on a
+// replica: the same statement with the same arguments.
+func TestReadersAgreeOnReplicaWaits(t *testing.T) {
+	addr := testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{}).Addr
+	mc := memcache.New(addr)
+	items := map[uint32]string{
+		11: "gtid=0-11-1040,1-11-7 binlog=mysql-bin.000042:8812",
+		12: "binlog=mysql-bin.000003:4",
+		13: "gtid=3e11fa47-71ca-11e1-9e33-c80aa9429562:23",
+		14: "binlog=mysql-bin.000003", // no offset: not a position
+	}
+	for id, v := range items {
+		if err := mc.Set(&memcache.Item{Key: itemformat.PositionKey(id), Value: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := New(Config{Servers: []itemformat.Server{{Addr: addr}}, Rules: mustRules(t)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	goWait := func(id uint32) any {
+		w, why := c.sourceWait(t.Context(), &ReplicaConfig{SourceServerID: id, MaxWait: 1500 * time.Millisecond})
+		if why != "" {
+			return nil
+		}
+		b, _ := json.Marshal(map[string]any{"function": w.Function, "query": w.Query, "args": w.Args})
+		var out any
+		json.Unmarshal(b, &out)
+		return out
+	}
+	for _, r := range otherReaders {
+		t.Run(r.name, func(t *testing.T) {
+			requireReader(t, r.check)
+			p := startReader(t, r.cmd, addr)
+			for id := range items {
+				ans := p.ask(map[string]any{"op": "replica_wait", "prefix": "", "template": "x", "server_id": id, "max_wait": 1.5})
+				if got, want := ans["wait"], goWait(id); fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("server %d (%q): %s waits %v, Go %v", id, items[id], r.name, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestReadersWaitOnReplica has the Python (PyMySQL) and PHP (PDO)
+// readers wait for a position item on the real replica: timed out while
+// the replica's SQL thread is stopped behind the position, reached once
+// it applied it, unfenced without a position item.
+func TestReadersWaitOnReplica(t *testing.T) {
+	e := newReplicaEnv(t)
+	cfg, err := mysqlConfig(e.ReplicaDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(cfg.Addr, ":")
+	portN, _ := strconv.Atoi(port)
+	my := map[string]any{"host": host, "port": portN, "user": cfg.User, "database": cfg.DBName}
+	e.StopSQL(t)
+	e.change(t, "INSERT INTO comments VALUES (4, 1, 1)")
+	readers := []struct {
+		name  string
+		check []string
+		cmd   []string
+	}{
+		{"python", []string{"/usr/bin/python3", "-c", "import pymemcache.client.base, pymysql"}, otherReaders[0].cmd},
+		{"php", []string{"php", "-r", "exit(class_exists('Memcached') && in_array('mysql', PDO::getAvailableDrivers()) ? 0 : 1);"}, otherReaders[1].cmd},
+	}
+	procs := make([]*readerProc, len(readers))
+	for i, r := range readers {
+		requireReader(t, r.check)
+		procs[i] = startReader(t, r.cmd, e.addr)
+	}
+	ask := func(serverID uint32, maxWait float64) []string {
+		var out []string
+		for i, p := range procs {
+			ans := p.ask(map[string]any{"op": "wait_for_position", "prefix": "", "template": "x", "server_id": serverID,
+				"max_wait": maxWait, "mysql": my})
+			out = append(out, readers[i].name+":"+fmt.Sprint(ans["outcome"]))
+		}
+		return out
+	}
+	if got := ask(e.ServerID, 0.3); !slices.Equal(got, []string{"python:timed_out", "php:timed_out"}) {
+		t.Errorf("replica behind the position: %q, want both timed_out", got)
+	}
+	e.StartSQL(t)
+	if got := ask(e.ServerID, 30); !slices.Equal(got, []string{"python:reached", "php:reached"}) {
+		t.Errorf("replica catching up: %q, want both reached", got)
+	}
+	if got := ask(e.ServerID+1, 0.3); !slices.Equal(got, []string{"python:unfenced", "php:unfenced"}) {
+		t.Errorf("no position item: %q, want both unfenced", got)
+	}
+}
+
+// mysqlConfig parses a go-sql-driver DSN.
+func mysqlConfig(dsn string) (*mysql.Config, error) { return mysql.ParseDSN(dsn) }

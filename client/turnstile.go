@@ -242,17 +242,35 @@ func (c *Client) abandon(ctx context.Context, key string, it *metaproto.Item) {
 // compute's error is returned wrapped. A value computed but not stored
 // (memcached refused it, or the item changed or ended meanwhile) is still
 // returned: after an Invalidate or a delete of the key, no value computed
-// before it is ever stored. Safe for concurrent use.
+// before it is ever stored. A compute that reads a replica should use
+// GetOrComputeFrom, which waits for the replica to have the changes the
+// daemon invalidated (Config.Replica). Safe for concurrent use.
 func (c *Client) GetOrCompute(ctx context.Context, key string, expiration time.Duration, compute ComputeFunc) ([]byte, error) {
-	if compute == nil || expiration < 0 {
+	if compute == nil {
 		return nil, fmt.Errorf("client: get or compute %q: need a compute function and a non-negative expiration", key)
 	}
-	v, wait, err := c.getOrComputeOnce(ctx, key, expiration, compute)
+	return c.getOrCompute(ctx, key, expiration, func(ctx context.Context) ([]byte, time.Duration, error) {
+		v, err := compute(ctx)
+		return v, expiration, err
+	})
+}
+
+// fillFunc computes a value for getOrCompute and says how long it may be
+// stored (0: no expiry).
+type fillFunc func(ctx context.Context) (value []byte, lifetime time.Duration, err error)
+
+// getOrCompute is GetOrCompute with fill, which may shorten the value's
+// lifetime (GetOrComputeFrom).
+func (c *Client) getOrCompute(ctx context.Context, key string, expiration time.Duration, fill fillFunc) ([]byte, error) {
+	if expiration < 0 {
+		return nil, fmt.Errorf("client: get or compute %q: need a compute function and a non-negative expiration", key)
+	}
+	v, wait, err := c.getOrComputeOnce(ctx, key, fill)
 	if err != nil || !wait {
 		return v, err
 	}
 	retry := func(ctx context.Context) ([]byte, error) {
-		v, wait, err := c.getOrComputeOnce(ctx, key, expiration, compute)
+		v, wait, err := c.getOrComputeOnce(ctx, key, fill)
 		if err == nil && wait {
 			return nil, fmt.Errorf("client: get or compute %q: %w", key, ErrStillComputing)
 		}
@@ -270,7 +288,7 @@ func (c *Client) GetOrCompute(ctx context.Context, key string, expiration time.D
 		if err := sleepContext(ctx, min(opts.Wait, time.Until(deadline))); err != nil {
 			return nil, fmt.Errorf("client: get or compute %q: %w", key, err)
 		}
-		v, wait, err := c.getOrComputeOnce(ctx, key, expiration, compute)
+		v, wait, err := c.getOrComputeOnce(ctx, key, fill)
 		if err != nil || !wait {
 			return v, err
 		}
@@ -279,7 +297,7 @@ func (c *Client) GetOrCompute(ctx context.Context, key string, expiration time.D
 
 // getOrComputeOnce makes one attempt; wait is true when another client is
 // computing a value that does not exist yet.
-func (c *Client) getOrComputeOnce(ctx context.Context, key string, expiration time.Duration, compute ComputeFunc) (value []byte, wait bool, err error) {
+func (c *Client) getOrComputeOnce(ctx context.Context, key string, fill fillFunc) (value []byte, wait bool, err error) {
 	items, err := c.meta.Get(ctx, []metaproto.Get{c.leaseGet(key)})
 	if err != nil {
 		return nil, false, fmt.Errorf("client: get or compute %q: %w", key, err)
@@ -291,12 +309,12 @@ func (c *Client) getOrComputeOnce(ctx context.Context, key string, expiration ti
 	case verdictWait:
 		return nil, true, nil
 	}
-	v, err := compute(ctx)
+	v, lifetime, err := fill(ctx)
 	if err != nil {
 		c.abandon(ctx, key, it)
 		return nil, false, fmt.Errorf("client: get or compute %q: compute: %w", key, err)
 	}
-	c.storeComputed(ctx, []TurnstileKey{{Key: key, Expiration: expiration}}, items, [][]byte{v})
+	c.storeComputed(ctx, []TurnstileKey{{Key: key, Expiration: lifetime}}, items, [][]byte{v})
 	return v, false, nil
 }
 

@@ -230,6 +230,7 @@ func newRig(t *testing.T, rulesYAML string, opts rigOptions) *rig {
 	pc := PipelineConfig{
 		Rules: rs, Writer: w, Counters: c, Poison: opts.poison, Rebump: r.rebump,
 		Metrics: r.metrics, Logger: r.log, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
+		Positions: memcachePositions{mc: r.mc},
 	}
 	if opts.schemas != nil {
 		pc.Decoder, pc.Schemas = &cdc.Decoder{Schemas: opts.schemas.Cache()}, opts.schemas

@@ -119,23 +119,11 @@ func (p *Pipeline) stampCounters(ctx context.Context, ops []rules.Op) error {
 		return nil
 	}
 	var gens map[string]uint64
-	for attempt := 0; ; attempt++ {
-		var err error
-		if gens, err = p.cfg.Generations.Generations(ctx, keys); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		p.m.applyRetries.Inc()
-		wait := p.backoff(attempt)
-		if logAttempt(attempt) {
-			p.log.Warn("cannot read the generations of the batch's counters; retrying, the partition waits",
-				"tables", len(keys), "attempt", attempt+1, "retry_in", wait, "error", err.Error())
-		}
-		if err := sleep(ctx, wait); err != nil {
-			return err
-		}
+	if err := p.retryUntil(ctx, "cannot read the generations of the batch's counters; retrying, the partition waits", func() (err error) {
+		gens, err = p.cfg.Generations.Generations(ctx, keys)
+		return err
+	}, "tables", len(keys)); err != nil {
+		return err
 	}
 	for i := range ops {
 		op := &ops[i]

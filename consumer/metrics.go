@@ -69,6 +69,8 @@ type Metrics struct {
 	// rulesReloads and rulesInfo: the rules (Stack.ReloadRules).
 	rulesReloads *prometheus.CounterVec
 	rulesInfo    *prometheus.GaugeVec
+	// sourcePositions: the position items of readers on replicas.
+	sourcePositions *prometheus.CounterVec
 }
 
 // latencyBuckets span 0.5ms to ~16s.
@@ -118,6 +120,7 @@ func (m *Metrics) makeBatchMetrics(b metricMaker) {
 	m.schemaFetches = b.counterVec("cachewarden_schema_registry_requests_total", "Schemas of Avro messages asked of the schema registry (once per schema id), by outcome: found, not_found (its messages are poison), error (asked again; the partition waits).", "outcome")
 	m.rulesReloads = b.counterVec("cachewarden_rules_reload_total", "Reloads of the rule files (SIGHUP), by result: ok (the new rules apply to the batches planned after), error (the rules loaded before stay; the log says why).", "result")
 	m.rulesInfo = b.gaugeVec("cachewarden_rules_info", "1, labelled with the SHA-256 of the rule files the daemon plans with (what `cat FILE... | sha256sum` prints for the config's rule files, in load order).", "digest")
+	m.sourcePositions = b.counterVec("cachewarden_source_positions_total", "Batches with ops by what they did to the source position items readers on replicas wait for (docs/formats.md, \"Source positions\"), per source server: written (moved forward), current (already at or after the batch's), none (the batch's changes carry no server_id or position: readers get none for them).", "outcome")
 	m.schemaWaiting = b.gauge("cachewarden_schema_registry_waiting_batches", "Batches waiting for the schema registry to answer for a schema they need; the daemon is not ready while one does.")
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,6 +131,10 @@ type PipelineConfig struct {
 	// (docs/formats.md, "Generations"); nil leaves counter keys as
 	// planned (tests of other parts only).
 	Generations GenerationReader
+	// Positions writes the position item of each source server a batch's
+	// row changes come from before the batch's ops are sent
+	// (docs/formats.md, "Source positions"); nil writes none.
+	Positions PositionWriter
 }
 
 // Pipeline turns batches of CDC messages into applied cache ops: decode,
@@ -280,7 +285,10 @@ type Batch struct {
 	// sourceTsMs are the source timestamps (Unix ms) of the batch's row
 	// changes that carry one, for cachewarden_event_age_seconds.
 	sourceTsMs []int64
-	fence      batchFence
+	// positions are the newest source positions of the batch's row
+	// changes, per source server (position.go).
+	positions []serverPosition
+	fence     batchFence
 	// fallbackKeys is scratch for the fallback keys of a poison message.
 	fallbackKeys []string
 	// rebumps are the applied bumps whose rule has rebump_after.
@@ -395,6 +403,8 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 	b.sourceTsMs = b.sourceTsMs[:0]
 	state := p.rules.Load()
 	b.rules = state
+	clear(b.positions)
+	b.positions = b.positions[:0]
 	for i := range msgs {
 		msg := &msgs[i]
 		if msg.Failed != nil {
@@ -418,6 +428,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 			if ts := b.decoded.Events[j].Source.TsMs; ts > 0 {
 				b.sourceTsMs = append(b.sourceTsMs, ts)
 			}
+			b.includePosition(b.decoded.Events[j].Source)
 		}
 		var st rules.PlanStats
 		var firstErr error
@@ -529,7 +540,9 @@ func eachRun[T any](xs []T, same func(a, b *T) bool, f func(first *T, n int)) {
 //     daemon reports not ready.
 //
 // Poison messages were given fallback bumps of their tables when they
-// were planned (see coverPoison).
+// were planned (see coverPoison). Before any op is sent, the position
+// items of the batch's source servers are moved forward to the batch's
+// newest source positions (PipelineConfig.Positions, position.go).
 //
 // Apply returns nil when the batch may be committed, or ctx's error when
 // ctx ends first (the batch must then not be committed). After the ops
@@ -542,6 +555,9 @@ func (p *Pipeline) Apply(ctx context.Context, b *Batch) error {
 		if err := p.handlePoison(ctx, b.Poison); err != nil {
 			return err
 		}
+	}
+	if err := p.writePositions(ctx, b); err != nil {
+		return err
 	}
 	if len(b.Ops) > 0 {
 		var observed func([]rules.Op, []cacheops.Result)
@@ -768,6 +784,31 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 		p.log.Error("more cache ops failed permanently in the batch", "not_logged", permanentLogged-maxPermanentLogs)
 	}
 	return nil
+}
+
+// retryUntil calls f until it succeeds, waiting with the pipeline's
+// backoff between attempts: the partition waits, nothing is skipped.
+// Each failure counts in cachewarden_apply_retries_total and is logged
+// (at the attempts logAttempt picks) as msg with attrs. It returns nil,
+// or ctx's error once ctx ends.
+func (p *Pipeline) retryUntil(ctx context.Context, msg string, f func() error, attrs ...any) error {
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.m.applyRetries.Inc()
+		wait := p.backoff(attempt)
+		if logAttempt(attempt) {
+			p.log.Warn(msg, append(slices.Clip(attrs), "attempt", attempt+1, "retry_in", wait, "error", err.Error())...)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
 }
 
 // splitsOps reports whether some of ops go to the Counters applier.

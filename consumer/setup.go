@@ -279,6 +279,7 @@ func (s *Stack) buildPipeline(writer Applier, servers *itemformat.Selector, opts
 		RecountReason:  opts.RecountReason,
 		UnorderedSets:  cfg.Kafka.UnorderedSets,
 		Generations:    memcacheGenerations{mc: s.Memcache},
+		Positions:      memcachePositions{mc: s.Memcache},
 	}
 	if s.Counters != nil {
 		pc.Counters, pc.Fences = s.Counters, s.Counters

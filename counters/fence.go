@@ -1,7 +1,6 @@
 package counters
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -50,13 +49,10 @@ func FenceKey(key string) string {
 	return rules.FinishKey(b)
 }
 
-// BinlogPosition is a place in a MySQL/MariaDB server's binary log: a file
-// name such as "mysql-bin.000042" and a byte offset in it. The zero value
-// means unknown.
-type BinlogPosition struct {
-	File string
-	Pos  int64
-}
+// BinlogPosition is a place in a MySQL/MariaDB server's binary log
+// (itemformat.BinlogPosition: the position items of readers on replicas
+// compare them the same way).
+type BinlogPosition = itemformat.BinlogPosition
 
 // PositionOf returns the binary log position an event came from (zero when
 // its format does not carry one).
@@ -64,57 +60,10 @@ func PositionOf(p rules.Position) BinlogPosition {
 	return BinlogPosition{File: p.BinlogFile, Pos: p.BinlogPos}
 }
 
-// Known reports whether p names a place in a binary log.
-func (p BinlogPosition) Known() bool { return p.File != "" }
-
-// String returns "file:pos", or "" for the zero position.
-func (p BinlogPosition) String() string {
-	if !p.Known() {
-		return ""
-	}
-	return p.File + ":" + strconv.FormatInt(p.Pos, 10)
-}
-
-// ComparePositions orders two positions of one server's binary log: by the
-// file's numeric suffix ("mysql-bin.000009" < "mysql-bin.000010", and
-// "mysql-bin.999999" < "mysql-bin.1000000"), then by offset. ok is false
-// when they cannot be compared: either is unknown, or their files have
-// different base names or no numeric suffix (another server, or a renamed
-// log), which says nothing about their order.
+// ComparePositions orders two positions of one server's binary log
+// (itemformat.ComparePositions).
 func ComparePositions(a, b BinlogPosition) (order int, ok bool) {
-	if !a.Known() || !b.Known() {
-		return 0, false
-	}
-	if a.File == b.File {
-		return cmp.Compare(a.Pos, b.Pos), true
-	}
-	baseA, seqA, okA := splitBinlogName(a.File)
-	baseB, seqB, okB := splitBinlogName(b.File)
-	if !okA || !okB || baseA != baseB {
-		return 0, false
-	}
-	if c := cmp.Compare(seqA, seqB); c != 0 {
-		return c, true
-	}
-	return cmp.Compare(a.Pos, b.Pos), true
-}
-
-// splitBinlogName splits "base.000123" into "base" and 123.
-func splitBinlogName(name string) (base string, seq uint64, ok bool) {
-	dot := strings.LastIndexByte(name, '.')
-	if dot < 0 || dot == len(name)-1 {
-		return "", 0, false
-	}
-	for i := dot + 1; i < len(name); i++ {
-		if name[i] < '0' || name[i] > '9' {
-			return "", 0, false
-		}
-	}
-	seq, err := strconv.ParseUint(name[dot+1:], 10, 64)
-	if err != nil {
-		return "", 0, false
-	}
-	return name[:dot], seq, true
+	return itemformat.ComparePositions(a, b)
 }
 
 // Fence is the position a counter was recounted at, and the ID that the

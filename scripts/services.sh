@@ -11,14 +11,18 @@
 #              is started on port 3307 (data in .services/mysql).
 #   bench  demo's services, and a MariaDB with the binary log on (the
 #          server above when its log_bin is ON, else the private instance
-#          on port 3307 with --log-bin), for exact (fenced) counters.
+#          on port 3307 with --log-bin), for exact (fenced) counters, and
+#          a private MariaDB replicating from it with GTIDs on port 3309
+#          (server_id 3): the replica of the replica fence's tests and
+#          benchmark (docs/formats.md, "Source positions").
 #   start  what `make test` needs: bench's services, and
 #            - a second private MariaDB with the binary log on, on port
 #              3308 (same binary log base name, server_id 2): the failover
 #              target of the fault suite's counter scenario;
 #            - the memcached clients of other languages the distribution
 #              tests read through (python3-pylibmc, python3-pymemcache,
-#              php-cli, php-memcached);
+#              php-cli, php-memcached), and the MySQL drivers their
+#              replica waits run on (python3-pymysql, php-mysql);
 #            - promtool (Debian's prometheus package), which the alert
 #              rules' unit tests run.
 #   stop   stops what this script started (memcached, the private MariaDBs
@@ -35,7 +39,14 @@
 # demo, bench and start write the addresses to .services/env, which
 # `make` and the tests read (CACHEWARDEN_TEST_MEMCACHED,
 # CACHEWARDEN_TEST_MYSQL_DSN, and with bench/start
-# CACHEWARDEN_TEST_MYSQL_BINLOG_DSN, CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN).
+# CACHEWARDEN_TEST_MYSQL_BINLOG_DSN, CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN,
+# CACHEWARDEN_TEST_MYSQL_REPLICA_DSN: the replica; its source is the
+# BINLOG server).
+#
+# CACHEWARDEN_PRIVATE_MYSQL_PORT, CACHEWARDEN_SECOND_MYSQL_PORT and
+# CACHEWARDEN_REPLICA_MYSQL_PORT move the private MariaDBs to other ports
+# (with CACHEWARDEN_SERVICES_DIR, a second set of services beside the
+# first).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,8 +55,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 state=${CACHEWARDEN_SERVICES_DIR:-$root/.services}
 mkdir -p "$state"
 mc_port=${CACHEWARDEN_MEMCACHED_PORT:-11311}
-private_mysql_port=3307
-second_mysql_port=3308
+private_mysql_port=${CACHEWARDEN_PRIVATE_MYSQL_PORT:-3307}
+second_mysql_port=${CACHEWARDEN_SECOND_MYSQL_PORT:-3308}
+replica_mysql_port=${CACHEWARDEN_REPLICA_MYSQL_PORT:-3309}
 
 log() { echo "services: $*" >&2; }
 
@@ -191,6 +203,37 @@ start_mariadb() {
   wait_mysql "$port" || { log "MariaDB did not start; see $state/$name.log"; exit 1; }
 }
 
+# start_replica_mysql starts the private replica: port
+# $replica_mysql_port, server_id 3, replicating from the binary log server
+# ($binlog_mysql_port) with GTIDs (MASTER_USE_GTID=slave_pos). A new
+# replica starts at the source's current GTID position: it replicates
+# what is written from then on (each test creates its own database), not
+# the source's history.
+start_replica_mysql() {
+  replica_ok=
+  if [ -z "${binlog_mysql_port:-}" ]; then
+    log "no MariaDB with the binary log: no replica; the replica fence tests will fail under CI"
+    return 0
+  fi
+  start_mariadb "$replica_mysql_port" "$state/replica" replica 3
+  local client pos
+  client=$(command -v mariadb || command -v mysql)
+  sql() { "$client" --protocol=tcp -h127.0.0.1 -P"$1" -uroot --connect-timeout=2 -N -B -e "$2"; }
+  if [ -n "$(sql "$replica_mysql_port" 'SHOW SLAVE STATUS' 2>/dev/null)" ]; then
+    # Set up before: restart the threads a test may have left stopped.
+    sql "$replica_mysql_port" 'START SLAVE' 2>/dev/null || true
+  else
+    pos=$(sql "$binlog_mysql_port" 'SELECT @@gtid_binlog_pos')
+    log "replica on 127.0.0.1:$replica_mysql_port: replicating from 127.0.0.1:$binlog_mysql_port from GTID position '$pos'"
+    sql "$replica_mysql_port" "SET GLOBAL gtid_slave_pos = '$pos';
+      CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=$binlog_mysql_port, MASTER_USER='root',
+        MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1;
+      START SLAVE" || { log "cannot start replication on port $replica_mysql_port"; return 0; }
+  fi
+  replica_ok=1
+  log "MariaDB replica listening on 127.0.0.1:$replica_mysql_port"
+}
+
 # mysql_binlog_on reports whether the server on port $1 has log_bin ON.
 mysql_binlog_on() {
   local client
@@ -237,8 +280,10 @@ install_clients() {
   local missing=()
   /usr/bin/python3 -c 'import pylibmc' 2>/dev/null || missing+=(python3-pylibmc)
   /usr/bin/python3 -c 'import pymemcache' 2>/dev/null || missing+=(python3-pymemcache)
+  /usr/bin/python3 -c 'import pymysql' 2>/dev/null || missing+=(python3-pymysql)
   command -v php >/dev/null || missing+=(php-cli)
   command -v php >/dev/null && php -r 'exit(class_exists("Memcached") ? 0 : 1);' 2>/dev/null || missing+=(php-memcached)
+  command -v php >/dev/null && php -r 'exit(in_array("mysql", PDO::getAvailableDrivers()) ? 0 : 1);' 2>/dev/null || missing+=(php-mysql)
   if [ ${#missing[@]} -gt 0 ]; then
     apt_install "${missing[@]}"
   fi
@@ -254,6 +299,9 @@ ENV
   fi
   if [ -n "${with_second_mysql:-}" ] && mysql_binlog_on "$second_mysql_port"; then
     echo "CACHEWARDEN_TEST_MYSQL_BINLOG2_DSN='root@tcp(127.0.0.1:$second_mysql_port)/'" >>"$state/env"
+  fi
+  if [ -n "${replica_ok:-}" ]; then
+    echo "CACHEWARDEN_TEST_MYSQL_REPLICA_DSN='root@tcp(127.0.0.1:$replica_mysql_port)/'" >>"$state/env"
   fi
   cat "$state/env"
 }
@@ -319,6 +367,7 @@ stop() {
   stop_pid "$state/memcached.pid" "memcached" "memcached *" || failed=1
   stop_pid "$state/mysql.pid" "the private MariaDB on 127.0.0.1:$private_mysql_port" "$(mysql_pattern mysql)" || failed=1
   stop_pid "$state/mysql2.pid" "the private MariaDB on 127.0.0.1:$second_mysql_port" "$(mysql_pattern mysql2)" || failed=1
+  stop_pid "$state/replica.pid" "the private MariaDB replica on 127.0.0.1:$replica_mysql_port" "$(mysql_pattern replica)" || failed=1
   stop_pid "$state/machine-mariadb.pid" "the machine's MariaDB on 127.0.0.1:3306" "$machine_mysql_pattern" || failed=1
   return "$failed"
 }
@@ -343,6 +392,7 @@ status() {
     describe 3306 MariaDB "$state/machine-mariadb.pid" "$machine_mysql_pattern"
     describe "$private_mysql_port" "MariaDB (private, binary log on)" "$state/mysql.pid" "$(mysql_pattern mysql)"
     describe "$second_mysql_port" "MariaDB (private, binary log on, failover target)" "$state/mysql2.pid" "$(mysql_pattern mysql2)"
+    describe "$replica_mysql_port" "MariaDB (private replica of the binary log server)" "$state/replica.pid" "$(mysql_pattern replica)"
   } | grep . || echo "  none"
 }
 
@@ -356,12 +406,14 @@ case "${1:-start}" in
     start_memcached
     start_mysql
     start_binlog_mysql
+    start_replica_mysql
     write_env
     ;;
   start)
     start_memcached
     start_mysql
     start_binlog_mysql
+    start_replica_mysql
     start_second_mysql
     with_second_mysql=1
     install_clients

@@ -56,7 +56,7 @@ func TestServicesScript(t *testing.T) {
 	if !portOpen(addr) {
 		t.Fatalf("no memcached on %s after demo:\n%s", addr, out)
 	}
-	for _, unwanted := range []string{"installing", "apt-get", "3308", "binary log on listening"} {
+	for _, unwanted := range []string{"installing", "apt-get", "3308", "3309", "binary log on listening", "replica"} {
 		if strings.Contains(out, unwanted) {
 			t.Errorf("demo's output has %q: it should start only memcached and a MariaDB, and install nothing:\n%s", unwanted, out)
 		}

@@ -7,7 +7,8 @@
 // (each read with its table's generation: cw_members($mc, $key,
 // cw_generation_key($prefix, $db, $table))). (php-memcached has no meta commands, so it reads the
 // values GetOrCompute stores with a plain get and leaves recomputation to
-// meta-protocol clients.)
+// meta-protocol clients.) Fills from a replica wait for the daemon's source
+// position first: cw_wait_for_position($mc, $server_id, $pdo).
 //
 //   $mc = new Memcached(); $mc->addServer('127.0.0.1', 11211);
 //   $version = cw_namespace($mc, cw_key('shop:', 'ns:user:{id}', ['id' => 42]));
@@ -323,6 +324,156 @@ function cw_count(Memcached $mc, string $key, string $gen_key): ?string {
     return $value === false ? null : cw_parse_count((string)$value);
 }
 
+const CW_POSITION_MARK = '%pos:';
+const CW_MAX_POSITION_GTIDS = 64;
+
+// cw_position_key returns the key of the position item of the source
+// server $server_id (docs/formats.md, "Source positions").
+function cw_position_key(int $server_id): string {
+    return CW_POSITION_MARK . $server_id;
+}
+
+// cw_parse_gtid parses one GTID: MariaDB's ['d', 's', 'n'] or MySQL's
+// ['uuid', 'n'] (numbers as decimal text: a sequence number may exceed
+// PHP's integers); null for anything else.
+function cw_parse_gtid(string $s): ?array {
+    if (strpos($s, ':') !== false) {
+        [$uuid, $n] = explode(':', $s, 2);
+        $uuid = strtolower($uuid);
+        $n = cw_decimal_at_most($n, '18446744073709551615');
+        if (!preg_match('/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/D', $uuid) || $n === null || $n === '0') {
+            return null;
+        }
+        return [$uuid, $n];
+    }
+    $parts = explode('-', $s);
+    if (count($parts) !== 3) {
+        return null;
+    }
+    $g = [cw_decimal_at_most($parts[0], '4294967295'), cw_decimal_at_most($parts[1], '4294967295'),
+        cw_decimal_at_most($parts[2], '18446744073709551615')];
+    return in_array(null, $g, true) ? null : $g;
+}
+
+// cw_decode_position reads a position item: ['gtids' => [...] sorted,
+// 'binlog' => [file, offset] or null]; null when a gtid= or binlog= token
+// does not parse.
+function cw_decode_position(string $value): ?array {
+    $gtids = [];
+    $binlog = null;
+    foreach (preg_split('/[ \t\r\n]+/', $value, -1, PREG_SPLIT_NO_EMPTY) as $tok) {
+        if (strncmp($tok, 'gtid=', 5) === 0) {
+            $entries = explode(',', substr($tok, 5));
+            if (count($entries) > CW_MAX_POSITION_GTIDS) {
+                return null;
+            }
+            foreach ($entries as $e) {
+                $g = cw_parse_gtid($e);
+                if ($g === null) {
+                    return null;
+                }
+                foreach ($gtids as $h) {
+                    if (count($h) === count($g) && $h[0] === $g[0]) {
+                        return null; // two GTIDs of one stream
+                    }
+                }
+                $gtids[] = $g;
+            }
+        } elseif (strncmp($tok, 'binlog=', 7) === 0) {
+            $fp = substr($tok, 7);
+            $i = strrpos($fp, ':');
+            if ($i === false || $i === 0 || !preg_match('/^[0-9]+$/D', substr($fp, $i + 1))) {
+                return null;
+            }
+            $binlog = [substr($fp, 0, $i), (int)substr($fp, $i + 1)];
+        }
+    }
+    usort($gtids, function ($a, $b) {
+        if (count($a) !== count($b)) {
+            return count($a) === 3 ? -1 : 1; // MariaDB first
+        }
+        return count($a) === 3 ? (int)$a[0] <=> (int)$b[0] : strcmp($a[0], $b[0]);
+    });
+    return ['gtids' => $gtids, 'binlog' => $binlog];
+}
+
+function cw_gtid_text(array $g): string {
+    return count($g) === 2 ? "{$g[0]}:{$g[1]}" : implode('-', $g);
+}
+
+// cw_encode_position writes a position item's value.
+function cw_encode_position(array $pos): string {
+    $parts = [];
+    if ($pos['gtids']) {
+        $parts[] = 'gtid=' . implode(',', array_map('cw_gtid_text', $pos['gtids']));
+    }
+    if ($pos['binlog'] !== null) {
+        $parts[] = "binlog={$pos['binlog'][0]}:{$pos['binlog'][1]}";
+    }
+    return implode(' ', $parts);
+}
+
+// cw_replica_wait returns the statement that waits until a replica has
+// applied $pos, at most $max_wait seconds: [function, query with ?
+// placeholders, args], or null when $pos gives no wait.
+function cw_replica_wait(array $pos, float $max_wait): ?array {
+    $gtids = $pos['gtids'];
+    if ($gtids) {
+        $mysql = count($gtids[0]) === 2;
+        foreach ($gtids as $g) {
+            if ((count($g) === 2) !== $mysql) {
+                return null;
+            }
+        }
+        if ($mysql) {
+            return ['WAIT_FOR_EXECUTED_GTID_SET', 'SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)',
+                [implode(',', array_map(fn($g) => "{$g[0]}:1-{$g[1]}", $gtids)), $max_wait]];
+        }
+        return ['MASTER_GTID_WAIT', 'SELECT MASTER_GTID_WAIT(?, ?)', [implode(',', array_map('cw_gtid_text', $gtids)), $max_wait]];
+    }
+    if ($pos['binlog'] !== null) {
+        return ['MASTER_POS_WAIT', 'SELECT MASTER_POS_WAIT(?, ?, ?)', [$pos['binlog'][0], $pos['binlog'][1] + 1, $max_wait]];
+    }
+    return null;
+}
+
+// cw_wait_outcome reads the wait's single result (null for NULL):
+// 'reached', 'timed_out' or 'unusable'.
+function cw_wait_outcome(string $function, $result): string {
+    if ($result === null || !preg_match('/^\s*-?[0-9]+\s*$/D', (string)$result)) {
+        return 'unusable';
+    }
+    $n = (int)$result;
+    switch ($function) {
+        case 'MASTER_GTID_WAIT':
+            return $n === 0 ? 'reached' : ($n === -1 ? 'timed_out' : 'unusable');
+        case 'WAIT_FOR_EXECUTED_GTID_SET':
+            return $n === 0 ? 'reached' : ($n === 1 ? 'timed_out' : 'unusable');
+        case 'MASTER_POS_WAIT':
+            return $n >= 0 ? 'reached' : ($n === -1 ? 'timed_out' : 'unusable');
+    }
+    return 'unusable';
+}
+
+// cw_wait_for_position, before a fill from a replica, reads the position
+// item of the replica's source $server_id and waits on $pdo (the
+// connection the fill then uses) until the replica has applied it.
+// Returns 'reached', 'timed_out' (read the primary, or store the result
+// briefly) or 'unfenced' (no usable position, or a replica that cannot
+// wait for it: fill as before).
+function cw_wait_for_position(Memcached $mc, int $server_id, PDO $pdo, float $max_wait = 1.0): string {
+    $value = $mc->get(cw_position_key($server_id));
+    if ($value === false || ($pos = cw_decode_position((string)$value)) === null
+        || ($w = cw_replica_wait($pos, $max_wait)) === null) {
+        return 'unfenced';
+    }
+    $st = $pdo->prepare($w[1]);
+    $st->execute($w[2]);
+    $result = $st->fetchColumn();
+    $outcome = cw_wait_outcome($w[0], $result === false ? null : $result);
+    return $outcome === 'unusable' ? 'unfenced' : $outcome;
+}
+
 // cw_check_vectors checks this reader against the shared test vectors and
 // returns the failures.
 function cw_check_vectors(string $path): array {
@@ -408,6 +559,39 @@ function cw_check_vectors(string $path): array {
             $bad[] = "master " . json_encode($c['value']) . ": " . json_encode($got);
         }
     }
+    foreach ($v['position_keys'] ?? [] as $c) {
+        if (cw_position_key((int)$c['server_id']) !== $c['key']) {
+            $bad[] = "position key {$c['server_id']}: " . cw_position_key((int)$c['server_id']);
+        }
+    }
+    $sp = $v['source_positions'] ?? [];
+    foreach ($sp['items'] ?? [] as $c) {
+        $pos = cw_decode_position($c['value']);
+        if ($pos === null || !empty($c['error'])) {
+            if (($pos === null) !== !empty($c['error'])) {
+                $bad[] = "position {$c['name']}: " . json_encode($pos);
+            }
+            continue;
+        }
+        if (cw_encode_position($pos) !== $c['position']) {
+            $bad[] = "position {$c['name']}: " . cw_encode_position($pos);
+        }
+        $w = cw_replica_wait($pos, (float)$sp['max_wait']);
+        $got = $w === null ? null : ['function' => $w[0], 'query' => $w[1], 'args' => $w[2]];
+        $want = $c['wait'];
+        if ($want !== null) {
+            $want['args'] = array_map(fn($a) => is_string($a) ? $a : $a + 0, $want['args']);
+        }
+        if ($got != $want || ($got !== null && json_encode($got['args']) !== json_encode($want['args']))) {
+            $bad[] = "position {$c['name']} wait: " . json_encode($got) . ' != ' . json_encode($want);
+        }
+    }
+    foreach ($sp['outcomes'] ?? [] as $c) {
+        $got = cw_wait_outcome($c['function'], $c['result']);
+        if ($got !== $c['outcome']) {
+            $bad[] = "wait outcome {$c['function']} " . json_encode($c['result']) . ": $got";
+        }
+    }
     foreach ($v['lifetimes'] ?? [] as $c) {
         // php-memcached has no meta commands: only the lifetimes of the
         // items this reader creates apply.
@@ -445,6 +629,18 @@ function cw_serve(string $server): void {
             case 'count':
                 $out['count'] = cw_count($mc, $key, cw_generation_key($req['prefix'], $req['database'] ?? '', $req['table']));
                 break;
+            case 'replica_wait':
+                $value = $mc->get(cw_position_key((int)$req['server_id']));
+                $pos = $value === false ? null : cw_decode_position((string)$value);
+                $w = $pos === null ? null : cw_replica_wait($pos, (float)$req['max_wait']);
+                $out['wait'] = $w === null ? null : ['function' => $w[0], 'query' => $w[1], 'args' => $w[2]];
+                break;
+            case 'wait_for_position':
+                $my = $req['mysql'];
+                $pdo = new PDO("mysql:host={$my['host']};port={$my['port']};dbname={$my['database']}", $my['user'], '',
+                    [PDO::ATTR_ERRMODE => PDO::ERRMODE_EXCEPTION]);
+                $out['outcome'] = cw_wait_for_position($mc, (int)$req['server_id'], $pdo, (float)$req['max_wait']);
+                break;
             case 'get':
                 $value = $mc->get($key);
                 $out['value'] = $value === false ? null : (string)$value;
@@ -470,7 +666,7 @@ options:
                       per line on stdout (how client/readers_test.go drives it)
 
 Used as a library, include it and call cw_key(), cw_namespace(),
-cw_members(), cw_count().
+cw_members(), cw_count(), cw_wait_for_position().
 
 EOT;
 

@@ -4,9 +4,10 @@ A small reader for Python applications on pymemcache (Debian's
 python3-pymemcache): keys built like the daemon's, namespace versions,
 hot-key copies, master namespaces with evidence, sets and counters (each
 read with its table's generation: members(mc, key, generation_key(prefix,
-db, table))), and
+db, table))),
 GetOrCompute's leases over the meta protocol (on a
-socket of its own: pymemcache 3.x has no meta commands).
+socket of its own: pymemcache 3.x has no meta commands), and the source
+positions that fills from a replica wait for (wait_for_position).
 
     from pymemcache.client.base import Client
     import cachewarden_reader as cw
@@ -412,6 +413,144 @@ def get_or_compute(meta, k, lifetime, compute, compute_time=2, wait=0.05, max_wa
         time.sleep(wait)
 
 
+POSITION_MARK = b"%pos:"
+_MAX_POSITION_GTIDS = 64
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def position_key(server_id):
+    """The key of the position item of the source server server_id."""
+    return POSITION_MARK + str(server_id).encode()
+
+
+def _digits(s):
+    return s != "" and all("0" <= c <= "9" for c in s)
+
+
+def parse_gtid(s):
+    """One GTID: MariaDB's (domain, server, seq) or MySQL's (uuid, n);
+    raises ValueError for anything else."""
+    if ":" in s:
+        uuid, n = s.split(":", 1)
+        uuid = uuid.lower()
+        if not _UUID.match(uuid) or not _digits(n) or int(n) == 0 or int(n) >= 1 << 64:
+            raise ValueError("not a GTID: %r" % s)
+        return (uuid, int(n))
+    parts = s.split("-")
+    if len(parts) != 3 or not all(_digits(p) for p in parts):
+        raise ValueError("not a GTID: %r" % s)
+    d, srv, n = (int(p) for p in parts)
+    if d >= 1 << 32 or srv >= 1 << 32 or n >= 1 << 64:
+        raise ValueError("not a GTID: %r" % s)
+    return (d, srv, n)
+
+
+def _stream(g):
+    return (1, g[0]) if len(g) == 2 else (0, g[0])
+
+
+def decode_position(value):
+    """A position item's value: {"gtids": [GTID...] sorted, "binlog":
+    (file, offset) or None}; raises ValueError when a gtid= or binlog= token
+    does not parse."""
+    gtids, binlog = [], None
+    for tok in value.decode("ascii", "replace").split():
+        if tok.startswith("gtid="):
+            entries = tok[5:].split(",")
+            if len(entries) > _MAX_POSITION_GTIDS:
+                raise ValueError("too many GTIDs")
+            for e in entries:
+                g = parse_gtid(e)
+                if any(_stream(h) == _stream(g) for h in gtids):
+                    raise ValueError("two GTIDs of one stream: %r" % e)
+                gtids.append(g)
+        elif tok.startswith("binlog="):
+            f, sep, off = tok[7:].rpartition(":")
+            if not sep or not f or not _digits(off):
+                raise ValueError("binlog %r is not file:offset" % tok[7:])
+            binlog = (f, int(off))
+    gtids.sort(key=_stream)
+    return {"gtids": gtids, "binlog": binlog}
+
+
+def _gtid_text(g):
+    return "%s:%d" % g if len(g) == 2 else "%d-%d-%d" % g
+
+
+def encode_position(pos):
+    parts = []
+    if pos["gtids"]:
+        parts.append("gtid=" + ",".join(_gtid_text(g) for g in pos["gtids"]))
+    if pos["binlog"]:
+        parts.append("binlog=%s:%d" % pos["binlog"])
+    return " ".join(parts).encode()
+
+
+def replica_wait(pos, max_wait):
+    """The statement that waits until a replica has applied pos, at most
+    max_wait seconds: (function, query with ? placeholders, args), or None
+    when pos gives no wait."""
+    gtids = pos["gtids"]
+    if gtids:
+        mysql = len(gtids[0]) == 2
+        if any((len(g) == 2) != mysql for g in gtids):
+            return None
+        if mysql:
+            return ("WAIT_FOR_EXECUTED_GTID_SET", "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)",
+                    [",".join("%s:1-%d" % g for g in gtids), max_wait])
+        return ("MASTER_GTID_WAIT", "SELECT MASTER_GTID_WAIT(?, ?)",
+                [",".join(_gtid_text(g) for g in gtids), max_wait])
+    if pos["binlog"]:
+        f, off = pos["binlog"]
+        return ("MASTER_POS_WAIT", "SELECT MASTER_POS_WAIT(?, ?, ?)", [f, off + 1, max_wait])
+    return None
+
+
+def wait_outcome(function, result):
+    """What the wait's single result (None for NULL) says: "reached",
+    "timed_out" or "unusable"."""
+    if result is None:
+        return "unusable"
+    try:
+        n = int(str(result).strip())
+    except ValueError:
+        return "unusable"
+    if function == "MASTER_GTID_WAIT":
+        return {0: "reached", -1: "timed_out"}.get(n, "unusable")
+    if function == "WAIT_FOR_EXECUTED_GTID_SET":
+        return {0: "reached", 1: "timed_out"}.get(n, "unusable")
+    if function == "MASTER_POS_WAIT":
+        return "reached" if n >= 0 else "timed_out" if n == -1 else "unusable"
+    return "unusable"
+
+
+def wait_for_position(mc, server_id, cursor, max_wait=1.0, paramstyle="format"):
+    """Before a fill from a replica (docs/formats.md, "Source positions"):
+    reads the position item of the replica's source server_id and waits on
+    cursor (a DB-API cursor of the connection the fill then uses) until the
+    replica has applied it. Returns "reached", "timed_out" (read the
+    primary, or store the result briefly) or "unfenced" (no usable
+    position, or a replica that cannot wait for it: fill as before).
+    paramstyle "format" sends %s placeholders (PyMySQL, mysqlclient,
+    mysql-connector), "qmark" ?."""
+    value = mc.get(position_key(server_id))
+    if value is None:
+        return "unfenced"
+    try:
+        w = replica_wait(decode_position(value), max_wait)
+    except ValueError:
+        return "unfenced"
+    if w is None:
+        return "unfenced"
+    function, query, args = w
+    if paramstyle != "qmark":
+        query = query.replace("?", "%s")
+    cursor.execute(query, args)
+    row = cursor.fetchone()
+    outcome = wait_outcome(function, None if row is None else row[0])
+    return "unfenced" if outcome == "unusable" else outcome
+
+
 def check_vectors(path):
     """Checks this reader against the shared test vectors; returns the
     failures."""
@@ -473,6 +612,31 @@ def check_vectors(path):
             got = None
         if (got is not None) != case["valid"] or (got is not None and got != (case["version"], case["set"])):
             bad.append("master %r: %r" % (case["value"], got))
+    for case in v.get("position_keys", []):
+        if position_key(case["server_id"]) != case["key"].encode():
+            bad.append("position key %d: %r" % (case["server_id"], position_key(case["server_id"])))
+    sp = v.get("source_positions", {})
+    for case in sp.get("items", []):
+        try:
+            pos = decode_position(case["value"].encode())
+        except ValueError:
+            if not case.get("error"):
+                bad.append("position %s: does not decode" % case["name"])
+            continue
+        if case.get("error"):
+            bad.append("position %s: decodes, want an error" % case["name"])
+            continue
+        if encode_position(pos) != case["position"].encode():
+            bad.append("position %s: %r" % (case["name"], encode_position(pos)))
+        w = replica_wait(pos, sp["max_wait"])
+        want = case["wait"]
+        got = None if w is None else {"function": w[0], "query": w[1], "args": w[2]}
+        if got != want:
+            bad.append("position %s wait: %r != %r" % (case["name"], got, want))
+    for case in sp.get("outcomes", []):
+        got = wait_outcome(case["function"], case["result"])
+        if got != case["outcome"]:
+            bad.append("wait outcome %s %r: %s" % (case["function"], case["result"], got))
     for case in v.get("lifetimes", []):
         if "mg" in case:
             got = (lease_get(b"KEY", case["compute_time"]).decode(), stored_ttl(case["lifetime"], case["compute_time"]))
@@ -526,6 +690,22 @@ def serve(server):
 
             out["value"] = get_or_compute(meta, k, req["lifetime"], compute).decode()
             out["computed"] = bool(computed)
+        elif op == "replica_wait":
+            value = mc.get(position_key(req["server_id"]))
+            try:
+                w = None if value is None else replica_wait(decode_position(value), req["max_wait"])
+            except ValueError:
+                w = None
+            out["wait"] = None if w is None else {"function": w[0], "query": w[1], "args": w[2]}
+        elif op == "wait_for_position":
+            import pymysql
+
+            my = req["mysql"]
+            db = pymysql.connect(host=my["host"], port=my["port"], user=my["user"], database=my["database"])
+            try:
+                out["outcome"] = wait_for_position(mc, req["server_id"], db.cursor(), req["max_wait"])
+            finally:
+                db.close()
         print(json.dumps(out), flush=True)
 
 
