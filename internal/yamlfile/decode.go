@@ -1,0 +1,362 @@
+package yamlfile
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Pos is a 1-based line and column in a file.
+type Pos struct{ Line, Column int }
+
+// At returns where n is.
+func At(n *yaml.Node) Pos { return Pos{n.Line, n.Column} }
+
+// Decoder decodes a yaml.Node into a declared Go structure: each struct
+// field tagged `yaml:"name"` is the key name of its mapping, spelt once;
+// fields without a tag, or tagged "-", are not read. It records where
+// every value was written by its dotted path ("kafka.tls.enabled",
+// "kafka.topics[2]", `memcached.weights["a:1"]`), so that validation can
+// place the problems it finds, and reports every mistake of shape through
+// Errorf, each worded once for every file kind:
+//
+//	kafka: unknown key "x" (known: a, b, c)        (yamlfile.Mapping)
+//	kafka.group must be a single value, not a list
+//	batch.max_events: "many" is not an integer
+//	kafka.tls.enabled: "maybe" is not true or false
+//	memcached.compact_ratio: "x" is not a number
+//	memcached.timeout: "20" has no unit (write e.g. 20ms or 20s)
+//	mysql.query_timeout: "soon" is not a duration (e.g. 20ms, 5s, 1m)
+//
+// The field types it reads are strings (and types whose kind is string,
+// such as the typed enumerations), bool, int, float64, time.Duration
+// (a Go duration such as "20ms"; a bare number is refused, the unit is
+// never guessed; a negative one too), structs (mappings; null is an empty
+// mapping), []string (a list, or with the tag option "commas" a single
+// scalar split on commas; empty elements are dropped), []time.Duration,
+// map[string]string and map[string]int. A null scalar is the empty
+// string, false, or not a number (an integer, a number or a duration).
+//
+// A Decoder is for one file and one goroutine.
+type Decoder struct {
+	// Errorf records a problem at a node.
+	Errorf Errorf
+	// Text returns a scalar's text as the file means it (config expands
+	// ${NAME} here); nil means the text as written. An error is reported
+	// at the value, after its path.
+	Text func(string) (string, error)
+
+	values, keys map[string]Pos
+	bad          map[string]bool
+}
+
+// Decode decodes n into the struct v points to; path is where n is
+// ("" for the top level of a file).
+func (d *Decoder) Decode(n *yaml.Node, path string, v any) {
+	d.value(n, path, reflect.ValueOf(v).Elem(), "")
+}
+
+// Set reports whether the file wrote the value at path.
+func (d *Decoder) Set(path string) bool {
+	_, ok := d.values[path]
+	return ok
+}
+
+// Readable reports whether a value at path could be decoded: one that
+// could not was reported already and is not to be checked again.
+func (d *Decoder) Readable(path string) bool { return !d.bad[path] }
+
+// MarkBad marks the value at path as unreadable (see Readable).
+func (d *Decoder) MarkBad(path string) {
+	if d.bad == nil {
+		d.bad = make(map[string]bool)
+	}
+	d.bad[path] = true
+}
+
+// Place returns where the value at path was written or, for a value left
+// out, the key of the closest enclosing mapping that is present, and
+// finally the top of the file (1:1). An element of a list written as one
+// string is placed at that string.
+func (d *Decoder) Place(path string) Pos {
+	if p, ok := d.values[path]; ok {
+		return p
+	}
+	if i := strings.IndexByte(path, '['); i > 0 {
+		if p, ok := d.values[path[:i]]; ok {
+			return p
+		}
+	}
+	for {
+		i := strings.LastIndexByte(path, '.')
+		if i < 0 {
+			return Pos{1, 1}
+		}
+		path = path[:i]
+		if p, ok := d.keys[path]; ok {
+			return p
+		}
+	}
+}
+
+// KeyPlace returns where the key of the value at path was written (for a
+// map entry, its key), else Place(path).
+func (d *Decoder) KeyPlace(path string) Pos {
+	if p, ok := d.keys[path]; ok {
+		return p
+	}
+	return d.Place(path)
+}
+
+// remember records where the value at path (and its key, unless nil) is.
+func (d *Decoder) remember(path string, key, val *yaml.Node) {
+	if d.values == nil {
+		d.values = make(map[string]Pos)
+		d.keys = make(map[string]Pos)
+	}
+	if key != nil {
+		d.keys[path] = At(key)
+	}
+	d.values[path] = At(Resolve(val))
+}
+
+// unreadable reports a value that cannot be decoded and marks its path.
+func (d *Decoder) unreadable(n *yaml.Node, path, format string, args ...any) {
+	d.MarkBad(path)
+	d.Errorf(n, format, args...)
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// value decodes n into v; opts are the field's tag options.
+func (d *Decoder) value(n *yaml.Node, path string, v reflect.Value, opts string) {
+	n = Resolve(n)
+	switch {
+	case v.Type() == durationType:
+		if s, ok := d.scalar(n, path); ok {
+			v.SetInt(int64(d.duration(n, path, s)))
+		}
+	case v.Kind() == reflect.Struct:
+		d.mapping(n, path, v)
+	case v.Kind() == reflect.Slice && v.Type().Elem() == durationType:
+		d.durations(n, path, v)
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
+		d.strings(n, path, v, opts == "commas")
+	case v.Kind() == reflect.Map:
+		d.stringMap(n, path, v)
+	default:
+		if s, ok := d.scalar(n, path); ok {
+			d.setScalar(n, path, s, v)
+		}
+	}
+}
+
+// fieldKey returns the key a struct field is read from, "" for none, and
+// its tag options.
+func fieldKey(f reflect.StructField) (key, opts string) {
+	tag, ok := f.Tag.Lookup("yaml")
+	if !ok || tag == "-" {
+		return "", ""
+	}
+	key, opts, _ = strings.Cut(tag, ",")
+	return key, opts
+}
+
+// mapping decodes the mapping n into the struct v; keys not declared by
+// v's fields are reported (yamlfile.Mapping), and so is a value that is
+// not a mapping, whose path is then marked unreadable. Null is an empty
+// mapping.
+func (d *Decoder) mapping(n *yaml.Node, path string, v reflect.Value) {
+	if IsNull(n) {
+		return
+	}
+	t := v.Type()
+	index := make(map[string]int, t.NumField())
+	for i := range t.NumField() {
+		if key, _ := fieldKey(t.Field(i)); key != "" {
+			index[key] = i
+		}
+	}
+	known := slices.Sorted(func(yield func(string) bool) {
+		for k := range index {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	fs, ok := Mapping(n, path, known, d.Errorf)
+	if !ok {
+		d.MarkBad(path)
+	}
+	for _, f := range fs {
+		full := Join(path, f.Key.Value)
+		d.remember(full, f.Key, f.Value)
+		i := index[f.Key.Value]
+		_, opts := fieldKey(t.Field(i))
+		d.value(f.Value, full, v.Field(i), opts)
+	}
+}
+
+// Join returns the dotted path of key inside path.
+func Join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// MapPath returns the path of a map's entry: path["key"].
+func MapPath(path, key string) string { return path + "[" + strconv.Quote(key) + "]" }
+
+// scalar returns a scalar's text ("" for null), or false after reporting
+// a value that is no scalar, or whose text cannot be had.
+func (d *Decoder) scalar(n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.ScalarNode {
+		d.unreadable(n, path, "%s", WrongKind(path, "a single value", n))
+		return "", false
+	}
+	if IsNull(n) {
+		return "", true
+	}
+	if d.Text == nil {
+		return n.Value, true
+	}
+	s, err := d.Text(n.Value)
+	if err != nil {
+		d.unreadable(n, path, "%s: %v", path, err)
+		return "", false
+	}
+	return s, true
+}
+
+// setScalar sets v from the scalar text s at n.
+func (d *Decoder) setScalar(n *yaml.Node, path, s string, v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(s)
+	case reflect.Bool:
+		switch strings.ToLower(s) {
+		case "true", "yes", "on":
+			v.SetBool(true)
+		case "false", "no", "off", "":
+		default:
+			d.unreadable(n, path, "%s: %q is not true or false", path, s)
+		}
+	case reflect.Int:
+		i, err := strconv.Atoi(strings.ReplaceAll(s, "_", ""))
+		if err != nil {
+			d.unreadable(n, path, "%s: %q is not an integer", path, s)
+			return
+		}
+		v.SetInt(int64(i))
+	case reflect.Float64:
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			d.unreadable(n, path, "%s: %q is not a number", path, s)
+			return
+		}
+		v.SetFloat(f)
+	default:
+		panic(fmt.Sprintf("yamlfile: %s: cannot decode into %s", path, v.Type()))
+	}
+}
+
+// duration parses a Go duration ("20ms", "1m30s").
+func (d *Decoder) duration(n *yaml.Node, path, s string) time.Duration {
+	v, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		if _, numErr := strconv.ParseFloat(s, 64); numErr == nil && s != "0" {
+			d.unreadable(n, path, "%s: %q has no unit (write e.g. %sms or %ss)", path, s, s, s)
+		} else {
+			d.unreadable(n, path, "%s: %q is not a duration (e.g. 20ms, 5s, 1m)", path, s)
+		}
+		return 0
+	case v < 0:
+		d.unreadable(n, path, "%s: %s is negative", path, s)
+		return 0
+	}
+	return v
+}
+
+// strings decodes a list of strings into v, remembering where each
+// element is by its index among those kept; with commas a single scalar
+// is split on commas (after Text), so that a list can come from one
+// variable. Empty elements are dropped.
+func (d *Decoder) strings(n *yaml.Node, path string, v reflect.Value, commas bool) {
+	var out []string
+	switch {
+	case n.Kind == yaml.SequenceNode:
+		for i, item := range n.Content {
+			s, ok := d.scalar(Resolve(item), fmt.Sprintf("%s[%d]", path, i))
+			d.remember(fmt.Sprintf("%s[%d]", path, len(out)), nil, item)
+			if s = strings.TrimSpace(s); ok && s != "" {
+				out = append(out, s)
+			}
+		}
+	case n.Kind == yaml.ScalarNode && (commas || IsNull(n)):
+		s, ok := d.scalar(n, path)
+		if !ok {
+			return
+		}
+		for part := range strings.SplitSeq(s, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, part)
+			}
+		}
+	default:
+		d.unreadable(n, path, "%s", WrongKind(path, "a list", n))
+		return
+	}
+	v.Set(reflect.ValueOf(out).Convert(v.Type()))
+}
+
+// durations decodes a list of durations into v.
+func (d *Decoder) durations(n *yaml.Node, path string, v reflect.Value) {
+	if n.Kind != yaml.SequenceNode {
+		d.unreadable(n, path, "%s", WrongKind(path, "a list of durations such as [1s, 10s, 1m]", n))
+		return
+	}
+	out := make([]time.Duration, 0, len(n.Content))
+	for i, item := range n.Content {
+		item = Resolve(item)
+		p := fmt.Sprintf("%s[%d]", path, i)
+		d.remember(p, nil, item)
+		if s, ok := d.scalar(item, p); ok {
+			out = append(out, d.duration(item, p, s))
+		}
+	}
+	v.Set(reflect.ValueOf(out))
+}
+
+// stringMap decodes a mapping whose keys are data (map[string]string or
+// map[string]int) into v, remembering each entry at MapPath.
+func (d *Decoder) stringMap(n *yaml.Node, path string, v reflect.Value) {
+	if IsNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.unreadable(n, path, "%s", WrongKind(path, "a mapping", n))
+		return
+	}
+	m := reflect.MakeMapWithSize(v.Type(), len(n.Content)/2)
+	for _, f := range Keys(n, path, d.Errorf) {
+		full := MapPath(path, f.Key.Value)
+		s, ok := d.scalar(f.Value, full)
+		if !ok {
+			continue
+		}
+		d.remember(full, f.Key, f.Value)
+		e := reflect.New(v.Type().Elem()).Elem()
+		d.setScalar(f.Value, full, s, e)
+		if d.Readable(full) {
+			m.SetMapIndex(reflect.ValueOf(f.Key.Value), e)
+		}
+	}
+	v.Set(m)
+}
