@@ -40,7 +40,7 @@ func At(n *yaml.Node) Pos { return Pos{n.Line, n.Column} }
 // mapping), []string (a list, or with the tag option "commas" a single
 // scalar split on commas; empty elements are dropped), []time.Duration,
 // map[string]string and map[string]int. A null scalar is the empty
-// string, false, or not a number (an integer, a number or a duration).
+// string or false, and a mistake for an integer, a number or a duration.
 //
 // A Decoder is for one file and one goroutine.
 type Decoder struct {
@@ -316,7 +316,8 @@ func (d *Decoder) strings(n *yaml.Node, path string, v reflect.Value, commas boo
 	v.Set(reflect.ValueOf(out).Convert(v.Type()))
 }
 
-// durations decodes a list of durations into v.
+// durations decodes a list of durations into v; when one cannot be
+// read, the list is marked unreadable too.
 func (d *Decoder) durations(n *yaml.Node, path string, v reflect.Value) {
 	if n.Kind != yaml.SequenceNode {
 		d.unreadable(n, path, "%s", WrongKind(path, "a list of durations such as [1s, 10s, 1m]", n))
@@ -329,6 +330,9 @@ func (d *Decoder) durations(n *yaml.Node, path string, v reflect.Value) {
 		d.remember(p, nil, item)
 		if s, ok := d.scalar(item, p); ok {
 			out = append(out, d.duration(item, p, s))
+		}
+		if !d.Readable(p) {
+			d.MarkBad(path) // the list as a whole is not checked then
 		}
 	}
 	v.Set(reflect.ValueOf(out))
