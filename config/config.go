@@ -40,11 +40,11 @@ import (
 const (
 	DefaultFormat            = "auto"
 	DefaultClientID          = "cachewarden"
-	DefaultMemcachedProtocol = "meta"
+	DefaultMemcachedProtocol = ProtocolMeta
 	DefaultBatchMaxEvents    = 2000
 	DefaultBatchMaxWait      = 5 * time.Millisecond
 	DefaultHTTPListen        = "127.0.0.1:9464"
-	DefaultLogFormat         = "text"
+	DefaultLogFormat         = LogText
 	DefaultLogLevel          = "info"
 	// DefaultSchemaRegistryTimeout bounds one request to the schema
 	// registry.
@@ -135,19 +135,19 @@ type Kafka struct {
 	SchemaRegistry SchemaRegistry `yaml:"schema_registry"`
 	// StartOffset is where a partition the group never committed starts:
 	// "earliest" (default) or "latest".
-	StartOffset string `yaml:"start_offset"`
+	StartOffset StartOffset `yaml:"start_offset"`
 	// OffsetReset is what happens when a committed offset is no longer
 	// in the partition's log (removed by retention before it was read,
 	// or beyond a recreated partition's end): "fail" (default: the
 	// partition stops and the daemon reports not ready), "earliest" or
 	// "latest" (continue there, after bumping the fallback namespaces of
 	// the topic's tables).
-	OffsetReset string `yaml:"offset_reset"`
+	OffsetReset OffsetReset `yaml:"offset_reset"`
 	// Balancer is the partition assignor: "cooperative-sticky"
 	// (default: partitions that stay put keep being consumed during a
 	// rebalance), "sticky", "range" or "roundrobin". Every member of a
 	// group must use the same.
-	Balancer string `yaml:"balancer"`
+	Balancer Balancer `yaml:"balancer"`
 	// SessionTimeout, HeartbeatInterval and RebalanceTimeout are the
 	// group protocol's timers; zero means the client's defaults (45s, 3s,
 	// 60s).
@@ -165,7 +165,7 @@ type Kafka struct {
 	// and a message key not made of the set's key and member columns):
 	// "delete" (default: the set is deleted, readers load it again) or
 	// "append" (tokens appended anyway).
-	UnorderedSets string `yaml:"unordered_sets"`
+	UnorderedSets UnorderedSets `yaml:"unordered_sets"`
 	// CheckCRCs verifies the CRC32C of every fetched record batch;
 	// default false, as librdkafka's check.crcs. Brokers verify batches
 	// when they are produced and when a log is recovered, and TCP (and
@@ -181,17 +181,6 @@ type Kafka struct {
 	// bounds the memory a compression bomb can take.
 	MaxDecompressedBatchBytes int `yaml:"max_decompressed_batch_bytes"`
 }
-
-// StartOffsets, OffsetResets and Balancers list the accepted values of
-// kafka.start_offset, kafka.offset_reset and kafka.balancer.
-var (
-	StartOffsets = []string{"earliest", "latest"}
-	OffsetResets = []string{"fail", "earliest", "latest"}
-	Balancers    = []string{"cooperative-sticky", "sticky", "range", "roundrobin"}
-	// UnorderedSetPolicies lists the accepted values of
-	// kafka.unordered_sets.
-	UnorderedSetPolicies = []string{"delete", "append"}
-)
 
 // TLS is the `kafka.tls` section.
 type TLS struct {
@@ -212,7 +201,7 @@ type TLS struct {
 type SASL struct {
 	// Mechanism is "plain" (use it over TLS), "scram-sha-256",
 	// "scram-sha-512" or "oauthbearer"; "" means no SASL.
-	Mechanism string `yaml:"mechanism"`
+	Mechanism SASLMechanism `yaml:"mechanism"`
 	// Username and Password authenticate plain and SCRAM.
 	Username string `yaml:"username"`
 	// Password is secret: String and LogValue redact it.
@@ -263,7 +252,7 @@ type Memcached struct {
 	// meta commands per write and reads the replies in bulk; "text" sends
 	// one classic text command per round trip (for servers or proxies
 	// without the meta protocol, memcached < 1.6).
-	Protocol string `yaml:"protocol"`
+	Protocol MemcachedProtocol `yaml:"protocol"`
 	// MaxConcurrency bounds the keys applied concurrently by each
 	// partition's batch (and the memcached client's idle connections);
 	// default 32.
@@ -313,7 +302,7 @@ type HTTP struct {
 // Log is the `log` section.
 type Log struct {
 	// Format is "text" or "json"; default "text".
-	Format string `yaml:"format"`
+	Format LogFormat `yaml:"format"`
 	// Level is "debug", "info", "warn" or "error"; default "info".
 	Level string `yaml:"level"`
 }

@@ -13,7 +13,7 @@ type Counters struct {
 	// snapshot's position, else recount unfenced with a warning), "off"
 	// (never fence) or "required" (refuse to start when the database
 	// cannot fence).
-	Fencing string `yaml:"fencing"`
+	Fencing counters.FencingMode `yaml:"fencing"`
 	// FenceTTL is how long a recount's fence is kept in memcached; it must
 	// exceed the longest consumer lag expected. Default 1h, at most 30
 	// days.
@@ -23,17 +23,11 @@ type Counters struct {
 // Default and limit of the counters section (the fence TTL's default is
 // counters.DefaultFenceTTL).
 const (
-	DefaultCountersFencing = "auto"
+	DefaultCountersFencing = counters.FencingAuto
 	MaxCountersFenceTTL    = 30 * 24 * time.Hour
 )
 
 func (d *decoder) validateCounters(c *Counters) {
-	if d.orDefault("counters.fencing", func() { c.Fencing = DefaultCountersFencing }) {
-		switch c.Fencing {
-		case "auto", "off", "required":
-		default:
-			d.problem(d.Place("counters.fencing"), "counters.fencing: %q is not auto, off or required", c.Fencing)
-		}
-	}
+	oneOf(d, "counters.fencing", &c.Fencing, DefaultCountersFencing, FencingModes)
 	d.positiveDuration(&c.FenceTTL, "counters.fence_ttl", counters.DefaultFenceTTL, MaxCountersFenceTTL)
 }

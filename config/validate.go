@@ -118,10 +118,10 @@ func (d *decoder) validateKafka(k *Kafka) {
 		d.problem(d.Place("kafka.client_id"), "kafka.client_id: must not be empty")
 	}
 	d.validateTLS("kafka.tls", &k.TLS)
-	d.oneOf("kafka.start_offset", &k.StartOffset, StartOffsets)
-	d.oneOf("kafka.offset_reset", &k.OffsetReset, OffsetResets)
-	d.oneOf("kafka.balancer", &k.Balancer, Balancers)
-	d.oneOf("kafka.unordered_sets", &k.UnorderedSets, UnorderedSetPolicies)
+	oneOf(d, "kafka.start_offset", &k.StartOffset, StartEarliest, StartOffsets)
+	oneOf(d, "kafka.offset_reset", &k.OffsetReset, ResetFail, OffsetResets)
+	oneOf(d, "kafka.balancer", &k.Balancer, BalancerCooperativeSticky, Balancers)
+	oneOf(d, "kafka.unordered_sets", &k.UnorderedSets, UnorderedSetsDelete, UnorderedSetPolicies)
 	if k.SessionTimeout > 0 && k.HeartbeatInterval > 0 && k.HeartbeatInterval*3 > k.SessionTimeout {
 		d.problem(d.Place("kafka.heartbeat_interval"), "kafka.heartbeat_interval: %s is more than a third of kafka.session_timeout (%s); the member would be dropped between heartbeats",
 			k.HeartbeatInterval, k.SessionTimeout)
@@ -222,28 +222,34 @@ func (d *decoder) validateTLS(path string, t *TLS) {
 }
 
 // oneOf checks that the setting at path, when written, is one of values,
-// and sets it to the first value when it was not written.
-func (d *decoder) oneOf(path string, v *string, values []string) {
-	if d.orDefault(path, func() { *v = values[0] }) && !slices.Contains(values, *v) {
-		d.problem(d.Place(path), "%s: %q is not one of %s", path, *v, strings.Join(values, ", "))
+// and sets it to def when it was not written.
+func oneOf[T ~string](d *decoder, path string, v *T, def T, values []T) {
+	if d.orDefault(path, func() { *v = def }) && !slices.Contains(values, *v) {
+		d.problem(d.Place(path), "%s: %q is not one of %s", path, *v, joinValues(values))
 	}
 }
 
-// SASLMechanisms lists the accepted values of kafka.sasl.mechanism.
-var SASLMechanisms = []string{"plain", "scram-sha-256", "scram-sha-512", "oauthbearer"}
+// joinValues lists an enumeration's values as messages do: "a, b, c".
+func joinValues[T ~string](values []T) string {
+	s := make([]string, len(values))
+	for i, v := range values {
+		s[i] = string(v)
+	}
+	return strings.Join(s, ", ")
+}
 
 func (d *decoder) validateSASL(s *SASL) {
 	if s.Mechanism == "" {
 		if s.Username != "" || s.Password != "" || s.TokenFile != "" {
-			d.problem(d.Place("kafka.sasl"), "kafka.sasl: credentials need a mechanism (%s)", strings.Join(SASLMechanisms, ", "))
+			d.problem(d.Place("kafka.sasl"), "kafka.sasl: credentials need a mechanism (%s)", joinValues(SASLMechanisms))
 		}
 		return
 	}
 	if !slices.Contains(SASLMechanisms, s.Mechanism) {
-		d.problem(d.Place("kafka.sasl.mechanism"), "kafka.sasl.mechanism: %q is not one of %s", s.Mechanism, strings.Join(SASLMechanisms, ", "))
+		d.problem(d.Place("kafka.sasl.mechanism"), "kafka.sasl.mechanism: %q is not one of %s", s.Mechanism, joinValues(SASLMechanisms))
 		return
 	}
-	if s.Mechanism == "oauthbearer" {
+	if s.Mechanism == SASLOAuthBearer {
 		if s.TokenFile == "" {
 			d.problem(d.Place("kafka.sasl"), "kafka.sasl.token_file: required with mechanism oauthbearer")
 		}
@@ -285,9 +291,7 @@ func (d *decoder) validateMemcached(m *Memcached) {
 		d.problem(d.Place("memcached.max_concurrency"), "memcached.max_concurrency: %d is outside 1..%d", m.MaxConcurrency, MaxMemcachedConcurrent)
 	}
 	d.positiveDuration(&m.Timeout, "memcached.timeout", metaproto.DefaultTimeout, time.Minute)
-	if d.orDefault("memcached.protocol", func() { m.Protocol = DefaultMemcachedProtocol }) && m.Protocol != "meta" && m.Protocol != "text" {
-		d.problem(d.Place("memcached.protocol"), "memcached.protocol: %q is not meta or text", m.Protocol)
-	}
+	oneOf(d, "memcached.protocol", &m.Protocol, DefaultMemcachedProtocol, MemcachedProtocols)
 	if d.orDefault("memcached.compact_ratio", func() { m.CompactRatio = itemformat.DefaultCompactRatio }) && !(m.CompactRatio > 0 && m.CompactRatio <= 1) {
 		d.problem(d.Place("memcached.compact_ratio"), "memcached.compact_ratio: %g is outside (0, 1]", m.CompactRatio)
 	}
@@ -346,9 +350,7 @@ func (d *decoder) validateHTTP(h *HTTP) {
 }
 
 func (d *decoder) validateLog(l *Log) {
-	if d.orDefault("log.format", func() { l.Format = DefaultLogFormat }) && l.Format != "text" && l.Format != "json" {
-		d.problem(d.Place("log.format"), "log.format: %q is not text or json", l.Format)
-	}
+	oneOf(d, "log.format", &l.Format, DefaultLogFormat, LogFormats)
 	if _, ok := parseLevel(l.Level); d.orDefault("log.level", func() { l.Level = DefaultLogLevel }) && !ok {
 		d.problem(d.Place("log.level"), "log.level: %q is not debug, info, warn or error", l.Level)
 	}
