@@ -142,6 +142,7 @@ type decoder struct {
 
 func newDecoder(file string, lookup LookupFunc) *decoder {
 	d := &decoder{file: file}
+	d.NullIsEmpty = true
 	d.Errorf = func(n *yaml.Node, format string, args ...any) {
 		d.problem(yamlfile.At(n), format, args...)
 	}

@@ -39,7 +39,9 @@ func At(n *yaml.Node) Pos { return Pos{n.Line, n.Column} }
 // never guessed; a negative one too), structs (mappings; null is an empty
 // mapping), []string (a list, or with the tag option "commas" a single
 // scalar split on commas; empty elements are dropped), []time.Duration,
-// map[string]string and map[string]int. A null scalar is the empty
+// map[string]string and map[string]int; a *yaml.Node field takes the
+// value as it is (aliases followed), for the file kind to read itself.
+// A null scalar is the empty
 // string or false, and a mistake for an integer, a number or a duration.
 //
 // A Decoder is for one file and one goroutine.
@@ -50,6 +52,9 @@ type Decoder struct {
 	// ${NAME} here); nil means the text as written. An error is reported
 	// at the value, after its path.
 	Text func(string) (string, error)
+	// NullIsEmpty reads a null where a mapping is declared as an empty
+	// mapping (a config section left empty); else it is a mistake.
+	NullIsEmpty bool
 
 	values, keys map[string]Pos
 	bad          map[string]bool
@@ -104,6 +109,10 @@ func (d *Decoder) Place(path string) Pos {
 	}
 }
 
+// Places returns where each value was written, by path; the caller must
+// not change the map.
+func (d *Decoder) Places() map[string]Pos { return d.values }
+
 // KeyPlace returns where the key of the value at path was written (for a
 // map entry, its key), else Place(path).
 func (d *Decoder) KeyPlace(path string) Pos {
@@ -131,12 +140,17 @@ func (d *Decoder) unreadable(n *yaml.Node, path, format string, args ...any) {
 	d.Errorf(n, format, args...)
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	nodeType     = reflect.TypeFor[*yaml.Node]()
+)
 
 // value decodes n into v; opts are the field's tag options.
 func (d *Decoder) value(n *yaml.Node, path string, v reflect.Value, opts string) {
 	n = Resolve(n)
 	switch {
+	case v.Type() == nodeType:
+		v.Set(reflect.ValueOf(n))
 	case v.Type() == durationType:
 		if s, ok := d.scalar(n, path); ok {
 			v.SetInt(int64(d.duration(n, path, s)))
@@ -170,9 +184,9 @@ func fieldKey(f reflect.StructField) (key, opts string) {
 // mapping decodes the mapping n into the struct v; keys not declared by
 // v's fields are reported (yamlfile.Mapping), and so is a value that is
 // not a mapping, whose path is then marked unreadable. Null is an empty
-// mapping.
+// mapping when NullIsEmpty is set.
 func (d *Decoder) mapping(n *yaml.Node, path string, v reflect.Value) {
-	if IsNull(n) {
+	if d.NullIsEmpty && IsNull(n) {
 		return
 	}
 	t := v.Type()

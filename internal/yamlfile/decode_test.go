@@ -31,6 +31,7 @@ type shelf struct {
 	Labels  map[string]string `yaml:"labels"`
 	Weights map[string]int    `yaml:"weights"`
 	Box     box               `yaml:"box"`
+	Raw     *yaml.Node        `yaml:"raw"`
 	Loaded  string            // not read from the file
 }
 
@@ -44,7 +45,8 @@ type box struct {
 var shelfPaths = []string{"name", "count", "hosts[1]", "tags[1]", `weights["a"]`, "box", "box.size", "waits[1]"}
 
 // TestDecode decodes each testdata/decode/NAME.yaml into a shelf, ${X}
-// expanding to "x" and ${BAD} failing, and compares the problems, the
+// expanding to "x" and ${BAD} failing, a null mapping empty unless NAME
+// starts with "strict-", and compares the problems, the
 // value decoded, and the places of shelfPaths (Set, Readable, Place and
 // KeyPlace) with NAME.out (go test -update rewrites them).
 func TestDecode(t *testing.T) {
@@ -60,6 +62,7 @@ func TestDecode(t *testing.T) {
 			}
 			var got strings.Builder
 			d := &Decoder{
+				NullIsEmpty: !strings.HasPrefix(filepath.Base(f), "strict-"),
 				Errorf: func(n *yaml.Node, format string, args ...any) {
 					fmt.Fprintf(&got, "%d:%d: %s\n", n.Line, n.Column, fmt.Sprintf(format, args...))
 				},
@@ -72,6 +75,10 @@ func TestDecode(t *testing.T) {
 			}
 			var s shelf
 			d.Decode(root, "", &s)
+			if s.Raw != nil {
+				fmt.Fprintf(&got, "raw: %s at %v\n", Kind(s.Raw), At(s.Raw))
+				s.Raw = nil
+			}
 			fmt.Fprintf(&got, "decoded: %+v\n", s)
 			for _, p := range shelfPaths {
 				fmt.Fprintf(&got, "%s: set=%v readable=%v place=%v key=%v\n", p, d.Set(p), d.Readable(p), d.Place(p), d.KeyPlace(p))
