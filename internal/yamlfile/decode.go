@@ -3,7 +3,6 @@ package yamlfile
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,7 +39,8 @@ func At(n *yaml.Node) Pos { return Pos{n.Line, n.Column} }
 // mapping), []string (a list, or with the tag option "commas" a single
 // scalar split on commas; empty elements are dropped), []time.Duration,
 // map[string]string and map[string]int; a *yaml.Node field takes the
-// value as it is (aliases followed), for the file kind to read itself.
+// value as it is (aliases followed), and a Field field its key and value,
+// for the file kind to read itself (Value is nil when the key is absent).
 // A null scalar is the empty
 // string or false, and a mistake for an integer, a number or a duration.
 //
@@ -143,6 +143,7 @@ func (d *Decoder) unreadable(n *yaml.Node, path, format string, args ...any) {
 var (
 	durationType = reflect.TypeFor[time.Duration]()
 	nodeType     = reflect.TypeFor[*yaml.Node]()
+	fieldType    = reflect.TypeFor[Field]()
 )
 
 // value decodes n into v; opts are the field's tag options.
@@ -182,7 +183,8 @@ func fieldKey(f reflect.StructField) (key, opts string) {
 }
 
 // mapping decodes the mapping n into the struct v; keys not declared by
-// v's fields are reported (yamlfile.Mapping), and so is a value that is
+// v's fields are reported (yamlfile.Mapping, listing the known keys in
+// the order of the fields), and so is a value that is
 // not a mapping, whose path is then marked unreadable. Null is an empty
 // mapping when NullIsEmpty is set.
 func (d *Decoder) mapping(n *yaml.Node, path string, v reflect.Value) {
@@ -191,18 +193,13 @@ func (d *Decoder) mapping(n *yaml.Node, path string, v reflect.Value) {
 	}
 	t := v.Type()
 	index := make(map[string]int, t.NumField())
+	var known []string // in declaration order, as messages list them
 	for i := range t.NumField() {
 		if key, _ := fieldKey(t.Field(i)); key != "" {
 			index[key] = i
+			known = append(known, key)
 		}
 	}
-	known := slices.Sorted(func(yield func(string) bool) {
-		for k := range index {
-			if !yield(k) {
-				return
-			}
-		}
-	})
 	fs, ok := Mapping(n, path, known, d.Errorf)
 	if !ok {
 		d.MarkBad(path)
@@ -211,8 +208,12 @@ func (d *Decoder) mapping(n *yaml.Node, path string, v reflect.Value) {
 		full := Join(path, f.Key.Value)
 		d.remember(full, f.Key, f.Value)
 		i := index[f.Key.Value]
-		_, opts := fieldKey(t.Field(i))
-		d.value(f.Value, full, v.Field(i), opts)
+		if fv := v.Field(i); fv.Type() == fieldType {
+			fv.Set(reflect.ValueOf(f))
+		} else {
+			_, opts := fieldKey(t.Field(i))
+			d.value(f.Value, full, fv, opts)
+		}
 	}
 }
 

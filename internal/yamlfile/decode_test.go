@@ -32,6 +32,7 @@ type shelf struct {
 	Weights map[string]int    `yaml:"weights"`
 	Box     box               `yaml:"box"`
 	Raw     *yaml.Node        `yaml:"raw"`
+	Pair    Field             `yaml:"pair"`
 	Loaded  string            // not read from the file
 }
 
@@ -78,6 +79,10 @@ func TestDecode(t *testing.T) {
 			if s.Raw != nil {
 				fmt.Fprintf(&got, "raw: %s at %v\n", Kind(s.Raw), At(s.Raw))
 				s.Raw = nil
+			}
+			if s.Pair.Value != nil {
+				fmt.Fprintf(&got, "pair: %s at %v, %s at %v\n", s.Pair.Key.Value, At(s.Pair.Key), Kind(s.Pair.Value), At(s.Pair.Value))
+				s.Pair = Field{}
 			}
 			fmt.Fprintf(&got, "decoded: %+v\n", s)
 			for _, p := range shelfPaths {
