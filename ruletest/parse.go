@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"path/filepath"
 	"sort"
@@ -226,25 +227,6 @@ func (p *parser) missing(n *yaml.Node, what string, pairs ...any) bool {
 	return ok
 }
 
-// str decodes a scalar as text; numbers and booleans give their literal.
-func (p *parser) str(n *yaml.Node, what string) (string, bool) {
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		p.errorf(n, "%s", yamlfile.WrongKind(what, "a string", n))
-		return "", false
-	}
-	return n.Value, true
-}
-
-// integer decodes a scalar of tag !!int.
-func (p *parser) integer(n *yaml.Node, what string) (int64, bool) {
-	var v int64
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
-		p.errorf(n, "%s", yamlfile.WrongKind(what, "an integer", n))
-		return 0, false
-	}
-	return v, true
-}
-
 func (p *parser) suite(s *Suite, n *yaml.Node) {
 	var d suiteDecl
 	if !p.decode(n, "test file", &d) {
@@ -291,7 +273,7 @@ func (p *parser) ruleFiles(n *yaml.Node) []string {
 	dir := filepath.Dir(p.file)
 	var out []string
 	for _, e := range n.Content {
-		f, ok := p.str(yamlfile.Resolve(e), "rule_files entry")
+		f, ok := yamlfile.String(yamlfile.Resolve(e), "rule_files entry", p.errorf)
 		if !ok {
 			continue
 		}
@@ -309,7 +291,7 @@ func (p *parser) ruleFiles(n *yaml.Node) []string {
 
 // table decodes a "db.table" name.
 func (p *parser) table(n *yaml.Node) (string, bool) {
-	s, ok := p.str(n, "table")
+	s, ok := yamlfile.String(n, "table", p.errorf)
 	if !ok {
 		return "", false
 	}
@@ -321,7 +303,7 @@ func (p *parser) table(n *yaml.Node) (string, bool) {
 }
 
 func (p *parser) format(n *yaml.Node) (cdc.Format, bool) {
-	s, ok := p.str(n, "format")
+	s, ok := yamlfile.String(n, "format", p.errorf)
 	if !ok {
 		return cdc.FormatAuto, false
 	}
@@ -342,7 +324,7 @@ func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 	}
 	var nameOK bool
 	if d.Name != nil {
-		t.Name, nameOK = p.str(d.Name, "name")
+		t.Name, nameOK = yamlfile.String(d.Name, "name", p.errorf)
 	}
 	if d.Format != nil {
 		t.Format, _ = p.format(d.Format)
@@ -434,7 +416,7 @@ var opNames = map[string]rules.OpKind{
 }
 
 func (p *parser) eventIndex(n *yaml.Node, what string, nEvents int) (int, bool) {
-	i, ok := p.integer(n, what+": event")
+	i, ok := yamlfile.Int(n, what+": event", math.MinInt64, math.MaxInt64, p.errorf)
 	if !ok {
 		return 0, false
 	}
@@ -460,9 +442,9 @@ func (p *parser) expectedOp(n *yaml.Node, what string, nEvents int) (ExpectedOp,
 		}
 	}
 	read(d.Event, func(v *yaml.Node) (good bool) { op.Event, good = p.eventIndex(v, what, nEvents); return })
-	read(d.Rule, func(v *yaml.Node) (good bool) { op.Rule, good = p.str(v, "rule"); return })
+	read(d.Rule, func(v *yaml.Node) (good bool) { op.Rule, good = yamlfile.String(v, "rule", p.errorf); return })
 	read(d.Op, func(v *yaml.Node) bool {
-		name, good := p.str(v, "op")
+		name, good := yamlfile.String(v, "op", p.errorf)
 		if good {
 			if op.Op, good = opNames[name]; !good {
 				p.errorf(v, "%s: unknown op %q (want bump, set_add, set_remove, count or recount)", what, name)
@@ -470,15 +452,15 @@ func (p *parser) expectedOp(n *yaml.Node, what string, nEvents int) (ExpectedOp,
 		}
 		return good
 	})
-	read(d.Key, func(v *yaml.Node) (good bool) { op.Key, good = p.str(v, "key"); return })
+	read(d.Key, func(v *yaml.Node) (good bool) { op.Key, good = yamlfile.String(v, "key", p.errorf); return })
 	read(d.Member.Value, func(v *yaml.Node) (good bool) {
 		memberNode = d.Member.Key
-		op.Member, good = p.str(v, "member")
+		op.Member, good = yamlfile.String(v, "member", p.errorf)
 		return
 	})
 	read(d.Delta.Value, func(v *yaml.Node) (good bool) {
 		deltaNode = d.Delta.Key
-		if op.Delta, good = p.integer(v, "delta"); good && op.Delta == 0 {
+		if op.Delta, good = yamlfile.Int(v, "delta", math.MinInt64, math.MaxInt64, p.errorf); good && op.Delta == 0 {
 			p.errorf(v, "%s: delta 0 is never planned", what)
 			good = false
 		}
@@ -524,7 +506,7 @@ func (p *parser) args(n *yaml.Node, what string) ([]*string, bool) {
 			out = append(out, nil)
 			continue
 		}
-		s, ok := p.str(e, "args entry")
+		s, ok := yamlfile.String(e, "args entry", p.errorf)
 		if !ok {
 			return nil, false
 		}
@@ -547,7 +529,7 @@ func (p *parser) expectedError(n *yaml.Node, what string, nEvents int) (Expected
 	}
 	if d.Contains != nil {
 		var good bool
-		ee.Contains, good = p.str(d.Contains, "contains")
+		ee.Contains, good = yamlfile.String(d.Contains, "contains", p.errorf)
 		ok = ok && good
 	}
 	return ee, ok

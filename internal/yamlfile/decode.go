@@ -379,3 +379,34 @@ func (d *Decoder) stringMap(n *yaml.Node, path string, v reflect.Value) {
 	}
 	v.Set(m)
 }
+
+// String reads the scalar n (aliases followed) as text, as rule files
+// and rule tests do: numbers and booleans as written, null refused. A
+// value of another kind is reported through errorf ("what must be a
+// string, not a list").
+func String(n *yaml.Node, what string, errorf Errorf) (string, bool) {
+	n = Resolve(n)
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		errorf(n, "%s", WrongKind(what, "a string", n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+// Int reads the scalar n (aliases followed) as an integer from lo to hi,
+// written as one: a quoted number is a string. Mistakes are reported
+// through errorf ("what must be an integer, not a string"; "what 99:
+// want an integer from 1 to 8").
+func Int(n *yaml.Node, what string, lo, hi int64, errorf Errorf) (int64, bool) {
+	n = Resolve(n)
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		errorf(n, "%s", WrongKind(what, "an integer", n))
+		return 0, false
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil || v < lo || v > hi {
+		errorf(n, "%s %s: want an integer from %d to %d", what, n.Value, lo, hi)
+		return 0, false
+	}
+	return v, true
+}

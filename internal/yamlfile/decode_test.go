@@ -92,3 +92,24 @@ func TestDecode(t *testing.T) {
 		})
 	}
 }
+
+// TestScalars reads each value of testdata/scalars.yaml with String and
+// with Int (from -5 to 100) and compares what they return and report
+// with testdata/scalars.out (go test -update rewrites it).
+func TestScalars(t *testing.T) {
+	root, err := Parse(readFile(t, "testdata/scalars.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	errorf := func(n *yaml.Node, format string, args ...any) {
+		fmt.Fprintf(&got, "  %d:%d: %s\n", n.Line, n.Column, fmt.Sprintf(format, args...))
+	}
+	for _, f := range Keys(root, "", errorf) {
+		s, ok := String(f.Value, f.Key.Value, errorf)
+		fmt.Fprintf(&got, "%s: String %q %v\n", f.Key.Value, s, ok)
+		i, ok := Int(f.Value, f.Key.Value, -5, 100, errorf)
+		fmt.Fprintf(&got, "%s: Int %d %v\n", f.Key.Value, i, ok)
+	}
+	yamlfiletest.Golden(t, "testdata/scalars.out", got.String(), *update)
+}

@@ -379,17 +379,15 @@ func (l *fileLoader) setFallback(r *rules.Rule) {
 	r.Fallback = rules.FinishKey(buf)
 }
 
-// str returns a scalar's text; what names the field in messages.
+// str returns a scalar's text, which must not be empty; what names the
+// field in messages.
 func (l *fileLoader) str(n *yaml.Node, what string) (string, bool) {
-	if n.Kind != yaml.ScalarNode {
-		l.errorf(n, "%s", yamlfile.WrongKind(what, "a string", n))
-		return "", false
-	}
-	if n.Tag == "!!null" || n.Value == "" {
+	s, ok := yamlfile.String(n, what, l.errorf)
+	if ok && s == "" {
 		l.errorf(n, "%s must not be empty", what)
 		return "", false
 	}
-	return n.Value, true
+	return s, ok
 }
 
 // names returns a list of column names; a name may repeat only when
@@ -903,16 +901,8 @@ func locations(at map[string]rules.Location, parent string, dec *yamlfile.Decode
 
 // integer reads an integer field from lo to hi.
 func (l *fileLoader) integer(n *yaml.Node, what string, lo, hi int) (int, bool) {
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		l.errorf(n, "%s", yamlfile.WrongKind(what, "an integer", n))
-		return 0, false
-	}
-	v, err := strconv.ParseInt(n.Value, 0, 64)
-	if err != nil || v < int64(lo) || v > int64(hi) {
-		l.errorf(n, "%s %s: want an integer from %d to %d", what, n.Value, lo, hi)
-		return 0, false
-	}
-	return int(v), true
+	v, ok := yamlfile.Int(n, what, int64(lo), int64(hi), l.errorf)
+	return int(v), ok
 }
 
 // evidence reads a bump rule's evidence mapping: master, bits, max_set.
