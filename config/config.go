@@ -117,22 +117,22 @@ type Kafka struct {
 	// TopicFormats; one of Formats, default "auto" (detected per message).
 	Format string `yaml:"format"`
 	// TopicFormats fixes the format per topic.
-	TopicFormats map[string]string `yaml:"topic_formats"`
+	TopicFormats map[string]string `yaml:"topic_formats,omitempty"`
 	// TopicTables maps a topic to "db.table" (or "table"), for formats
 	// whose messages do not name their table (flattened Debezium rows).
-	TopicTables map[string]string `yaml:"topic_tables"`
+	TopicTables map[string]string `yaml:"topic_tables,omitempty"`
 	// DLQTopic receives poison messages; "" means poison messages are only
 	// logged and counted.
-	DLQTopic string `yaml:"dlq_topic"`
+	DLQTopic string `yaml:"dlq_topic,omitempty"`
 	// ClientID identifies the daemon to the brokers; default "cachewarden".
 	ClientID string `yaml:"client_id"`
 	// TLS, when Enabled, encrypts broker connections.
-	TLS TLS `yaml:"tls"`
+	TLS TLS `yaml:"tls,omitempty"`
 	// SASL, when Mechanism is set, authenticates to the brokers.
-	SASL SASL `yaml:"sasl"`
+	SASL SASL `yaml:"sasl,omitempty"`
 	// SchemaRegistry is where the schemas of Avro messages are read
 	// (Confluent's REST API); needed when a topic carries Avro.
-	SchemaRegistry SchemaRegistry `yaml:"schema_registry"`
+	SchemaRegistry SchemaRegistry `yaml:"schema_registry,omitempty"`
 	// StartOffset is where a partition the group never committed starts:
 	// "earliest" (default) or "latest".
 	StartOffset StartOffset `yaml:"start_offset"`
@@ -151,15 +151,15 @@ type Kafka struct {
 	// SessionTimeout, HeartbeatInterval and RebalanceTimeout are the
 	// group protocol's timers; zero means the client's defaults (45s, 3s,
 	// 60s).
-	SessionTimeout    time.Duration `yaml:"session_timeout"`
-	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
-	RebalanceTimeout  time.Duration `yaml:"rebalance_timeout"`
+	SessionTimeout    time.Duration `yaml:"session_timeout,omitempty"`
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval,omitempty"`
+	RebalanceTimeout  time.Duration `yaml:"rebalance_timeout,omitempty"`
 	// HandoffTimeout bounds how long a released partition may take to
 	// finish the batch it is applying; default 10s.
-	HandoffTimeout time.Duration `yaml:"handoff_timeout"`
+	HandoffTimeout time.Duration `yaml:"handoff_timeout,omitempty"`
 	// StallTimeout is how long a partition may apply nothing while
 	// messages wait before the daemon reports not ready; default 1m.
-	StallTimeout time.Duration `yaml:"stall_timeout"`
+	StallTimeout time.Duration `yaml:"stall_timeout,omitempty"`
 	// UnorderedSets is what happens to the changes of a set rule whose
 	// changes of one member may arrive out of order (several partitions
 	// and a message key not made of the set's key and member columns):
@@ -186,15 +186,15 @@ type Kafka struct {
 type TLS struct {
 	Enabled bool `yaml:"enabled"`
 	// CAFile is a PEM bundle of CAs to trust instead of the system pool.
-	CAFile string `yaml:"ca_file"`
+	CAFile string `yaml:"ca_file,omitempty"`
 	// CertFile and KeyFile are a client certificate, both or neither.
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
+	CertFile string `yaml:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file,omitempty"`
 	// ServerName overrides the name checked in the server's certificate
 	// (default: the host dialled).
-	ServerName string `yaml:"server_name"`
+	ServerName string `yaml:"server_name,omitempty"`
 	// InsecureSkipVerify disables certificate checks (tests only).
-	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify,omitempty"`
 }
 
 // SASL is the `kafka.sasl` section.
@@ -203,12 +203,12 @@ type SASL struct {
 	// "scram-sha-512" or "oauthbearer"; "" means no SASL.
 	Mechanism SASLMechanism `yaml:"mechanism"`
 	// Username and Password authenticate plain and SCRAM.
-	Username string `yaml:"username"`
+	Username string `yaml:"username,omitempty"`
 	// Password is secret: String and LogValue redact it.
-	Password string `yaml:"password"`
+	Password string `yaml:"password,omitempty"`
 	// TokenFile holds the OAUTHBEARER token; it is read again at every
 	// authentication, so that a sidecar can rotate it.
-	TokenFile string `yaml:"token_file"`
+	TokenFile string `yaml:"token_file,omitempty"`
 }
 
 // SchemaRegistry is the `kafka.schema_registry` section: a registry
@@ -222,12 +222,12 @@ type SchemaRegistry struct {
 	URLs []string `yaml:"urls,commas"`
 	// Username and Password authenticate with HTTP basic auth, both or
 	// neither.
-	Username string `yaml:"username"`
+	Username string `yaml:"username,omitempty"`
 	// Password is secret: String and LogValue redact it.
-	Password string `yaml:"password"`
+	Password string `yaml:"password,omitempty"`
 	// TLS configures https:// URLs: CAs, a client certificate, the
 	// server name. Its Enabled must be true when any is set.
-	TLS TLS `yaml:"tls"`
+	TLS TLS `yaml:"tls,omitempty"`
 	// Timeout bounds one request; default 5s. A registry that does not
 	// answer in time is asked again (the partition waits).
 	Timeout time.Duration `yaml:"timeout"`
@@ -244,10 +244,10 @@ type Memcached struct {
 	Distribution string `yaml:"distribution"`
 	// Weights gives servers a weight other than 1, by address (ketama
 	// only); may be nil.
-	Weights map[string]int `yaml:"weights"`
+	Weights map[string]int `yaml:"weights,omitempty"`
 	// TLS encrypts every connection to the servers (memcached 1.6 built
 	// with TLS, started with -Z); off by default.
-	TLS TLS `yaml:"tls"`
+	TLS TLS `yaml:"tls,omitempty"`
 	// Protocol is how the daemon writes: "meta" (default) pipelines many
 	// meta commands per write and reads the replies in bulk; "text" sends
 	// one classic text command per round trip (for servers or proxies
@@ -273,7 +273,7 @@ type Memcached struct {
 type MySQL struct {
 	// DSN is a go-sql-driver/mysql DSN; secret: String and LogValue
 	// redact its password.
-	DSN string `yaml:"dsn"`
+	DSN string `yaml:"dsn,omitempty"`
 	// MaxOpenConns bounds open connections; default 8.
 	MaxOpenConns int `yaml:"max_open_conns"`
 	// QueryTimeout bounds one load or recount query; default 5s.

@@ -14,34 +14,34 @@ type Observer struct {
 	Enabled bool `yaml:"enabled"`
 	// Sample is the share of applied changes checked, in (0, 1]; 0 (left
 	// out) means the observer's default, 1%.
-	Sample float64 `yaml:"sample"`
+	Sample float64 `yaml:"sample,omitempty"`
 	// MaxPerSecond bounds the changes sampled per rule and second;
 	// default 10.
-	MaxPerSecond float64 `yaml:"max_per_second"`
+	MaxPerSecond float64 `yaml:"max_per_second,omitempty"`
 	// Windows are the delays after a change at which it is checked;
 	// default [1s, 10s, 1m].
-	Windows []time.Duration `yaml:"windows"`
+	Windows []time.Duration `yaml:"windows,omitempty"`
 	// ConfirmAfter is how long after a mismatch with MySQL both sides are
 	// read again (for a counter judged at a binary log position: how long
 	// it waits for the daemon to reach the recount's position); default
 	// 5s.
-	ConfirmAfter time.Duration `yaml:"confirm_after"`
+	ConfirmAfter time.Duration `yaml:"confirm_after,omitempty"`
 	// MySQLQueriesPerSecond and MemcachedReadsPerSecond are the
 	// observer's budgets; defaults 50 and 500.
-	MySQLQueriesPerSecond   float64 `yaml:"mysql_queries_per_second"`
-	MemcachedReadsPerSecond float64 `yaml:"memcached_reads_per_second"`
+	MySQLQueriesPerSecond   float64 `yaml:"mysql_queries_per_second,omitempty"`
+	MemcachedReadsPerSecond float64 `yaml:"memcached_reads_per_second,omitempty"`
 	// MaxPending bounds the sampled changes waiting for their checks;
 	// default 10,000.
-	MaxPending int `yaml:"max_pending"`
+	MaxPending int `yaml:"max_pending,omitempty"`
 	// ClockSkew is how far the clocks of the processes that create
 	// namespaces may disagree; default 1s.
-	ClockSkew time.Duration `yaml:"clock_skew"`
+	ClockSkew time.Duration `yaml:"clock_skew,omitempty"`
 	// ReportEvery is how often the nines are logged; default 1m.
-	ReportEvery time.Duration `yaml:"report_every"`
+	ReportEvery time.Duration `yaml:"report_every,omitempty"`
 	// Group is the consumer group of `cachewarden observe`; "" means
 	// kafka.group followed by "-observer" (Config.ObserverGroup). `run`
 	// does not use it.
-	Group string `yaml:"group"`
+	Group string `yaml:"group,omitempty"`
 }
 
 // ObserverGroup returns the consumer group of `cachewarden observe`.

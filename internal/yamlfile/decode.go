@@ -3,6 +3,7 @@ package yamlfile
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,7 +64,7 @@ type Decoder struct {
 // Decode decodes n into the struct v points to; path is where n is
 // ("" for the top level of a file).
 func (d *Decoder) Decode(n *yaml.Node, path string, v any) {
-	d.value(n, path, reflect.ValueOf(v).Elem(), "")
+	d.value(n, path, reflect.ValueOf(v).Elem(), nil)
 }
 
 // Set reports whether the file wrote the value at path.
@@ -147,7 +148,7 @@ var (
 )
 
 // value decodes n into v; opts are the field's tag options.
-func (d *Decoder) value(n *yaml.Node, path string, v reflect.Value, opts string) {
+func (d *Decoder) value(n *yaml.Node, path string, v reflect.Value, opts []string) {
 	n = Resolve(n)
 	switch {
 	case v.Type() == nodeType:
@@ -161,7 +162,7 @@ func (d *Decoder) value(n *yaml.Node, path string, v reflect.Value, opts string)
 	case v.Kind() == reflect.Slice && v.Type().Elem() == durationType:
 		d.durations(n, path, v)
 	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
-		d.strings(n, path, v, opts == "commas")
+		d.strings(n, path, v, slices.Contains(opts, "commas"))
 	case v.Kind() == reflect.Map:
 		d.stringMap(n, path, v)
 	default:
@@ -171,15 +172,17 @@ func (d *Decoder) value(n *yaml.Node, path string, v reflect.Value, opts string)
 	}
 }
 
-// fieldKey returns the key a struct field is read from, "" for none, and
-// its tag options.
-func fieldKey(f reflect.StructField) (key, opts string) {
+// FieldKey returns the key a struct field is read from ("" for none: no
+// yaml tag, or "-") and its tag options: `yaml:"brokers,commas"` is
+// "brokers", [commas]. Decoder reads the option "commas"; a writer of
+// the same declaration may give options of its own ("omitempty").
+func FieldKey(f reflect.StructField) (key string, opts []string) {
 	tag, ok := f.Tag.Lookup("yaml")
 	if !ok || tag == "-" {
-		return "", ""
+		return "", nil
 	}
-	key, opts, _ = strings.Cut(tag, ",")
-	return key, opts
+	parts := strings.Split(tag, ",")
+	return parts[0], parts[1:]
 }
 
 // mapping decodes the mapping n into the struct v; keys not declared by
@@ -195,7 +198,7 @@ func (d *Decoder) mapping(n *yaml.Node, path string, v reflect.Value) {
 	index := make(map[string]int, t.NumField())
 	var known []string // in declaration order, as messages list them
 	for i := range t.NumField() {
-		if key, _ := fieldKey(t.Field(i)); key != "" {
+		if key, _ := FieldKey(t.Field(i)); key != "" {
 			index[key] = i
 			known = append(known, key)
 		}
@@ -211,7 +214,7 @@ func (d *Decoder) mapping(n *yaml.Node, path string, v reflect.Value) {
 		if fv := v.Field(i); fv.Type() == fieldType {
 			fv.Set(reflect.ValueOf(f))
 		} else {
-			_, opts := fieldKey(t.Field(i))
+			_, opts := FieldKey(t.Field(i))
 			d.value(f.Value, full, fv, opts)
 		}
 	}
