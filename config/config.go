@@ -1,5 +1,11 @@
 // Package config loads the cachewarden daemon's YAML configuration file.
 //
+// The file's keys are declared once, as the yaml tags of Config and its
+// sections: Parse decodes through them (yamlfile.Decoder) and
+// EffectiveYAML writes through them (a field tagged omitempty is written
+// only when set). The settings that take one of a few words have types
+// of their own (enums.go).
+//
 // Decoding is strict: an unknown or duplicate key, a value of the wrong
 // type, a bad duration or address, or a missing required setting is an
 // error, and every such problem in the file is reported at once as
