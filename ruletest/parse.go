@@ -434,43 +434,45 @@ func (p *parser) expectedOp(n *yaml.Node, what string, nEvents int) (ExpectedOp,
 		return op, false
 	}
 	ok := p.missing(n, what+": expected op", "event", d.Event, "rule", d.Rule, "op", d.Op, "key", d.Key)
-	var memberNode, deltaNode *yaml.Node
-	// read runs one reader of a value that is present.
-	read := func(v *yaml.Node, r func(v *yaml.Node) bool) {
-		if v != nil && !r(v) {
-			ok = false
-		}
+	good := true // each value read (a missing one is not)
+	if d.Event != nil {
+		op.Event, good = p.eventIndex(d.Event, what, nEvents)
+		ok = ok && good
 	}
-	read(d.Event, func(v *yaml.Node) (good bool) { op.Event, good = p.eventIndex(v, what, nEvents); return })
-	read(d.Rule, func(v *yaml.Node) (good bool) { op.Rule, good = yamlfile.String(v, "rule", p.errorf); return })
-	read(d.Op, func(v *yaml.Node) bool {
-		name, good := yamlfile.String(v, "op", p.errorf)
-		if good {
+	if d.Rule != nil {
+		op.Rule, good = yamlfile.String(d.Rule, "rule", p.errorf)
+		ok = ok && good
+	}
+	if d.Op != nil {
+		var name string
+		if name, good = yamlfile.String(d.Op, "op", p.errorf); good {
 			if op.Op, good = opNames[name]; !good {
-				p.errorf(v, "%s: unknown op %q (want bump, set_add, set_remove, count or recount)", what, name)
+				p.errorf(d.Op, "%s: unknown op %q (want bump, set_add, set_remove, count or recount)", what, name)
 			}
 		}
-		return good
-	})
-	read(d.Key, func(v *yaml.Node) (good bool) { op.Key, good = yamlfile.String(v, "key", p.errorf); return })
-	read(d.Member.Value, func(v *yaml.Node) (good bool) {
-		memberNode = d.Member.Key
+		ok = ok && good
+	}
+	if d.Key != nil {
+		op.Key, good = yamlfile.String(d.Key, "key", p.errorf)
+		ok = ok && good
+	}
+	memberNode, deltaNode := d.Member.Key, d.Delta.Key // nil when absent
+	if v := d.Member.Value; v != nil {
 		op.Member, good = yamlfile.String(v, "member", p.errorf)
-		return
-	})
-	read(d.Delta.Value, func(v *yaml.Node) (good bool) {
-		deltaNode = d.Delta.Key
+		ok = ok && good
+	}
+	if v := d.Delta.Value; v != nil {
 		if op.Delta, good = yamlfile.Int(v, "delta", math.MinInt64, math.MaxInt64, p.errorf); good && op.Delta == 0 {
 			p.errorf(v, "%s: delta 0 is never planned", what)
 			good = false
 		}
-		return
-	})
-	read(d.Args, func(v *yaml.Node) (good bool) {
+		ok = ok && good
+	}
+	if d.Args != nil {
 		op.HasArgs = true
-		op.Args, good = p.args(v, what)
-		return
-	})
+		op.Args, good = p.args(d.Args, what)
+		ok = ok && good
+	}
 	if !ok {
 		return op, false
 	}
