@@ -61,32 +61,32 @@ const (
 func (d *decoder) validateObserver(o *Observer, k *Kafka) {
 	const p = "observer."
 	if d.Set(p+"sample") && d.Readable(p+"sample") && (o.Sample <= 0 || o.Sample > 1) {
-		d.problem(d.Place(p+"sample"), "observer.sample: %g is outside (0, 1]: the share of applied changes checked", o.Sample)
+		d.wrong(p+"sample", "%g is outside (0, 1]: the share of applied changes checked", o.Sample)
 	}
 	for _, f := range []struct {
 		name string
 		v    float64
 	}{{"max_per_second", o.MaxPerSecond}, {"mysql_queries_per_second", o.MySQLQueriesPerSecond}, {"memcached_reads_per_second", o.MemcachedReadsPerSecond}} {
 		if d.Set(p+f.name) && d.Readable(p+f.name) && f.v <= 0 {
-			d.problem(d.Place(p+f.name), "observer.%s: %g must be positive", f.name, f.v)
+			d.wrong(p+f.name, "%g must be positive", f.v)
 		}
 	}
 	if d.Set(p+"max_pending") && d.Readable(p+"max_pending") && o.MaxPending < 1 {
-		d.problem(d.Place(p+"max_pending"), "observer.max_pending: %d must be at least 1", o.MaxPending)
+		d.wrong(p+"max_pending", "%d must be at least 1", o.MaxPending)
 	}
 	if d.Set(p+"windows") && d.Readable(p+"windows") {
 		switch {
 		case len(o.Windows) == 0:
-			d.problem(d.Place(p+"windows"), "observer.windows: list at least one window")
+			d.wrong(p+"windows", "list at least one window")
 		case len(o.Windows) > MaxObserverWindows:
-			d.problem(d.Place(p+"windows"), "observer.windows: %d windows, at most %d", len(o.Windows), MaxObserverWindows)
+			d.wrong(p+"windows", "%d windows, at most %d", len(o.Windows), MaxObserverWindows)
 		}
 		seen := map[time.Duration]bool{}
 		for _, w := range o.Windows {
 			if w <= 0 || w > MaxObserverWindow {
-				d.problem(d.Place(p+"windows"), "observer.windows: %s is outside (0, %s]", w, MaxObserverWindow)
+				d.wrong(p+"windows", "%s is outside (0, %s]", w, MaxObserverWindow)
 			} else if seen[w] {
-				d.problem(d.Place(p+"windows"), "observer.windows: %s is listed twice", w)
+				d.wrong(p+"windows", "%s is listed twice", w)
 			}
 			seen[w] = true
 		}
@@ -95,10 +95,10 @@ func (d *decoder) validateObserver(o *Observer, k *Kafka) {
 		path := p + name
 		v := map[string]time.Duration{"confirm_after": o.ConfirmAfter, "clock_skew": o.ClockSkew, "report_every": o.ReportEvery}[name]
 		if d.Set(path) && d.Readable(path) && (v <= 0 || v > MaxObserverWindow) {
-			d.problem(d.Place(path), "%s: %s is outside (0, %s]", path, v, MaxObserverWindow)
+			d.wrong(path, "%s is outside (0, %s]", v, MaxObserverWindow)
 		}
 	}
 	if o.Group != "" && o.Group == k.Group {
-		d.problem(d.Place(p+"group"), "observer.group: %q is kafka.group: `cachewarden observe` needs a consumer group of its own, or it would take partitions from the daemons", o.Group)
+		d.wrong(p+"group", "%q is kafka.group: `cachewarden observe` needs a consumer group of its own, or it would take partitions from the daemons", o.Group)
 	}
 }
