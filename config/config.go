@@ -1,5 +1,11 @@
 // Package config loads the cachewarden daemon's YAML configuration file.
 //
+// The file's keys are declared once, as the yaml tags of Config and its
+// sections: Parse decodes through them (yamlfile.Decoder) and
+// EffectiveYAML writes through them (a field tagged omitempty is written
+// only when set). The settings that take one of a few words have types
+// of their own (enums.go).
+//
 // Decoding is strict: an unknown or duplicate key, a value of the wrong
 // type, a bad duration or address, or a missing required setting is an
 // error, and every such problem in the file is reported at once as
@@ -40,11 +46,11 @@ import (
 const (
 	DefaultFormat            = "auto"
 	DefaultClientID          = "cachewarden"
-	DefaultMemcachedProtocol = "meta"
+	DefaultMemcachedProtocol = ProtocolMeta
 	DefaultBatchMaxEvents    = 2000
 	DefaultBatchMaxWait      = 5 * time.Millisecond
 	DefaultHTTPListen        = "127.0.0.1:9464"
-	DefaultLogFormat         = "text"
+	DefaultLogFormat         = LogText
 	DefaultLogLevel          = "info"
 	// DefaultSchemaRegistryTimeout bounds one request to the schema
 	// registry.
@@ -81,26 +87,26 @@ type Config struct {
 	// File is the path the config was read from ("" when parsed from
 	// memory without a name).
 	File      string
-	Kafka     Kafka
-	Memcached Memcached
-	MySQL     MySQL
+	Kafka     Kafka     `yaml:"kafka"`
+	Memcached Memcached `yaml:"memcached"`
+	MySQL     MySQL     `yaml:"mysql"`
 	// Counters tunes exact counters (key `counters`).
-	Counters Counters
+	Counters Counters `yaml:"counters"`
 	// Rules are the rule file or directory paths (key `rules`), relative
 	// paths resolved against the config file's directory.
-	Rules []string
+	Rules []string `yaml:"rules,commas"`
 	// RuleSet holds the loaded rules (set by Load and LoadEnv, nil after
 	// Parse).
 	RuleSet *rules.RuleSet
 	// RulesDigest identifies the rule files RuleSet was loaded from
 	// (rulefile.Digest); "" after Parse.
 	RulesDigest string
-	Batch       Batch
-	HTTP        HTTP
-	Log         Log
+	Batch       Batch `yaml:"batch"`
+	HTTP        HTTP  `yaml:"http"`
+	Log         Log   `yaml:"log"`
 	// Observer is the consistency observer (key `observer`); off unless
 	// enabled.
-	Observer Observer
+	Observer Observer `yaml:"observer"`
 }
 
 // Kafka is the `kafka` section.
@@ -108,116 +114,107 @@ type Kafka struct {
 	// Brokers are the bootstrap broker addresses (host:port); required.
 	// A single string is split on commas, so `brokers: ${KAFKA_BROKERS}`
 	// works.
-	Brokers []string
+	Brokers []string `yaml:"brokers,commas"`
 	// Group is the consumer group ID; required.
-	Group string
+	Group string `yaml:"group"`
 	// Topics are the CDC topics to consume; required.
-	Topics []string
+	Topics []string `yaml:"topics,commas"`
 	// Format is the CDC format of every topic without an entry in
 	// TopicFormats; one of Formats, default "auto" (detected per message).
-	Format string
+	Format string `yaml:"format"`
 	// TopicFormats fixes the format per topic.
-	TopicFormats map[string]string
+	TopicFormats map[string]string `yaml:"topic_formats,omitempty"`
 	// TopicTables maps a topic to "db.table" (or "table"), for formats
 	// whose messages do not name their table (flattened Debezium rows).
-	TopicTables map[string]string
+	TopicTables map[string]string `yaml:"topic_tables,omitempty"`
 	// DLQTopic receives poison messages; "" means poison messages are only
 	// logged and counted.
-	DLQTopic string
+	DLQTopic string `yaml:"dlq_topic,omitempty"`
 	// ClientID identifies the daemon to the brokers; default "cachewarden".
-	ClientID string
+	ClientID string `yaml:"client_id"`
 	// TLS, when Enabled, encrypts broker connections.
-	TLS TLS
+	TLS TLS `yaml:"tls,omitempty"`
 	// SASL, when Mechanism is set, authenticates to the brokers.
-	SASL SASL
+	SASL SASL `yaml:"sasl,omitempty"`
 	// SchemaRegistry is where the schemas of Avro messages are read
 	// (Confluent's REST API); needed when a topic carries Avro.
-	SchemaRegistry SchemaRegistry
+	SchemaRegistry SchemaRegistry `yaml:"schema_registry,omitempty"`
 	// StartOffset is where a partition the group never committed starts:
 	// "earliest" (default) or "latest".
-	StartOffset string
+	StartOffset StartOffset `yaml:"start_offset"`
 	// OffsetReset is what happens when a committed offset is no longer
 	// in the partition's log (removed by retention before it was read,
 	// or beyond a recreated partition's end): "fail" (default: the
 	// partition stops and the daemon reports not ready), "earliest" or
 	// "latest" (continue there, after bumping the fallback namespaces of
 	// the topic's tables).
-	OffsetReset string
+	OffsetReset OffsetReset `yaml:"offset_reset"`
 	// Balancer is the partition assignor: "cooperative-sticky"
 	// (default: partitions that stay put keep being consumed during a
 	// rebalance), "sticky", "range" or "roundrobin". Every member of a
 	// group must use the same.
-	Balancer string
+	Balancer Balancer `yaml:"balancer"`
 	// SessionTimeout, HeartbeatInterval and RebalanceTimeout are the
 	// group protocol's timers; zero means the client's defaults (45s, 3s,
 	// 60s).
-	SessionTimeout, HeartbeatInterval, RebalanceTimeout time.Duration
+	SessionTimeout    time.Duration `yaml:"session_timeout,omitempty"`
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval,omitempty"`
+	RebalanceTimeout  time.Duration `yaml:"rebalance_timeout,omitempty"`
 	// HandoffTimeout bounds how long a released partition may take to
 	// finish the batch it is applying; default 10s.
-	HandoffTimeout time.Duration
+	HandoffTimeout time.Duration `yaml:"handoff_timeout,omitempty"`
 	// StallTimeout is how long a partition may apply nothing while
 	// messages wait before the daemon reports not ready; default 1m.
-	StallTimeout time.Duration
+	StallTimeout time.Duration `yaml:"stall_timeout,omitempty"`
 	// UnorderedSets is what happens to the changes of a set rule whose
 	// changes of one member may arrive out of order (several partitions
 	// and a message key not made of the set's key and member columns):
 	// "delete" (default: the set is deleted, readers load it again) or
 	// "append" (tokens appended anyway).
-	UnorderedSets string
+	UnorderedSets UnorderedSets `yaml:"unordered_sets"`
 	// CheckCRCs verifies the CRC32C of every fetched record batch;
 	// default false, as librdkafka's check.crcs. Brokers verify batches
 	// when they are produced and when a log is recovered, and TCP (and
 	// TLS, when on) guards the wire; checking costs a pass over every
 	// fetched byte (docs/benchmarks.md, "Where the time goes"). A batch
 	// that fails the check is a fetch error of its partition.
-	CheckCRCs bool
+	CheckCRCs bool `yaml:"check_crcs"`
 	// MaxDecompressedBatchBytes is the most bytes one fetched record
 	// batch may decompress to; default DefaultMaxDecompressedBatchBytes
 	// (16 MiB). A batch over it is poison: it goes to the DLQ as a
 	// record naming it (not its contents), the fallback namespaces of
 	// the topic's tables are bumped, and the partition moves past it. It
 	// bounds the memory a compression bomb can take.
-	MaxDecompressedBatchBytes int
+	MaxDecompressedBatchBytes int `yaml:"max_decompressed_batch_bytes"`
 }
-
-// StartOffsets, OffsetResets and Balancers list the accepted values of
-// kafka.start_offset, kafka.offset_reset and kafka.balancer.
-var (
-	StartOffsets = []string{"earliest", "latest"}
-	OffsetResets = []string{"fail", "earliest", "latest"}
-	Balancers    = []string{"cooperative-sticky", "sticky", "range", "roundrobin"}
-	// UnorderedSetPolicies lists the accepted values of
-	// kafka.unordered_sets.
-	UnorderedSetPolicies = []string{"delete", "append"}
-)
 
 // TLS is the `kafka.tls` section.
 type TLS struct {
-	Enabled bool
+	Enabled bool `yaml:"enabled"`
 	// CAFile is a PEM bundle of CAs to trust instead of the system pool.
-	CAFile string
+	CAFile string `yaml:"ca_file,omitempty"`
 	// CertFile and KeyFile are a client certificate, both or neither.
-	CertFile string
-	KeyFile  string
+	CertFile string `yaml:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file,omitempty"`
 	// ServerName overrides the name checked in the server's certificate
 	// (default: the host dialled).
-	ServerName string
+	ServerName string `yaml:"server_name,omitempty"`
 	// InsecureSkipVerify disables certificate checks (tests only).
-	InsecureSkipVerify bool
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify,omitempty"`
 }
 
 // SASL is the `kafka.sasl` section.
 type SASL struct {
 	// Mechanism is "plain" (use it over TLS), "scram-sha-256",
 	// "scram-sha-512" or "oauthbearer"; "" means no SASL.
-	Mechanism string
+	Mechanism SASLMechanism `yaml:"mechanism"`
 	// Username and Password authenticate plain and SCRAM.
-	Username string
+	Username string `yaml:"username,omitempty"`
 	// Password is secret: String and LogValue redact it.
-	Password string
+	Password string `yaml:"password,omitempty"`
 	// TokenFile holds the OAUTHBEARER token; it is read again at every
 	// authentication, so that a sidecar can rotate it.
-	TokenFile string
+	TokenFile string `yaml:"token_file,omitempty"`
 }
 
 // SchemaRegistry is the `kafka.schema_registry` section: a registry
@@ -228,53 +225,53 @@ type SchemaRegistry struct {
 	// URLs are the registry's base URLs (http:// or https://), tried in
 	// order; empty: no registry (Avro messages cannot be decoded). A
 	// single string is split on commas.
-	URLs []string
+	URLs []string `yaml:"urls,commas"`
 	// Username and Password authenticate with HTTP basic auth, both or
 	// neither.
-	Username string
+	Username string `yaml:"username,omitempty"`
 	// Password is secret: String and LogValue redact it.
-	Password string
+	Password string `yaml:"password,omitempty"`
 	// TLS configures https:// URLs: CAs, a client certificate, the
 	// server name. Its Enabled must be true when any is set.
-	TLS TLS
+	TLS TLS `yaml:"tls,omitempty"`
 	// Timeout bounds one request; default 5s. A registry that does not
 	// answer in time is asked again (the partition waits).
-	Timeout time.Duration
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // Memcached is the `memcached` section.
 type Memcached struct {
 	// Servers are memcached addresses (host:port); required. Keys are
 	// spread over them by Distribution, in list order.
-	Servers []string
+	Servers []string `yaml:"servers,commas"`
 	// Distribution is how keys are spread over Servers; it must be the
 	// one the applications' clients use (README, "memcached"). One of
 	// itemformat.Distributions; default "modula-crc32" (gomemcache's).
-	Distribution string
+	Distribution string `yaml:"distribution"`
 	// Weights gives servers a weight other than 1, by address (ketama
 	// only); may be nil.
-	Weights map[string]int
+	Weights map[string]int `yaml:"weights,omitempty"`
 	// TLS encrypts every connection to the servers (memcached 1.6 built
 	// with TLS, started with -Z); off by default.
-	TLS TLS
+	TLS TLS `yaml:"tls,omitempty"`
 	// Protocol is how the daemon writes: "meta" (default) pipelines many
 	// meta commands per write and reads the replies in bulk; "text" sends
 	// one classic text command per round trip (for servers or proxies
 	// without the meta protocol, memcached < 1.6).
-	Protocol string
+	Protocol MemcachedProtocol `yaml:"protocol"`
 	// MaxConcurrency bounds the keys applied concurrently by each
 	// partition's batch (and the memcached client's idle connections);
 	// default 32.
-	MaxConcurrency int
+	MaxConcurrency int `yaml:"max_concurrency"`
 	// Timeout is the per-operation network timeout; default 500ms.
-	Timeout time.Duration
+	Timeout time.Duration `yaml:"timeout"`
 	// CompactRatio is the share of removal tokens (0 < r <= 1) above which
 	// a set item counts as dirty and is compacted; default 0.5.
-	CompactRatio float64
+	CompactRatio float64 `yaml:"compact_ratio"`
 	// CompactSample is the share of set appends (0 <= s <= 1) after which
 	// the daemon checks whether the set is dirty; 0 never checks (readers
 	// still compact); default 0.01.
-	CompactSample float64
+	CompactSample float64 `yaml:"compact_sample"`
 }
 
 // MySQL is the `mysql` section. It is needed only when a rule has a `load`
@@ -282,38 +279,38 @@ type Memcached struct {
 type MySQL struct {
 	// DSN is a go-sql-driver/mysql DSN; secret: String and LogValue
 	// redact its password.
-	DSN string
+	DSN string `yaml:"dsn,omitempty"`
 	// MaxOpenConns bounds open connections; default 8.
-	MaxOpenConns int
+	MaxOpenConns int `yaml:"max_open_conns"`
 	// QueryTimeout bounds one load or recount query; default 5s.
-	QueryTimeout time.Duration
+	QueryTimeout time.Duration `yaml:"query_timeout"`
 }
 
 // Batch is the `batch` section.
 type Batch struct {
 	// MaxEvents is the most messages in one batch; default 2000.
-	MaxEvents int
+	MaxEvents int `yaml:"max_events"`
 	// MaxWait is how long a batch stays open after its first message;
 	// default 5ms.
-	MaxWait time.Duration
+	MaxWait time.Duration `yaml:"max_wait"`
 }
 
 // HTTP is the `http` section.
 type HTTP struct {
 	// Listen is the address of /metrics, /healthz and /readyz; default
 	// 127.0.0.1:9464.
-	Listen string
+	Listen string `yaml:"listen"`
 	// Pprof serves Go's profiler under /debug/pprof/ on the same address;
 	// default false.
-	Pprof bool
+	Pprof bool `yaml:"pprof"`
 }
 
 // Log is the `log` section.
 type Log struct {
 	// Format is "text" or "json"; default "text".
-	Format string
+	Format LogFormat `yaml:"format"`
 	// Level is "debug", "info", "warn" or "error"; default "info".
-	Level string
+	Level string `yaml:"level"`
 }
 
 // Selector returns the server selector of m: every memcached client of

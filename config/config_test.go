@@ -119,7 +119,13 @@ func TestDefaults(t *testing.T) {
 		{"batch.max_wait", cfg.Batch.MaxWait, 5 * time.Millisecond},
 		{"http.listen", cfg.HTTP.Listen, "127.0.0.1:9464"},
 		{"http.pprof", cfg.HTTP.Pprof, false},
-		{"log.format", cfg.Log.Format, "text"},
+		{"log.format", cfg.Log.Format, LogFormat("text")},
+		{"kafka.start_offset", cfg.Kafka.StartOffset, StartOffset("earliest")},
+		{"kafka.offset_reset", cfg.Kafka.OffsetReset, OffsetReset("fail")},
+		{"kafka.balancer", cfg.Kafka.Balancer, Balancer("cooperative-sticky")},
+		{"kafka.unordered_sets", cfg.Kafka.UnorderedSets, UnorderedSets("delete")},
+		{"memcached.protocol", cfg.Memcached.Protocol, MemcachedProtocol("meta")},
+		{"counters.fencing", cfg.Counters.Fencing, counters.FencingMode("auto")},
 		{"log.level", cfg.Log.Level, "info"},
 		{"rules", cfg.Rules, []string{filepath.Join("testdata", "rules", "shop.yaml")}},
 	}
@@ -340,7 +346,7 @@ func TestMemcachedProtocol(t *testing.T) {
 		t.Errorf("default protocol %q, want meta", cfg.Memcached.Protocol)
 	}
 	_, err = Parse("p.yaml", []byte(base+"  protocol: binary\n"), env(nil))
-	want := `p.yaml:5:13: memcached.protocol: "binary" is not meta or text`
+	want := `p.yaml:5:13: memcached.protocol: "binary" is not one of meta, text`
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %s", err, want)
 	}

@@ -3,8 +3,6 @@ package config
 import (
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/cachewarden/cachewarden/counters"
 )
 
@@ -15,34 +13,21 @@ type Counters struct {
 	// snapshot's position, else recount unfenced with a warning), "off"
 	// (never fence) or "required" (refuse to start when the database
 	// cannot fence).
-	Fencing string
+	Fencing counters.FencingMode `yaml:"fencing"`
 	// FenceTTL is how long a recount's fence is kept in memcached; it must
 	// exceed the longest consumer lag expected. Default 1h, at most 30
 	// days.
-	FenceTTL time.Duration
+	FenceTTL time.Duration `yaml:"fence_ttl"`
 }
 
 // Default and limit of the counters section (the fence TTL's default is
 // counters.DefaultFenceTTL).
 const (
-	DefaultCountersFencing = "auto"
+	DefaultCountersFencing = counters.FencingAuto
 	MaxCountersFenceTTL    = 30 * 24 * time.Hour
 )
 
-func (d *decoder) counters(n *yaml.Node, c *Counters) {
-	d.mapping(n, "counters", map[string]func(*yaml.Node){
-		"fencing":   func(v *yaml.Node) { c.Fencing = d.str(v, "counters.fencing") },
-		"fence_ttl": func(v *yaml.Node) { c.FenceTTL = d.duration(v, "counters.fence_ttl") },
-	})
-}
-
 func (d *decoder) validateCounters(c *Counters) {
-	if d.orDefault("counters.fencing", func() { c.Fencing = DefaultCountersFencing }) {
-		switch c.Fencing {
-		case "auto", "off", "required":
-		default:
-			d.problem(d.place("counters.fencing"), "counters.fencing: %q is not auto, off or required", c.Fencing)
-		}
-	}
+	oneOf(d, "counters.fencing", &c.Fencing, DefaultCountersFencing, FencingModes)
 	d.positiveDuration(&c.FenceTTL, "counters.fence_ttl", counters.DefaultFenceTTL, MaxCountersFenceTTL)
 }

@@ -19,9 +19,9 @@ func TestCountersSection(t *testing.T) {
 		t.Fatalf("Parse = %+v, %v", cfg, err)
 	}
 	for _, tc := range []struct{ yaml, want string }{
-		{"counters:\n  fencing: always\n", `c.yaml:6:12: counters.fencing: "always" is not auto, off or required`},
+		{"counters:\n  fencing: always\n", `c.yaml:6:12: counters.fencing: "always" is not one of auto, off, required`},
 		{"counters:\n  fence_ttl: 0s\n", `c.yaml:6:14: counters.fence_ttl: 0s is outside (0, 720h0m0s]`},
-		{"counters:\n  fencing: auto\n  fence: off\n", `c.yaml:7:3: counters: unknown key "fence" (known: fence_ttl, fencing)`},
+		{"counters:\n  fencing: auto\n  fence: off\n", `c.yaml:7:3: counters: unknown key "fence" (known: fencing, fence_ttl)`},
 	} {
 		_, err := Parse("c.yaml", []byte(base+tc.yaml), env(nil))
 		if err == nil || err.Error() != tc.want {

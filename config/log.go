@@ -33,7 +33,7 @@ func (l Log) SlogLevel() slog.Level {
 // NewLogger returns a logger writing to w in the configured format and at
 // the configured level.
 func (l Log) NewLogger(w io.Writer) *slog.Logger {
-	return NewLogger(w, l.Format, l.SlogLevel())
+	return NewLogger(w, string(l.Format), l.SlogLevel())
 }
 
 // NewLogger returns a logger writing to w at lvl: JSON lines when format

@@ -3,14 +3,16 @@ package config
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cachewarden/cachewarden/internal/yamlfile"
 )
 
 // Redacted is what EffectiveYAML writes in place of a secret: the MySQL
@@ -28,79 +30,25 @@ const Redacted = redacted
 // file set them. The TLS sections name their key files by path: the keys
 // themselves are never in the config.
 func (c *Config) EffectiveYAML() ([]byte, error) {
-	var rulePaths []string
+	out := *c
+	out.Rules = nil
 	for _, p := range c.Rules {
 		abs, err := filepath.Abs(p)
 		if err != nil {
 			return nil, fmt.Errorf("config: rules: %w", err)
 		}
-		rulePaths = append(rulePaths, abs)
+		out.Rules = append(out.Rules, abs)
 	}
-	k, m := &c.Kafka, &c.Memcached
-	root := mapping(
-		"kafka", mapping(
-			"brokers", strList(k.Brokers),
-			"group", str(k.Group),
-			"topics", strList(k.Topics),
-			"format", str(k.Format),
-			"topic_formats", strMap(k.TopicFormats),
-			"topic_tables", strMap(k.TopicTables),
-			"dlq_topic", optStr(k.DLQTopic),
-			"client_id", str(k.ClientID),
-			"tls", tlsNode(k.TLS),
-			"sasl", saslNode(k.SASL),
-			"schema_registry", registryNode(k.SchemaRegistry),
-			"start_offset", str(k.StartOffset),
-			"offset_reset", str(k.OffsetReset),
-			"balancer", str(k.Balancer),
-			"session_timeout", optDuration(k.SessionTimeout),
-			"heartbeat_interval", optDuration(k.HeartbeatInterval),
-			"rebalance_timeout", optDuration(k.RebalanceTimeout),
-			"handoff_timeout", optDuration(k.HandoffTimeout),
-			"stall_timeout", optDuration(k.StallTimeout),
-			"unordered_sets", str(k.UnorderedSets),
-			"check_crcs", boolean(k.CheckCRCs),
-			"max_decompressed_batch_bytes", integer(k.MaxDecompressedBatchBytes),
-		),
-		"memcached", mapping(
-			"servers", strList(m.Servers),
-			"distribution", str(m.Distribution),
-			"weights", intMap(m.Weights),
-			"tls", tlsNode(m.TLS),
-			"protocol", str(m.Protocol),
-			"max_concurrency", integer(m.MaxConcurrency),
-			"timeout", duration(m.Timeout),
-			"compact_ratio", float(m.CompactRatio),
-			"compact_sample", float(m.CompactSample),
-		),
-		"mysql", mapping(
-			"dsn", optStr(RedactDSN(c.MySQL.DSN)),
-			"max_open_conns", integer(c.MySQL.MaxOpenConns),
-			"query_timeout", duration(c.MySQL.QueryTimeout),
-		),
-		"counters", mapping(
-			"fencing", str(c.Counters.Fencing),
-			"fence_ttl", duration(c.Counters.FenceTTL),
-		),
-		"rules", strList(rulePaths),
-		"batch", mapping(
-			"max_events", integer(c.Batch.MaxEvents),
-			"max_wait", duration(c.Batch.MaxWait),
-		),
-		"http", mapping(
-			"listen", str(c.HTTP.Listen),
-			"pprof", boolean(c.HTTP.Pprof),
-		),
-		"log", mapping(
-			"format", str(c.Log.Format),
-			"level", str(c.Log.Level),
-		),
-		"observer", observerNode(c.Observer),
-	)
+	out.MySQL.DSN = RedactDSN(c.MySQL.DSN)
+	out.Kafka.SASL.Password = redactPassword(c.Kafka.SASL.Password)
+	out.Kafka.SchemaRegistry.Password = redactPassword(c.Kafka.SchemaRegistry.Password)
+	if len(c.Kafka.SchemaRegistry.URLs) == 0 {
+		out.Kafka.SchemaRegistry = SchemaRegistry{} // its timeout is filled in, but refused without URLs
+	}
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(root); err != nil {
+	if err := enc.Encode(encode(reflect.ValueOf(out))); err != nil {
 		return nil, fmt.Errorf("config: write YAML: %w", err)
 	}
 	if err := enc.Close(); err != nil {
@@ -109,79 +57,55 @@ func (c *Config) EffectiveYAML() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func tlsNode(t TLS) *yaml.Node {
-	if t == (TLS{}) {
-		return nil
-	}
-	return mapping(
-		"enabled", boolean(t.Enabled),
-		"ca_file", optStr(t.CAFile),
-		"cert_file", optStr(t.CertFile),
-		"key_file", optStr(t.KeyFile),
-		"server_name", optStr(t.ServerName),
-		"insecure_skip_verify", optBool(t.InsecureSkipVerify),
-	)
-}
+var durationType = reflect.TypeFor[time.Duration]()
 
-func saslNode(s SASL) *yaml.Node {
-	if s.Mechanism == "" {
-		return nil
-	}
-	return mapping(
-		"mechanism", str(s.Mechanism),
-		"username", optStr(s.Username),
-		"password", optStr(redactPassword(s.Password)),
-		"token_file", optStr(s.TokenFile),
-	)
-}
-
-func registryNode(r SchemaRegistry) *yaml.Node {
-	if len(r.URLs) == 0 {
-		return nil // its timeout is filled in, but refused without URLs
-	}
-	return mapping(
-		"urls", strList(r.URLs),
-		"username", optStr(r.Username),
-		"password", optStr(redactPassword(r.Password)),
-		"tls", tlsNode(r.TLS),
-		"timeout", duration(r.Timeout),
-	)
-}
-
-func observerNode(o Observer) *yaml.Node {
-	var windows *yaml.Node
-	if len(o.Windows) > 0 {
-		windows = &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
-		for _, w := range o.Windows {
-			windows.Content = append(windows.Content, duration(w))
+// encode writes v as Parse reads it, from the same declaration: a struct
+// is a mapping of its tagged fields in their order, a field tagged
+// omitempty left out when it is zero or empty; strings are quoted (see
+// str), maps written in key order, durations as Go durations, a list of
+// durations on one line.
+func encode(v reflect.Value) *yaml.Node {
+	switch {
+	case v.Type() == durationType:
+		return scalar("!!str", time.Duration(v.Int()).String())
+	case v.Kind() == reflect.Struct:
+		n := &yaml.Node{Kind: yaml.MappingNode}
+		for i := range v.NumField() {
+			key, opts := yamlfile.FieldKey(v.Type().Field(i))
+			f := v.Field(i)
+			if key == "" || slices.Contains(opts, "omitempty") && (f.IsZero() || (f.Kind() == reflect.Map || f.Kind() == reflect.Slice) && f.Len() == 0) {
+				continue
+			}
+			n.Content = append(n.Content, scalar("", key), encode(f))
 		}
-	}
-	return mapping(
-		"enabled", boolean(o.Enabled),
-		"sample", optFloat(o.Sample),
-		"max_per_second", optFloat(o.MaxPerSecond),
-		"windows", windows,
-		"confirm_after", optDuration(o.ConfirmAfter),
-		"mysql_queries_per_second", optFloat(o.MySQLQueriesPerSecond),
-		"memcached_reads_per_second", optFloat(o.MemcachedReadsPerSecond),
-		"max_pending", optInt(o.MaxPending),
-		"clock_skew", optDuration(o.ClockSkew),
-		"report_every", optDuration(o.ReportEvery),
-		"group", optStr(o.Group),
-	)
-}
-
-// mapping makes a mapping of key, value pairs, leaving out nil values.
-func mapping(pairs ...any) *yaml.Node {
-	n := &yaml.Node{Kind: yaml.MappingNode}
-	for i := 0; i < len(pairs); i += 2 {
-		v := pairs[i+1].(*yaml.Node)
-		if v == nil {
-			continue
+		return n
+	case v.Kind() == reflect.Slice:
+		n := &yaml.Node{Kind: yaml.SequenceNode}
+		if v.Type().Elem() == durationType {
+			n.Style = yaml.FlowStyle
 		}
-		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: pairs[i].(string)}, v)
+		for i := range v.Len() {
+			n.Content = append(n.Content, encode(v.Index(i)))
+		}
+		return n
+	case v.Kind() == reflect.Map:
+		n := &yaml.Node{Kind: yaml.MappingNode}
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+		for _, k := range keys {
+			n.Content = append(n.Content, str(k.String()), encode(v.MapIndex(k)))
+		}
+		return n
+	case v.Kind() == reflect.String:
+		return str(v.String())
+	case v.Kind() == reflect.Bool:
+		return scalar("!!bool", strconv.FormatBool(v.Bool()))
+	case v.Kind() == reflect.Int:
+		return scalar("!!int", strconv.FormatInt(v.Int(), 10))
+	case v.Kind() == reflect.Float64:
+		return scalar("!!float", strconv.FormatFloat(v.Float(), 'g', -1, 64))
 	}
-	return n
+	panic(fmt.Sprintf("config: cannot write a %s", v.Type()))
 }
 
 func scalar(tag, v string) *yaml.Node {
@@ -194,77 +118,4 @@ func str(s string) *yaml.Node {
 	n := scalar("!!str", strings.ReplaceAll(s, "${", "$${"))
 	n.Style = yaml.DoubleQuotedStyle
 	return n
-}
-
-func optStr(s string) *yaml.Node {
-	if s == "" {
-		return nil
-	}
-	return str(s)
-}
-
-func strList(l []string) *yaml.Node {
-	n := &yaml.Node{Kind: yaml.SequenceNode}
-	for _, s := range l {
-		n.Content = append(n.Content, str(s))
-	}
-	return n
-}
-
-func strMap(m map[string]string) *yaml.Node {
-	if len(m) == 0 {
-		return nil
-	}
-	n := &yaml.Node{Kind: yaml.MappingNode}
-	for _, k := range sortedKeys(m) {
-		n.Content = append(n.Content, str(k), str(m[k]))
-	}
-	return n
-}
-
-func intMap(m map[string]int) *yaml.Node {
-	if len(m) == 0 {
-		return nil
-	}
-	n := &yaml.Node{Kind: yaml.MappingNode}
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		n.Content = append(n.Content, str(k), integer(m[k]))
-	}
-	return n
-}
-
-func integer(v int) *yaml.Node { return scalar("!!int", strconv.Itoa(v)) }
-
-func optInt(v int) *yaml.Node {
-	if v == 0 {
-		return nil
-	}
-	return integer(v)
-}
-
-func float(v float64) *yaml.Node { return scalar("!!float", strconv.FormatFloat(v, 'g', -1, 64)) }
-
-func optFloat(v float64) *yaml.Node {
-	if v == 0 {
-		return nil
-	}
-	return float(v)
-}
-
-func boolean(v bool) *yaml.Node { return scalar("!!bool", strconv.FormatBool(v)) }
-
-func optBool(v bool) *yaml.Node {
-	if !v {
-		return nil
-	}
-	return boolean(v)
-}
-
-func duration(d time.Duration) *yaml.Node { return scalar("!!str", d.String()) }
-
-func optDuration(d time.Duration) *yaml.Node {
-	if d == 0 {
-		return nil
-	}
-	return duration(d)
 }

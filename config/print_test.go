@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cachewarden/cachewarden/internal/yamlfile/yamlfiletest"
 )
 
 // TestEffectiveYAML prints configs and parses the output again: the
@@ -61,4 +63,29 @@ func TestEffectiveYAML(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEffectiveYAMLText compares what EffectiveYAML writes for
+// testdata/print.yaml (key order, what is left out, quoting) with
+// testdata/print.out, the working directory written as "CWD" (go test
+// -update rewrites it).
+func TestEffectiveYAMLText(t *testing.T) {
+	vars := env(map[string]string{"CW_MYSQL_PASSWORD": "s3cret-mysql", "CW_REGISTRY_PASSWORD": "s3cret-registry", "CW_GROUP": "g-${literal}"})
+	data, err := os.ReadFile("testdata/print.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse("testdata/print.yaml", data, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cfg.EffectiveYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yamlfiletest.Golden(t, "testdata/print.out", strings.ReplaceAll(string(out), cwd, "CWD"), *update)
 }

@@ -75,7 +75,7 @@ func (s SASL) GoString() string { return "config.SASL" + s.String() }
 func (s SASL) LogValue() slog.Value {
 	pw := redactPassword(s.Password)
 	return slog.GroupValue(
-		slog.String("mechanism", s.Mechanism),
+		slog.String("mechanism", string(s.Mechanism)),
 		slog.String("username", s.Username),
 		slog.String("password", pw),
 	)

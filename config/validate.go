@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"net"
@@ -27,7 +28,7 @@ func (d *decoder) validate(c *Config) {
 	d.validateMemcached(&c.Memcached)
 	d.validateMySQL(&c.MySQL)
 	d.validateCounters(&c.Counters)
-	if len(c.Rules) == 0 && d.readable("rules") {
+	if len(c.Rules) == 0 && d.Readable("rules") {
 		d.required("rules", "list at least one rule file or directory")
 	}
 	d.validateBatch(&c.Batch)
@@ -36,114 +37,109 @@ func (d *decoder) validate(c *Config) {
 	d.validateObserver(&c.Observer, &c.Kafka)
 }
 
-// set reports whether the file wrote the setting (so that an explicit zero
-// is checked rather than replaced by the default).
-func (d *decoder) set(path string) bool {
-	_, ok := d.values[path]
-	return ok
+// wrong reports the setting at path where it was written, the message
+// after its path ("memcached.timeout: 2h is outside (0, 1m]").
+func (d *decoder) wrong(path, format string, args ...any) {
+	d.problem(d.Place(path), "%s: %s", path, fmt.Sprintf(format, args...))
 }
 
 // required reports a required setting that is empty: as a missing key
 // (in yamlfile's wording) when it is not written, else with emptyMsg.
 func (d *decoder) required(path, emptyMsg string) {
-	if d.set(path) {
-		d.problem(d.place(path), "%s: %s", path, emptyMsg)
+	if d.Set(path) {
+		d.wrong(path, "%s", emptyMsg)
 		return
 	}
 	parent, key := "", path
 	if i := strings.LastIndexByte(path, '.'); i >= 0 {
 		parent, key = path[:i], path[i+1:]
 	}
-	if d.bad[parent] {
+	if !d.Readable(parent) {
 		return // the section itself was unreadable, and reported
 	}
-	d.problem(d.place(path), "%s", yamlfile.In(parent, yamlfile.MissingKey(key)))
+	d.problem(d.Place(path), "%s", yamlfile.In(parent, yamlfile.MissingKey(key)))
 }
-
-// readable reports whether a setting that was written could be decoded;
-// one that could not was reported already and is not checked again.
-func (d *decoder) readable(path string) bool { return !d.bad[path] }
 
 // validateAddresses checks a required list of host:port addresses at
 // path; missing says what to list.
 func (d *decoder) validateAddresses(addrs []string, path, missing string) {
-	if len(addrs) == 0 && d.readable(path) {
+	if len(addrs) == 0 && d.Readable(path) {
 		d.required(path, missing)
 	}
 	for i, a := range addrs {
 		at := path + "[" + strconv.Itoa(i) + "]"
 		if msg := checkHostPort(a, false); msg != "" {
-			d.problem(d.place(at), "%s: %q %s", at, a, msg)
+			d.wrong(at, "%q %s", a, msg)
 		}
 	}
 }
 
 func (d *decoder) validateKafka(k *Kafka) {
 	d.validateAddresses(k.Brokers, "kafka.brokers", "list at least one broker address (host:port)")
-	if k.Group == "" && d.readable("kafka.group") {
+	if k.Group == "" && d.Readable("kafka.group") {
 		d.required("kafka.group", "a consumer group ID is required")
 	}
-	if len(k.Topics) == 0 && d.readable("kafka.topics") {
+	if len(k.Topics) == 0 && d.Readable("kafka.topics") {
 		d.required("kafka.topics", "list at least one topic")
 	}
 	topics := make(map[string]bool, len(k.Topics))
 	for i, t := range k.Topics {
 		path := "kafka.topics[" + strconv.Itoa(i) + "]"
 		if msg := checkTopicName(t); msg != "" {
-			d.problem(d.place(path), "%s: %q %s", path, t, msg)
+			d.wrong(path, "%q %s", t, msg)
 		}
 		if topics[t] {
-			d.problem(d.place(path), "%s: topic %q is listed twice", path, t)
+			d.wrong(path, "topic %q is listed twice", t)
 		}
 		topics[t] = true
 	}
 	if d.orDefault("kafka.format", func() { k.Format = DefaultFormat }) && !slices.Contains(Formats, k.Format) {
-		d.problem(d.place("kafka.format"), "kafka.format: %q is not one of %s", k.Format, strings.Join(Formats, ", "))
+		d.wrong("kafka.format", "%q is not one of %s", k.Format, strings.Join(Formats, ", "))
 	}
 	for _, t := range sortedKeys(k.TopicFormats) {
 		path := "kafka.topic_formats[" + strconv.Quote(t) + "]"
 		if !topics[t] {
-			d.problem(d.keyPlace(path), "kafka.topic_formats: topic %q is not in kafka.topics", t)
+			d.problem(d.KeyPlace(path), "kafka.topic_formats: topic %q is not in kafka.topics", t)
 		}
 		if f := k.TopicFormats[t]; !slices.Contains(Formats, f) {
-			d.problem(d.place(path), "%s: %q is not one of %s", path, f, strings.Join(Formats, ", "))
+			d.wrong(path, "%q is not one of %s", f, strings.Join(Formats, ", "))
 		}
 	}
 	for _, t := range sortedKeys(k.TopicTables) {
 		path := "kafka.topic_tables[" + strconv.Quote(t) + "]"
 		if !topics[t] {
-			d.problem(d.keyPlace(path), "kafka.topic_tables: topic %q is not in kafka.topics", t)
+			d.problem(d.KeyPlace(path), "kafka.topic_tables: topic %q is not in kafka.topics", t)
 		}
 		if tbl := k.TopicTables[t]; !validTableName(tbl) {
-			d.problem(d.place(path), "%s: %q is not a table name (write db.table or table)", path, tbl)
+			d.wrong(path, "%q is not a table name (write db.table or table)", tbl)
 		}
 	}
 	if k.DLQTopic != "" {
 		if msg := checkTopicName(k.DLQTopic); msg != "" {
-			d.problem(d.place("kafka.dlq_topic"), "kafka.dlq_topic: %q %s", k.DLQTopic, msg)
+			d.wrong("kafka.dlq_topic", "%q %s", k.DLQTopic, msg)
 		} else if topics[k.DLQTopic] {
-			d.problem(d.place("kafka.dlq_topic"), "kafka.dlq_topic: %q is also a consumed topic; poison messages would come back", k.DLQTopic)
+			d.wrong("kafka.dlq_topic", "%q is also a consumed topic; poison messages would come back", k.DLQTopic)
 		}
 	}
 	if d.orDefault("kafka.client_id", func() { k.ClientID = DefaultClientID }) && k.ClientID == "" {
-		d.problem(d.place("kafka.client_id"), "kafka.client_id: must not be empty")
+		d.wrong("kafka.client_id", "must not be empty")
 	}
 	d.validateTLS("kafka.tls", &k.TLS)
-	d.oneOf("kafka.start_offset", &k.StartOffset, StartOffsets)
-	d.oneOf("kafka.offset_reset", &k.OffsetReset, OffsetResets)
-	d.oneOf("kafka.balancer", &k.Balancer, Balancers)
-	d.oneOf("kafka.unordered_sets", &k.UnorderedSets, UnorderedSetPolicies)
+	oneOf(d, "kafka.start_offset", &k.StartOffset, StartEarliest, StartOffsets)
+	oneOf(d, "kafka.offset_reset", &k.OffsetReset, ResetFail, OffsetResets)
+	oneOf(d, "kafka.balancer", &k.Balancer, BalancerCooperativeSticky, Balancers)
+	oneOf(d, "kafka.unordered_sets", &k.UnorderedSets, UnorderedSetsDelete, UnorderedSetPolicies)
 	if k.SessionTimeout > 0 && k.HeartbeatInterval > 0 && k.HeartbeatInterval*3 > k.SessionTimeout {
-		d.problem(d.place("kafka.heartbeat_interval"), "kafka.heartbeat_interval: %s is more than a third of kafka.session_timeout (%s); the member would be dropped between heartbeats",
+		d.wrong("kafka.heartbeat_interval", "%s is more than a third of kafka.session_timeout (%s); the member would be dropped between heartbeats",
 			k.HeartbeatInterval, k.SessionTimeout)
 	}
 	if k.RebalanceTimeout > 0 && k.HandoffTimeout >= k.RebalanceTimeout {
-		d.problem(d.place("kafka.handoff_timeout"), "kafka.handoff_timeout: %s must be below kafka.rebalance_timeout (%s), or a released partition could outlast the rebalance",
+		d.wrong("kafka.handoff_timeout", "%s must be below kafka.rebalance_timeout (%s), or a released partition could outlast the rebalance",
 			k.HandoffTimeout, k.RebalanceTimeout)
 	}
 	if d.orDefault("kafka.max_decompressed_batch_bytes", func() { k.MaxDecompressedBatchBytes = DefaultMaxDecompressedBatchBytes }) &&
 		(k.MaxDecompressedBatchBytes < MinDecompressedBatchBytes || k.MaxDecompressedBatchBytes > MaxDecompressedBatchBytes) {
-		d.problem(d.place("kafka.max_decompressed_batch_bytes"), "kafka.max_decompressed_batch_bytes: %d is outside %d..%d (1 MiB to 1 GiB)",
+		d.wrong("kafka.max_decompressed_batch_bytes", "%d is outside %d..%d (1 MiB to 1 GiB)",
 			k.MaxDecompressedBatchBytes, MinDecompressedBatchBytes, MaxDecompressedBatchBytes)
 	}
 	d.validateSASL(&k.SASL)
@@ -159,20 +155,20 @@ func (d *decoder) validateSchemaRegistry(k *Kafka) {
 		p := path + ".urls[" + strconv.Itoa(i) + "]"
 		switch parsed, err := url.Parse(u); {
 		case err != nil:
-			d.problem(d.place(p), "%s: %q is not a URL: %v", p, u, err)
+			d.wrong(p, "%q is not a URL: %v", u, err)
 		case parsed.Scheme != "http" && parsed.Scheme != "https":
-			d.problem(d.place(p), "%s: %q: want an http:// or https:// URL", p, u)
+			d.wrong(p, "%q: want an http:// or https:// URL", u)
 		case parsed.Host == "":
-			d.problem(d.place(p), "%s: %q has no host", p, u)
+			d.wrong(p, "%q has no host", u)
 		case parsed.User != nil:
-			d.problem(d.place(p), "%s: credentials go in %s.username and password, not in the URL", p, path)
+			d.wrong(p, "credentials go in %s.username and password, not in the URL", path)
 		case parsed.Scheme == "http" && r.TLS.Enabled:
-			d.problem(d.place(p), "%s: %q is plain http, but %s.tls.enabled is true", p, u, path)
+			d.wrong(p, "%q is plain http, but %s.tls.enabled is true", u, path)
 		}
 	}
 	d.validateTLS(path+".tls", &r.TLS)
 	if (r.Username == "") != (r.Password == "") {
-		d.problem(d.place(path), "%s: username and password go together", path)
+		d.wrong(path, "username and password go together")
 	}
 	if len(r.URLs) == 0 {
 		var set []string
@@ -183,27 +179,27 @@ func (d *decoder) validateSchemaRegistry(k *Kafka) {
 			{"username", r.Username != ""},
 			{"password", r.Password != ""},
 			{"tls.enabled", r.TLS.Enabled},
-			{"timeout", d.set(path + ".timeout")},
+			{"timeout", d.Set(path + ".timeout")},
 		} {
 			if s.on {
 				set = append(set, path+"."+s.name)
 			}
 		}
 		if len(set) > 0 {
-			d.problem(d.place(set[0]), "%s.urls: list the registry's URLs, or remove %s (set, but used only with a registry)", path, strings.Join(set, " and "))
+			d.problem(d.Place(set[0]), "%s.urls: list the registry's URLs, or remove %s (set, but used only with a registry)", path, strings.Join(set, " and "))
 		}
 	}
 	d.positiveDuration(&r.Timeout, path+".timeout", DefaultSchemaRegistryTimeout, 10*time.Minute)
-	if len(r.URLs) > 0 || !d.readable(path+".urls") {
+	if len(r.URLs) > 0 || !d.Readable(path+".urls") {
 		return
 	}
 	if k.Format == "avro" {
-		d.problem(d.place("kafka.format"), "kafka.format: avro needs %s.urls, where the messages' schemas are read", path)
+		d.wrong("kafka.format", "avro needs %s.urls, where the messages' schemas are read", path)
 	}
 	for _, t := range sortedKeys(k.TopicFormats) {
 		if k.TopicFormats[t] == "avro" {
 			p := "kafka.topic_formats[" + strconv.Quote(t) + "]"
-			d.problem(d.place(p), "%s: avro needs %s.urls, where the messages' schemas are read", p, path)
+			d.wrong(p, "avro needs %s.urls, where the messages' schemas are read", path)
 		}
 	}
 }
@@ -220,57 +216,63 @@ func (d *decoder) validateTLS(path string, t *TLS) {
 			continue
 		}
 		if !t.Enabled {
-			d.problem(d.place(f.path), "%s: set, but %s.enabled is not true", f.path, path)
+			d.wrong(f.path, "set, but %s.enabled is not true", path)
 			continue
 		}
 		if _, err := os.Stat(f.name); err != nil {
-			d.problem(d.place(f.path), "%s: %v", f.path, err)
+			d.wrong(f.path, "%v", err)
 		}
 	}
 	if (t.CertFile == "") != (t.KeyFile == "") {
-		d.problem(d.place(path), "%s: cert_file and key_file go together", path)
+		d.wrong(path, "cert_file and key_file go together")
 	}
 }
 
 // oneOf checks that the setting at path, when written, is one of values,
-// and sets it to the first value when it was not written.
-func (d *decoder) oneOf(path string, v *string, values []string) {
-	if d.orDefault(path, func() { *v = values[0] }) && !slices.Contains(values, *v) {
-		d.problem(d.place(path), "%s: %q is not one of %s", path, *v, strings.Join(values, ", "))
+// and sets it to def when it was not written.
+func oneOf[T ~string](d *decoder, path string, v *T, def T, values []T) {
+	if d.orDefault(path, func() { *v = def }) && !slices.Contains(values, *v) {
+		d.wrong(path, "%q is not one of %s", *v, joinValues(values))
 	}
 }
 
-// SASLMechanisms lists the accepted values of kafka.sasl.mechanism.
-var SASLMechanisms = []string{"plain", "scram-sha-256", "scram-sha-512", "oauthbearer"}
+// joinValues lists an enumeration's values as messages do: "a, b, c".
+func joinValues[T ~string](values []T) string {
+	s := make([]string, len(values))
+	for i, v := range values {
+		s[i] = string(v)
+	}
+	return strings.Join(s, ", ")
+}
 
 func (d *decoder) validateSASL(s *SASL) {
 	if s.Mechanism == "" {
 		if s.Username != "" || s.Password != "" || s.TokenFile != "" {
-			d.problem(d.place("kafka.sasl"), "kafka.sasl: credentials need a mechanism (%s)", strings.Join(SASLMechanisms, ", "))
+			d.wrong("kafka.sasl", "credentials need a mechanism (%s)", joinValues(SASLMechanisms))
 		}
 		return
 	}
 	if !slices.Contains(SASLMechanisms, s.Mechanism) {
-		d.problem(d.place("kafka.sasl.mechanism"), "kafka.sasl.mechanism: %q is not one of %s", s.Mechanism, strings.Join(SASLMechanisms, ", "))
+		d.wrong("kafka.sasl.mechanism", "%q is not one of %s", s.Mechanism, joinValues(SASLMechanisms))
 		return
 	}
-	if s.Mechanism == "oauthbearer" {
+	if s.Mechanism == SASLOAuthBearer {
 		if s.TokenFile == "" {
-			d.problem(d.place("kafka.sasl"), "kafka.sasl.token_file: required with mechanism oauthbearer")
+			d.problem(d.Place("kafka.sasl"), "kafka.sasl.token_file: required with mechanism oauthbearer")
 		}
 		if s.Username != "" || s.Password != "" {
-			d.problem(d.place("kafka.sasl"), "kafka.sasl: oauthbearer takes token_file, not username and password")
+			d.wrong("kafka.sasl", "oauthbearer takes token_file, not username and password")
 		}
 		return
 	}
 	if s.TokenFile != "" {
-		d.problem(d.place("kafka.sasl.token_file"), "kafka.sasl.token_file: only for mechanism oauthbearer")
+		d.wrong("kafka.sasl.token_file", "only for mechanism oauthbearer")
 	}
 	if s.Username == "" {
-		d.problem(d.place("kafka.sasl.username"), "kafka.sasl.username: required with a mechanism")
+		d.wrong("kafka.sasl.username", "required with a mechanism")
 	}
 	if s.Password == "" {
-		d.problem(d.place("kafka.sasl.password"), "kafka.sasl.password: required with a mechanism")
+		d.wrong("kafka.sasl.password", "required with a mechanism")
 	}
 }
 
@@ -278,32 +280,30 @@ func (d *decoder) validateMemcached(m *Memcached) {
 	d.validateAddresses(m.Servers, "memcached.servers", "list at least one server address (host:port)")
 	d.validateTLS("memcached.tls", &m.TLS)
 	if d.orDefault("memcached.distribution", func() { m.Distribution = itemformat.DefaultDistribution }) && !slices.Contains(itemformat.Distributions, m.Distribution) {
-		d.problem(d.place("memcached.distribution"), "memcached.distribution: %q is not one of %s", m.Distribution, strings.Join(itemformat.Distributions, ", "))
+		d.wrong("memcached.distribution", "%q is not one of %s", m.Distribution, strings.Join(itemformat.Distributions, ", "))
 	}
 	for _, addr := range slices.Sorted(maps.Keys(m.Weights)) {
 		path := "memcached.weights[" + strconv.Quote(addr) + "]"
 		w := m.Weights[addr]
 		switch {
 		case !slices.Contains(m.Servers, addr):
-			d.problem(d.place(path), "%s: %q is not one of memcached.servers", path, addr)
+			d.wrong(path, "%q is not one of memcached.servers", addr)
 		case w < 1 || w > math.MaxUint16:
-			d.problem(d.place(path), "%s: %d is outside 1..%d", path, w, math.MaxUint16)
+			d.wrong(path, "%d is outside 1..%d", w, math.MaxUint16)
 		case w != 1 && m.Distribution != itemformat.DistributionKetama && m.Distribution != "":
-			d.problem(d.place(path), "%s: weights apply to memcached.distribution ketama only, not %s", path, m.Distribution)
+			d.wrong(path, "weights apply to memcached.distribution ketama only, not %s", m.Distribution)
 		}
 	}
 	if d.orDefault("memcached.max_concurrency", func() { m.MaxConcurrency = cacheops.DefaultMaxConcurrency }) && (m.MaxConcurrency < 1 || m.MaxConcurrency > MaxMemcachedConcurrent) {
-		d.problem(d.place("memcached.max_concurrency"), "memcached.max_concurrency: %d is outside 1..%d", m.MaxConcurrency, MaxMemcachedConcurrent)
+		d.wrong("memcached.max_concurrency", "%d is outside 1..%d", m.MaxConcurrency, MaxMemcachedConcurrent)
 	}
 	d.positiveDuration(&m.Timeout, "memcached.timeout", metaproto.DefaultTimeout, time.Minute)
-	if d.orDefault("memcached.protocol", func() { m.Protocol = DefaultMemcachedProtocol }) && m.Protocol != "meta" && m.Protocol != "text" {
-		d.problem(d.place("memcached.protocol"), "memcached.protocol: %q is not meta or text", m.Protocol)
-	}
+	oneOf(d, "memcached.protocol", &m.Protocol, DefaultMemcachedProtocol, MemcachedProtocols)
 	if d.orDefault("memcached.compact_ratio", func() { m.CompactRatio = itemformat.DefaultCompactRatio }) && !(m.CompactRatio > 0 && m.CompactRatio <= 1) {
-		d.problem(d.place("memcached.compact_ratio"), "memcached.compact_ratio: %g is outside (0, 1]", m.CompactRatio)
+		d.wrong("memcached.compact_ratio", "%g is outside (0, 1]", m.CompactRatio)
 	}
 	if d.orDefault("memcached.compact_sample", func() { m.CompactSample = cacheops.DefaultCompactSample }) && !(m.CompactSample >= 0 && m.CompactSample <= 1) {
-		d.problem(d.place("memcached.compact_sample"), "memcached.compact_sample: %g is outside [0, 1]", m.CompactSample)
+		d.wrong("memcached.compact_sample", "%g is outside [0, 1]", m.CompactSample)
 	}
 }
 
@@ -311,18 +311,18 @@ func (d *decoder) validateMySQL(m *MySQL) {
 	if m.DSN != "" {
 		if _, err := mysql.ParseDSN(m.DSN); err != nil {
 			// The driver's messages name the problem, never the password.
-			d.problem(d.place("mysql.dsn"), "mysql.dsn: %v", err)
+			d.wrong("mysql.dsn", "%v", err)
 		}
 	}
 	if d.orDefault("mysql.max_open_conns", func() { m.MaxOpenConns = counters.DefaultMaxOpenConns }) && m.MaxOpenConns < 1 {
-		d.problem(d.place("mysql.max_open_conns"), "mysql.max_open_conns: %d must be at least 1", m.MaxOpenConns)
+		d.wrong("mysql.max_open_conns", "%d must be at least 1", m.MaxOpenConns)
 	}
 	d.positiveDuration(&m.QueryTimeout, "mysql.query_timeout", counters.DefaultQueryTimeout, 10*time.Minute)
 }
 
 func (d *decoder) validateBatch(b *Batch) {
 	if d.orDefault("batch.max_events", func() { b.MaxEvents = DefaultBatchMaxEvents }) && (b.MaxEvents < 1 || b.MaxEvents > MaxBatchEvents) {
-		d.problem(d.place("batch.max_events"), "batch.max_events: %d is outside 1..%d", b.MaxEvents, MaxBatchEvents)
+		d.wrong("batch.max_events", "%d is outside 1..%d", b.MaxEvents, MaxBatchEvents)
 	}
 	d.positiveDuration(&b.MaxWait, "batch.max_wait", DefaultBatchMaxWait, MaxBatchWait)
 }
@@ -332,18 +332,18 @@ func (d *decoder) validateBatch(b *Batch) {
 // false; else it returns whether the written value could be read, and so
 // is to be checked. An explicit zero is checked, never replaced.
 func (d *decoder) orDefault(path string, fill func()) bool {
-	if !d.set(path) {
+	if !d.Set(path) {
 		fill()
 		return false
 	}
-	return d.readable(path)
+	return d.Readable(path)
 }
 
 // positiveDuration defaults an unset duration and checks a set one against
 // (0, max].
 func (d *decoder) positiveDuration(v *time.Duration, path string, def, max time.Duration) {
 	if d.orDefault(path, func() { *v = def }) && (*v <= 0 || *v > max) {
-		d.problem(d.place(path), "%s: %s is outside (0, %s]", path, *v, max)
+		d.wrong(path, "%s is outside (0, %s]", *v, max)
 	}
 }
 
@@ -352,25 +352,15 @@ func (d *decoder) validateHTTP(h *HTTP) {
 		return
 	}
 	if msg := checkHostPort(h.Listen, true); msg != "" {
-		d.problem(d.place("http.listen"), "http.listen: %q %s", h.Listen, msg)
+		d.wrong("http.listen", "%q %s", h.Listen, msg)
 	}
 }
 
 func (d *decoder) validateLog(l *Log) {
-	if d.orDefault("log.format", func() { l.Format = DefaultLogFormat }) && l.Format != "text" && l.Format != "json" {
-		d.problem(d.place("log.format"), "log.format: %q is not text or json", l.Format)
-	}
+	oneOf(d, "log.format", &l.Format, DefaultLogFormat, LogFormats)
 	if _, ok := parseLevel(l.Level); d.orDefault("log.level", func() { l.Level = DefaultLogLevel }) && !ok {
-		d.problem(d.place("log.level"), "log.level: %q is not debug, info, warn or error", l.Level)
+		d.wrong("log.level", "%q is not debug, info, warn or error", l.Level)
 	}
-}
-
-// keyPlace returns where a map entry's key was written.
-func (d *decoder) keyPlace(path string) pos {
-	if p, ok := d.keys[path]; ok {
-		return p
-	}
-	return d.place(path)
 }
 
 // checkHostPort returns why addr is not host:port, or "". A listen address

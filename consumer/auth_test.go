@@ -31,7 +31,7 @@ func TestKafkaAuthFailure(t *testing.T) {
 			defer c.Close()
 			const password = "wrong-Pa55word"
 			conn, err := KafkaConnFromConfig(config.Kafka{Brokers: c.ListenAddrs(),
-				SASL: config.SASL{Mechanism: tc.mechanism, Username: "cw", Password: password}})
+				SASL: config.SASL{Mechanism: config.SASLMechanism(tc.mechanism), Username: "cw", Password: password}})
 			if err != nil {
 				t.Fatal(err)
 			}

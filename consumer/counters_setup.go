@@ -20,7 +20,7 @@ import (
 // memcached.protocol: text) land where every other client looks.
 func countersConfig(cfg *config.Config, m *Metrics, servers *itemformat.Selector, dial func(ctx context.Context, network, addr string) (net.Conn, error)) counters.Config {
 	var sel memcache.ServerSelector
-	if servers != nil && cfg.Memcached.Protocol != "text" {
+	if servers != nil && cfg.Memcached.Protocol != config.ProtocolText {
 		sel = servers
 	}
 	return counters.Config{
@@ -29,7 +29,7 @@ func countersConfig(cfg *config.Config, m *Metrics, servers *itemformat.Selector
 		Timeout:          cfg.Memcached.Timeout,
 		MaxConcurrency:   cfg.Memcached.MaxConcurrency,
 		ObserveRoundTrip: m.ObserveMemcached,
-		Fencing:          counters.FencingMode(cfg.Counters.Fencing),
+		Fencing:          cfg.Counters.Fencing,
 		FenceTTL:         cfg.Counters.FenceTTL,
 	}
 }
@@ -39,7 +39,7 @@ func countersConfig(cfg *config.Config, m *Metrics, servers *itemformat.Selector
 // (no counters): then required fencing cannot hold either, unless no rule
 // counts.
 func checkFencing(c *counters.Counters, cfg *config.Config) error {
-	if cfg.Counters.Fencing != string(counters.FencingRequired) {
+	if cfg.Counters.Fencing != counters.FencingRequired {
 		return nil
 	}
 	if c == nil {

@@ -31,7 +31,7 @@ func TestSASLMechanisms(t *testing.T) {
 			}
 			defer c.Close()
 			conn, err := KafkaConnFromConfig(config.Kafka{Brokers: c.ListenAddrs(),
-				SASL: config.SASL{Mechanism: tc.mechanism, Username: "cw", Password: "s3cret"}})
+				SASL: config.SASL{Mechanism: config.SASLMechanism(tc.mechanism), Username: "cw", Password: "s3cret"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +57,7 @@ func TestSASLMechanisms(t *testing.T) {
 			}
 
 			bad, err := KafkaConnFromConfig(config.Kafka{Brokers: c.ListenAddrs(),
-				SASL: config.SASL{Mechanism: tc.mechanism, Username: "cw", Password: "wrong"}})
+				SASL: config.SASL{Mechanism: config.SASLMechanism(tc.mechanism), Username: "cw", Password: "wrong"}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -231,10 +231,10 @@ func (s *Stack) openAppliers(servers *itemformat.Selector, dial func(ctx context
 	// at its snapshot's binary log position; the Applier does not.
 	recountElsewhere := recounter != nil
 	switch cfg.Memcached.Protocol {
-	case "text":
+	case config.ProtocolText:
 		s.Applier = cacheops.NewTextApplier(mc, loader, nil, cacheops.ApplierConfig{
 			WriterConfig: wc, RecountElsewhere: recountElsewhere}, logger.With("component", "cacheops"))
-	default: // "meta"
+	default: // config.ProtocolMeta
 		// The same selector as the gomemcache client above, so the
 		// pipelined writes land where the counters and readers look.
 		s.Applier = cacheops.NewPipelineWriter(servers, loader, nil, cacheops.PipelineConfig{
@@ -277,7 +277,7 @@ func (s *Stack) buildPipeline(writer Applier, servers *itemformat.Selector, opts
 		Metrics:        s.Metrics,
 		Logger:         logger.With("component", "pipeline"),
 		RecountReason:  opts.RecountReason,
-		UnorderedSets:  cfg.Kafka.UnorderedSets,
+		UnorderedSets:  string(cfg.Kafka.UnorderedSets),
 		Generations:    memcacheGenerations{mc: s.Memcache},
 		Positions:      memcachePositions{mc: s.Memcache},
 	}
@@ -374,13 +374,13 @@ func (s *Stack) DaemonConfig() Config {
 		HandoffTimeout:    k.HandoffTimeout,
 		StallTimeout:      k.StallTimeout,
 	}
-	if k.StartOffset == "latest" {
+	if k.StartOffset == config.StartLatest {
 		c.StartOffset = StartLatest
 	}
 	switch k.OffsetReset {
-	case "earliest":
+	case config.ResetEarliest:
 		c.OffsetReset = ResetEarliest
-	case "latest":
+	case config.ResetLatest:
 		c.OffsetReset = ResetLatest
 	}
 	return c
@@ -390,7 +390,7 @@ func (s *Stack) DaemonConfig() Config {
 // DaemonConfig, adjusted).
 func (s *Stack) NewDaemon(cfg Config) (*Daemon, error) {
 	var health Pinger = s.Memcache
-	if s.Config.Memcached.Protocol != "text" && !s.observeOnly {
+	if s.Config.Memcached.Protocol != config.ProtocolText && !s.observeOnly {
 		health = &metaPinger{Client: s.Memcache, probe: s.Applier.Probe}
 	}
 	return New(cfg, Deps{Pipeline: s.Pipeline, Memcached: health, MySQL: s.mysqlHealth(), Logger: s.Logger.With("component", "consumer")})
@@ -531,16 +531,16 @@ func KafkaConnFromConfig(k config.Kafka) (KafkaConn, error) {
 		return kc, fmt.Errorf("consumer: %w", err)
 	}
 	kc.TLS = tc
-	kc.SASLMechanism, kc.SASLUser = k.SASL.Mechanism, k.SASL.Username
+	kc.SASLMechanism, kc.SASLUser = string(k.SASL.Mechanism), k.SASL.Username
 	switch s := k.SASL; s.Mechanism {
 	case "":
-	case "plain":
+	case config.SASLPlain:
 		kc.SASL = plain.Auth{User: s.Username, Pass: s.Password}.AsMechanism()
-	case "scram-sha-256":
+	case config.SASLScramSHA256:
 		kc.SASL = scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()
-	case "scram-sha-512":
+	case config.SASLScramSHA512:
 		kc.SASL = scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()
-	case "oauthbearer":
+	case config.SASLOAuthBearer:
 		path := s.TokenFile
 		kc.SASL = oauth.Oauth(func(context.Context) (oauth.Auth, error) {
 			token, err := readfile.Read(path, maxTokenBytes)
@@ -560,13 +560,13 @@ func KafkaConnFromConfig(k config.Kafka) (KafkaConn, error) {
 const maxTokenBytes = 64 << 10
 
 // balancers returns the partition assignor kafka.balancer names.
-func balancers(name string) []kgo.GroupBalancer {
+func balancers(name config.Balancer) []kgo.GroupBalancer {
 	switch name {
-	case "sticky":
+	case config.BalancerSticky:
 		return []kgo.GroupBalancer{kgo.StickyBalancer()}
-	case "range":
+	case config.BalancerRange:
 		return []kgo.GroupBalancer{kgo.RangeBalancer()}
-	case "roundrobin":
+	case config.BalancerRoundRobin:
 		return []kgo.GroupBalancer{kgo.RoundRobinBalancer()}
 	default:
 		return []kgo.GroupBalancer{kgo.CooperativeStickyBalancer()}

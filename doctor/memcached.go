@@ -30,7 +30,7 @@ func checkMemcached(ctx context.Context, cfg *config.Config, rep *Report) {
 		switch {
 		case err != nil:
 			rep.add(area, server, Fail, "%v", err)
-		case cfg.Memcached.Protocol == "meta" && !meta:
+		case cfg.Memcached.Protocol == config.ProtocolMeta && !meta:
 			rep.add(area, server, Fail, "memcached %s does not answer the meta protocol (mn): use memcached 1.6 or later, or memcached.protocol: text", version)
 		default:
 			rep.add(area, server, OK, "memcached %s, %s protocol", version, cfg.Memcached.Protocol)

@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"path/filepath"
 	"sort"
@@ -172,60 +173,78 @@ func (p *parser) result() error {
 	return &ParseError{Problems: out}
 }
 
-// fields walks a mapping node, calling set for each known key, in file
-// order; yamlfile reports unknown, duplicate and merge keys. It returns
-// the keys seen, and false when n is not a mapping.
-func (p *parser) fields(n *yaml.Node, what string, known []string, set func(key string, k, v *yaml.Node)) (yamlfile.Fields, bool) {
-	fs, ok := yamlfile.Mapping(n, what, known, p.errorf)
-	for _, f := range fs {
-		set(f.Key.Value, f.Key, f.Value)
-	}
-	return fs, ok
+// decode decodes the mapping n into decl (see yamlfile.Decoder); what
+// names the mapping in messages. It returns false when n is not a
+// mapping.
+func (p *parser) decode(n *yaml.Node, what string, decl any) bool {
+	d := yamlfile.Decoder{Errorf: p.errorf}
+	d.Decode(n, what, decl)
+	return d.Readable(what)
 }
 
-// str decodes a scalar as text; numbers and booleans give their literal.
-func (p *parser) str(n *yaml.Node, what string) (string, bool) {
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		p.errorf(n, "%s", yamlfile.WrongKind(what, "a string", n))
-		return "", false
+// The keys of a test file, of a test, of an expected op and of an
+// expected error; the parser reads each value.
+type (
+	suiteDecl struct {
+		RuleFiles *yaml.Node `yaml:"rule_files"`
+		Format    *yaml.Node `yaml:"format"`
+		Table     *yaml.Node `yaml:"table"`
+		Tests     *yaml.Node `yaml:"tests"`
 	}
-	return n.Value, true
-}
+	testDecl struct {
+		Name   *yaml.Node `yaml:"name"`
+		Format *yaml.Node `yaml:"format"`
+		Table  *yaml.Node `yaml:"table"`
+		Events *yaml.Node `yaml:"events"`
+		Expect *yaml.Node `yaml:"expect"`
+		Errors *yaml.Node `yaml:"errors"`
+	}
+	opDecl struct {
+		Event  *yaml.Node     `yaml:"event"`
+		Rule   *yaml.Node     `yaml:"rule"`
+		Op     *yaml.Node     `yaml:"op"`
+		Key    *yaml.Node     `yaml:"key"`
+		Member yamlfile.Field `yaml:"member"`
+		Delta  yamlfile.Field `yaml:"delta"`
+		Args   *yaml.Node     `yaml:"args"`
+	}
+	errorDecl struct {
+		Event    *yaml.Node `yaml:"event"`
+		Contains *yaml.Node `yaml:"contains"`
+	}
+)
 
-// integer decodes a scalar of tag !!int.
-func (p *parser) integer(n *yaml.Node, what string) (int64, bool) {
-	var v int64
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
-		p.errorf(n, "%s", yamlfile.WrongKind(what, "an integer", n))
-		return 0, false
+// missing reports each required key of the mapping n (named what) that
+// is left out, given as name, value pairs; it returns false when one is.
+func (p *parser) missing(n *yaml.Node, what string, pairs ...any) bool {
+	ok := true
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1].(*yaml.Node) == nil {
+			p.errorf(n, "%s: %s", what, yamlfile.MissingKey(pairs[i].(string)))
+			ok = false
+		}
 	}
-	return v, true
+	return ok
 }
 
 func (p *parser) suite(s *Suite, n *yaml.Node) {
-	var format cdc.Format
-	var table string
-	var tests *yaml.Node
-	seen, isMapping := p.fields(n, "test file", []string{"rule_files", "format", "table", "tests"}, func(key string, k, v *yaml.Node) {
-		switch key {
-		case "rule_files":
-			s.RuleFiles = p.ruleFiles(v)
-		case "format":
-			format, _ = p.format(v)
-		case "table":
-			table, _ = p.table(v)
-		case "tests":
-			tests = v
-		}
-	})
-	if !isMapping {
+	var d suiteDecl
+	if !p.decode(n, "test file", &d) {
 		return
 	}
-	if !seen.Has("rule_files") {
-		p.errorf(n, "test file: %s", yamlfile.MissingKey("rule_files"))
+	var format cdc.Format
+	var table string
+	if d.RuleFiles != nil {
+		s.RuleFiles = p.ruleFiles(d.RuleFiles)
 	}
-	if tests == nil {
-		p.errorf(n, "test file: %s", yamlfile.MissingKey("tests"))
+	if d.Format != nil {
+		format, _ = p.format(d.Format)
+	}
+	if d.Table != nil {
+		table, _ = p.table(d.Table)
+	}
+	tests := d.Tests
+	if p.missing(n, "test file", "rule_files", d.RuleFiles, "tests", tests); tests == nil {
 		return
 	}
 	if tests.Kind != yaml.SequenceNode || len(tests.Content) == 0 {
@@ -254,7 +273,7 @@ func (p *parser) ruleFiles(n *yaml.Node) []string {
 	dir := filepath.Dir(p.file)
 	var out []string
 	for _, e := range n.Content {
-		f, ok := p.str(yamlfile.Resolve(e), "rule_files entry")
+		f, ok := yamlfile.String(yamlfile.Resolve(e), "rule_files entry", p.errorf)
 		if !ok {
 			continue
 		}
@@ -272,7 +291,7 @@ func (p *parser) ruleFiles(n *yaml.Node) []string {
 
 // table decodes a "db.table" name.
 func (p *parser) table(n *yaml.Node) (string, bool) {
-	s, ok := p.str(n, "table")
+	s, ok := yamlfile.String(n, "table", p.errorf)
 	if !ok {
 		return "", false
 	}
@@ -284,7 +303,7 @@ func (p *parser) table(n *yaml.Node) (string, bool) {
 }
 
 func (p *parser) format(n *yaml.Node) (cdc.Format, bool) {
-	s, ok := p.str(n, "format")
+	s, ok := yamlfile.String(n, "format", p.errorf)
 	if !ok {
 		return cdc.FormatAuto, false
 	}
@@ -299,30 +318,22 @@ func (p *parser) format(n *yaml.Node) (cdc.Format, bool) {
 
 func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
 	t := &Test{Line: n.Line, Format: format, Table: table}
-	var events, expect, errs *yaml.Node
-	var nameOK bool
-	seen, isMapping := p.fields(n, "test", []string{"name", "format", "table", "events", "expect", "errors"}, func(key string, k, v *yaml.Node) {
-		switch key {
-		case "name":
-			t.Name, nameOK = p.str(v, "name")
-		case "format":
-			t.Format, _ = p.format(v)
-		case "table":
-			t.Table, _ = p.table(v)
-		case "events":
-			events = v
-		case "expect":
-			expect = v
-		case "errors":
-			errs = v
-		}
-	})
-	if !isMapping {
+	var d testDecl
+	if !p.decode(n, "test", &d) {
 		return nil
 	}
-	if !seen.Has("name") {
-		p.errorf(n, "test: %s", yamlfile.MissingKey("name"))
-	} else if nameOK && t.Name == "" {
+	var nameOK bool
+	if d.Name != nil {
+		t.Name, nameOK = yamlfile.String(d.Name, "name", p.errorf)
+	}
+	if d.Format != nil {
+		t.Format, _ = p.format(d.Format)
+	}
+	if d.Table != nil {
+		t.Table, _ = p.table(d.Table)
+	}
+	events, expect, errs := d.Events, d.Expect, d.Errors
+	if p.missing(n, "test", "name", d.Name) && nameOK && t.Name == "" {
 		p.errorf(n, "test: name must not be empty")
 	}
 	what := fmt.Sprintf("test %q", t.Name)
@@ -405,7 +416,7 @@ var opNames = map[string]rules.OpKind{
 }
 
 func (p *parser) eventIndex(n *yaml.Node, what string, nEvents int) (int, bool) {
-	i, ok := p.integer(n, what+": event")
+	i, ok := yamlfile.Int(n, what+": event", math.MinInt64, math.MaxInt64, p.errorf)
 	if !ok {
 		return 0, false
 	}
@@ -418,48 +429,49 @@ func (p *parser) eventIndex(n *yaml.Node, what string, nEvents int) (int, bool) 
 
 func (p *parser) expectedOp(n *yaml.Node, what string, nEvents int) (ExpectedOp, bool) {
 	op := ExpectedOp{Line: n.Line}
-	ok := true
-	var memberNode, deltaNode *yaml.Node
-	seen, isMapping := p.fields(n, what+": expected op", []string{"event", "rule", "op", "key", "member", "delta", "args"}, func(key string, k, v *yaml.Node) {
-		var good bool
-		switch key {
-		case "event":
-			op.Event, good = p.eventIndex(v, what, nEvents)
-		case "rule":
-			op.Rule, good = p.str(v, "rule")
-		case "op":
-			var name string
-			if name, good = p.str(v, "op"); good {
-				if op.Op, good = opNames[name]; !good {
-					p.errorf(v, "%s: unknown op %q (want bump, set_add, set_remove, count or recount)", what, name)
-				}
-			}
-		case "key":
-			op.Key, good = p.str(v, "key")
-		case "member":
-			memberNode = k
-			op.Member, good = p.str(v, "member")
-		case "delta":
-			deltaNode = k
-			op.Delta, good = p.integer(v, "delta")
-			if good && op.Delta == 0 {
-				p.errorf(v, "%s: delta 0 is never planned", what)
-				good = false
-			}
-		case "args":
-			op.HasArgs = true
-			op.Args, good = p.args(v, what)
-		}
-		ok = ok && good
-	})
-	if !isMapping {
+	var d opDecl
+	if !p.decode(n, what+": expected op", &d) {
 		return op, false
 	}
-	for _, req := range []string{"event", "rule", "op", "key"} {
-		if !seen.Has(req) {
-			p.errorf(n, "%s: expected op: %s", what, yamlfile.MissingKey(req))
-			ok = false
+	ok := p.missing(n, what+": expected op", "event", d.Event, "rule", d.Rule, "op", d.Op, "key", d.Key)
+	good := true // each value read (a missing one is not)
+	if d.Event != nil {
+		op.Event, good = p.eventIndex(d.Event, what, nEvents)
+		ok = ok && good
+	}
+	if d.Rule != nil {
+		op.Rule, good = yamlfile.String(d.Rule, "rule", p.errorf)
+		ok = ok && good
+	}
+	if d.Op != nil {
+		var name string
+		if name, good = yamlfile.String(d.Op, "op", p.errorf); good {
+			if op.Op, good = opNames[name]; !good {
+				p.errorf(d.Op, "%s: unknown op %q (want bump, set_add, set_remove, count or recount)", what, name)
+			}
 		}
+		ok = ok && good
+	}
+	if d.Key != nil {
+		op.Key, good = yamlfile.String(d.Key, "key", p.errorf)
+		ok = ok && good
+	}
+	memberNode, deltaNode := d.Member.Key, d.Delta.Key // nil when absent
+	if v := d.Member.Value; v != nil {
+		op.Member, good = yamlfile.String(v, "member", p.errorf)
+		ok = ok && good
+	}
+	if v := d.Delta.Value; v != nil {
+		if op.Delta, good = yamlfile.Int(v, "delta", math.MinInt64, math.MaxInt64, p.errorf); good && op.Delta == 0 {
+			p.errorf(v, "%s: delta 0 is never planned", what)
+			good = false
+		}
+		ok = ok && good
+	}
+	if d.Args != nil {
+		op.HasArgs = true
+		op.Args, good = p.args(d.Args, what)
+		ok = ok && good
 	}
 	if !ok {
 		return op, false
@@ -496,7 +508,7 @@ func (p *parser) args(n *yaml.Node, what string) ([]*string, bool) {
 			out = append(out, nil)
 			continue
 		}
-		s, ok := p.str(e, "args entry")
+		s, ok := yamlfile.String(e, "args entry", p.errorf)
 		if !ok {
 			return nil, false
 		}
@@ -507,25 +519,20 @@ func (p *parser) args(n *yaml.Node, what string) ([]*string, bool) {
 
 func (p *parser) expectedError(n *yaml.Node, what string, nEvents int) (ExpectedError, bool) {
 	ee := ExpectedError{Line: n.Line}
-	ok := true
-	seen, isMapping := p.fields(n, what+": expected error", []string{"event", "contains"}, func(key string, k, v *yaml.Node) {
-		var good bool
-		switch key {
-		case "event":
-			ee.Event, good = p.eventIndex(v, what, nEvents)
-		case "contains":
-			ee.Contains, good = p.str(v, "contains")
-		}
-		ok = ok && good
-	})
-	if !isMapping {
+	var d errorDecl
+	if !p.decode(n, what+": expected error", &d) {
 		return ee, false
 	}
-	for _, req := range []string{"event", "contains"} {
-		if !seen.Has(req) {
-			p.errorf(n, "%s: expected error: %s", what, yamlfile.MissingKey(req))
-			ok = false
-		}
+	ok := p.missing(n, what+": expected error", "event", d.Event, "contains", d.Contains)
+	if d.Event != nil {
+		var good bool
+		ee.Event, good = p.eventIndex(d.Event, what, nEvents)
+		ok = ok && good
+	}
+	if d.Contains != nil {
+		var good bool
+		ee.Contains, good = yamlfile.String(d.Contains, "contains", p.errorf)
+		ok = ok && good
 	}
 	return ee, ok
 }

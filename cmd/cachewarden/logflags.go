@@ -38,7 +38,7 @@ func (a *app) configLogger(l config.Log, w io.Writer) *slog.Logger {
 		// Checked by newLogger when the flags were parsed.
 		_ = level.UnmarshalText([]byte(a.logFlags.level))
 	}
-	format := l.Format
+	format := string(l.Format)
 	if a.logFlags.format != "" {
 		format = a.logFlags.format
 	}

@@ -1,8 +1,10 @@
 // Package yamlfile reads the project's strict YAML files: the daemon's
 // config (package config), rule files (rules/rulefile) and rule tests
 // (ruletest). It parses one document into a yaml.Node tree, locates a
-// syntax error at the line and column where the parser stopped, walks
-// mappings, and words each mistake every such file can hold once:
+// syntax error at the line and column where the parser stopped, decodes
+// a node into the Go structure a file kind declares (Decoder, decode.go:
+// each key spelt once, in a struct tag; every value's place recorded by
+// its dotted path), and words each mistake every such file can hold once:
 //
 //	duplicate key "x" (first at line 3)
 //	unknown key "x" (known: a, b, c)
@@ -10,6 +12,8 @@
 //	merge keys (<<) are not supported; write the keys out
 //	missing required key "x"
 //	x must be a mapping, not a list
+//	x: "many" is not an integer         (and a number, boolean, duration)
+//	x must be an integer, not a string  (String and Int, of rule files and tests)
 //	only one YAML document is allowed
 //	YAML: did not find expected ',' or ']'
 //
@@ -22,7 +26,8 @@
 // are safe for concurrent use.
 //
 // It knows no file's keys: config, rulefile and ruletest each declare the
-// keys of their own files and what their values mean.
+// keys of their own files (tagged structs) and what their values mean
+// beyond their type.
 package yamlfile
 
 import (

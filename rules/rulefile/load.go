@@ -301,42 +301,42 @@ func (l *fileLoader) load() []*rules.Rule {
 		}
 		return nil
 	}
-	fields, ok := yamlfile.Mapping(root, "", []string{"version", "prefix", "fallback", "rules"}, l.errorf)
-	if !ok {
+	var file fileDecl
+	dec := yamlfile.Decoder{Errorf: l.errorf}
+	if dec.Decode(root, "", &file); !dec.Readable("") {
 		return nil
 	}
-	if f, ok := fields.Get("version"); !ok {
+	if v := file.Version; v == nil {
 		l.errorf(root, "%s (want version: 1)", yamlfile.MissingKey("version"))
-	} else if v := f.Value; v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Value != "1" {
+	} else if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Value != "1" {
 		l.errorf(v, "unsupported version %q (want 1)", v.Value)
 	}
-	if f, ok := fields.Get("prefix"); ok {
-		if p, ok := l.str(f.Value, "prefix"); ok {
+	if v := file.Prefix; v != nil {
+		if p, ok := l.str(v, "prefix"); ok {
 			if err := rules.CheckLiteral(p); err != nil {
-				l.errorf(f.Value, "prefix %q: %v", p, err)
+				l.errorf(v, "prefix %q: %v", p, err)
 			} else {
 				l.prefix = p
 			}
 		}
 	}
-	if f, ok := fields.Get("fallback"); ok {
-		if t := l.template(f.Value, "fallback"); t != nil {
+	if v := file.Fallback; v != nil {
+		if t := l.template(v, "fallback"); t != nil {
 			for _, c := range t.Columns() {
 				if c != "db" && c != "table" {
-					l.errorf(f.Value, "fallback: placeholder {%s}: only {db} and {table} are known (the rule's table)", c)
+					l.errorf(v, "fallback: placeholder {%s}: only {db} and {table} are known (the rule's table)", c)
 					t = nil
 					break
 				}
 			}
-			l.fallback, l.fallbackNode = t, f.Value
+			l.fallback, l.fallbackNode = t, v
 		}
 	}
-	f, ok := fields.Get("rules")
-	if !ok {
+	seq := file.Rules
+	if seq == nil {
 		l.errorf(root, "%s", yamlfile.MissingKey("rules"))
 		return nil
 	}
-	seq := f.Value
 	if yamlfile.IsNull(seq) {
 		return nil
 	}
@@ -379,17 +379,15 @@ func (l *fileLoader) setFallback(r *rules.Rule) {
 	r.Fallback = rules.FinishKey(buf)
 }
 
-// str returns a scalar's text; what names the field in messages.
+// str returns a scalar's text, which must not be empty; what names the
+// field in messages.
 func (l *fileLoader) str(n *yaml.Node, what string) (string, bool) {
-	if n.Kind != yaml.ScalarNode {
-		l.errorf(n, "%s", yamlfile.WrongKind(what, "a string", n))
-		return "", false
-	}
-	if n.Tag == "!!null" || n.Value == "" {
+	s, ok := yamlfile.String(n, what, l.errorf)
+	if ok && s == "" {
 		l.errorf(n, "%s must not be empty", what)
 		return "", false
 	}
-	return n.Value, true
+	return s, ok
 }
 
 // names returns a list of column names; a name may repeat only when
@@ -494,27 +492,82 @@ func (l *fileLoader) duration(n *yaml.Node, what string) (time.Duration, bool) {
 	return 0, false
 }
 
-// ruleFields are the fields a rule may have.
-var ruleFields = []string{"name", "table", "on", "when", "columns", "bump", "set", "count", "ttl", "rebump_after", "copies", "evidence", "collation"}
+// fileDecl declares the keys of a rule file; the loader reads each value
+// (versions, templates, predicates and lists have rules of their own).
+type fileDecl struct {
+	Version  *yaml.Node `yaml:"version"`
+	Prefix   *yaml.Node `yaml:"prefix"`
+	Fallback *yaml.Node `yaml:"fallback"`
+	Rules    *yaml.Node `yaml:"rules"`
+}
+
+// ruleDecl declares the keys of a rule. The fields whose key is placed
+// in messages are yamlfile.Fields.
+type ruleDecl struct {
+	Name        *yaml.Node     `yaml:"name"`
+	Table       *yaml.Node     `yaml:"table"`
+	On          *yaml.Node     `yaml:"on"`
+	When        *yaml.Node     `yaml:"when"`
+	Columns     yamlfile.Field `yaml:"columns"`
+	Bump        yamlfile.Field `yaml:"bump"`
+	Set         yamlfile.Field `yaml:"set"`
+	Count       yamlfile.Field `yaml:"count"`
+	TTL         *yaml.Node     `yaml:"ttl"`
+	RebumpAfter yamlfile.Field `yaml:"rebump_after"`
+	Copies      yamlfile.Field `yaml:"copies"`
+	Evidence    yamlfile.Field `yaml:"evidence"`
+	Collation   *yaml.Node     `yaml:"collation"`
+}
+
+// setDecl and countDecl declare the keys of a set and a count rule's
+// mapping; queryDecl is what both hold, their query named load or
+// recount.
+type setDecl struct {
+	Key    *yaml.Node     `yaml:"key"`
+	Member *yaml.Node     `yaml:"member"`
+	Load   *yaml.Node     `yaml:"load"`
+	Args   yamlfile.Field `yaml:"args"`
+	Keys   *yaml.Node     `yaml:"keys"`
+}
+
+type countDecl struct {
+	Key     *yaml.Node     `yaml:"key"`
+	Recount *yaml.Node     `yaml:"recount"`
+	Args    yamlfile.Field `yaml:"args"`
+	Keys    *yaml.Node     `yaml:"keys"`
+}
+
+type queryDecl struct {
+	Key, Member, Query, Keys *yaml.Node
+	Args                     yamlfile.Field
+}
+
+// evidenceDecl declares the keys of a bump rule's evidence.
+type evidenceDecl struct {
+	Master *yaml.Node `yaml:"master"`
+	Bits   *yaml.Node `yaml:"bits"`
+	MaxSet *yaml.Node `yaml:"max_set"`
+}
 
 // rule loads one rule; it returns nil when the rule has problems (they are
 // recorded) except that a rule with a name is returned for duplicate-name
 // checks whenever its name is usable.
 func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
-	fs, ok := yamlfile.Mapping(n, "rule", ruleFields, l.errorf)
-	if !ok {
+	var d ruleDecl
+	dec := yamlfile.Decoder{Errorf: l.errorf}
+	if dec.Decode(n, "rule", &d); !dec.Readable("rule") {
 		return nil
 	}
 	before := len(l.problems)
 	r := &rules.Rule{File: l.file, Line: n.Line, Column: n.Column, Prefix: l.prefix}
-	r.At = locations(r.At, "", fs)
-	label := l.ruleName(r, n, fs)
-	l.ruleTable(r, n, fs, label)
-	l.ruleKind(r, n, fs, label)
-	l.ruleOn(r, fs)
-	l.ruleWhen(r, fs)
-	l.ruleBumpOptions(r, fs)
-	l.ruleCollation(r, fs)
+	r.At = locations(r.At, "rule", &dec)
+	label := l.ruleName(r, n, d.Name)
+	l.ruleTable(r, n, d.Table, label)
+	l.ruleKind(r, n, &d, label)
+	l.ruleOn(r, d.On)
+	l.ruleWhen(r, d.When)
+	l.ruleBumpOptions(r, &d)
+	l.ruleCollation(r, d.Collation)
 	if len(l.problems) > before {
 		if r.Name != "" {
 			// Keep the name for duplicate checks; the load fails anyway.
@@ -526,34 +579,32 @@ func (l *fileLoader) rule(n *yaml.Node) *rules.Rule {
 }
 
 // ruleName reads the rule's name and returns how messages call the rule.
-func (l *fileLoader) ruleName(r *rules.Rule, n *yaml.Node, fs yamlfile.Fields) (label string) {
-	f, ok := fs.Get("name")
-	if !ok {
+func (l *fileLoader) ruleName(r *rules.Rule, n, v *yaml.Node) (label string) {
+	if v == nil {
 		l.errorf(n, "rule: %s", yamlfile.MissingKey("name"))
 		return "rule"
 	}
-	s, ok := l.str(f.Value, "name")
+	s, ok := l.str(v, "name")
 	if !ok {
 		return "rule"
 	}
 	if !validRuleName(s) {
-		l.errorf(f.Value, "rule name %q must not contain spaces or control characters", s)
+		l.errorf(v, "rule name %q must not contain spaces or control characters", s)
 		return "rule"
 	}
 	r.Name = s
-	l.namePos[r] = position{line: f.Value.Line, column: f.Value.Column}
+	l.namePos[r] = position{line: v.Line, column: v.Column}
 	return fmt.Sprintf("rule %q", s)
 }
 
 // ruleTable reads the rule's table: "db.table", or "table" for any
 // database.
-func (l *fileLoader) ruleTable(r *rules.Rule, n *yaml.Node, fs yamlfile.Fields, label string) {
-	f, ok := fs.Get("table")
-	if !ok {
+func (l *fileLoader) ruleTable(r *rules.Rule, n, v *yaml.Node, label string) {
+	if v == nil {
 		l.errorf(n, "%s: %s", label, yamlfile.MissingKey("table"))
 		return
 	}
-	s, ok := l.str(f.Value, "table")
+	s, ok := l.str(v, "table")
 	if !ok {
 		return
 	}
@@ -562,7 +613,7 @@ func (l *fileLoader) ruleTable(r *rules.Rule, n *yaml.Node, fs yamlfile.Fields, 
 		db, table = "", s
 	}
 	if (dotted && db == "") || table == "" || strings.ContainsFunc(s, func(r rune) bool { return r <= 0x20 || r == 0x7f }) {
-		l.errorf(f.Value, "table %q: want db.table or table", s)
+		l.errorf(v, "table %q: want db.table or table", s)
 		return
 	}
 	r.Database, r.Table = db, table
@@ -570,10 +621,10 @@ func (l *fileLoader) ruleTable(r *rules.Rule, n *yaml.Node, fs yamlfile.Fields, 
 
 // ruleKind reads the one of bump, set and count the rule has: its kind,
 // key and member templates, query, args and keys query.
-func (l *fileLoader) ruleKind(r *rules.Rule, n *yaml.Node, fs yamlfile.Fields, label string) {
+func (l *fileLoader) ruleKind(r *rules.Rule, n *yaml.Node, d *ruleDecl, label string) {
 	var kinds []yamlfile.Field
-	for _, k := range []string{"bump", "set", "count"} {
-		if f, ok := fs.Get(k); ok {
+	for _, f := range []yamlfile.Field{d.Bump, d.Set, d.Count} {
+		if f.Value != nil {
 			kinds = append(kinds, f)
 		}
 	}
@@ -586,55 +637,66 @@ func (l *fileLoader) ruleKind(r *rules.Rule, n *yaml.Node, fs yamlfile.Fields, l
 			l.errorf(f.Key, "%s has both %s and %s; a rule has exactly one", label, kinds[0].Key.Value, f.Key.Value)
 		}
 	}
-	kind, v := kinds[0].Key.Value, kinds[0].Value
-	switch kind {
-	case "bump":
+	switch v := kinds[0].Value; kinds[0] {
+	case d.Bump:
 		r.Kind = rules.BumpRule
 		r.Key = l.template(v, "bump")
-	case "set":
+	case d.Set:
 		r.Kind = rules.SetRule
-		l.queried(r, v, kind, "load", "key", "member", "load", "args", "keys")
-	case "count":
+		var s setDecl
+		if l.decode(r, v, "set", &s) != nil {
+			l.queried(r, v, "set", "load", queryDecl{Key: s.Key, Member: s.Member, Query: s.Load, Args: s.Args, Keys: s.Keys})
+		}
+	case d.Count:
 		r.Kind = rules.CountRule
-		l.queried(r, v, kind, "recount", "key", "recount", "args", "keys")
+		var c countDecl
+		if l.decode(r, v, "count", &c) != nil {
+			l.queried(r, v, "count", "recount", queryDecl{Key: c.Key, Query: c.Recount, Args: c.Args, Keys: c.Keys})
+		}
 	}
 }
 
-// queried reads the mapping of a set or count rule, whose fields are
-// known; queryField names its query (load or recount).
-func (l *fileLoader) queried(r *rules.Rule, v *yaml.Node, kind, queryField string, known ...string) {
-	sub, ok := yamlfile.Mapping(v, kind, known, l.errorf)
-	if !ok {
-		return
+// decode decodes the mapping v of rule r at path into decl, adding where
+// its values are to r.At; it returns nil when v is not a mapping.
+func (l *fileLoader) decode(r *rules.Rule, v *yaml.Node, path string, decl any) *yamlfile.Decoder {
+	dec := &yamlfile.Decoder{Errorf: l.errorf}
+	if dec.Decode(v, path, decl); !dec.Readable(path) {
+		return nil
 	}
-	r.At = locations(r.At, kind+".", sub)
-	if f, ok := sub.Get("key"); ok {
-		r.Key = l.template(f.Value, kind+" key")
+	r.At = locations(r.At, "", dec)
+	return dec
+}
+
+// queried reads the mapping v of a set or count rule (kind), declared
+// by q; queryField names its query (load or recount).
+func (l *fileLoader) queried(r *rules.Rule, v *yaml.Node, kind, queryField string, q queryDecl) {
+	if q.Key != nil {
+		r.Key = l.template(q.Key, kind+" key")
 	} else {
 		l.errorf(v, "%s: %s", kind, yamlfile.MissingKey("key"))
 	}
 	if kind == "set" {
-		if f, ok := sub.Get("member"); ok {
-			r.Member = l.template(f.Value, "set member")
+		if q.Member != nil {
+			r.Member = l.template(q.Member, "set member")
 		} else {
 			l.errorf(v, "set: %s", yamlfile.MissingKey("member"))
 		}
 	}
 	var queryNode, argsNode, keysNode *yaml.Node
-	if f, ok := sub.Get(queryField); ok {
-		if s, ok := l.str(f.Value, queryField); ok {
+	if q.Query != nil {
+		if s, ok := l.str(q.Query, queryField); ok {
 			r.Query = s
-			queryNode = f.Value
+			queryNode = q.Query
 		}
 	}
-	if f, ok := sub.Get("keys"); ok {
-		if s, ok := l.str(f.Value, "keys"); ok {
+	if q.Keys != nil {
+		if s, ok := l.str(q.Keys, "keys"); ok {
 			r.Keys = s
-			keysNode = f.Value
+			keysNode = q.Keys
 		}
 	}
 	argsBad := false
-	if f, ok := sub.Get("args"); ok {
+	if f := q.Args; f.Value != nil {
 		argsNode = f.Key
 		if names, ok := l.names(f.Value, "args", true); ok {
 			if len(names) == 0 {
@@ -676,13 +738,11 @@ func (l *fileLoader) checkArgs(r *rules.Rule, queryField string, queryNode, args
 
 // ruleOn reads the operations the rule acts on; insert, update and delete
 // when left out.
-func (l *fileLoader) ruleOn(r *rules.Rule, fs yamlfile.Fields) {
-	f, ok := fs.Get("on")
-	if !ok {
+func (l *fileLoader) ruleOn(r *rules.Rule, v *yaml.Node) {
+	if v == nil {
 		r.On = []rules.Operation{rules.Insert, rules.Update, rules.Delete}
 		return
 	}
-	v := f.Value
 	if v.Kind != yaml.SequenceNode {
 		l.errorf(v, "%s", yamlfile.WrongKind("on", "a list such as [insert, update, delete]", v))
 		return
@@ -722,12 +782,11 @@ func (l *fileLoader) ruleOn(r *rules.Rule, fs yamlfile.Fields) {
 
 // ruleWhen reads and compiles the rule's predicate, locating its syntax
 // errors in the file.
-func (l *fileLoader) ruleWhen(r *rules.Rule, fs yamlfile.Fields) {
-	f, ok := fs.Get("when")
-	if !ok {
+func (l *fileLoader) ruleWhen(r *rules.Rule, v *yaml.Node) {
+	if v == nil {
 		return
 	}
-	s, ok := l.str(f.Value, "when")
+	s, ok := l.str(v, "when")
 	if !ok {
 		return
 	}
@@ -738,10 +797,10 @@ func (l *fileLoader) ruleWhen(r *rules.Rule, fs yamlfile.Fields) {
 	}
 	var ee *rules.PredicateError
 	if !errors.As(err, &ee) {
-		l.errorf(f.Value, "when: %v", err)
+		l.errorf(v, "when: %v", err)
 		return
 	}
-	line, col, exact := l.locateInScalar(f.Value, ee.Line, ee.Column)
+	line, col, exact := l.locateInScalar(v, ee.Line, ee.Column)
 	if exact {
 		l.errorAt(line, col, "when: %s", ee.Msg)
 	} else {
@@ -751,9 +810,9 @@ func (l *fileLoader) ruleWhen(r *rules.Rule, fs yamlfile.Fields) {
 
 // ruleBumpOptions reads columns, ttl, rebump_after, copies and evidence;
 // all but ttl are for bump rules only.
-func (l *fileLoader) ruleBumpOptions(r *rules.Rule, fs yamlfile.Fields) {
+func (l *fileLoader) ruleBumpOptions(r *rules.Rule, d *ruleDecl) {
 	notBump := r.Kind != rules.BumpRule && r.Kind != 0
-	if f, ok := fs.Get("columns"); ok {
+	if f := d.Columns; f.Value != nil {
 		if notBump {
 			l.errorf(f.Key, "columns is allowed only in bump rules")
 		} else if names, ok := l.names(f.Value, "columns", false); ok {
@@ -763,33 +822,33 @@ func (l *fileLoader) ruleBumpOptions(r *rules.Rule, fs yamlfile.Fields) {
 			r.Columns = names
 		}
 	}
-	if f, ok := fs.Get("ttl"); ok {
-		if d, ok := l.duration(f.Value, "ttl"); ok {
+	if v := d.TTL; v != nil {
+		if ttl, ok := l.duration(v, "ttl"); ok {
 			switch {
-			case d%time.Second != 0:
-				l.errorf(f.Value, "ttl must be whole seconds")
-			case d > rules.MaxTTL:
-				l.errorf(f.Value, "ttl %s exceeds 30 days, which memcached would read as a Unix time", d)
+			case ttl%time.Second != 0:
+				l.errorf(v, "ttl must be whole seconds")
+			case ttl > rules.MaxTTL:
+				l.errorf(v, "ttl %s exceeds 30 days, which memcached would read as a Unix time", ttl)
 			default:
-				r.TTL = d
+				r.TTL = ttl
 			}
 		}
 	}
-	if f, ok := fs.Get("rebump_after"); ok {
+	if f := d.RebumpAfter; f.Value != nil {
 		if notBump {
 			l.errorf(f.Key, "rebump_after is allowed only in bump rules")
-		} else if d, ok := l.duration(f.Value, "rebump_after"); ok {
-			r.RebumpAfter = d
+		} else if after, ok := l.duration(f.Value, "rebump_after"); ok {
+			r.RebumpAfter = after
 		}
 	}
-	if f, ok := fs.Get("copies"); ok {
+	if f := d.Copies; f.Value != nil {
 		if notBump {
 			l.errorf(f.Key, "copies is allowed only in bump rules")
 		} else if n, ok := l.integer(f.Value, "copies", 2, rules.MaxCopies); ok {
 			r.Copies = n
 		}
 	}
-	if f, ok := fs.Get("evidence"); ok {
+	if f := d.Evidence; f.Value != nil {
 		switch {
 		case notBump:
 			l.errorf(f.Key, "evidence is allowed only in bump rules")
@@ -807,77 +866,75 @@ const AcceptFolding = "accept-folding"
 // ruleCollation reads the rule's collation field: "accept-folding", which
 // accepts key, member and args columns whose collation compares different
 // bytes as equal (rules.Rule.AcceptFolding).
-func (l *fileLoader) ruleCollation(r *rules.Rule, fs yamlfile.Fields) {
-	f, ok := fs.Get("collation")
-	if !ok {
+func (l *fileLoader) ruleCollation(r *rules.Rule, v *yaml.Node) {
+	if v == nil {
 		return
 	}
-	s, ok := l.str(f.Value, "collation")
+	s, ok := l.str(v, "collation")
 	if !ok {
 		return
 	}
 	if s != AcceptFolding {
-		l.errorf(f.Value, "collation %q: want %q (the only value; leave collation out to have folding collations reported)", s, AcceptFolding)
+		l.errorf(v, "collation %q: want %q (the only value; leave collation out to have folding collations reported)", s, AcceptFolding)
 		return
 	}
 	r.AcceptFolding = true
 }
 
-// locations adds where each field's value is to at, under parent+name.
-func locations(at map[string]rules.Location, parent string, fs yamlfile.Fields) map[string]rules.Location {
+// locations adds where each value dec read is to at, by its path inside
+// parent ("rule": "ttl"; "": "set.key").
+func locations(at map[string]rules.Location, parent string, dec *yamlfile.Decoder) map[string]rules.Location {
 	if at == nil {
-		at = make(map[string]rules.Location, len(fs))
+		at = make(map[string]rules.Location, len(dec.Places()))
 	}
-	for _, f := range fs {
-		at[parent+f.Key.Value] = rules.Location{Line: f.Value.Line, Column: f.Value.Column}
+	for path, p := range dec.Places() {
+		if parent != "" {
+			var ok bool
+			if path, ok = strings.CutPrefix(path, parent+"."); !ok {
+				continue
+			}
+		}
+		at[path] = rules.Location{Line: p.Line, Column: p.Column}
 	}
 	return at
 }
 
 // integer reads an integer field from lo to hi.
 func (l *fileLoader) integer(n *yaml.Node, what string, lo, hi int) (int, bool) {
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		l.errorf(n, "%s", yamlfile.WrongKind(what, "an integer", n))
-		return 0, false
-	}
-	v, err := strconv.ParseInt(n.Value, 0, 64)
-	if err != nil || v < int64(lo) || v > int64(hi) {
-		l.errorf(n, "%s %s: want an integer from %d to %d", what, n.Value, lo, hi)
-		return 0, false
-	}
-	return int(v), true
+	v, ok := yamlfile.Int(n, what, int64(lo), int64(hi), l.errorf)
+	return int(v), ok
 }
 
 // evidence reads a bump rule's evidence mapping: master, bits, max_set.
 func (l *fileLoader) evidence(r *rules.Rule, n *yaml.Node) *rules.Evidence {
-	fs, ok := yamlfile.Mapping(n, "evidence", []string{"master", "bits", "max_set"}, l.errorf)
-	if !ok {
+	var d evidenceDecl
+	if l.decode(r, n, "evidence", &d) == nil {
 		return nil
 	}
 	ev := &rules.Evidence{}
 	bad := false
-	if f, ok := fs.Get("master"); !ok {
+	if d.Master == nil {
 		l.errorf(n, "evidence: %s", yamlfile.MissingKey("master"))
 		bad = true
-	} else if ev.Master = l.template(f.Value, "evidence master"); ev.Master == nil {
+	} else if ev.Master = l.template(d.Master, "evidence master"); ev.Master == nil {
 		bad = true
 	} else if ev.Master.HasPlaceholders() {
-		l.errorf(f.Value, "evidence master %q must not have placeholders: one master serves every entity", ev.Master.String())
+		l.errorf(d.Master, "evidence master %q must not have placeholders: one master serves every entity", ev.Master.String())
 		bad = true
 	}
 	ev.Bits = rules.DefaultEvidenceBits
-	if f, ok := fs.Get("bits"); ok {
-		if b, ok := l.integer(f.Value, "evidence bits", 8, rules.MaxEvidenceBits); !ok {
+	if v := d.Bits; v != nil {
+		if b, ok := l.integer(v, "evidence bits", 8, rules.MaxEvidenceBits); !ok {
 			bad = true
 		} else if b%8 != 0 {
-			l.errorf(f.Value, "evidence bits %d must be a multiple of 8", b)
+			l.errorf(v, "evidence bits %d must be a multiple of 8", b)
 			bad = true
 		} else {
 			ev.Bits = b
 		}
 	}
-	if f, ok := fs.Get("max_set"); ok {
-		if m, ok := l.integer(f.Value, "evidence max_set", 1, ev.Bits); ok {
+	if v := d.MaxSet; v != nil {
+		if m, ok := l.integer(v, "evidence max_set", 1, ev.Bits); ok {
 			ev.MaxSet = m
 		} else {
 			bad = true
