@@ -38,8 +38,12 @@ const bombCodecsEnv = "CACHEWARDEN_TEST_BOMB_CODECS"
 // ("Compression bombs") were measured with 1 GiB.
 const defaultBombBytes = 128 << 20
 
-// maxBombRSS bounds the daemon's peak resident memory through the bombs.
-const maxBombRSS = 150 << 20
+// maxBombRSS bounds the daemon's peak resident memory through the bombs:
+// 99 to 117 MB on a quiet machine, up to 164 MB with the whole suite
+// running beside it (each bomb leaves up to the limit's buffer as garbage
+// and a loaded machine collects it later), against about 1 GB without
+// the limit.
+const maxBombRSS = 200 << 20
 
 // Kafka's compression codecs (record batch attributes).
 var bombCodecs = []struct {
