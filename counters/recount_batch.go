@@ -314,7 +314,7 @@ func (c *Counters) storeAll(ctx context.Context, n int, mk func(int) (metaproto.
 		cmds[j], _ = mk(j)
 	}
 	done := c.roundTrip("ms", cmds[0].Key)
-	replies, _ := c.meta.Do(ctx, c.metaTimeout, cmds)
+	replies, _ := c.meta.Do(ctx, cmds)
 	done()
 	for j := range replies {
 		errs[j] = replyError(&replies[j])

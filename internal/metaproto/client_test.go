@@ -23,7 +23,7 @@ func TestGetResendsOnlyFailedReads(t *testing.T) {
 	if err := sl.SetServers(a.Addr, b.Addr); err != nil {
 		t.Fatal(err)
 	}
-	c := NewClient(&sl, ClientConfig{ConnsPerServer: 1})
+	c := NewClient(&sl, PoolConfig{ConnsPerServer: 1})
 	t.Cleanup(func() { c.Close() })
 	// One key on each server.
 	keys := map[string]string{}
