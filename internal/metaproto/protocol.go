@@ -256,109 +256,74 @@ var ErrProtocol = errors.New("metaproto: memcached meta protocol: unexpected rep
 func appendCommand(buf []byte, cmd *Cmd, opaque int) []byte {
 	switch cmd.Verb {
 	case VerbGet:
-		buf = appendGet(buf, cmd)
+		buf = append(append(append(buf, "mg "...), cmd.Key...), " c v"...)
+		if cmd.ReturnTTL {
+			buf = append(buf, " t"...)
+		}
+		if cmd.Vivify {
+			buf = appendIntFlag(buf, " N", cmd.TTL)
+		}
+		if cmd.Recache > 0 {
+			buf = appendIntFlag(buf, " R", cmd.Recache)
+		}
 	case VerbSet:
-		buf = appendSet(buf, cmd)
+		buf = append(append(append(buf, "ms "...), cmd.Key...), ' ')
+		buf = strconv.AppendInt(buf, int64(len(cmd.Data)), 10)
+		if cmd.Mode != 0 {
+			buf = append(append(buf, " M"...), cmd.Mode)
+		}
+		if cmd.HasTTL {
+			buf = appendIntFlag(buf, " T", cmd.TTL)
+		}
+		if cmd.CAS != 0 {
+			buf = appendUintFlag(buf, " C", cmd.CAS)
+		}
+		if cmd.Flags != 0 {
+			buf = appendUintFlag(buf, " F", uint64(cmd.Flags))
+		}
 	case VerbArith:
-		buf = appendArith(buf, cmd)
+		buf = append(append(buf, "ma "...), cmd.Key...)
+		if cmd.Mode != 0 {
+			buf = append(append(buf, " M"...), cmd.Mode)
+		}
+		buf = appendUintFlag(buf, " D", cmd.Delta)
+		if cmd.Vivify {
+			buf = appendIntFlag(buf, " N", cmd.TTL)
+			buf = appendUintFlag(buf, " J", cmd.Initial)
+		}
+		if cmd.ReturnValue {
+			buf = append(buf, " v"...)
+		}
 	case VerbDelete:
-		buf = appendDelete(buf, cmd)
+		buf = append(append(buf, "md "...), cmd.Key...)
+		if cmd.Invalidate {
+			buf = append(buf, " I"...)
+		}
+		if cmd.CAS != 0 {
+			buf = appendUintFlag(buf, " C", cmd.CAS)
+		}
+		if cmd.HasTTL {
+			buf = appendIntFlag(buf, " T", cmd.TTL)
+		}
 	}
 	if cmd.Quiet {
 		buf = append(buf, " q"...)
 	}
-	buf = append(buf, " O"...)
-	buf = strconv.AppendInt(buf, int64(opaque), 10)
-	buf = append(buf, "\r\n"...)
+	buf = append(appendIntFlag(buf, " O", int64(opaque)), "\r\n"...)
 	if cmd.Verb == VerbSet {
-		buf = append(buf, cmd.Data...)
-		buf = append(buf, "\r\n"...)
+		buf = append(append(buf, cmd.Data...), "\r\n"...)
 	}
 	return buf
 }
 
-// appendGet appends an mg's verb, key and flags.
-func appendGet(buf []byte, cmd *Cmd) []byte {
-	buf = append(buf, "mg "...)
-	buf = append(buf, cmd.Key...)
-	buf = append(buf, " c v"...)
-	if cmd.ReturnTTL {
-		buf = append(buf, " t"...)
-	}
-	if cmd.Vivify {
-		buf = append(buf, " N"...)
-		buf = strconv.AppendInt(buf, cmd.TTL, 10)
-	}
-	if cmd.Recache > 0 {
-		buf = append(buf, " R"...)
-		buf = strconv.AppendInt(buf, cmd.Recache, 10)
-	}
-	return buf
+// appendIntFlag appends a flag with a signed number (" T3600").
+func appendIntFlag(buf []byte, flag string, v int64) []byte {
+	return strconv.AppendInt(append(buf, flag...), v, 10)
 }
 
-// appendSet appends an ms's verb, key, data size and flags.
-func appendSet(buf []byte, cmd *Cmd) []byte {
-	buf = append(buf, "ms "...)
-	buf = append(buf, cmd.Key...)
-	buf = append(buf, ' ')
-	buf = strconv.AppendInt(buf, int64(len(cmd.Data)), 10)
-	if cmd.Mode != 0 {
-		buf = append(buf, " M"...)
-		buf = append(buf, cmd.Mode)
-	}
-	if cmd.HasTTL {
-		buf = append(buf, " T"...)
-		buf = strconv.AppendInt(buf, cmd.TTL, 10)
-	}
-	if cmd.CAS != 0 {
-		buf = append(buf, " C"...)
-		buf = strconv.AppendUint(buf, cmd.CAS, 10)
-	}
-	if cmd.Flags != 0 {
-		buf = append(buf, " F"...)
-		buf = strconv.AppendUint(buf, uint64(cmd.Flags), 10)
-	}
-	return buf
-}
-
-// appendArith appends an ma's verb, key and flags.
-func appendArith(buf []byte, cmd *Cmd) []byte {
-	buf = append(buf, "ma "...)
-	buf = append(buf, cmd.Key...)
-	if cmd.Mode != 0 {
-		buf = append(buf, " M"...)
-		buf = append(buf, cmd.Mode)
-	}
-	buf = append(buf, " D"...)
-	buf = strconv.AppendUint(buf, cmd.Delta, 10)
-	if cmd.Vivify {
-		buf = append(buf, " N"...)
-		buf = strconv.AppendInt(buf, cmd.TTL, 10)
-		buf = append(buf, " J"...)
-		buf = strconv.AppendUint(buf, cmd.Initial, 10)
-	}
-	if cmd.ReturnValue {
-		buf = append(buf, " v"...)
-	}
-	return buf
-}
-
-// appendDelete appends an md's verb, key and flags.
-func appendDelete(buf []byte, cmd *Cmd) []byte {
-	buf = append(buf, "md "...)
-	buf = append(buf, cmd.Key...)
-	if cmd.Invalidate {
-		buf = append(buf, " I"...)
-	}
-	if cmd.CAS != 0 {
-		buf = append(buf, " C"...)
-		buf = strconv.AppendUint(buf, cmd.CAS, 10)
-	}
-	if cmd.HasTTL {
-		buf = append(buf, " T"...)
-		buf = strconv.AppendInt(buf, cmd.TTL, 10)
-	}
-	return buf
+// appendUintFlag appends a flag with an unsigned number (" C42").
+func appendUintFlag(buf []byte, flag string, v uint64) []byte {
+	return strconv.AppendUint(append(buf, flag...), v, 10)
 }
 
 // appendPipeline appends the commands of an exchange to buf, with the
