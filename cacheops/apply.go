@@ -69,8 +69,8 @@ func (o RoundTripObserver) Since(start time.Time) {
 // recounts, with the miss, race and size handling of each
 // (docs/formats.md). It is the one place that decides which memcached
 // commands an op kind sends and what each answer means; a transport
-// carries the commands: the pipelined meta protocol (NewPipelineWriter)
-// or the text protocol (NewWriter, NewTextApplier) for mcrouter,
+// carries the commands: the pipelined meta protocol (NewMetaApplier)
+// or the text protocol (NewTextApplier) for mcrouter,
 // twemproxy and memcached before 1.6. It is safe for concurrent use.
 //
 // Each op is a small state machine: its step names the next command
@@ -123,7 +123,7 @@ type Applier struct {
 	tr        transport
 	loader    SetLoader
 	recounter Recounter
-	cfg       applierConfig
+	cfg       Config // defaults filled in
 	log       *slog.Logger
 
 	rounds, loads, loadErrors, recounts, recountErrors, compactions, casConflicts atomic.Uint64
@@ -131,31 +131,6 @@ type Applier struct {
 
 	// scratch holds *applyScratch: the memory of one Apply, reused.
 	scratch sync.Pool
-}
-
-// applierConfig is WriterConfig with the Applier's own settings.
-type applierConfig struct {
-	WriterConfig
-	// recountElsewhere: see PipelineConfig.RecountElsewhere.
-	recountElsewhere bool
-	// noCounters refuses OpCount and OpRecount (NewWriter's applier).
-	noCounters bool
-	// countersOnly refuses every other kind (ApplierConfig.CountersOnly).
-	countersOnly bool
-}
-
-// ApplierConfig tunes an Applier made with NewTextApplier. The zero value
-// gives the documented defaults.
-type ApplierConfig struct {
-	// WriterConfig's fields mean what they mean for Writer; LoadTimeout
-	// bounds a recount too (default 5s), MaxConcurrency the set loads and
-	// recounts run at once as well as the requests in flight (default 32).
-	WriterConfig
-	// RecountElsewhere: see PipelineConfig.RecountElsewhere.
-	RecountElsewhere bool
-	// CountersOnly fails every op but OpCount and OpRecount, sending
-	// nothing for it (ErrInvalidOp): the counters package's applier.
-	CountersOnly bool
 }
 
 // ApplierStats are cumulative counts since the Applier was created.
@@ -187,24 +162,22 @@ type ApplierStats struct {
 
 // newApplier returns the Applier over tr. Its constructors have filled in
 // cfg's defaults and a logger (they need them before, for tr).
-func newApplier(tr transport, loader SetLoader, recounter Recounter, cfg applierConfig, logger *slog.Logger) *Applier {
+func newApplier(tr transport, loader SetLoader, recounter Recounter, cfg Config, logger *slog.Logger) *Applier {
 	return &Applier{tr: tr, loader: loader, recounter: recounter, cfg: cfg, log: logger}
 }
 
 // NewTextApplier returns an Applier over memcached's text protocol through
-// mc: every op kind, counters included (see PipelineConfig.RecountElsewhere
-// for cfg.RecountElsewhere). loader and recounter may be nil: then missing
+// mc: every op kind, counters included (see Config.RecountElsewhere). loader and recounter may be nil: then missing
 // sets are never loaded and counters that need a recount stay missing or
 // are deleted. A nil logger discards logs. mc's MaxIdleConns should be at
 // least cfg.MaxConcurrency, or connections churn.
-func NewTextApplier(mc *memcache.Client, loader SetLoader, recounter Recounter, cfg ApplierConfig, logger *slog.Logger) *Applier {
-	wc := cfg.WriterConfig.withDefaults()
+func NewTextApplier(mc *memcache.Client, loader SetLoader, recounter Recounter, cfg Config, logger *slog.Logger) *Applier {
+	cfg = cfg.withDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	warnIdleConns(mc, wc.MaxConcurrency, logger)
-	return newApplier(newTextTransport(mc, wc.MaxConcurrency, wc.ObserveRoundTrip), loader, recounter,
-		applierConfig{WriterConfig: wc, recountElsewhere: cfg.RecountElsewhere, countersOnly: cfg.CountersOnly}, logger)
+	warnIdleConns(mc, cfg.MaxConcurrency, logger)
+	return newApplier(newTextTransport(mc, cfg.MaxConcurrency, cfg.ObserveRoundTrip), loader, recounter, cfg, logger)
 }
 
 // warnIdleConns warns when mc keeps fewer idle connections than the
@@ -290,7 +263,8 @@ func (sc *applyScratch) release() {
 // It handles OpBump, OpSetAppend (Tokens), OpSetAdd and OpSetRemove (the
 // escaped Member), OpSetDelete, replay's OpSetRebuild, and OpCount and
 // OpRecount as the counters package does (a zero Delta sends nothing and
-// reports OutcomeIncr; Writer refuses both). After the bumps of rules with
+// reports OutcomeIncr; with Config.CountersOnly they are the only kinds
+// applied). After the bumps of rules with
 // evidence it marks their masters. An op without a rule, an invalid key,
 // malformed tokens or another kind fails without any request being sent.
 // Ops that share a key are applied in slice order. Apply returns nil when

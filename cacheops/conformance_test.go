@@ -153,19 +153,19 @@ func confCases() []confCase {
 // (with counter ops) over memcached at addr.
 var confTransports = []struct {
 	name string
-	make func(t *testing.T, addr string, loader SetLoader, rc Recounter, cfg ApplierConfig) *Applier
+	make func(t *testing.T, addr string, loader SetLoader, rc Recounter, cfg Config) *Applier
 }{
-	{"meta", func(t *testing.T, addr string, loader SetLoader, rc Recounter, cfg ApplierConfig) *Applier {
+	{"meta", func(t *testing.T, addr string, loader SetLoader, rc Recounter, cfg Config) *Applier {
 		var sl memcache.ServerList
 		if err := sl.SetServers(addr); err != nil {
 			t.Fatal(err)
 		}
-		a := NewPipelineWriter(&sl, loader, rc, PipelineConfig{WriterConfig: cfg.WriterConfig,
-			RecountElsewhere: cfg.RecountElsewhere, Timeout: 300 * time.Millisecond}, readTestLogger(t))
+		cfg.Meta.Timeout = 300 * time.Millisecond
+		a := NewMetaApplier(&sl, loader, rc, cfg, readTestLogger(t))
 		t.Cleanup(func() { a.Close() })
 		return a
 	}},
-	{"text", func(t *testing.T, addr string, loader SetLoader, rc Recounter, cfg ApplierConfig) *Applier {
+	{"text", func(t *testing.T, addr string, loader SetLoader, rc Recounter, cfg Config) *Applier {
 		mc := memcache.New(addr)
 		mc.Timeout = 300 * time.Millisecond
 		mc.MaxIdleConns = DefaultMaxConcurrency
@@ -192,7 +192,7 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func runConfCase(t *testing.T, transport string, build func(*testing.T, string, SetLoader, Recounter, ApplierConfig) *Applier,
+func runConfCase(t *testing.T, transport string, build func(*testing.T, string, SetLoader, Recounter, Config) *Applier,
 	mc *memcache.Client, addr string, limit int, tc confCase) {
 	key := "cwconf:" + testsvc.Unique() + ":" + transport + ":" + tc.name
 	before := tc.before
@@ -225,7 +225,7 @@ func runConfCase(t *testing.T, transport string, build func(*testing.T, string, 
 	case tc.failingRecount:
 		rc = countFunc(func(context.Context, string, []rules.Value) (int64, error) { return 0, errors.New("mysql is down") })
 	}
-	cfg := ApplierConfig{WriterConfig: WriterConfig{Now: func() time.Time { return plClock }, CompactSample: -1}, RecountElsewhere: tc.recountElsewhere}
+	cfg := Config{Now: func() time.Time { return plClock }, CompactSample: -1, RecountElsewhere: tc.recountElsewhere}
 	if tc.sample {
 		cfg.CompactSample = 1
 	}

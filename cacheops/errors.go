@@ -20,7 +20,7 @@ var (
 	// byte memcached does not allow (<= 0x20 or 0x7f). Such a key is never
 	// sent. It is itemformat.ErrInvalidKey (itemformat.CheckKey).
 	ErrInvalidKey = itemformat.ErrInvalidKey
-	// ErrInvalidOp means an op cannot be applied by the Writer: a kind it
+	// ErrInvalidOp means an op cannot be applied by the Applier: a kind it
 	// does not handle, a missing rule, or malformed set tokens.
 	ErrInvalidOp = errors.New("invalid cache op")
 	// ErrTooLarge means memcached refused a value because it exceeds its
@@ -33,7 +33,7 @@ var (
 // when tried again unchanged, so that the caller should back off and retry
 // (holding back its commit) rather than give up on the op. It is the one
 // place that decides this, for errors from memcached, MySQL and the
-// network, including errors returned by Writer.Apply.
+// network, including errors returned by Applier.Apply.
 //
 // An error that joins several (errors.Join, Apply's error) is retryable
 // when every one of them is. An error nobody recognises counts as

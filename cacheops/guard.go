@@ -14,11 +14,11 @@ var ErrWriteRefused = errors.New("cacheops: write refused by the caller's guard"
 
 type guardKey struct{}
 
-// WithGuard returns a context carrying guard, which Writer, PipelineWriter
-// and the counters package call before each write they send (each op of
-// Writer, each round of a PipelineWriter wave, each counter write): a
-// non-nil error fails the ops not yet sent with ErrWriteRefused, and
-// nothing more is sent. guard must be cheap and safe for concurrent use.
+// WithGuard returns a context carrying guard, which the Applier and the
+// counters package call before each write they send (each request over
+// the text transport, each exchange over the meta transport, each counter
+// write): a non-nil error fails the ops not yet sent with
+// ErrWriteRefused, and nothing more is sent. guard must be cheap and safe for concurrent use.
 func WithGuard(ctx context.Context, guard func() error) context.Context {
 	return context.WithValue(ctx, guardKey{}, guard)
 }

@@ -34,7 +34,7 @@ func TestGuardStopsEveryRound(t *testing.T) {
 			t.Run(tr.name+"/"+string(rune('0'+allowed))+"-rounds", func(t *testing.T) {
 				loader := loaderFunc(func(context.Context, string, []rules.Value) ([]string, error) { return []string{"m1"}, nil })
 				rc := countFunc(func(context.Context, string, []rules.Value) (int64, error) { return 7, nil })
-				a := tr.make(t, addr, loader, rc, ApplierConfig{WriterConfig: WriterConfig{CompactSample: -1}})
+				a := tr.make(t, addr, loader, rc, Config{CompactSample: -1})
 				counting := &countingTransport{transport: a.tr, refuseAfter: int64(allowed)}
 				counting.refuse.Store(allowed == 0)
 				a.tr = counting
@@ -110,7 +110,7 @@ func TestGuardAskedBeforeEachWrite(t *testing.T) {
 	t.Cleanup(func() { mc.Close() })
 	for _, tr := range confTransports {
 		t.Run(tr.name, func(t *testing.T) {
-			a := tr.make(t, addr, nil, nil, ApplierConfig{WriterConfig: WriterConfig{CompactSample: -1}})
+			a := tr.make(t, addr, nil, nil, Config{CompactSample: -1})
 			var asked atomic.Int64
 			ctx := WithGuard(context.Background(), func() error {
 				// The Applier's own check of the round passes; every

@@ -18,8 +18,8 @@ import (
 func TestNamespaceVersionsNeverRecur(t *testing.T) {
 	e := newPLEnv(t)
 	now := time.Now
-	pw := e.writer(t, nil, nil, PipelineConfig{WriterConfig: WriterConfig{Now: now}})
-	tw := NewWriter(e.mc, nil, WriterConfig{Now: now}, readTestLogger(t))
+	pw := e.writer(t, nil, nil, Config{Now: now})
+	tw := NewTextApplier(e.mc, nil, nil, Config{Now: now}, readTestLogger(t))
 	key := e.key("ns:recur")
 	ctx := context.Background()
 

@@ -29,7 +29,7 @@ const (
 	// query, whose result already includes the change.
 	OutcomeLoaded
 	// OutcomeMissing: the set was missing and its rule has no load query
-	// (or the Writer no loader); it stays missing, which readers handle.
+	// (or the Applier no loader); it stays missing, which readers handle.
 	OutcomeMissing
 	// OutcomeDeleted: the item could not be kept correct (the load query
 	// failed, the set cannot grow even after compaction, a namespace held
@@ -43,7 +43,7 @@ const (
 	// OutcomeRecountNeeded: a counter delta found its counter missing
 	// (its rule has a recount query), clamped at zero or not a number, and
 	// the applier leaves the recount to its caller
-	// (PipelineConfig.RecountElsewhere). Err is nil; the op is not done.
+	// (Config.RecountElsewhere). Err is nil; the op is not done.
 	OutcomeRecountNeeded
 )
 

@@ -108,7 +108,7 @@ func (a *Applier) start(p *opState, initial uint64) {
 		a.fail(p, "", err)
 		return
 	}
-	if a.cfg.countersOnly && op.Kind != rules.OpCount && op.Kind != rules.OpRecount {
+	if a.cfg.CountersOnly && op.Kind != rules.OpCount && op.Kind != rules.OpRecount {
 		a.fail(p, "", fmt.Errorf("not a counter op: %w", ErrInvalidOp))
 		return
 	}
@@ -157,13 +157,11 @@ func (a *Applier) start(p *opState, initial uint64) {
 func (a *Applier) startCounter(p *opState) {
 	op := p.op
 	switch {
-	case a.cfg.noCounters:
-		a.fail(p, "", fmt.Errorf("counter ops are applied by the counters package: %w", ErrInvalidOp))
 	case op.Kind == rules.OpCount && op.Delta == 0:
 		a.finish(p, OutcomeIncr)
 	case op.Kind == rules.OpCount:
 		p.step = stepDelta
-	case a.cfg.recountElsewhere:
+	case a.cfg.RecountElsewhere:
 		a.finish(p, OutcomeRecountNeeded)
 	default:
 		p.step = stepRecountSet
@@ -606,7 +604,7 @@ func (a *Applier) advanceCounter(p *opState, rep *metaproto.Reply) {
 		a.log.Debug("counter decr reached zero; recounting", "key", op.Key, "rule", op.Rule.Name, "delta", op.Delta)
 		a.recountDelta(p, stepRecountSet)
 	case rep.Status == metaproto.NF:
-		if p.raced || op.Rule.Query == "" || (a.recounter == nil && !a.cfg.recountElsewhere) {
+		if p.raced || op.Rule.Query == "" || (a.recounter == nil && !a.cfg.RecountElsewhere) {
 			// No recount query: the counter stays missing. Raced: added
 			// by someone else after our miss, then evicted or deleted
 			// before the delta got there; missing is correct.
@@ -629,7 +627,7 @@ func (a *Applier) advanceCounter(p *opState, rep *metaproto.Reply) {
 // finishes it with OutcomeRecountNeeded when the caller recounts
 // (RecountElsewhere).
 func (a *Applier) recountDelta(p *opState, next step) {
-	if a.cfg.recountElsewhere {
+	if a.cfg.RecountElsewhere {
 		a.finish(p, OutcomeRecountNeeded)
 		return
 	}

@@ -41,9 +41,7 @@ type transportStats struct {
 // servers and connections at once.
 type metaTransport struct {
 	pool               *metaproto.Pool
-	connsPerServer     int
 	minCommandsPerConn int
-	timeout            time.Duration
 	observe            RoundTripObserver
 	log                *slog.Logger
 
@@ -141,7 +139,7 @@ func (t *metaTransport) send(ctx context.Context, cmds []metaproto.Cmd, replies 
 			gcmds[k], order[k] = cmds[i], i
 			k++
 		}
-		conns := max(1, min(t.connsPerServer, n/t.minCommandsPerConn))
+		conns := max(1, min(t.pool.ConnsPerServer(), n/t.minCommandsPerConn))
 		per := (n + conns - 1) / conns
 		base := k - n
 		for start := 0; start < n; start += per {
@@ -189,7 +187,7 @@ func (t *metaTransport) exchange(ctx context.Context, x *metaExchange) {
 		return
 	}
 	start := time.Now()
-	sent, err := conn.Exchange(ctx, x.cmds, x.replies, t.timeout)
+	sent, err := conn.Exchange(ctx, x.cmds, x.replies)
 	t.observe.Since(start)
 	t.pool.Release(x.server, conn, err != nil)
 	t.roundTrips.Add(1)

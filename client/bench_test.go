@@ -106,7 +106,7 @@ rules:
 	c.mc = cc
 	ctx := context.Background()
 	// The daemon changed four members.
-	pw := cacheops.NewPipelineWriter(c.sel, nil, nil, cacheops.PipelineConfig{}, nil)
+	pw := cacheops.NewMetaApplier(c.sel, nil, nil, cacheops.Config{}, nil)
 	defer pw.Close()
 	if _, err := c.Namespace(ctx, "evidence", Row{"id": 0}); err != nil {
 		b.Fatal(err)

@@ -69,10 +69,14 @@ type Config struct {
 	Replica *ReplicaConfig
 
 	// Timeout bounds each memcached round trip (and dialing). Default
-	// 500ms.
+	// 500ms (metaproto.DefaultTimeout, the daemon's memcached.timeout).
 	Timeout time.Duration
-	// MaxIdleConns is the number of idle connections kept per server.
-	// Default 8.
+	// MaxIdleConns is the number of connections per server the client
+	// keeps, and for the lease commands of GetOrCompute and
+	// GetOrComputeMulti (meta protocol) also the most it has open at
+	// once: those calls wait for a free connection beyond it. The other
+	// reads (text protocol) open more when they need them and keep this
+	// many idle. Default 8 (metaproto.DefaultConnsPerServer).
 	MaxIdleConns int
 	// Dial opens connections to memcached (for TLS, say); default
 	// net.Dialer.DialContext.
@@ -196,7 +200,7 @@ func New(cfg Config, logger *slog.Logger) (*Client, error) {
 	c := &Client{
 		mc:   &redialingClient{Client: mc, attempts: cfg.MaxIdleConns + 1},
 		gomc: mc,
-		meta: metaproto.NewClient(sel, metaproto.ClientConfig{
+		meta: metaproto.NewClient(sel, metaproto.PoolConfig{
 			ConnsPerServer: cfg.MaxIdleConns, Timeout: cfg.Timeout, Dial: cfg.Dial}),
 		sel:     sel,
 		rules:   make(map[string]*Rule, len(cfg.Rules.Rules())),

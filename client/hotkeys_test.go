@@ -62,13 +62,13 @@ func newHotEnvDB(t *testing.T, db Querier, adjust func(*Config)) *testEnv {
 func (e *testEnv) writers(t *testing.T) map[string]interface {
 	Apply(context.Context, []rules.Op, []cacheops.Result) error
 } {
-	pw := cacheops.NewPipelineWriter(e.c.sel, nil, nil, cacheops.PipelineConfig{}, nil)
+	pw := cacheops.NewMetaApplier(e.c.sel, nil, nil, cacheops.Config{}, nil)
 	t.Cleanup(func() { pw.Close() })
 	return map[string]interface {
 		Apply(context.Context, []rules.Op, []cacheops.Result) error
 	}{
 		"pipelined": pw,
-		"text":      cacheops.NewWriter(e.mc, nil, cacheops.WriterConfig{}, nil),
+		"text":      cacheops.NewTextApplier(e.mc, nil, nil, cacheops.Config{}, nil),
 	}
 }
 
@@ -234,7 +234,7 @@ func TestEvidenceConcurrentDaemons(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 3 {
 		wg.Go(func() {
-			pw := cacheops.NewPipelineWriter(e.c.sel, nil, nil, cacheops.PipelineConfig{}, nil)
+			pw := cacheops.NewMetaApplier(e.c.sel, nil, nil, cacheops.Config{}, nil)
 			defer pw.Close()
 			e.bump(t, pw, "members", strconv.Itoa(8+i))
 		})

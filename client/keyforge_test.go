@@ -60,7 +60,7 @@ func TestForgedKeyLeavesVictimAlone(t *testing.T) {
 	e.c, e.rs = c, rs
 	ctx := t.Context()
 	mysql := counters.NewMySQL(db, counters.DBConfig{}, nil)
-	pw := cacheops.NewPipelineWriter(e.c.sel, mysql, mysql, cacheops.PipelineConfig{}, nil)
+	pw := cacheops.NewMetaApplier(e.c.sel, mysql, mysql, cacheops.Config{}, nil)
 	defer pw.Close()
 
 	str := func(s string) rules.Value { return rules.Value{Kind: rules.KindString, Text: s} }
@@ -153,7 +153,7 @@ func TestLegacyKeysInvalidated(t *testing.T) {
 		t.Fatal(err)
 	}
 	mysql := counters.NewMySQL(db, counters.DBConfig{}, nil)
-	pw := cacheops.NewPipelineWriter(e.c.sel, mysql, mysql, cacheops.PipelineConfig{}, nil)
+	pw := cacheops.NewMetaApplier(e.c.sel, mysql, mysql, cacheops.Config{}, nil)
 	defer pw.Close()
 	apply := func(ev rules.Event) {
 		t.Helper()

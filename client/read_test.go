@@ -170,7 +170,7 @@ func TestNamespacesOneRoundTrip(t *testing.T) {
 // version the first incarnation handed out.
 func TestNamespaceRecreatedAboveDaemonVersions(t *testing.T) {
 	e := newTestEnv(t, nil, nil)
-	pw := cacheops.NewPipelineWriter(e.c.sel, nil, nil, cacheops.PipelineConfig{}, nil)
+	pw := cacheops.NewMetaApplier(e.c.sel, nil, nil, cacheops.Config{}, nil)
 	defer pw.Close()
 	op := rules.Op{Kind: rules.OpBump, Rule: e.rs.Rule("user"), Key: e.prefix + "ns:user:3"}
 	batch := slices.Repeat([]rules.Op{op}, 1000)

@@ -133,7 +133,7 @@ func TestReadersAgreeOnDaemonItems(t *testing.T) {
 	e := newHotEnvDB(t, db, nil)
 	ctx := t.Context()
 	mysql := counters.NewMySQL(db, counters.DBConfig{}, nil)
-	pw := cacheops.NewPipelineWriter(e.c.sel, mysql, mysql, cacheops.PipelineConfig{}, nil)
+	pw := cacheops.NewMetaApplier(e.c.sel, mysql, mysql, cacheops.Config{}, nil)
 	defer pw.Close()
 
 	str := func(s string) rules.Value { return rules.Value{Kind: rules.KindString, Text: s} }

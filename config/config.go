@@ -263,7 +263,8 @@ type Memcached struct {
 	// partition's batch (and the memcached client's idle connections);
 	// default 32.
 	MaxConcurrency int `yaml:"max_concurrency"`
-	// Timeout is the per-operation network timeout; default 500ms.
+	// Timeout is the per-operation network timeout; default
+	// metaproto.DefaultTimeout.
 	Timeout time.Duration `yaml:"timeout"`
 	// CompactRatio is the share of removal tokens (0 < r <= 1) above which
 	// a set item counts as dirty and is compacted; default 0.5.
@@ -373,7 +374,7 @@ const maxPEMBytes = 1 << 20
 // Dialer returns how to connect to the memcached servers: over TLS when
 // m.TLS is enabled, else plain TCP. Both the gomemcache client
 // (memcache.Client.DialContext) and the pipelined writer
-// (cacheops.PipelineConfig.Dial) take it.
+// (metaproto.PoolConfig.Dial, through cacheops.Config.Meta) take it.
 func (m *Memcached) Dialer() (func(ctx context.Context, network, addr string) (net.Conn, error), error) {
 	tc, err := m.TLS.Config("memcached.tls")
 	if err != nil {

@@ -25,8 +25,7 @@ func countersConfig(cfg *config.Config, m *Metrics, servers *itemformat.Selector
 	}
 	return counters.Config{
 		Servers:          sel,
-		Dial:             dial,
-		Timeout:          cfg.Memcached.Timeout,
+		Meta:             metaPool(cfg, dial),
 		MaxConcurrency:   cfg.Memcached.MaxConcurrency,
 		ObserveRoundTrip: m.ObserveMemcached,
 		Fencing:          cfg.Counters.Fencing,

@@ -222,7 +222,7 @@ func newRig(t *testing.T, rulesYAML string, opts rigOptions) *rig {
 		loader, recounter = db, db
 	}
 	// No compaction on a sample: the tests read exact set items.
-	w := cacheops.NewWriter(r.mc, loader, cacheops.WriterConfig{MaxConcurrency: 8, CompactSample: -1}, r.log)
+	w := cacheops.NewTextApplier(r.mc, loader, nil, cacheops.Config{MaxConcurrency: 8, CompactSample: -1}, r.log)
 	c := counters.New(r.mc, recounter, counters.Config{MaxConcurrency: 8}, r.log)
 	r.reg = prometheus.NewRegistry()
 	r.metrics = NewMetrics(r.reg)

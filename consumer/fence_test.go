@@ -141,7 +141,7 @@ func driftRun(t *testing.T, fenced bool, o driftOptions) driftResult {
 		applier := &deltaCounter{Applier: c}
 		pc := PipelineConfig{
 			Rules:    rs,
-			Writer:   cacheops.NewWriter(mc, nil, cacheops.WriterConfig{MaxConcurrency: 8, CompactSample: -1}, nil),
+			Writer:   cacheops.NewTextApplier(mc, nil, nil, cacheops.Config{MaxConcurrency: 8, CompactSample: -1}, nil),
 			Counters: applier,
 			RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
 		}
@@ -150,8 +150,8 @@ func driftRun(t *testing.T, fenced bool, o driftOptions) driftResult {
 			if err := servers.SetServers(testsvc.Memcached(t)); err != nil {
 				t.Fatal(err)
 			}
-			pw := cacheops.NewPipelineWriter(&servers, nil, nil, cacheops.PipelineConfig{
-				WriterConfig: cacheops.WriterConfig{CompactSample: -1}, RecountElsewhere: true}, nil)
+			pw := cacheops.NewMetaApplier(&servers, nil, nil, cacheops.Config{
+				CompactSample: -1, RecountElsewhere: true}, nil)
 			defer pw.Close()
 			pc.Writer, pc.DeltasToWriter = pw, true
 		}
@@ -411,7 +411,7 @@ func BenchmarkProcessCountDeltas(b *testing.B) {
 	for _, variant := range []string{"unfenced", "fenced", "fenced+generations"} {
 		fenced := variant != "unfenced"
 		b.Run(variant, func(b *testing.B) {
-			pc := PipelineConfig{Rules: rs, Writer: cacheops.NewWriter(mc, nil, cacheops.WriterConfig{}, nil), Counters: c}
+			pc := PipelineConfig{Rules: rs, Writer: cacheops.NewTextApplier(mc, nil, nil, cacheops.Config{}, nil), Counters: c}
 			if fenced {
 				pc.Fences = c
 			}

@@ -28,7 +28,7 @@ func memoryPipeline(t testing.TB) *Pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := cacheops.NewWriter(memcache.New("127.0.0.1:1"), nil, cacheops.WriterConfig{}, nil)
+	w := cacheops.NewTextApplier(memcache.New("127.0.0.1:1"), nil, nil, cacheops.Config{}, nil)
 	p, err := NewPipeline(PipelineConfig{Rules: rs, Writer: w})
 	if err != nil {
 		t.Fatal(err)

@@ -219,7 +219,7 @@ func BenchmarkPipelinePlan(b *testing.B) {
 	mc := memcache.New("127.0.0.1:1") // never contacted by Plan
 	p, err := NewPipeline(PipelineConfig{
 		Rules:    rs,
-		Writer:   cacheops.NewWriter(mc, nil, cacheops.WriterConfig{}, nil),
+		Writer:   cacheops.NewTextApplier(mc, nil, nil, cacheops.Config{}, nil),
 		Counters: counters.New(mc, nil, counters.Config{}, nil),
 	})
 	if err != nil {
@@ -379,7 +379,7 @@ func (o *countingObserver) SetPartitionCounts(c map[string]int) { o.counts = c }
 // binary log position only when every partition is accounted for).
 func TestPipelineTellsObserverPartitionCounts(t *testing.T) {
 	o := &countingObserver{}
-	p, err := NewPipeline(PipelineConfig{Rules: &rules.RuleSet{}, Writer: cacheops.NewWriter(memcache.New("127.0.0.1:1"), nil, cacheops.WriterConfig{}, nil), Observer: o})
+	p, err := NewPipeline(PipelineConfig{Rules: &rules.RuleSet{}, Writer: cacheops.NewTextApplier(memcache.New("127.0.0.1:1"), nil, nil, cacheops.Config{}, nil), Observer: o})
 	if err != nil {
 		t.Fatal(err)
 	}

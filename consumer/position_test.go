@@ -64,7 +64,7 @@ func TestPositionWrittenBeforeOps(t *testing.T) {
 	serverID := 1_000_000 + rand.Uint32N(1<<30) // the key has no prefix: one of its own
 	key := itemformat.PositionKey(serverID)
 	t.Cleanup(func() { r.mc.Delete(key) })
-	spy := &positionSpy{Applier: cacheops.NewWriter(r.mc, nil, cacheops.WriterConfig{}, r.log), mc: r.mc, key: key}
+	spy := &positionSpy{Applier: cacheops.NewTextApplier(r.mc, nil, nil, cacheops.Config{}, r.log), mc: r.mc, key: key}
 	p, err := NewPipeline(PipelineConfig{Rules: r.pipeline.cfg.Rules, Writer: spy, Metrics: r.metrics, Logger: r.log,
 		Positions: memcachePositions{mc: r.mc}})
 	if err != nil {

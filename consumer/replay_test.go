@@ -167,7 +167,7 @@ func TestReplayDryRunFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := cacheops.NewWriter(memcache.New(deadAddr(t)), nil, cacheops.WriterConfig{}, nil)
+	w := cacheops.NewTextApplier(memcache.New(deadAddr(t)), nil, nil, cacheops.Config{}, nil)
 	p, err := NewPipeline(PipelineConfig{Rules: rs, Writer: w})
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/internal/readfile"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/observer"
@@ -219,35 +220,37 @@ func (s *Stack) openAppliers(servers *itemformat.Selector, dial func(ctx context
 	if compactSample == 0 {
 		compactSample = -1 // the writer's "never"
 	}
-	wc := cacheops.WriterConfig{
+	ac := cacheops.Config{
 		MaxConcurrency: cfg.Memcached.MaxConcurrency,
 		CompactRatio:   cfg.Memcached.CompactRatio,
 		CompactSample:  compactSample,
 		LoadTimeout:    cfg.MySQL.QueryTimeout,
 
 		ObserveRoundTrip: s.Metrics.ObserveMemcached,
+		// With MySQL, Counters does every recount, fenced at its
+		// snapshot's binary log position; the Applier does not.
+		RecountElsewhere: recounter != nil,
+		Meta:             metaPool(cfg, dial),
 	}
-	// recountElsewhere: with MySQL, Counters does every recount, fenced
-	// at its snapshot's binary log position; the Applier does not.
-	recountElsewhere := recounter != nil
 	switch cfg.Memcached.Protocol {
 	case config.ProtocolText:
-		s.Applier = cacheops.NewTextApplier(mc, loader, nil, cacheops.ApplierConfig{
-			WriterConfig: wc, RecountElsewhere: recountElsewhere}, logger.With("component", "cacheops"))
+		s.Applier = cacheops.NewTextApplier(mc, loader, nil, ac, logger.With("component", "cacheops"))
 	default: // config.ProtocolMeta
 		// The same selector as the gomemcache client above, so the
 		// pipelined writes land where the counters and readers look.
-		s.Applier = cacheops.NewPipelineWriter(servers, loader, nil, cacheops.PipelineConfig{
-			WriterConfig:     wc,
-			Timeout:          cfg.Memcached.Timeout,
-			Dial:             dial,
-			RecountElsewhere: recountElsewhere,
-		}, logger.With("component", "cacheops"))
+		s.Applier = cacheops.NewMetaApplier(servers, loader, nil, ac, logger.With("component", "cacheops"))
 	}
 	if recounter != nil && !s.observeOnly {
 		s.Counters = counters.New(mc, recounter, countersConfig(cfg, s.Metrics, servers, dial), logger.With("component", "counters"))
 	}
 	return nil
+}
+
+// metaPool is the settings of the stack's meta-protocol connections to
+// memcached (the Applier's and the counters' pools): memcached.timeout
+// and dial, the number of connections metaproto's default.
+func metaPool(cfg *config.Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) metaproto.PoolConfig {
+	return metaproto.PoolConfig{Timeout: cfg.Memcached.Timeout, Dial: dial}
 }
 
 // buildPipeline makes the decoders, the schema registry client and the

@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,12 +77,11 @@ type Config struct {
 	// each (meta protocol), instead of one text request per item. Nil:
 	// text requests only.
 	Servers memcache.ServerSelector
-	// Dial opens the pipelined connections to Servers; default
-	// net.Dialer.DialContext.
-	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// Timeout bounds dialing and each pipelined exchange with Servers;
-	// default metaproto.DefaultTimeout (500ms).
-	Timeout time.Duration
+	// Meta sets the pipelined connections to Servers (their number, the
+	// bound on dialing and on each exchange, the dialer); the zero value
+	// gives metaproto's defaults (metaproto.DefaultTimeout,
+	// metaproto.DefaultConnsPerServer).
+	Meta metaproto.PoolConfig
 }
 
 // Counters applies counter ops to memcached and reads counters. It is safe
@@ -103,9 +101,8 @@ type Counters struct {
 	fence fencing
 
 	// meta sends the pipelined stores of applyRecounts (Config.Servers);
-	// nil without Servers. metaTimeout bounds each exchange.
-	meta        *metaproto.Pool
-	metaTimeout time.Duration
+	// nil without Servers.
+	meta *metaproto.Pool
 
 	// faultPoint, when set (by tests only), runs before every memcached
 	// round trip with the request's verb and first key: the place where a
@@ -151,27 +148,18 @@ func New(mc *memcache.Client, rc Recounter, cfg Config, logger *slog.Logger) *Co
 	c := &Counters{mc: mc, rc: rc, cfg: cfg, log: logger}
 	c.initFencing()
 	if cfg.Servers != nil {
-		c.metaTimeout = cfg.Timeout
-		if c.metaTimeout <= 0 {
-			c.metaTimeout = metaproto.DefaultTimeout
-		}
-		dial := cfg.Dial
-		if dial == nil {
-			var d net.Dialer
-			dial = d.DialContext
-		}
-		c.meta = metaproto.NewPool(cfg.Servers, metaproto.PoolConfig{
-			ConnsPerServer: metaproto.DefaultConnsPerServer, Timeout: c.metaTimeout, Dial: dial})
+		c.meta = metaproto.NewPool(cfg.Servers, cfg.Meta)
 	}
 	var recounter cacheops.Recounter
 	if rc != nil {
 		recounter = applierRecounter{c}
 	}
-	c.applier = cacheops.NewTextApplier(mc, nil, recounter, cacheops.ApplierConfig{WriterConfig: cacheops.WriterConfig{
+	c.applier = cacheops.NewTextApplier(mc, nil, recounter, cacheops.Config{
 		MaxConcurrency:   cfg.MaxConcurrency,
 		Now:              cfg.Now,
 		ObserveRoundTrip: cfg.ObserveRoundTrip,
-	}, CountersOnly: true}, logger)
+		CountersOnly:     true,
+	}, logger)
 	return c
 }
 

@@ -458,87 +458,109 @@ type snapshotAt struct {
 // opts.GTID the snapshot's GTID position; at is zero, and why says why,
 // when the server has none.
 func (m *MySQL) snapshotPosition(ctx context.Context, conn *sql.Conn, opts SnapshotOptions) (snapshotAt, error) {
-	var (
-		rows     *sql.Rows
-		err      error
-		serverID sql.NullInt64
-	)
-	statusTable := !m.noStatusTable.Load()
-	if statusTable {
-		rows, err = conn.QueryContext(ctx, `SELECT @@server_id, VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME LIKE 'BINLOG\_SNAPSHOT\_%'`)
-		var refused *mysql.MySQLError
-		if errors.As(err, &refused) {
-			// MySQL 8 has no information_schema.SESSION_STATUS (its
-			// status is in performance_schema, without a snapshot's
-			// position): ask with SHOW from now on.
-			m.noStatusTable.Store(true)
-			statusTable = false
-		} else if err != nil {
-			return snapshotAt{}, err
-		}
-	}
-	if !statusTable {
-		if rows, err = conn.QueryContext(ctx, `SHOW SESSION STATUS LIKE 'binlog\_snapshot\_%'`); err != nil {
-			return snapshotAt{}, err
-		}
-	}
-	defer rows.Close()
-	var file, pos, gtidExecuted string
-	seen := 0
-	for rows.Next() {
-		var name, value string
-		if statusTable {
-			err = rows.Scan(&serverID, &name, &value)
-		} else {
-			err = rows.Scan(&name, &value)
-		}
-		if err != nil {
-			return snapshotAt{}, err
-		}
-		switch strings.ToLower(name) {
-		case "binlog_snapshot_file":
-			file = value
-			seen++
-		case "binlog_snapshot_position":
-			pos = value
-			seen++
-		case "binlog_snapshot_gtid_executed":
-			// Servers that report the snapshot's gtid_executed with it.
-			gtidExecuted = value
-		}
-	}
-	if err := rows.Err(); err != nil {
+	st, err := m.snapshotStatus(ctx, conn)
+	if err != nil {
 		return snapshotAt{}, err
 	}
-	rows.Close()
-	if seen < 2 {
+	if !st.complete {
 		return snapshotAt{why: noPositionMySQL, reason: UnfencedNoSnapshotPosition}, nil
 	}
-	if file == "" {
+	if st.file == "" {
 		return snapshotAt{why: noPositionBinlogOff, reason: UnfencedBinlogOff}, nil
 	}
-	p, err := strconv.ParseInt(pos, 10, 64)
+	p, err := strconv.ParseInt(st.pos, 10, 64)
 	if err != nil || p <= 0 {
-		return snapshotAt{}, fmt.Errorf("binlog_snapshot_position %q is not a position", pos)
+		return snapshotAt{}, fmt.Errorf("binlog_snapshot_position %q is not a position", st.pos)
 	}
-	snap := snapshotAt{at: BinlogPosition{File: file, Pos: p}}
-	if serverID.Valid {
-		snap.serverID = uint32(serverID.Int64)
+	snap := snapshotAt{at: BinlogPosition{File: st.file, Pos: p}}
+	if st.serverID.Valid {
+		snap.serverID = uint32(st.serverID.Int64)
 	} else if err := conn.QueryRowContext(ctx, "SELECT @@server_id").Scan(&snap.serverID); err != nil {
 		return snapshotAt{}, fmt.Errorf("read @@server_id: %w", err)
 	}
-	if _, ok := parseGTIDSet(gtidExecuted); ok {
-		snap.gtid = gtidExecuted
+	if _, ok := parseGTIDSet(st.gtidExecuted); ok {
+		snap.gtid = st.gtidExecuted
 	} else if opts.GTID {
 		// MariaDB: the GTID position at the snapshot's binary log
 		// position, exactly (NULL elsewhere, or when the position is no
 		// longer in the log: then no GTID set).
 		var g sql.NullString
-		if err := conn.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, ?)", file, p).Scan(&g); err == nil && g.Valid {
+		if err := conn.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, ?)", st.file, p).Scan(&g); err == nil && g.Valid {
 			if _, ok := parseGTIDSet(g.String); ok {
 				snap.gtid = g.String
 			}
 		}
 	}
 	return snap, nil
+}
+
+// snapshotVars are the status variables of the current transaction's
+// snapshot, as the server reports them.
+type snapshotVars struct {
+	file, pos string
+	// gtidExecuted: servers that report the snapshot's gtid_executed
+	// with it.
+	gtidExecuted string
+	// complete: both file and position were reported.
+	complete bool
+	// serverID is @@server_id when read with the variables
+	// (information_schema).
+	serverID sql.NullInt64
+}
+
+// snapshotStatus reads the snapshot's status variables; its rows are
+// closed when it returns, so conn may run the next statement.
+func (m *MySQL) snapshotStatus(ctx context.Context, conn *sql.Conn) (snapshotVars, error) {
+	rows, statusTable, err := m.querySnapshotStatus(ctx, conn)
+	if err != nil {
+		return snapshotVars{}, err
+	}
+	defer rows.Close()
+	var st snapshotVars
+	seen := 0
+	for rows.Next() {
+		var name, value string
+		if statusTable {
+			err = rows.Scan(&st.serverID, &name, &value)
+		} else {
+			err = rows.Scan(&name, &value)
+		}
+		if err != nil {
+			return snapshotVars{}, err
+		}
+		switch strings.ToLower(name) {
+		case "binlog_snapshot_file":
+			st.file = value
+			seen++
+		case "binlog_snapshot_position":
+			st.pos = value
+			seen++
+		case "binlog_snapshot_gtid_executed":
+			st.gtidExecuted = value
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return snapshotVars{}, err
+	}
+	st.complete = seen >= 2
+	return st, nil
+}
+
+// querySnapshotStatus asks for the snapshot's status variables:
+// information_schema.SESSION_STATUS with @@server_id (statusTable), or
+// SHOW SESSION STATUS where that table does not exist (MySQL 8, which is
+// then asked with SHOW from now on).
+func (m *MySQL) querySnapshotStatus(ctx context.Context, conn *sql.Conn) (rows *sql.Rows, statusTable bool, err error) {
+	if !m.noStatusTable.Load() {
+		rows, err = conn.QueryContext(ctx, `SELECT @@server_id, VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME LIKE 'BINLOG\_SNAPSHOT\_%'`)
+		var refused *mysql.MySQLError
+		if !errors.As(err, &refused) {
+			return rows, true, err
+		}
+		// MySQL 8 has no information_schema.SESSION_STATUS (its status
+		// is in performance_schema, without a snapshot's position).
+		m.noStatusTable.Store(true)
+	}
+	rows, err = conn.QueryContext(ctx, `SHOW SESSION STATUS LIKE 'binlog\_snapshot\_%'`)
+	return rows, false, err
 }

@@ -111,46 +111,64 @@ func (c *Counters) applyRecounts(ctx context.Context, ops []rules.Op, results []
 	for j := range rs {
 		rs[j].cur = items[rs[j].op.Key]
 	}
-	// 2. The counts, in one snapshot when the database takes them
-	// together, else as concurrent asks (which share snapshots).
-	if b, ok := c.fence.snap.(SnapshotBatchCounter); ok {
-		c.recounts.Add(uint64(len(rs)))
-		qs := make([]SnapshotQuery, len(rs))
-		for j := range rs {
-			qs[j] = SnapshotQuery{Query: rs[j].op.Rule.Query, Args: rs[j].op.Args}
-		}
-		counts, errs := b.CountAllInSnapshot(ctx, qs, SnapshotOptions{GTID: c.fence.wantGTID.Load()})
-		for j := range rs {
-			r := &rs[j]
-			var avoid []uint32
-			if r.cur != nil {
-				avoid = append(avoid, r.cur.Flags)
-			}
-			r.n, r.fence, r.err = c.snapshotRecount(ctx, counts[j], errs[j], avoid...)
-		}
-	} else {
-		c.recountEach(ctx, rs)
-	}
+	// 2. The counts.
+	c.countRecounts(ctx, rs)
 	for j := range rs {
-		r := &rs[j]
-		if r.err == nil {
-			continue
+		if r := &rs[j]; r.err != nil {
+			r.done = true
+			results[r.i] = c.recountFailed(ctx, r.op, r.err)
 		}
-		r.done = true
-		if ctx.Err() != nil || errors.Is(r.err, cacheops.ErrWriteRefused) {
-			results[r.i] = failed(fmt.Errorf("counters: recount %q: %w", r.op.Key, r.err))
-			continue
-		}
-		// Whatever the counter holds now may be wrong: delete it.
-		c.log.Warn("counter recount failed; deleting the counter", "key", r.op.Key, "rule", r.op.Rule.Name,
-			"retryable", cacheops.Retryable(r.err), "err", r.err)
-		results[r.i] = c.deleteItem(r.op.Key, "recount")
 	}
 	// 3. The fences, 4. the values.
 	c.storeFences(ctx, rs, results)
 	c.storeValues(ctx, rs)
 	// 5. The outcomes; a store that lost goes the way of recountExact's.
-	var lost []*batchedRecount
+	if lost := storedOutcomes(rs, results); len(lost) > 0 {
+		c.settleLost(ctx, lost, results)
+	}
+}
+
+// countRecounts counts rs (their n, fence and err): in one snapshot when
+// the database takes them together, else as concurrent asks (which share
+// snapshots).
+func (c *Counters) countRecounts(ctx context.Context, rs []batchedRecount) {
+	b, ok := c.fence.snap.(SnapshotBatchCounter)
+	if !ok {
+		c.recountEach(ctx, rs)
+		return
+	}
+	c.recounts.Add(uint64(len(rs)))
+	qs := make([]SnapshotQuery, len(rs))
+	for j := range rs {
+		qs[j] = SnapshotQuery{Query: rs[j].op.Rule.Query, Args: rs[j].op.Args}
+	}
+	counts, errs := b.CountAllInSnapshot(ctx, qs, SnapshotOptions{GTID: c.fence.wantGTID.Load()})
+	for j := range rs {
+		r := &rs[j]
+		var avoid []uint32
+		if r.cur != nil {
+			avoid = append(avoid, r.cur.Flags)
+		}
+		r.n, r.fence, r.err = c.snapshotRecount(ctx, counts[j], errs[j], avoid...)
+	}
+}
+
+// recountFailed is the result of op, whose recount failed with err: the
+// failure when ctx ended or the guard refused the write, else the
+// counter's deletion, since whatever it holds now may be wrong.
+func (c *Counters) recountFailed(ctx context.Context, op *rules.Op, err error) cacheops.Result {
+	if ctx.Err() != nil || errors.Is(err, cacheops.ErrWriteRefused) {
+		return failed(fmt.Errorf("counters: recount %q: %w", op.Key, err))
+	}
+	c.log.Warn("counter recount failed; deleting the counter", "key", op.Key, "rule", op.Rule.Name,
+		"retryable", cacheops.Retryable(err), "err", err)
+	return c.deleteItem(op.Key, "recount")
+}
+
+// storedOutcomes fills the results of the recounts of rs not yet done
+// from their stores, and returns those whose fenced store lost to
+// another writer.
+func storedOutcomes(rs []batchedRecount, results []cacheops.Result) (lost []*batchedRecount) {
 	for j := range rs {
 		r := &rs[j]
 		if r.done {
@@ -165,9 +183,13 @@ func (c *Counters) applyRecounts(ctx context.Context, ops []rules.Op, results []
 			results[r.i] = failed(fmt.Errorf("counters: store %q: %w", r.op.Key, err))
 		}
 	}
-	if len(lost) == 0 {
-		return
-	}
+	return lost
+}
+
+// settleLost fills the results of the recounts whose store lost: done
+// when another recount at a snapshot no older than theirs stored first,
+// else counted again as recountExact does.
+func (c *Counters) settleLost(ctx context.Context, lost []*batchedRecount, results []cacheops.Result) {
 	lostKeys := make([]string, len(lost))
 	for j, r := range lost {
 		lostKeys[j] = r.op.Key
@@ -192,13 +214,7 @@ func (c *Counters) applyRecounts(ctx context.Context, ops []rules.Op, results []
 		c.log.Debug("counter changed during its recount; counting again", "key", r.op.Key, "rule", r.op.Rule.Name)
 		res, err := c.recountExactN(ctx, r.op, maxExactAttempts-1)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, cacheops.ErrWriteRefused) {
-				results[r.i] = failed(fmt.Errorf("counters: recount %q: %w", r.op.Key, err))
-				continue
-			}
-			c.log.Warn("counter recount failed; deleting the counter", "key", r.op.Key, "rule", r.op.Rule.Name,
-				"retryable", cacheops.Retryable(err), "err", err)
-			res = c.deleteItem(r.op.Key, "recount")
+			res = c.recountFailed(ctx, r.op, err)
 		}
 		results[r.i] = res
 	}
@@ -314,7 +330,7 @@ func (c *Counters) storeAll(ctx context.Context, n int, mk func(int) (metaproto.
 		cmds[j], _ = mk(j)
 	}
 	done := c.roundTrip("ms", cmds[0].Key)
-	replies, _ := c.meta.Do(ctx, c.metaTimeout, cmds)
+	replies, _ := c.meta.Do(ctx, cmds)
 	done()
 	for j := range replies {
 		errs[j] = replyError(&replies[j])

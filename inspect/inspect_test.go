@@ -43,7 +43,7 @@ func newPool(t *testing.T) (*inspect.Pool, string) {
 	}
 	mc := memcache.NewFromSelector(sel)
 	return &inspect.Pool{Name: "p", Rules: rs, Servers: sel, Cache: mc,
-		Applier: cacheops.NewTextApplier(mc, nil, nil, cacheops.ApplierConfig{}, nil)}, prefix
+		Applier: cacheops.NewTextApplier(mc, nil, nil, cacheops.Config{}, nil)}, prefix
 }
 
 // TestKeyMeanings stores items in memcached as the daemon and readers

@@ -28,7 +28,7 @@ type syncBuffer = testsvc.LogBuffer
 type observed struct {
 	t   *testing.T
 	mc  *memcache.Client
-	w   *cacheops.Writer
+	w   *cacheops.Applier
 	o   *Observer
 	rs  *rules.RuleSet
 	log *syncBuffer
@@ -51,7 +51,7 @@ func newObserved(t *testing.T) *observed {
 		t.Fatal(err)
 	}
 	t.Cleanup(o.Close)
-	return &observed{t: t, mc: mc, w: cacheops.NewWriter(mc, nil, cacheops.WriterConfig{}, nil), o: o, rs: rs, log: logs}
+	return &observed{t: t, mc: mc, w: cacheops.NewTextApplier(mc, nil, nil, cacheops.Config{}, nil), o: o, rs: rs, log: logs}
 }
 
 // testRules parses testdata/file with a key prefix of this run only

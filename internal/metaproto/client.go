@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"syscall"
 	"time"
 
@@ -16,54 +15,18 @@ import (
 // Client sends memcached meta commands for the read side (package
 // client): mg with the lease flags that GetOrCompute builds on, ms with a
 // cas, md with invalidation. It speaks the protocol of the pipelined
-// writer (meta.go) over its own connection pools, routes every key with
+// writer (cacheops' meta transport) over its own connection pool, routes every key with
 // the selector it is given (the daemon's), and sends the commands of one
 // call for one server in one write. It is safe for concurrent use.
 type Client struct {
-	pool    *Pool
-	timeout time.Duration
+	pool *Pool
 }
-
-// ClientConfig tunes a Client. The zero value gives the
-// documented defaults.
-type ClientConfig struct {
-	// ConnsPerServer bounds the connections to each server; calls wait
-	// for a free one. Default 8.
-	ConnsPerServer int
-	// Timeout bounds dialing and each exchange with a server. Default
-	// 500ms.
-	Timeout time.Duration
-	// Dial opens a connection; default net.Dialer.DialContext.
-	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-}
-
-// Defaults of the connections to memcached: the meta client's and the
-// read side's, and the pipelined writer's connections per server (its
-// own Timeout defaults to 1s; the daemon passes memcached.timeout, whose
-// default is DefaultTimeout).
-const (
-	// DefaultConnsPerServer is the number of connections kept to each
-	// server.
-	DefaultConnsPerServer = 8
-	// DefaultTimeout bounds dialing and each exchange with a server.
-	DefaultTimeout = 500 * time.Millisecond
-)
 
 // NewClient returns a Client that sends each key to the server sel
-// picks for it. Close it to close its connections.
-func NewClient(sel memcache.ServerSelector, cfg ClientConfig) *Client {
-	if cfg.ConnsPerServer <= 0 {
-		cfg.ConnsPerServer = DefaultConnsPerServer
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Dial == nil {
-		var d net.Dialer
-		cfg.Dial = d.DialContext
-	}
-	pool := NewPool(sel, PoolConfig{ConnsPerServer: cfg.ConnsPerServer, Timeout: cfg.Timeout, Dial: cfg.Dial})
-	return &Client{pool: pool, timeout: cfg.Timeout}
+// picks for it, over a Pool of cfg's connections. Close it to close its
+// connections.
+func NewClient(sel memcache.ServerSelector, cfg PoolConfig) *Client {
+	return &Client{pool: NewPool(sel, cfg)}
 }
 
 // Close closes the idle connections, and the others when their exchanges
@@ -116,13 +79,13 @@ func (c *Client) Get(ctx context.Context, gets []Get) ([]Item, error) {
 			cmds[i].Recache = int64((g.Recache + time.Second - 1) / time.Second)
 		}
 	}
-	replies, err := c.pool.Do(ctx, c.timeout, cmds)
+	replies, err := c.pool.Do(ctx, cmds)
 	// A restarted memcached leaves the pooled connections dead: each
 	// failed exchange closes its connection, and a read is safe to send
 	// again on another or a new one. Only the failed reads go again: a
 	// vivifying read another server answered has won or lost its lease,
 	// and sent again it would find its own placeholder.
-	for range c.pool.connsPerServer {
+	for range c.pool.ConnsPerServer() {
 		if err == nil || !connectionClosed(err) || ctx.Err() != nil {
 			break
 		}
@@ -137,7 +100,7 @@ func (c *Client) Get(ctx context.Context, gets []Get) ([]Item, error) {
 			resend[j] = cmds[i]
 		}
 		var sent []Reply
-		sent, err = c.pool.Do(ctx, c.timeout, resend)
+		sent, err = c.pool.Do(ctx, resend)
 		for j, i := range again {
 			replies[i] = sent[j]
 		}
@@ -192,7 +155,7 @@ func (c *Client) Set(ctx context.Context, sets []Set) []error {
 			cmds[i].Mode = ModeAdd
 		}
 	}
-	replies, _ := c.pool.Do(ctx, c.timeout, cmds)
+	replies, _ := c.pool.Do(ctx, cmds)
 	errs := make([]error, len(sets))
 	for i := range replies {
 		errs[i] = storeError("ms", sets[i].Key, &replies[i])
@@ -213,7 +176,7 @@ func (c *Client) Invalidate(ctx context.Context, keys []string, ttl time.Duratio
 			cmds[i].TTL, cmds[i].HasTTL = int64(e), true
 		}
 	}
-	replies, _ := c.pool.Do(ctx, c.timeout, cmds)
+	replies, _ := c.pool.Do(ctx, cmds)
 	errs := make([]error, len(keys))
 	for i := range replies {
 		if replies[i].Status == NF {
@@ -227,7 +190,7 @@ func (c *Client) Invalidate(ctx context.Context, keys []string, ttl time.Duratio
 // DeleteIf deletes key if its cas id is still cas (md with C): nil when
 // deleted or missing, memcache.ErrCASConflict when the item changed.
 func (c *Client) DeleteIf(ctx context.Context, key string, cas uint64) error {
-	replies, _ := c.pool.Do(ctx, c.timeout, []Cmd{{Verb: VerbDelete, Key: key, CAS: cas}})
+	replies, _ := c.pool.Do(ctx, []Cmd{{Verb: VerbDelete, Key: key, CAS: cas}})
 	if replies[0].Status == NF {
 		return nil
 	}

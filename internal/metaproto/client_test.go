@@ -23,7 +23,7 @@ func TestGetResendsOnlyFailedReads(t *testing.T) {
 	if err := sl.SetServers(a.Addr, b.Addr); err != nil {
 		t.Fatal(err)
 	}
-	c := NewClient(&sl, ClientConfig{ConnsPerServer: 1})
+	c := NewClient(&sl, PoolConfig{ConnsPerServer: 1})
 	t.Cleanup(func() { c.Close() })
 	// One key on each server.
 	keys := map[string]string{}
@@ -53,5 +53,20 @@ func TestGetResendsOnlyFailedReads(t *testing.T) {
 		if !items[i].Won {
 			t.Errorf("%s: %+v, want the win of the only reader", k, items[i])
 		}
+	}
+}
+
+// TestPoolConfigDefaults: a zero PoolConfig gets metaproto's defaults, and
+// what a caller sets is kept; the pool is where its users read them.
+func TestPoolConfigDefaults(t *testing.T) {
+	var sl memcache.ServerList
+	p := NewPool(&sl, PoolConfig{})
+	if p.ConnsPerServer() != DefaultConnsPerServer || p.cfg.Timeout != DefaultTimeout || p.cfg.Dial == nil {
+		t.Errorf("zero PoolConfig: %d conns, timeout %v, dial set %v; want %d, %v, true",
+			p.ConnsPerServer(), p.cfg.Timeout, p.cfg.Dial != nil, DefaultConnsPerServer, DefaultTimeout)
+	}
+	p = NewPool(&sl, PoolConfig{ConnsPerServer: 3, Timeout: time.Second})
+	if p.ConnsPerServer() != 3 || p.cfg.Timeout != time.Second {
+		t.Errorf("set PoolConfig: %d conns, timeout %v; want 3, 1s", p.ConnsPerServer(), p.cfg.Timeout)
 	}
 }

@@ -19,6 +19,8 @@ type Conn struct {
 	nc   net.Conn
 	r    *bufio.Reader
 	wbuf []byte
+	// timeout bounds each exchange: the Pool's Timeout.
+	timeout time.Duration
 	// closed is set once nc is closed; the connection is then discarded.
 	closed bool
 }
@@ -28,11 +30,11 @@ type Conn struct {
 const maxKeptBuffer = 4 << 20
 
 // Exchange sends cmds and reads their replies into replies (len(replies)
-// >= len(cmds)). timeout bounds the whole exchange; a cancelled ctx ends it
-// at once. A non-nil error means the connection is broken and must be
+// >= len(cmds)). The Pool's Timeout bounds the whole exchange; a
+// cancelled ctx ends it at once. A non-nil error means the connection is broken and must be
 // closed; then every command without a settled reply has a Failed
 // reply with unknown set.
-func (c *Conn) Exchange(ctx context.Context, cmds []Cmd, replies []Reply, timeout time.Duration) (sent int, err error) {
+func (c *Conn) Exchange(ctx context.Context, cmds []Cmd, replies []Reply) (sent int, err error) {
 	buf, sent := appendPipeline(c.wbuf[:0], cmds, replies)
 	if cap(buf) <= maxKeptBuffer {
 		c.wbuf = buf[:0]
@@ -42,7 +44,7 @@ func (c *Conn) Exchange(ctx context.Context, cmds []Cmd, replies []Reply, timeou
 	if sent == 0 {
 		return 0, nil
 	}
-	if err := c.nc.SetDeadline(time.Now().Add(timeout)); err != nil {
+	if err := c.nc.SetDeadline(time.Now().Add(c.timeout)); err != nil {
 		failPending(replies[:len(cmds)], err)
 		return sent, err
 	}
@@ -74,7 +76,7 @@ func (c *Conn) Exchange(ctx context.Context, cmds []Cmd, replies []Reply, timeou
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
-			err = fmt.Errorf("no complete reply within %v: %w", timeout, err)
+			err = fmt.Errorf("no complete reply within %v: %w", c.timeout, err)
 		}
 		failPending(replies[:len(cmds)], err)
 	}
@@ -117,35 +119,65 @@ func newServer(addr net.Addr, conns int) *Server {
 	return s
 }
 
-// PoolConfig tunes a Pool. Every field must be set (the users of Pool
-// declare their own defaults).
+// PoolConfig tunes a Pool: the settings of the connections to memcached,
+// kept once, in the Pool (its users read them back from it). The zero
+// value gives the documented defaults.
 type PoolConfig struct {
 	// ConnsPerServer is the most connections to one server that exist at
-	// once; exchanges wait for a free one.
+	// once; exchanges wait for a free one. Default DefaultConnsPerServer.
 	ConnsPerServer int
-	// Timeout bounds dialing (and the probe of each server).
+	// Timeout bounds dialing, the probe of each server and each exchange
+	// (writing its commands and reading their replies). Default
+	// DefaultTimeout.
 	Timeout time.Duration
-	// Dial opens a connection to a server.
+	// Dial opens a connection to a server; default
+	// net.Dialer.DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Defaults of PoolConfig: of every meta-protocol connection to memcached
+// (the pipelined writer's, the counters' recount stores, the read side's
+// leases). The daemon's memcached.timeout defaults to DefaultTimeout.
+const (
+	// DefaultConnsPerServer is the number of connections to each server:
+	// the daemon applies the batches of several partitions at once, and
+	// with 2 each batch of a round took both while the others waited.
+	DefaultConnsPerServer = 8
+	// DefaultTimeout bounds dialing and each exchange with a server.
+	DefaultTimeout = 500 * time.Millisecond
+)
+
+// withDefaults returns cfg with the documented defaults filled in.
+func (cfg PoolConfig) withDefaults() PoolConfig {
+	if cfg.ConnsPerServer <= 0 {
+		cfg.ConnsPerServer = DefaultConnsPerServer
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Dial == nil {
+		var d net.Dialer
+		cfg.Dial = d.DialContext
+	}
+	return cfg
 }
 
 // NewPool returns a Pool over the servers sel names. Close it to close
 // its connections.
 func NewPool(sel memcache.ServerSelector, cfg PoolConfig) *Pool {
-	return &Pool{sel: sel, connsPerServer: cfg.ConnsPerServer, timeout: cfg.Timeout, dial: cfg.Dial,
+	return &Pool{sel: sel, cfg: cfg.withDefaults(),
 		servers: make(map[string]*Server), byAddr: make(map[net.Addr]*Server)}
 }
 
-// ConnsPerServer returns PoolConfig.ConnsPerServer.
-func (p *Pool) ConnsPerServer() int { return p.connsPerServer }
+// ConnsPerServer returns the most connections to one server
+// (PoolConfig.ConnsPerServer, defaults filled in).
+func (p *Pool) ConnsPerServer() int { return p.cfg.ConnsPerServer }
 
 // Pool holds the connection pools of the servers a selector names.
 // It is safe for concurrent use.
 type Pool struct {
-	sel            memcache.ServerSelector
-	connsPerServer int
-	timeout        time.Duration
-	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
+	sel memcache.ServerSelector
+	cfg PoolConfig // defaults filled in
 
 	mu sync.Mutex
 	// servers holds the pools by network and address; byAddr caches them
@@ -175,7 +207,7 @@ func (p *Pool) Server(key string) (*Server, error) {
 	name := addr.Network() + "://" + addr.String()
 	s := p.servers[name]
 	if s == nil {
-		s = newServer(addr, p.connsPerServer)
+		s = newServer(addr, p.cfg.ConnsPerServer)
 		p.servers[name] = s
 	}
 	if len(p.byAddr) >= maxAddrs {
@@ -203,14 +235,14 @@ func (p *Pool) Acquire(ctx context.Context, s *Server) (c *Conn, dialed bool, er
 		s.slots <- nil
 		return nil, false, fmt.Errorf("metaproto: pool closed: %w", net.ErrClosed)
 	}
-	dctx, cancel := context.WithTimeout(ctx, p.timeout)
-	nc, err := p.dial(dctx, s.addr.Network(), s.addr.String())
+	dctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	nc, err := p.cfg.Dial(dctx, s.addr.Network(), s.addr.String())
 	cancel()
 	if err != nil {
 		s.slots <- nil
 		return nil, false, fmt.Errorf("dial memcached %s: %w", s.addr, err)
 	}
-	return &Conn{nc: nc, r: bufio.NewReaderSize(nc, readBuffer)}, true, nil
+	return &Conn{nc: nc, r: bufio.NewReaderSize(nc, readBuffer), timeout: p.cfg.Timeout}, true, nil
 }
 
 // Release gives c back to s; a broken c is closed and its slot freed.
@@ -256,10 +288,11 @@ func (p *Pool) Close() {
 }
 
 // Do sends cmds, one exchange per server, the servers at once, and
-// returns their replies in order. timeout bounds each exchange. The error
+// returns their replies in order. The Pool's Timeout bounds each
+// exchange. The error
 // joins the failures of exchanges (their commands' replies are
 // Failed).
-func (p *Pool) Do(ctx context.Context, timeout time.Duration, cmds []Cmd) ([]Reply, error) {
+func (p *Pool) Do(ctx context.Context, cmds []Cmd) ([]Reply, error) {
 	replies := make([]Reply, len(cmds))
 	type batch struct {
 		server *Server
@@ -291,7 +324,7 @@ func (p *Pool) Do(ctx context.Context, timeout time.Duration, cmds []Cmd) ([]Rep
 			for k, i := range bt.idx {
 				sub[k] = cmds[i]
 			}
-			errs[b] = p.exchangeWith(ctx, timeout, bt.server, sub, subReplies)
+			errs[b] = p.exchangeWith(ctx, bt.server, sub, subReplies)
 			for k, i := range bt.idx {
 				replies[i] = subReplies[k]
 			}
@@ -302,7 +335,7 @@ func (p *Pool) Do(ctx context.Context, timeout time.Duration, cmds []Cmd) ([]Rep
 }
 
 // exchangeWith runs one exchange with s.
-func (p *Pool) exchangeWith(ctx context.Context, timeout time.Duration, s *Server, cmds []Cmd, replies []Reply) error {
+func (p *Pool) exchangeWith(ctx context.Context, s *Server, cmds []Cmd, replies []Reply) error {
 	conn, _, err := p.Acquire(ctx, s)
 	if err != nil {
 		for i := range replies {
@@ -310,7 +343,7 @@ func (p *Pool) exchangeWith(ctx context.Context, timeout time.Duration, s *Serve
 		}
 		return fmt.Errorf("metaproto: memcached %s: %w", s.addr, err)
 	}
-	_, err = conn.Exchange(ctx, cmds, replies, timeout)
+	_, err = conn.Exchange(ctx, cmds, replies)
 	p.Release(s, conn, err != nil)
 	if err != nil {
 		return fmt.Errorf("metaproto: memcached %s: %w", s.addr, err)
@@ -319,7 +352,7 @@ func (p *Pool) exchangeWith(ctx context.Context, timeout time.Duration, s *Serve
 }
 
 // ErrNoMetaProtocol marks a server that does not answer the meta commands
-// the PipelineWriter needs (memcached older than 1.6, or a proxy that does
+// the meta transport needs (memcached older than 1.6, or a proxy that does
 // not route them); memcached.protocol text serves such servers.
 var ErrNoMetaProtocol = errors.New("memcached does not speak the meta protocol the pipelined writer needs; set memcached.protocol: text")
 
@@ -338,9 +371,9 @@ func (p *Pool) Probe(ctx context.Context) error {
 }
 
 func (p *Pool) probeServer(ctx context.Context, addr net.Addr) error {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	conn, err := p.dial(ctx, addr.Network(), addr.String())
+	conn, err := p.cfg.Dial(ctx, addr.Network(), addr.String())
 	if err != nil {
 		return fmt.Errorf("metaproto: probe %s: %w", addr, err)
 	}

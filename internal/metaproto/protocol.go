@@ -256,85 +256,74 @@ var ErrProtocol = errors.New("metaproto: memcached meta protocol: unexpected rep
 func appendCommand(buf []byte, cmd *Cmd, opaque int) []byte {
 	switch cmd.Verb {
 	case VerbGet:
-		buf = append(buf, "mg "...)
-		buf = append(buf, cmd.Key...)
-		buf = append(buf, " c v"...)
+		buf = append(append(append(buf, "mg "...), cmd.Key...), " c v"...)
 		if cmd.ReturnTTL {
 			buf = append(buf, " t"...)
 		}
 		if cmd.Vivify {
-			buf = append(buf, " N"...)
-			buf = strconv.AppendInt(buf, cmd.TTL, 10)
+			buf = appendIntFlag(buf, " N", cmd.TTL)
 		}
 		if cmd.Recache > 0 {
-			buf = append(buf, " R"...)
-			buf = strconv.AppendInt(buf, cmd.Recache, 10)
+			buf = appendIntFlag(buf, " R", cmd.Recache)
 		}
 	case VerbSet:
-		buf = append(buf, "ms "...)
-		buf = append(buf, cmd.Key...)
-		buf = append(buf, ' ')
+		buf = append(append(append(buf, "ms "...), cmd.Key...), ' ')
 		buf = strconv.AppendInt(buf, int64(len(cmd.Data)), 10)
 		if cmd.Mode != 0 {
-			buf = append(buf, " M"...)
-			buf = append(buf, cmd.Mode)
+			buf = append(append(buf, " M"...), cmd.Mode)
 		}
 		if cmd.HasTTL {
-			buf = append(buf, " T"...)
-			buf = strconv.AppendInt(buf, cmd.TTL, 10)
+			buf = appendIntFlag(buf, " T", cmd.TTL)
 		}
 		if cmd.CAS != 0 {
-			buf = append(buf, " C"...)
-			buf = strconv.AppendUint(buf, cmd.CAS, 10)
+			buf = appendUintFlag(buf, " C", cmd.CAS)
 		}
 		if cmd.Flags != 0 {
-			buf = append(buf, " F"...)
-			buf = strconv.AppendUint(buf, uint64(cmd.Flags), 10)
+			buf = appendUintFlag(buf, " F", uint64(cmd.Flags))
 		}
 	case VerbArith:
-		buf = append(buf, "ma "...)
-		buf = append(buf, cmd.Key...)
+		buf = append(append(buf, "ma "...), cmd.Key...)
 		if cmd.Mode != 0 {
-			buf = append(buf, " M"...)
-			buf = append(buf, cmd.Mode)
+			buf = append(append(buf, " M"...), cmd.Mode)
 		}
-		buf = append(buf, " D"...)
-		buf = strconv.AppendUint(buf, cmd.Delta, 10)
+		buf = appendUintFlag(buf, " D", cmd.Delta)
 		if cmd.Vivify {
-			buf = append(buf, " N"...)
-			buf = strconv.AppendInt(buf, cmd.TTL, 10)
-			buf = append(buf, " J"...)
-			buf = strconv.AppendUint(buf, cmd.Initial, 10)
+			buf = appendIntFlag(buf, " N", cmd.TTL)
+			buf = appendUintFlag(buf, " J", cmd.Initial)
 		}
 		if cmd.ReturnValue {
 			buf = append(buf, " v"...)
 		}
 	case VerbDelete:
-		buf = append(buf, "md "...)
-		buf = append(buf, cmd.Key...)
+		buf = append(append(buf, "md "...), cmd.Key...)
 		if cmd.Invalidate {
 			buf = append(buf, " I"...)
 		}
 		if cmd.CAS != 0 {
-			buf = append(buf, " C"...)
-			buf = strconv.AppendUint(buf, cmd.CAS, 10)
+			buf = appendUintFlag(buf, " C", cmd.CAS)
 		}
 		if cmd.HasTTL {
-			buf = append(buf, " T"...)
-			buf = strconv.AppendInt(buf, cmd.TTL, 10)
+			buf = appendIntFlag(buf, " T", cmd.TTL)
 		}
 	}
 	if cmd.Quiet {
 		buf = append(buf, " q"...)
 	}
-	buf = append(buf, " O"...)
-	buf = strconv.AppendInt(buf, int64(opaque), 10)
-	buf = append(buf, "\r\n"...)
+	buf = append(appendIntFlag(buf, " O", int64(opaque)), "\r\n"...)
 	if cmd.Verb == VerbSet {
-		buf = append(buf, cmd.Data...)
-		buf = append(buf, "\r\n"...)
+		buf = append(append(buf, cmd.Data...), "\r\n"...)
 	}
 	return buf
+}
+
+// appendIntFlag appends a flag with a signed number (" T3600").
+func appendIntFlag(buf []byte, flag string, v int64) []byte {
+	return strconv.AppendInt(append(buf, flag...), v, 10)
+}
+
+// appendUintFlag appends a flag with an unsigned number (" C42").
+func appendUintFlag(buf []byte, flag string, v uint64) []byte {
+	return strconv.AppendUint(append(buf, flag...), v, 10)
 }
 
 // appendPipeline appends the commands of an exchange to buf, with the
@@ -435,23 +424,7 @@ func (rd *reader) line() ([]byte, error) {
 // reply handles a status line: HD, VA, EN, NF, NS or EX with an opaque
 // token.
 func (rd *reader) reply(line []byte) error {
-	var status Status
-	if len(line) >= 2 && (len(line) == 2 || line[2] == ' ') {
-		switch string(line[:2]) {
-		case "HD":
-			status = HD
-		case "VA":
-			status = VA
-		case "EN":
-			status = EN
-		case "NF":
-			status = NF
-		case "NS":
-			status = NS
-		case "EX":
-			status = EX
-		}
-	}
+	status := lineStatus(line)
 	if status == 0 {
 		return fmt.Errorf("%w: %q", ErrProtocol, line)
 	}
@@ -465,40 +438,10 @@ func (rd *reader) reply(line []byte) error {
 		}
 		size, rest = n, after
 	}
-	opaque := -1
 	rep := Reply{Status: status, TTL: -1}
-	for len(rest) > 0 {
-		var tok []byte
-		tok, rest = nextToken(rest)
-		if len(tok) == 0 {
-			continue
-		}
-		switch tok[0] {
-		case 'O':
-			n, err := strconv.Atoi(string(tok[1:]))
-			if err != nil {
-				return fmt.Errorf("%w: opaque in %q", ErrProtocol, line)
-			}
-			opaque = n
-		case 'c':
-			n, err := strconv.ParseUint(string(tok[1:]), 10, 64)
-			if err != nil {
-				return fmt.Errorf("%w: cas in %q", ErrProtocol, line)
-			}
-			rep.CAS = n
-		case 't':
-			n, err := strconv.ParseInt(string(tok[1:]), 10, 64)
-			if err != nil {
-				return fmt.Errorf("%w: ttl in %q", ErrProtocol, line)
-			}
-			rep.TTL = n
-		case 'W':
-			rep.Won = true
-		case 'X':
-			rep.Stale = true
-		case 'Z':
-			rep.WinSent = true
-		}
+	opaque, err := replyFlags(rest, &rep)
+	if err != nil {
+		return fmt.Errorf("%w: %s in %q", ErrProtocol, err.Error(), line)
 	}
 	if opaque < rd.pos || opaque >= rd.windowEnd || rd.replies[opaque].Status != Pending {
 		return fmt.Errorf("%w: %q does not answer a command awaiting a reply (%d..%d)", ErrProtocol, line, rd.pos, rd.windowEnd-1)
@@ -519,6 +462,71 @@ func (rd *reader) reply(line []byte) error {
 	rd.replies[opaque] = rep
 	rd.pos = opaque + 1
 	return nil
+}
+
+// lineStatus returns the status a reply line starts with; 0 when it
+// starts with none.
+func lineStatus(line []byte) Status {
+	if len(line) < 2 || (len(line) > 2 && line[2] != ' ') {
+		return 0
+	}
+	switch string(line[:2]) {
+	case "HD":
+		return HD
+	case "VA":
+		return VA
+	case "EN":
+		return EN
+	case "NF":
+		return NF
+	case "NS":
+		return NS
+	case "EX":
+		return EX
+	}
+	return 0
+}
+
+// Flag names of the reply flags replyFlags reads, in its errors.
+var (
+	errOpaqueFlag = errors.New("opaque")
+	errCASFlag    = errors.New("cas")
+	errTTLFlag    = errors.New("ttl")
+)
+
+// replyFlags reads the flags of a reply line (after its status and
+// value size) into rep and returns its opaque token; -1 without one. Its
+// error names the flag that is not a number.
+func replyFlags(rest []byte, rep *Reply) (opaque int, err error) {
+	opaque = -1
+	for len(rest) > 0 {
+		var tok []byte
+		tok, rest = nextToken(rest)
+		if len(tok) == 0 {
+			continue
+		}
+		switch tok[0] {
+		case 'O':
+			if opaque, err = strconv.Atoi(string(tok[1:])); err != nil {
+				return -1, errOpaqueFlag
+			}
+		case 'c':
+			if rep.CAS, err = strconv.ParseUint(string(tok[1:]), 10, 64); err != nil {
+				return -1, errCASFlag
+			}
+		case 't':
+			if rep.TTL, err = strconv.ParseInt(string(tok[1:]), 10, 64); err != nil {
+				return -1, errTTLFlag
+			}
+		case 'W':
+			rep.Won = true
+		case 'X':
+			rep.Stale = true
+		case 'Z':
+			rep.WinSent = true
+		}
+	}
+	return opaque, nil
 }
 
 // readValue reads a data block of size bytes and its CRLF. Memory

@@ -252,13 +252,13 @@ func metaTestConn(t testing.TB, addr string) *Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	return &Conn{nc: nc, r: bufio.NewReaderSize(nc, readBuffer)}
+	return &Conn{nc: nc, r: bufio.NewReaderSize(nc, readBuffer), timeout: 2 * time.Second}
 }
 
 func metaExchange(t testing.TB, c *Conn, cmds ...Cmd) []Reply {
 	t.Helper()
 	replies := make([]Reply, len(cmds))
-	if _, err := c.Exchange(context.Background(), cmds, replies, 2*time.Second); err != nil {
+	if _, err := c.Exchange(context.Background(), cmds, replies); err != nil {
 		t.Fatalf("exchange: %v", err)
 	}
 	return replies

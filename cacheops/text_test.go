@@ -45,14 +45,14 @@ func newWTEnv(t testing.TB) *wtEnv {
 
 func (e *wtEnv) key(name string) string { return e.prefix + name }
 
-func (e *wtEnv) writer(loader SetLoader, cfg WriterConfig) *Writer {
+func (e *wtEnv) writer(loader SetLoader, cfg Config) *Applier {
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return wtClock }
 	}
 	if cfg.CompactSample == 0 {
 		cfg.CompactSample = -1 // tests that want sampled compaction say so
 	}
-	return NewWriter(e.mc, loader, cfg, nil)
+	return NewTextApplier(e.mc, loader, nil, cfg, nil)
 }
 
 func (e *wtEnv) set(t testing.TB, key, value string, ttl int32) {
@@ -147,7 +147,7 @@ func (e *wtEnv) itemSizeMax(t testing.TB) int {
 }
 
 // apply applies ops and fails the test on a short result slice.
-func apply(t testing.TB, w *Writer, ops ...rules.Op) ([]Result, error) {
+func apply(t testing.TB, w *Applier, ops ...rules.Op) ([]Result, error) {
 	t.Helper()
 	results := make([]Result, len(ops))
 	err := w.Apply(context.Background(), ops, results)
@@ -155,13 +155,13 @@ func apply(t testing.TB, w *Writer, ops ...rules.Op) ([]Result, error) {
 }
 
 // applyResult applies one op; safe to call from any goroutine.
-func applyResult(w *Writer, op rules.Op) Result {
+func applyResult(w *Applier, op rules.Op) Result {
 	results := make([]Result, 1)
 	w.Apply(context.Background(), []rules.Op{op}, results)
 	return results[0]
 }
 
-func applyOne(t testing.TB, w *Writer, op rules.Op) Result {
+func applyOne(t testing.TB, w *Applier, op rules.Op) Result {
 	t.Helper()
 	results, err := apply(t, w, op)
 	if (err != nil) != (results[0].Err != nil) {
@@ -198,21 +198,21 @@ func setAppendOp(rule *rules.Rule, key, tokens string) rules.Op {
 
 func TestWriterBumpExisting(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	key := e.key("ns:1")
 	e.set(t, key, "100", 0)
 	wantOutcome(t, applyOne(t, w, bumpOp(key)), OutcomeIncr)
 	if v, _ := e.value(t, key); v != "101" {
 		t.Fatalf("value = %q, want 101", v)
 	}
-	if got := w.Stats().Calls; got != 1 {
+	if got := w.Stats().Commands; got != 1 {
 		t.Errorf("calls = %d, want 1", got)
 	}
 }
 
 func TestWriterBumpMissing(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	key := e.key("ns:2")
 	wantOutcome(t, applyOne(t, w, bumpOp(key)), OutcomeAdded)
 	if v, _ := e.value(t, key); v != strconv.FormatUint(itemformat.NamespaceStart(wtClock), 10) {
@@ -221,7 +221,7 @@ func TestWriterBumpMissing(t *testing.T) {
 	if ttl := e.ttl(t, key); ttl < 3590 || ttl > 3600 {
 		t.Errorf("ttl = %d, want the rule's 3600", ttl)
 	}
-	if got := w.Stats().Calls; got != 2 {
+	if got := w.Stats().Commands; got != 2 {
 		t.Errorf("calls = %d, want 2 (incr, add)", got)
 	}
 
@@ -239,7 +239,7 @@ func TestWriterBumpMissing(t *testing.T) {
 // the clock's start version plus every bump but the creating one.
 func TestWriterBumpConcurrentMissing(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	key := e.key("ns:hot")
 	const goroutines, bumps = 16, 40
 	var added, incrs atomic.Int64
@@ -274,7 +274,7 @@ func TestWriterBumpConcurrentMissing(t *testing.T) {
 
 func TestWriterBumpNonNumeric(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	key := e.key("ns:junk")
 	e.set(t, key, "not a number", 0)
 	wantOutcome(t, applyOne(t, w, bumpOp(key)), OutcomeDeleted)
@@ -285,7 +285,7 @@ func TestWriterBumpNonNumeric(t *testing.T) {
 
 func TestWriterSetAppend(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	k1, k2, k3 := e.key("set:1"), e.key("set:2"), e.key("set:3")
 	e.set(t, k1, "+a ", 0)
 	e.set(t, k2, "+x ", 0)
@@ -310,7 +310,7 @@ func TestWriterSetAppend(t *testing.T) {
 			t.Errorf("%s = %q, want %q", key, v, want)
 		}
 	}
-	if got := w.Stats().Calls; got != 3 {
+	if got := w.Stats().Commands; got != 3 {
 		t.Errorf("calls = %d, want one append per op", got)
 	}
 }
@@ -320,11 +320,11 @@ func TestWriterSetMissingWithoutLoad(t *testing.T) {
 	withQuery := &rules.Rule{Name: "loaded", Query: "SELECT 1"}
 	for _, tc := range []struct {
 		name string
-		w    *Writer
+		w    *Applier
 		rule *rules.Rule
 	}{
-		{"rule without load", e.writer(loaderFunc(failIfCalled(t)), WriterConfig{}), wtSetRule},
-		{"writer without loader", e.writer(nil, WriterConfig{}), withQuery},
+		{"rule without load", e.writer(loaderFunc(failIfCalled(t)), Config{}), wtSetRule},
+		{"writer without loader", e.writer(nil, Config{}), withQuery},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := e.key("set:missing:" + rules.Escape(tc.name))
@@ -405,7 +405,7 @@ var user42 = []rules.Value{{Kind: rules.KindInt, Text: "42"}}
 func TestWriterSetLoad(t *testing.T) {
 	e := newWTEnv(t)
 	db, rule := interestsDB(t)
-	w := e.writer(&sqlLoader{db: db}, WriterConfig{})
+	w := e.writer(&sqlLoader{db: db}, Config{})
 	key := e.key("interests:42")
 	// The removal of "gone" is already reflected in MySQL: the loaded set
 	// is stored as it is, without the op's tokens.
@@ -419,7 +419,7 @@ func TestWriterSetLoad(t *testing.T) {
 	if ttl := e.ttl(t, key); ttl < 5390 || ttl > 5400 {
 		t.Errorf("ttl = %d, want the rule's 5400", ttl)
 	}
-	if s := w.Stats(); s.Loads != 1 || s.Calls != 3 {
+	if s := w.Stats(); s.Loads != 1 || s.Commands != 3 {
 		t.Errorf("stats = %+v, want 1 load and 3 calls (append, gets, add)", s)
 	}
 	// Once present, the set is appended to.
@@ -432,7 +432,7 @@ func TestWriterSetLoad(t *testing.T) {
 func TestWriterSetLoadEmpty(t *testing.T) {
 	e := newWTEnv(t)
 	db, rule := interestsDB(t)
-	w := e.writer(&sqlLoader{db: db}, WriterConfig{})
+	w := e.writer(&sqlLoader{db: db}, Config{})
 	key := e.key("interests:44")
 	op := setRemoveOp(rule, key, "3")
 	op.Args = []rules.Value{{Kind: rules.KindInt, Text: "44"}}
@@ -450,7 +450,7 @@ func TestWriterSetLoadLosesAddRace(t *testing.T) {
 	db, rule := interestsDB(t)
 	key := e.key("interests:42")
 	loader := &sqlLoader{db: db, before: func(context.Context) { e.set(t, key, "+7 +old ", 0) }}
-	w := e.writer(loader, WriterConfig{})
+	w := e.writer(loader, Config{})
 	op := setAppendOp(rule, key, "-old +new ")
 	op.Args = user42
 	wantOutcome(t, applyOne(t, w, op), OutcomeAppended)
@@ -491,7 +491,7 @@ func TestWriterSetLoadFails(t *testing.T) {
 				loadErr = err
 				return m, err
 			})
-			w := e.writer(loader, WriterConfig{})
+			w := e.writer(loader, Config{})
 			op := setAddOp(tc.rule, key, "7")
 			op.Args = user42
 			wantOutcome(t, applyOne(t, w, op), OutcomeDeleted)
@@ -515,7 +515,7 @@ func TestWriterSetLoadCanceled(t *testing.T) {
 	db, rule := interestsDB(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := e.writer(&sqlLoader{db: db, before: func(context.Context) { cancel() }}, WriterConfig{})
+	w := e.writer(&sqlLoader{db: db, before: func(context.Context) { cancel() }}, Config{})
 	key := e.key("interests:42")
 	op := setAddOp(rule, key, "7")
 	op.Args = user42
@@ -551,7 +551,7 @@ func bigSet(size int, dirty bool) string {
 func TestWriterSetTooLargeCompacts(t *testing.T) {
 	e := newWTEnv(t)
 	max := e.itemSizeMax(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	key := e.key("set:big:dirty")
 	e.set(t, key, bigSet(max-8192, true), 0)
 	tokens := strings.Repeat("+more -more ", 1500) + "+added "
@@ -560,7 +560,7 @@ func TestWriterSetTooLargeCompacts(t *testing.T) {
 	if v != "+keep +keep2 "+tokens {
 		t.Fatalf("set after compaction is %d bytes, starts %q", len(v), v[:min(len(v), 60)])
 	}
-	if s := w.Stats(); s.Compactions != 1 || s.Calls != 4 {
+	if s := w.Stats(); s.Compactions != 1 || s.Commands != 4 {
 		t.Errorf("stats = %+v, want 1 compaction in 4 calls (append, gets, cas, append)", s)
 	}
 }
@@ -569,7 +569,7 @@ func TestWriterSetTooLargeCompacts(t *testing.T) {
 func TestWriterSetTooLargeDeletes(t *testing.T) {
 	e := newWTEnv(t)
 	max := e.itemSizeMax(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	key := e.key("set:big:clean")
 	e.set(t, key, bigSet(max-8192, false), 0)
 	tokens := strings.Repeat("+more ", 3000)
@@ -587,7 +587,7 @@ func TestWriterSetTooLargeDeletes(t *testing.T) {
 func TestWriterSetTokensTooLarge(t *testing.T) {
 	e := newWTEnv(t)
 	max := e.itemSizeMax(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	tokens := strings.Repeat("+0123456789 ", max/12+10)
 
 	key := e.key("set:small")
@@ -606,7 +606,7 @@ func TestWriterSetTokensTooLarge(t *testing.T) {
 
 func TestWriterSampledCompaction(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{CompactSample: 1, CompactRatio: 0.5})
+	w := e.writer(nil, Config{CompactSample: 1, CompactRatio: 0.5})
 	dirty, atRatio := e.key("set:dirty"), e.key("set:at-ratio")
 	e.set(t, dirty, "+a -a +b -b +c ", 0)
 	e.set(t, atRatio, "+a +b -a ", 0)
@@ -639,7 +639,7 @@ func TestWriterSampledCompaction(t *testing.T) {
 // cas of a compaction keeps the newer append.
 func TestWriterCompactionLosesCAS(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	key := e.key("set:cas")
 	e.set(t, key, "+a -a +b ", 0)
 	it, err := w.gets(key)
@@ -677,7 +677,7 @@ func TestWriterCompactionLosesCAS(t *testing.T) {
 // no token may be lost.
 func TestWriterCompactionRace(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	key := e.key("set:race")
 	e.set(t, key, "", 0)
 	const goroutines, members = 4, 150
@@ -760,7 +760,7 @@ func TestWriterCompactionRace(t *testing.T) {
 // even though keys run concurrently.
 func TestWriterSameKeyInOrder(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{MaxConcurrency: 8})
+	w := e.writer(nil, Config{MaxConcurrency: 8})
 	const keys = 40
 	var ops []rules.Op
 	for round := range 3 {
@@ -792,7 +792,7 @@ func TestWriterSameKeyInOrder(t *testing.T) {
 
 func TestWriterRejectsInvalidOps(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	canary := e.key("canary")
 	e.set(t, canary, "alive", 0)
 	good := e.key("good")
@@ -808,8 +808,6 @@ func TestWriterRejectsInvalidOps(t *testing.T) {
 		{"empty key", bumpOp(""), ErrInvalidKey},
 		{"251 bytes", bumpOp(e.key(strings.Repeat("k", 251-len(e.prefix)))), ErrInvalidKey},
 		{"no rule", rules.Op{Kind: rules.OpBump, Key: good}, ErrInvalidOp},
-		{"count op", rules.Op{Kind: rules.OpCount, Rule: wtBumpRule, Key: good, Delta: 1}, ErrInvalidOp},
-		{"recount op", rules.Op{Kind: rules.OpRecount, Rule: wtBumpRule, Key: good}, ErrInvalidOp},
 		{"zero kind", rules.Op{Rule: wtBumpRule, Key: good}, ErrInvalidOp},
 		{"unescaped member", rules.Op{Kind: rules.OpSetAdd, Rule: wtSetRule, Key: good, Member: "a b"}, ErrInvalidOp},
 		{"empty tokens", setAppendOp(wtSetRule, good, ""), ErrInvalidOp},
@@ -832,7 +830,7 @@ func TestWriterRejectsInvalidOps(t *testing.T) {
 			t.Errorf("%s: %v (%v), want failed with %v", tc.name, r.Outcome, r.Err, tc.want)
 		}
 	}
-	if calls := w.Stats().Calls; calls != 0 {
+	if calls := w.Stats().Commands; calls != 0 {
 		t.Errorf("%d memcached calls made for invalid ops", calls)
 	}
 	if v, _ := e.value(t, canary); v != "alive" {
@@ -845,7 +843,7 @@ func TestWriterRejectsInvalidOps(t *testing.T) {
 
 func TestWriterMemcachedDown(t *testing.T) {
 	mc := memcache.New(closedPort(t))
-	w := NewWriter(mc, nil, WriterConfig{}, nil)
+	w := NewTextApplier(mc, nil, nil, Config{}, nil)
 	ops := []rules.Op{bumpOp("ns:1"), setAddOp(wtSetRule, "set:1", "m")}
 	results := make([]Result, len(ops))
 	err := w.Apply(context.Background(), ops, results)
@@ -864,7 +862,7 @@ func TestWriterMemcachedDown(t *testing.T) {
 
 func TestWriterApplyCanceled(t *testing.T) {
 	e := newWTEnv(t)
-	w := e.writer(nil, WriterConfig{})
+	w := e.writer(nil, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	key := e.key("ns:canceled")
@@ -873,15 +871,15 @@ func TestWriterApplyCanceled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || results[0].Outcome != OutcomeFailed {
 		t.Fatalf("Apply = %v, %+v", err, results[0])
 	}
-	if _, ok := e.value(t, key); ok || w.Stats().Calls != 0 {
+	if _, ok := e.value(t, key); ok || w.Stats().Commands != 0 {
 		t.Fatal("canceled Apply sent requests")
 	}
 }
 
 func TestWriterApplyShortResults(t *testing.T) {
-	w := NewWriter(memcache.New(closedPort(t)), nil, WriterConfig{}, nil)
+	w := NewTextApplier(memcache.New(closedPort(t)), nil, nil, Config{}, nil)
 	err := w.Apply(context.Background(), []rules.Op{bumpOp("a"), bumpOp("b")}, make([]Result, 1))
-	if !errors.Is(err, ErrInvalidOp) || w.Stats().Calls != 0 {
+	if !errors.Is(err, ErrInvalidOp) || w.Stats().Commands != 0 {
 		t.Fatalf("Apply = %v", err)
 	}
 	if err := w.Apply(context.Background(), nil, nil); err != nil {
@@ -890,7 +888,7 @@ func TestWriterApplyShortResults(t *testing.T) {
 }
 
 func TestWriterExpiration(t *testing.T) {
-	w := NewWriter(memcache.New(), nil, WriterConfig{Now: func() time.Time { return wtClock }}, nil)
+	w := NewTextApplier(memcache.New(), nil, nil, Config{Now: func() time.Time { return wtClock }}, nil)
 	now := wtClock.Unix()
 	tests := []struct {
 		ttl  time.Duration
@@ -957,7 +955,7 @@ func TestBigSetHelper(t *testing.T) {
 func TestWriterSetRebuild(t *testing.T) {
 	e := newWTEnv(t)
 	db, rule := interestsDB(t)
-	w := e.writer(&sqlLoader{db: db}, WriterConfig{})
+	w := e.writer(&sqlLoader{db: db}, Config{})
 	key := e.key("interests:42")
 	e.set(t, key, "+7 +resurrected -100%25 ", 0)
 	op := rules.Op{Kind: rules.OpSetRebuild, Rule: rule, Key: key, Args: user42}
@@ -985,7 +983,7 @@ func TestWriterSetRebuild(t *testing.T) {
 	// A daemon loads the set between the rebuild's delete and its add.
 	e.set(t, key, "+resurrected ", 0)
 	racing := &sqlLoader{db: db, before: func(context.Context) { e.set(t, key, "+7 +daemon ", 0) }}
-	wantOutcome(t, applyOne(t, e.writer(racing, WriterConfig{}), op), OutcomeLoaded)
+	wantOutcome(t, applyOne(t, e.writer(racing, Config{}), op), OutcomeLoaded)
 	if v, _ := e.value(t, key); v != "+7 +daemon " {
 		t.Fatalf("set = %q, want the set created after the delete", v)
 	}
@@ -1015,7 +1013,7 @@ func TestWriterSetLoadUnderGeneration(t *testing.T) {
 		if bump != nil {
 			bump(ctx)
 		}
-	}}, WriterConfig{})
+	}}, Config{})
 	key := e.key("interests:42")
 	op := setAppendOp(rule, key, "+7 ")
 	op.Args = user42

@@ -47,7 +47,7 @@ func BenchmarkApply(b *testing.B) {
 			mc.MaxIdleConns = concurrency
 			mc.Timeout = 2 * time.Second
 			defer mc.Close()
-			w := NewWriter(mc, nil, WriterConfig{MaxConcurrency: concurrency}, nil)
+			w := NewTextApplier(mc, nil, nil, Config{MaxConcurrency: concurrency}, nil)
 			prefix := "cwbench:" + testsvc.Unique() + ":"
 			// Create the sets and namespaces first: the benchmark measures
 			// the steady state, not the first fill.
@@ -64,7 +64,7 @@ func BenchmarkApply(b *testing.B) {
 			if err := w.Apply(context.Background(), batches[0], results); err != nil {
 				b.Fatal(err)
 			}
-			calls := w.Stats().Calls
+			calls := w.Stats().Commands
 			rounds := 0
 			start := time.Now()
 			for b.Loop() {
@@ -75,7 +75,7 @@ func BenchmarkApply(b *testing.B) {
 			}
 			elapsed := time.Since(start)
 			b.ReportMetric(float64(rounds*batch)/elapsed.Seconds(), "ops/s")
-			b.ReportMetric(float64(w.Stats().Calls-calls)/float64(rounds), "calls/batch")
+			b.ReportMetric(float64(w.Stats().Commands-calls)/float64(rounds), "calls/batch")
 		})
 	}
 }

@@ -11,11 +11,11 @@ import (
 	"github.com/cachewarden/cachewarden/rules"
 )
 
-// The Writer's single requests, for tests that act between its steps:
+// The text Applier's single requests, for tests that act between its steps:
 // they drive the Applier's own steps over the text transport.
 
 // gets reads key as the Applier's inspect step does.
-func (w *Writer) gets(key string) (*memcache.Item, error) {
+func (w *Applier) gets(key string) (*memcache.Item, error) {
 	var rep metaproto.Reply
 	w.tr.(*textTransport).do(context.Background(), &metaproto.Cmd{Verb: metaproto.VerbGet, Key: key}, &rep)
 	switch rep.Status {
@@ -31,7 +31,7 @@ func (w *Writer) gets(key string) (*memcache.Item, error) {
 // dropped tokens make up at least ratio of them (0: whenever it shrinks),
 // with the Applier's compaction step: compacted is false when the set was
 // clean or changed since the gets.
-func (w *Writer) compactItem(op *rules.Op, it *memcache.Item, ratio float64) (compacted bool, err error) {
+func (w *Applier) compactItem(op *rules.Op, it *memcache.Item, ratio float64) (compacted bool, err error) {
 	data, ok := compaction(it.Value, ratio)
 	if !ok {
 		return false, nil
@@ -44,7 +44,7 @@ func (w *Writer) compactItem(op *rules.Op, it *memcache.Item, ratio float64) (co
 	return p.outcome == OutcomeCompacted, nil
 }
 
-// expiration is the exptime the Writer stores for ttl.
-func (w *Writer) expiration(ttl time.Duration) int32 {
+// expiration is the exptime the Applier stores for ttl.
+func (w *Applier) expiration(ttl time.Duration) int32 {
 	return itemformat.Expiration(ttl, w.cfg.Now())
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
+	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
@@ -57,9 +58,9 @@ func newPLEnv(t testing.TB, addrs ...string) *plEnv {
 
 func (e *plEnv) key(name string) string { return e.prefix + name }
 
-// writer returns a PipelineWriter over e's servers with the test clock and
+// writer returns a meta Applier over e's servers with the test clock and
 // sampled compaction off unless cfg says otherwise.
-func (e *plEnv) writer(t testing.TB, loader SetLoader, rc Recounter, cfg PipelineConfig) *PipelineWriter {
+func (e *plEnv) writer(t testing.TB, loader SetLoader, rc Recounter, cfg Config) *Applier {
 	t.Helper()
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return plClock }
@@ -67,7 +68,7 @@ func (e *plEnv) writer(t testing.TB, loader SetLoader, rc Recounter, cfg Pipelin
 	if cfg.CompactSample == 0 {
 		cfg.CompactSample = -1
 	}
-	w := NewPipelineWriter(e.servers, loader, rc, cfg, nil)
+	w := NewMetaApplier(e.servers, loader, rc, cfg, nil)
 	t.Cleanup(func() { w.Close() })
 	return w
 }
@@ -149,7 +150,7 @@ func plItemSizeMax(t testing.TB, addr string) int {
 	return 0
 }
 
-func plApply(t testing.TB, w *PipelineWriter, ops ...rules.Op) ([]Result, error) {
+func plApply(t testing.TB, w *Applier, ops ...rules.Op) ([]Result, error) {
 	t.Helper()
 	results := make([]Result, len(ops))
 	err := w.Apply(context.Background(), ops, results)
@@ -168,7 +169,7 @@ func plApply(t testing.TB, w *PipelineWriter, ops ...rules.Op) ([]Result, error)
 	return results, err
 }
 
-func plApplyOne(t testing.TB, w *PipelineWriter, op rules.Op) Result {
+func plApplyOne(t testing.TB, w *Applier, op rules.Op) Result {
 	t.Helper()
 	results, _ := plApply(t, w, op)
 	return results[0]
@@ -299,7 +300,7 @@ func (n plNoSQL) Count(context.Context, string, []rules.Value) (int64, error) {
 
 func TestPipelineBump(t *testing.T) {
 	e := newPLEnv(t)
-	w := e.writer(t, nil, nil, PipelineConfig{})
+	w := e.writer(t, nil, nil, Config{})
 	existing, missing, junk := e.key("ns:1"), e.key("ns:2"), e.key("ns:junk")
 	forever := e.key("ns:forever")
 	e.set(t, existing, "100")
@@ -337,7 +338,7 @@ func TestPipelineBump(t *testing.T) {
 // goroutines: exactly one bump creates it, every other one increments.
 func TestPipelineBumpConcurrentMissing(t *testing.T) {
 	e := newPLEnv(t)
-	w := e.writer(t, nil, nil, PipelineConfig{ConnsPerServer: 4})
+	w := e.writer(t, nil, nil, Config{Meta: metaproto.PoolConfig{ConnsPerServer: 4}})
 	key := e.key("ns:hot")
 	const goroutines, bumps = 8, 25
 	var added, incrs atomic.Int64
@@ -370,7 +371,7 @@ func TestPipelineBumpConcurrentMissing(t *testing.T) {
 
 func TestPipelineSetAppend(t *testing.T) {
 	e := newPLEnv(t)
-	w := e.writer(t, plNoSQL{t}, nil, PipelineConfig{})
+	w := e.writer(t, plNoSQL{t}, nil, Config{})
 	k1, k2, k3 := e.key("set:1"), e.key("set:2"), e.key("set:3")
 	e.set(t, k1, "+a ")
 	e.set(t, k2, "+x ")
@@ -398,9 +399,9 @@ func TestPipelineSetMissing(t *testing.T) {
 	e := newPLEnv(t)
 	t.Run("without load", func(t *testing.T) {
 		withQuery := &rules.Rule{Name: "loaded", Query: "SELECT 1"}
-		for name, w := range map[string]*PipelineWriter{
-			"rule without load":     e.writer(t, plNoSQL{t}, nil, PipelineConfig{}),
-			"writer without loader": e.writer(t, nil, nil, PipelineConfig{}),
+		for name, w := range map[string]*Applier{
+			"rule without load":     e.writer(t, plNoSQL{t}, nil, Config{}),
+			"writer without loader": e.writer(t, nil, nil, Config{}),
 		} {
 			rule := plSetRule
 			if name == "writer without loader" {
@@ -415,7 +416,7 @@ func TestPipelineSetMissing(t *testing.T) {
 	d := newPLDB(t)
 	t.Run("load", func(t *testing.T) {
 		loader := &plSQL{db: d.db}
-		w := e.writer(t, loader, nil, PipelineConfig{})
+		w := e.writer(t, loader, nil, Config{})
 		key := e.key("interests:42")
 		op := plAdd(d.setRule, key, "rock climbing")
 		op.Args = []rules.Value{plInt(42)}
@@ -433,7 +434,7 @@ func TestPipelineSetMissing(t *testing.T) {
 	t.Run("load loses the add race", func(t *testing.T) {
 		key := e.key("interests:43")
 		loader := &plSQL{db: d.db, before: func(context.Context) { e.set(t, key, "+9 +old ") }}
-		w := e.writer(t, loader, nil, PipelineConfig{})
+		w := e.writer(t, loader, nil, Config{})
 		op := plAppend(d.setRule, key, "-old +new ")
 		op.Args = []rules.Value{plInt(43)}
 		plWant(t, plApplyOne(t, w, op), OutcomeAppended)
@@ -443,7 +444,7 @@ func TestPipelineSetMissing(t *testing.T) {
 	t.Run("load fails", func(t *testing.T) {
 		key := e.key("interests:44")
 		loader := &plSQL{db: d.db, before: func(context.Context) { e.set(t, key, "+created-meanwhile ") }}
-		w := e.writer(t, loader, nil, PipelineConfig{})
+		w := e.writer(t, loader, nil, Config{})
 		op := plAdd(d.badSetRule, key, "x")
 		op.Args = []rules.Value{plInt(44)}
 		plWant(t, plApplyOne(t, w, op), OutcomeDeleted)
@@ -457,7 +458,7 @@ func TestPipelineSetMissing(t *testing.T) {
 		key := e.key("interests:45")
 		ctx, cancel := context.WithCancel(context.Background())
 		loader := &plSQL{db: d.db, before: func(context.Context) { cancel() }}
-		w := e.writer(t, loader, nil, PipelineConfig{})
+		w := e.writer(t, loader, nil, Config{})
 		op := plAdd(d.setRule, key, "x")
 		op.Args = []rules.Value{plInt(45)}
 		results := make([]Result, 1)
@@ -486,7 +487,7 @@ func plBigSet(size int, dirty bool) string {
 func TestPipelineSetTooLarge(t *testing.T) {
 	e := newPLEnv(t)
 	limit := plItemSizeMax(t, e.addr)
-	w := e.writer(t, nil, nil, PipelineConfig{})
+	w := e.writer(t, nil, nil, Config{})
 
 	// A dirty set that cannot grow is compacted, and the append succeeds.
 	dirty := e.key("set:big:dirty")
@@ -522,7 +523,7 @@ func TestPipelineSetTooLarge(t *testing.T) {
 
 func TestPipelineSampledCompaction(t *testing.T) {
 	e := newPLEnv(t)
-	w := e.writer(t, nil, nil, PipelineConfig{WriterConfig: WriterConfig{CompactSample: 1, CompactRatio: 0.5}})
+	w := e.writer(t, nil, nil, Config{CompactSample: 1, CompactRatio: 0.5})
 	dirty, clean := e.key("set:dirty"), e.key("set:clean")
 	e.set(t, dirty, "+a -a +b -b +c ")
 	e.set(t, clean, "+a +b ")
@@ -543,7 +544,7 @@ func TestPipelineCounters(t *testing.T) {
 	e := newPLEnv(t)
 	d := newPLDB(t)
 	rc := &plSQL{db: d.db}
-	w := e.writer(t, nil, rc, PipelineConfig{})
+	w := e.writer(t, nil, rc, Config{})
 	post9, post10 := []rules.Value{plInt(9)}, []rules.Value{plInt(10)}
 
 	incr, decr, toZero := e.key("c:incr"), e.key("c:decr"), e.key("c:zero")
@@ -600,7 +601,7 @@ func TestPipelineCounters(t *testing.T) {
 	t.Run("add loses a race", func(t *testing.T) {
 		key := e.key("c:race")
 		rc := &plSQL{db: d.db, before: func(context.Context) { e.set(t, key, "40") }}
-		w := e.writer(t, nil, rc, PipelineConfig{})
+		w := e.writer(t, nil, rc, Config{})
 		plWant(t, plApplyOne(t, w, plCount(d.countRule, key, 2, post9...)), OutcomeIncr)
 		e.wantValue(t, key, "42")
 		key2 := e.key("c:race-decr")
@@ -612,7 +613,7 @@ func TestPipelineCounters(t *testing.T) {
 	t.Run("decrement to zero, recount fails", func(t *testing.T) {
 		key := e.key("c:zero-bad")
 		e.set(t, key, "1")
-		w := e.writer(t, nil, rc, PipelineConfig{})
+		w := e.writer(t, nil, rc, Config{})
 		plWant(t, plApplyOne(t, w, plCount(d.badRule, key, -1, post9...)), OutcomeDeleted)
 		e.wantMissing(t, key)
 	})
@@ -622,7 +623,7 @@ func TestPipelineCounters(t *testing.T) {
 // order, each complete (miss path included) before the next.
 func TestPipelineSameKeyInOrder(t *testing.T) {
 	e := newPLEnv(t)
-	w := e.writer(t, nil, nil, PipelineConfig{})
+	w := e.writer(t, nil, nil, Config{})
 	set, ns, other := e.key("set:order"), e.key("ns:order"), e.key("set:other")
 	e.set(t, set, "+x ")
 	e.set(t, other, "+o ")
@@ -649,7 +650,7 @@ func TestPipelineSameKeyInOrder(t *testing.T) {
 
 func TestPipelineRejectsInvalidOps(t *testing.T) {
 	e := newPLEnv(t)
-	w := e.writer(t, nil, nil, PipelineConfig{})
+	w := e.writer(t, nil, nil, Config{})
 	ops := []rules.Op{
 		{Kind: rules.OpBump, Key: e.key("no-rule")},
 		plBump(e.key("has space")),
@@ -685,7 +686,7 @@ func TestPipelineRejectsInvalidOps(t *testing.T) {
 func TestPipelineRoutingMatchesGomemcache(t *testing.T) {
 	addrs := []string{testsvc.Memcached(t), testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{}).Addr, testsvc.PrivateMemcached(t, testsvc.MemcachedOptions{}).Addr}
 	e := newPLEnv(t, addrs...)
-	w := e.writer(t, nil, nil, PipelineConfig{MinCommandsPerConn: 16})
+	w := e.writer(t, nil, nil, Config{MinCommandsPerConn: 16})
 	var ops []rules.Op
 	var bumps, sets []string
 	for i := range 300 {
@@ -896,7 +897,7 @@ func TestPipelineConnectionKilled(t *testing.T) {
 	pe := *e
 	pe.servers = new(memcache.ServerList)
 	pe.servers.SetServers(proxy.addr)
-	w := pe.writer(t, nil, nil, PipelineConfig{ConnsPerServer: 1})
+	w := pe.writer(t, nil, nil, Config{Meta: metaproto.PoolConfig{ConnsPerServer: 1}})
 	ops := plMixedBatch(t, e, 600)
 	proxy.cut.Store(6000) // the batch is about 20k bytes
 	results := make([]Result, len(ops))
@@ -936,7 +937,7 @@ func TestPipelineStalledServer(t *testing.T) {
 	pe := *e
 	pe.servers = new(memcache.ServerList)
 	pe.servers.SetServers(proxy.addr)
-	w := pe.writer(t, nil, nil, PipelineConfig{Timeout: 200 * time.Millisecond})
+	w := pe.writer(t, nil, nil, Config{Meta: metaproto.PoolConfig{Timeout: 200 * time.Millisecond}})
 	ops := plMixedBatch(t, e, 30)
 	results := make([]Result, len(ops))
 	err := w.Apply(context.Background(), ops, results)
@@ -957,7 +958,7 @@ func TestPipelineMemcachedDown(t *testing.T) {
 	ln.Close()
 	var sl memcache.ServerList
 	sl.SetServers(addr)
-	w := NewPipelineWriter(&sl, nil, nil, PipelineConfig{}, nil)
+	w := NewMetaApplier(&sl, nil, nil, Config{}, nil)
 	defer w.Close()
 	ops := []rules.Op{plBump("ns:1"), plAdd(plSetRule, "set:1", "m"), plCount(plCountRule, "c:1", 1)}
 	results := make([]Result, len(ops))
@@ -978,7 +979,7 @@ func TestPipelineMemcachedDown(t *testing.T) {
 
 func TestPipelineApplyCanceled(t *testing.T) {
 	e := newPLEnv(t)
-	w := e.writer(t, nil, nil, PipelineConfig{})
+	w := e.writer(t, nil, nil, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	key := e.key("ns:canceled")
@@ -993,8 +994,8 @@ func TestPipelineApplyCanceled(t *testing.T) {
 	}
 }
 
-// TestPipelineMatchesWriter applies the same ops through Writer and
-// PipelineWriter, on items in the same states, and compares outcomes and
+// TestPipelineMatchesWriter applies the same ops through the text and
+// the meta Applier, on items in the same states, and compares outcomes and
 // the items left behind.
 func TestPipelineMatchesWriter(t *testing.T) {
 	d := newPLDB(t)
@@ -1033,13 +1034,13 @@ func TestPipelineMatchesWriter(t *testing.T) {
 	}
 	loader := &plSQL{db: d.db}
 	wantResults, wantItems := run(func(e *plEnv, ops []rules.Op) []Result {
-		w := NewWriter(e.mc, loader, WriterConfig{CompactSample: -1, Now: func() time.Time { return plClock }}, nil)
+		w := NewTextApplier(e.mc, loader, nil, Config{CompactSample: -1, Now: func() time.Time { return plClock }}, nil)
 		results := make([]Result, len(ops))
 		w.Apply(context.Background(), ops, results)
 		return results
 	})
 	gotResults, gotItems := run(func(e *plEnv, ops []rules.Op) []Result {
-		w := e.writer(t, loader, nil, PipelineConfig{})
+		w := e.writer(t, loader, nil, Config{})
 		results := make([]Result, len(ops))
 		w.Apply(context.Background(), ops, results)
 		return results
@@ -1061,7 +1062,7 @@ func TestPipelineMatchesWriter(t *testing.T) {
 // sent again, loud; the numeric one is bumped twice, which is harmless.
 func TestPipelineResendsUnplacedErrors(t *testing.T) {
 	e := newPLEnv(t)
-	w := e.writer(t, nil, nil, PipelineConfig{})
+	w := e.writer(t, nil, nil, Config{})
 	junk1, number, junk2 := e.key("ns:junk1"), e.key("ns:number"), e.key("ns:junk2")
 	e.set(t, junk1, "x")
 	e.set(t, number, "10")
@@ -1087,7 +1088,7 @@ func TestPipelineResendsUnplacedErrors(t *testing.T) {
 // that does not route them) fails with ErrNoMetaProtocol, naming it.
 func TestPipelineProbe(t *testing.T) {
 	e := newPLEnv(t)
-	if err := e.writer(t, nil, nil, PipelineConfig{}).Probe(context.Background()); err != nil {
+	if err := e.writer(t, nil, nil, Config{}).Probe(context.Background()); err != nil {
 		t.Fatalf("real memcached: %v", err)
 	}
 
@@ -1118,7 +1119,7 @@ func TestPipelineProbe(t *testing.T) {
 	if err := list.SetServers(ln.Addr().String()); err != nil {
 		t.Fatal(err)
 	}
-	w := NewPipelineWriter(&list, nil, nil, PipelineConfig{}, nil)
+	w := NewMetaApplier(&list, nil, nil, Config{}, nil)
 	defer w.Close()
 	err = w.Probe(context.Background())
 	if !errors.Is(err, ErrNoMetaProtocol) || !strings.Contains(err.Error(), ln.Addr().String()) || !strings.Contains(err.Error(), "memcached.protocol: text") {
@@ -1131,7 +1132,7 @@ func TestPipelineProbe(t *testing.T) {
 // nothing for a recount op and running no query.
 func TestPipelineRecountElsewhere(t *testing.T) {
 	e := newPLEnv(t)
-	w := e.writer(t, nil, nil, PipelineConfig{RecountElsewhere: true})
+	w := e.writer(t, nil, nil, Config{RecountElsewhere: true})
 	rule := &rules.Rule{Name: "count-q", Kind: rules.CountRule, Query: "SELECT COUNT(*) FROM comments WHERE post_id = ?"}
 	incr, toZero, missing := e.key("e:incr"), e.key("e:zero"), e.key("e:missing")
 	noQuery, junk, recount := e.key("e:noquery"), e.key("e:junk"), e.key("e:recount")

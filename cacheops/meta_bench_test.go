@@ -17,10 +17,10 @@ const pipelineBenchBatch = 2000
 
 // BenchmarkApplyPipeline applies the same batches of 2000 ops (benchBatch:
 // half namespace bumps, the rest set appends, adds and removes on existing
-// sets) through the gomemcache Writer and through PipelineWriter, side by
-// side, and reports ops/s and memcached round trips per batch. The
-// counters case swaps a fifth of the bumps for counter deltas, which only
-// PipelineWriter applies.
+// sets) through the text transport (gomemcache) and the pipelined meta
+// transport, side by side, and reports ops/s and memcached round trips
+// per batch. The counters case, meta only, swaps a fifth of the bumps for
+// counter deltas.
 func BenchmarkApplyPipeline(b *testing.B) {
 	addr := testsvc.Memcached(b)
 	run := func(b *testing.B, apply func(ops []rules.Op, results []Result) error, roundTrips func() uint64, counters bool) {
@@ -74,10 +74,10 @@ func BenchmarkApplyPipeline(b *testing.B) {
 		mc.MaxIdleConns = DefaultMaxConcurrency
 		mc.Timeout = 2 * time.Second
 		defer mc.Close()
-		w := NewWriter(mc, nil, WriterConfig{}, nil)
+		w := NewTextApplier(mc, nil, nil, Config{}, nil)
 		run(b, func(ops []rules.Op, results []Result) error {
 			return w.Apply(context.Background(), ops, results)
-		}, func() uint64 { return w.Stats().Calls }, false)
+		}, func() uint64 { return w.Stats().Commands }, false)
 	})
 	for _, counters := range []bool{false, true} {
 		name := "writer=pipeline"
@@ -89,7 +89,7 @@ func BenchmarkApplyPipeline(b *testing.B) {
 			if err := servers.SetServers(addr); err != nil {
 				b.Fatal(err)
 			}
-			w := NewPipelineWriter(&servers, nil, nil, PipelineConfig{}, nil)
+			w := NewMetaApplier(&servers, nil, nil, Config{}, nil)
 			defer w.Close()
 			run(b, func(ops []rules.Op, results []Result) error {
 				return w.Apply(context.Background(), ops, results)
