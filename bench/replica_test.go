@@ -31,11 +31,12 @@ import (
 // Flags of BenchmarkReplicaReaders (docs/benchmarks.md, "Readers on
 // replicas").
 var (
-	replicaLags     = flag.String("replica.lags", "0,100ms,1s,5s", "replica lags to measure, comma-separated")
+	replicaLags     = flag.String("replica.lags", "0,100ms,1s,5s", "replica lags to measure, comma-separated; empty: none")
 	replicaPhase    = flag.Duration("replica.phase", 15*time.Second, "how long each lag is measured")
 	replicaRate     = flag.Int("replica.rate", 100, "row changes per second on the primary while readers read")
 	replicaReaders  = flag.Int("replica.readers", 32, "readers per mode")
 	replicaE2ERates = flag.String("replica.e2e", "1000,10000", "offered rates (changes/s) of the commit-to-invalidation measurement; empty: none")
+	replicaE2ERows  = flag.Int("replica.e2e.rows", 20, "rows changed per transaction (one UPDATE) in the commit-to-invalidation measurement; each row is its own event and bump")
 )
 
 // replicaBenchRules bump one namespace per post and mode. rebump_after
@@ -176,19 +177,22 @@ func runReplicaBench(b *testing.B) {
 	defer stopPub()
 	e.seed(ctx)
 
-	fmt.Printf("\nReaders on replicas: %d posts, %d changes/s on the primary, %d readers per mode, %v per lag, fenced MaxWait %v (then the primary)\n\n",
-		e.posts, *replicaRate, *replicaReaders, *replicaPhase, replicaMaxWait)
-	fmt.Println("| lag | mode | reads | hit rate | fills | stale values stored / stored | stale reads served | stale for p50 / p99 / max | fills from the primary | fill latency p50 / p99 |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
-	for _, lagText := range strings.Split(*replicaLags, ",") {
-		lag, err := time.ParseDuration(strings.TrimSpace(lagText))
-		if err != nil {
-			b.Fatalf("-replica.lags: %v", err)
+	if *replicaLags != "" {
+		fmt.Printf("\nReaders on replicas: %d posts, %d changes/s on the primary, %d readers per mode, %v per lag, fenced MaxWait %v (then the primary)\n\n",
+			e.posts, *replicaRate, *replicaReaders, *replicaPhase, replicaMaxWait)
+		fmt.Println("| lag | mode | reads | hit rate | fills | stale values stored / stored | stale reads served | stale for p50 / p99 / max | fills from the primary | fill latency p50 / p99 |")
+		fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+		for _, lagText := range strings.Split(*replicaLags, ",") {
+			lag, err := time.ParseDuration(strings.TrimSpace(lagText))
+			if err != nil {
+				b.Fatalf("-replica.lags: %v", err)
+			}
+			e.phase(ctx, lag)
 		}
-		e.phase(ctx, lag)
 	}
 	if *replicaE2ERates != "" {
-		fmt.Println("\n| offered changes/s | achieved | samples | commit to namespace moved p50 | p99 |")
+		fmt.Printf("\nCommit to namespace moved: %d connections, %d rows per transaction\n\n", e2eConns, e2eRowsPerTx())
+		fmt.Println("| offered changes/s | achieved | samples | commit to namespace moved p50 | p99 |")
 		fmt.Println("|---|---|---|---|---|")
 		for _, r := range strings.Split(*replicaE2ERates, ",") {
 			rate, err := strconv.Atoi(strings.TrimSpace(r))
@@ -245,25 +249,59 @@ func (e *rbEnv) change(ctx context.Context, conn *sql.Conn, table string, id int
 	committed := time.Now()
 	v64, _ := res.LastInsertId()
 	v := int(v64)
+	e.queue(ctx, conn, table, committed, rowChange{id, v})
+	return v, committed
+}
+
+// rowChange is a row's id and its v after the change (v - 1 before).
+type rowChange struct{ id, v int }
+
+// changeRows adds one to v of rows (distinct ids, whose new v the caller
+// knows) in one transaction, one UPDATE, and queues one event per row, as
+// change does. It returns the commit time.
+func (e *rbEnv) changeRows(ctx context.Context, conn *sql.Conn, table string, rows []rowChange) time.Time {
+	args := make([]any, len(rows))
+	for i, r := range rows {
+		args[i] = r.id
+	}
+	marks := strings.Repeat(",?", len(rows))[1:]
+	res, err := conn.ExecContext(ctx, "UPDATE "+table+" SET v = v + 1 WHERE id IN ("+marks+")", args...)
+	if err != nil {
+		e.b.Fatal(err)
+	}
+	committed := time.Now()
+	if n, _ := res.RowsAffected(); n != int64(len(rows)) {
+		e.b.Fatalf("UPDATE of %d rows changed %d", len(rows), n)
+	}
+	e.queue(ctx, conn, table, committed, rows...)
+	return committed
+}
+
+// queue reads the GTID of conn's last transaction, which changed rows,
+// and queues one event per row.
+func (e *rbEnv) queue(ctx context.Context, conn *sql.Conn, table string, committed time.Time, rows ...rowChange) {
 	var gtid string
 	if err := conn.QueryRowContext(ctx, "SELECT @@last_gtid").Scan(&gtid); err != nil {
 		e.b.Fatal(err)
 	}
-	row := func(v int) map[string]any { return map[string]any{"id": id, "v": v} }
-	ev, err := json.Marshal(map[string]any{
-		"op": "u", "before": row(v - 1), "after": row(v), "ts_ms": committed.UnixMilli(),
-		"source": map[string]any{"connector": "mysql", "db": e.db, "table": table, "server_id": e.rep.ServerID,
-			"gtid": gtid, "ts_ms": committed.UnixMilli()},
-	})
-	if err != nil {
-		e.b.Fatal(err)
+	msgs := make([]integration.OutMessage, len(rows))
+	for i, r := range rows {
+		row := func(v int) map[string]any { return map[string]any{"id": r.id, "v": v} }
+		ev, err := json.Marshal(map[string]any{
+			"op": "u", "before": row(r.v - 1), "after": row(r.v), "ts_ms": committed.UnixMilli(),
+			"source": map[string]any{"connector": "mysql", "db": e.db, "table": table, "server_id": e.rep.ServerID,
+				"gtid": gtid, "ts_ms": committed.UnixMilli()},
+		})
+		if err != nil {
+			e.b.Fatal(err)
+		}
+		msgs[i] = integration.OutMessage{Topic: e.topic, Key: []byte(table + strconv.Itoa(r.id)), Value: ev}
 	}
 	e.sentMu.Lock()
-	e.unsent = append(e.unsent, integration.OutMessage{Topic: e.topic, Key: []byte(table + strconv.Itoa(id)), Value: ev})
+	e.unsent = append(e.unsent, msgs...)
 	e.sentCond.Signal()
 	e.sentMu.Unlock()
-	e.written.Add(1)
-	return v, committed
+	e.written.Add(int64(len(rows)))
 }
 
 // caughtUp waits until the daemon has applied everything published.
@@ -530,24 +568,45 @@ func (e *rbEnv) reader(ctx context.Context, c *client.Client, mode, tag string, 
 	}
 }
 
-// endToEnd changes rows on the primary at rate (from 16 connections) for
-// 10s and measures, for one change in 20 (a row of its own, changed
-// once), the time from its commit to its namespace moving in memcached.
+// e2eConns is how many connections endToEnd writes on.
+const e2eConns = 16
+
+// e2eRowsPerTx is -replica.e2e.rows, at least 1.
+func e2eRowsPerTx() int { return max(1, *replicaE2ERows) }
+
+// endToEnd changes rows on the primary at rate for 10s, from 16
+// connections, *replicaE2ERows rows per transaction (one UPDATE; each row
+// its own event and its own namespace bump), and measures, for one change
+// in 20 (a row of its own, changed once), the time from its commit to its
+// namespace moving in memcached. The other changes update rows of the
+// same table that each connection owns (no lock waits between
+// connections).
 func (e *rbEnv) endToEnd(ctx context.Context, rate int) {
-	const conns = 16
+	const conns = e2eConns
 	const samples = 20
-	if _, err := e.rep.Primary.Exec("DELETE FROM samples"); err != nil {
+	perTx := e2eRowsPerTx()
+	n := rate * 10
+	var base int
+	if err := e.rep.Primary.QueryRow("SELECT COALESCE(MAX(id), 0) + 1 FROM samples").Scan(&base); err != nil {
 		e.b.Fatal(err)
 	}
-	n := rate * 10
-	ids := make([]int, 0, n/samples+1)
-	for i := 0; i < n; i += samples {
-		res, err := e.rep.Primary.Exec("INSERT INTO samples (v) VALUES (0)")
-		if err != nil {
+	// Rows never changed before (their namespaces do not exist): the
+	// samples, then each connection's perTx rows.
+	ids := make([]int, (n+samples-1)/samples)
+	for i := range ids {
+		ids[i] = base + i
+	}
+	filler := func(conn, j int) int { return base + len(ids) + conn*perTx + j }
+	rows := len(ids) + conns*perTx
+	for at := 0; at < rows; at += 1000 {
+		k := min(1000, rows-at)
+		args := make([]any, k)
+		for i := range args {
+			args[i] = base + at + i
+		}
+		if _, err := e.rep.Primary.Exec("INSERT INTO samples (id, v) VALUES "+strings.Repeat(",(?, 0)", k)[1:], args...); err != nil {
 			e.b.Fatal(err)
 		}
-		id, _ := res.LastInsertId()
-		ids = append(ids, int(id))
 	}
 	e.caughtUp(ctx)
 	var mu sync.Mutex
@@ -555,7 +614,7 @@ func (e *rbEnv) endToEnd(ctx context.Context, rate int) {
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range conns {
+	for w := range conns {
 		wg.Go(func() {
 			conn, err := e.rep.Primary.Conn(ctx)
 			if err != nil {
@@ -563,33 +622,51 @@ func (e *rbEnv) endToEnd(ctx context.Context, rate int) {
 				return
 			}
 			defer conn.Close()
+			fillerV := make([]int, perTx)
+			tx := make([]rowChange, 0, perTx)
+			var sampled []int
 			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
+				first := int(next.Add(int64(perTx))) - perTx
+				if first >= n {
 					return
 				}
-				if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
+				if d := time.Until(start.Add(time.Duration(first) * time.Second / time.Duration(rate))); d > 0 {
 					time.Sleep(d)
 				}
-				if i%samples == 0 {
-					id := ids[i/samples]
-					_, at := e.change(ctx, conn, "samples", id)
-					mu.Lock()
-					committed[id] = at
-					mu.Unlock()
-				} else {
-					e.change(ctx, conn, "posts", 1+rand.IntN(e.posts))
+				// Changes first .. first+perTx-1: a sample for each
+				// multiple of samples, else the filler row at its
+				// place in the transaction.
+				tx, sampled = tx[:0], sampled[:0]
+				for i := first; i < min(first+perTx, n); i++ {
+					if i%samples == 0 {
+						sampled = append(sampled, ids[i/samples])
+						tx = append(tx, rowChange{ids[i/samples], 1})
+						continue
+					}
+					j := i - first
+					fillerV[j]++
+					tx = append(tx, rowChange{filler(w, j), fillerV[j]})
 				}
+				at := e.changeRows(ctx, conn, "samples", tx)
+				mu.Lock()
+				for _, id := range sampled {
+					committed[id] = at
+				}
+				mu.Unlock()
 			}
 		})
 	}
-	// The sampler: polls the samples' namespaces every 2ms.
+	// The sampler: polls the samples' namespaces every 2ms, until every
+	// sample moved or a minute after the writers finished.
 	seen := map[int]time.Duration{}
 	samplerDone := make(chan struct{})
+	var writersDone atomic.Int64 // Unix ns; 0: still writing
 	go func() {
 		defer close(samplerDone)
-		deadline := time.Now().Add(time.Duration(n)*time.Second/time.Duration(rate) + time.Minute)
-		for len(seen) < len(ids) && time.Now().Before(deadline) {
+		for len(seen) < len(ids) {
+			if done := writersDone.Load(); done != 0 && time.Since(time.Unix(0, done)) > time.Minute {
+				break
+			}
 			mu.Lock()
 			var keys []string
 			byKey := map[string]int{}
@@ -618,6 +695,7 @@ func (e *rbEnv) endToEnd(ctx context.Context, rate int) {
 	}()
 	wg.Wait()
 	elapsed := time.Since(start)
+	writersDone.Store(time.Now().UnixNano())
 	<-samplerDone
 	var lat []time.Duration
 	for _, d := range seen {

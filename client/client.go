@@ -62,9 +62,11 @@ type Config struct {
 	// counter is an error matching ErrMissing (unless Replica is set).
 	DB Querier
 	// Replica, when set, makes fills read a replica, fenced by the
-	// daemon's source positions: GetOrComputeFrom's computations and the
-	// load and recount queries of Members and Count (then DB is not
-	// used). README, "Reading from applications", and docs/formats.md,
+	// daemon's source positions: the computations of GetOrComputeFrom
+	// and GetOrComputeMultiFrom and the load and recount queries of
+	// Members and Count (then DB is not used). GetOrCompute and
+	// GetOrComputeMulti, whose computations read what they like, are not
+	// fenced. README, "Reading from applications", and docs/formats.md,
 	// "Source positions". nil: no replica.
 	Replica *ReplicaConfig
 

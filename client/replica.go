@@ -16,8 +16,8 @@ import (
 )
 
 // Reading from a replica (docs/formats.md, "Source positions"). A fill (a
-// GetOrComputeFrom lease won, a set or counter to rebuild) that reads a
-// replica first reads the position item of the replica's source, which
+// GetOrComputeFrom lease won, the keys a GetOrComputeMultiFrom look won,
+// a set or counter to rebuild) that reads a replica first reads the position item of the replica's source, which
 // the daemon moves forward before it sends a batch's bumps, and waits on
 // the connection the fill will use until the replica has applied that
 // position. A replica that lags behind the changes whose bumps the reader
@@ -307,6 +307,11 @@ func (c *Client) warnReplica(what, why string, err error) {
 // (Config.Replica); without Config.Replica, Config.DB.
 type ReadFunc func(ctx context.Context, db *sql.Conn) ([]byte, error)
 
+// MultiReadFunc computes the values of keys for GetOrComputeMultiFrom
+// from db, as ReadFunc does. It returns exactly one value per key, in the
+// order of keys.
+type MultiReadFunc func(ctx context.Context, db *sql.Conn, keys []string) ([][]byte, error)
+
 // GetOrComputeFrom is GetOrCompute for a value the application computes
 // from the database: when this caller wins the right to compute it, the
 // client reads the source position, waits until the replica
@@ -324,25 +329,58 @@ func (c *Client) GetOrComputeFrom(ctx context.Context, key string, expiration ti
 	}
 	what := "get or compute " + strconv.Quote(key)
 	return c.getOrCompute(ctx, key, expiration, func(ctx context.Context) ([]byte, time.Duration, error) {
-		var src fillSource
-		if c.replica != nil {
-			var err error
-			if src, err = c.fillFrom(ctx, what); err != nil {
-				return nil, 0, err
-			}
-		} else {
-			db, ok := c.db.(*sql.DB)
-			if !ok {
-				return nil, 0, fmt.Errorf("client: %s: GetOrComputeFrom needs Config.Replica, or a *sql.DB in Config.DB", what)
-			}
-			conn, err := db.Conn(ctx)
-			if err != nil {
-				return nil, 0, fmt.Errorf("client: %s: connection: %w", what, err)
-			}
-			src = fillSource{db: conn, conn: conn}
+		src, err := c.readConn(ctx, what, "GetOrComputeFrom")
+		if err != nil {
+			return nil, 0, err
 		}
 		defer src.release()
 		v, err := compute(ctx, src.conn)
 		return v, src.lifetime(c, expiration), err
 	})
+}
+
+// GetOrComputeMultiFrom is GetOrComputeMulti for values the application
+// computes from the database, fenced as GetOrComputeFrom is: each call of
+// compute (one per look that won keys: the first, and one per later look
+// that wins keys another client gave up) is preceded by one read of the
+// source position and one wait on the connection compute is given, for
+// all its keys. Values filled from a replica that had not caught up
+// within MaxWait (Primary nil) are stored with at most ShortLifetime.
+// Without Config.Replica the connection is Config.DB's, which must then
+// be a *sql.DB, unfenced. ComputeTime must cover the wait and one compute
+// call. Safe for concurrent use.
+func (c *Client) GetOrComputeMultiFrom(ctx context.Context, keys []TurnstileKey, compute MultiReadFunc) (map[string][]byte, error) {
+	if compute == nil {
+		return nil, fmt.Errorf("client: get or compute %d keys: need a compute function", len(keys))
+	}
+	return c.getOrComputeMulti(ctx, keys, func(ctx context.Context, won []TurnstileKey) ([][]byte, error) {
+		src, err := c.readConn(ctx, fmt.Sprintf("get or compute %d keys", len(won)), "GetOrComputeMultiFrom")
+		if err != nil {
+			return nil, err
+		}
+		defer src.release()
+		for i := range won {
+			won[i].Expiration = src.lifetime(c, won[i].Expiration)
+		}
+		return compute(ctx, src.conn, turnstileKeyNames(won))
+	})
+}
+
+// readConn returns the connection the compute function of fn
+// (GetOrComputeFrom, GetOrComputeMultiFrom) reads, which the caller must
+// release: fillFrom's with Config.Replica; without it one of Config.DB,
+// which must then be a *sql.DB. what names the fill.
+func (c *Client) readConn(ctx context.Context, what, fn string) (fillSource, error) {
+	if c.replica != nil {
+		return c.fillFrom(ctx, what)
+	}
+	db, ok := c.db.(*sql.DB)
+	if !ok {
+		return fillSource{}, fmt.Errorf("client: %s: %s needs Config.Replica, or a *sql.DB in Config.DB", what, fn)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fillSource{}, fmt.Errorf("client: %s: connection: %w", what, err)
+	}
+	return fillSource{db: conn, conn: conn}, nil
 }

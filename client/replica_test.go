@@ -102,9 +102,10 @@ func (e *replicaEnv) waitFor(t *testing.T, pattern string, done <-chan string) (
 	return "", false
 }
 
-// replicaReads are the three kinds of fill, each reading the one row the
-// test changes while the replica lags: Count of post 1's comments,
-// Members of user 7's interests, and a GetOrComputeFrom value of post 1.
+// replicaReads are the kinds of fill, each reading the one row the test
+// changes while the replica lags: Count of post 1's comments, Members of
+// user 7's interests, a GetOrComputeFrom value of post 1 and two
+// GetOrComputeMultiFrom values of post 1.
 var replicaReads = []struct {
 	name   string
 	change string
@@ -130,6 +131,20 @@ var replicaReads = []struct {
 			return body, err
 		})
 		return string(v), err
+	}},
+	// Two keys, one compute call: one wait for both.
+	{"get or compute multi", "UPDATE posts SET body = 'second' WHERE id = 1", "first,first", "second,second", func(ctx context.Context, c *Client, key string) (string, error) {
+		keys := []TurnstileKey{{Key: key + ":a", Expiration: time.Minute}, {Key: key + ":b", Expiration: time.Minute}}
+		got, err := c.GetOrComputeMultiFrom(ctx, keys, func(ctx context.Context, db *sql.Conn, keys []string) ([][]byte, error) {
+			values := make([][]byte, len(keys))
+			for i := range keys {
+				if err := db.QueryRowContext(ctx, "SELECT body FROM posts WHERE id = 1").Scan(&values[i]); err != nil {
+					return nil, err
+				}
+			}
+			return values, nil
+		})
+		return string(got[key+":a"]) + "," + string(got[key+":b"]), err
 	}},
 }
 
@@ -275,17 +290,38 @@ func TestReplicaFenceTimeout(t *testing.T) {
 	if st := short.c.ReplicaStats(); st.TimedOut != 1 || st.ShortLived != 1 {
 		t.Errorf("stats without a primary %+v, want 1 timed out, short-lived", st)
 	}
-	// Asked to live forever, the value lives ShortLifetime plus the
-	// compute time (docs/formats.md, "Values cached with GetOrCompute").
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, ok := short.value(t, key); !ok {
-			break
+	// The same for two values of one GetOrComputeMultiFrom call: one
+	// wait, both short-lived.
+	multi := []TurnstileKey{{Key: short.prefix + "multi:a"}, {Key: short.prefix + "multi:b", Expiration: time.Hour}}
+	got, err := short.c.GetOrComputeMultiFrom(ctx, multi, func(ctx context.Context, db *sql.Conn, keys []string) ([][]byte, error) {
+		values := make([][]byte, len(keys))
+		for i := range keys {
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM comments WHERE post_id = 1").Scan(&values[i]); err != nil {
+				return nil, err
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the value filled from a lagging replica is still cached a minute later; want the short lifetime")
+		return values, nil
+	})
+	if err != nil || string(got[multi[0].Key]) != "2" || string(got[multi[1].Key]) != "2" {
+		t.Fatalf("multi timed out without a primary: %q, %v; want the replica's 2 twice", got, err)
+	}
+	if st := short.c.ReplicaStats(); st.TimedOut != 2 || st.ShortLived != 2 {
+		t.Errorf("stats without a primary after the multi %+v, want 2 timed out, short-lived", st)
+	}
+	// Asked to live forever (or an hour), the values live ShortLifetime
+	// plus the compute time (docs/formats.md, "Values cached with
+	// GetOrCompute").
+	for _, key := range []string{key, multi[0].Key, multi[1].Key} {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if _, ok := short.value(t, key); !ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the value %q filled from a lagging replica is still cached a minute later; want the short lifetime", key)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

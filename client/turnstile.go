@@ -330,11 +330,24 @@ func (c *Client) getOrComputeOnce(ctx context.Context, key string, fill fillFunc
 // Expiration wins. The map holds every value obtained, even when the
 // error is not nil: keys still missing after the wait are named in an
 // error matching ErrStillComputing, and a compute error leaves out the
-// keys it was to compute. Safe for concurrent use.
+// keys it was to compute. A compute that reads a replica should use
+// GetOrComputeMultiFrom (Config.Replica). Safe for concurrent use.
 func (c *Client) GetOrComputeMulti(ctx context.Context, keys []TurnstileKey, compute MultiComputeFunc) (map[string][]byte, error) {
 	if compute == nil {
 		return nil, fmt.Errorf("client: get or compute %d keys: need a compute function", len(keys))
 	}
+	return c.getOrComputeMulti(ctx, keys, func(ctx context.Context, won []TurnstileKey) ([][]byte, error) {
+		return compute(ctx, turnstileKeyNames(won))
+	})
+}
+
+// multiFillFunc computes the values of keys (the keys a look won) for
+// getOrComputeMulti, one per key in order. It may shorten the keys'
+// Expiration (GetOrComputeMultiFrom): they are stored with it.
+type multiFillFunc func(ctx context.Context, keys []TurnstileKey) ([][]byte, error)
+
+// getOrComputeMulti is GetOrComputeMulti with fill.
+func (c *Client) getOrComputeMulti(ctx context.Context, keys []TurnstileKey, compute multiFillFunc) (map[string][]byte, error) {
 	uniq := make([]TurnstileKey, 0, len(keys))
 	seen := make(map[string]struct{}, len(keys))
 	for _, k := range keys {
@@ -385,7 +398,7 @@ func (c *Client) GetOrComputeMulti(ctx context.Context, keys []TurnstileKey, com
 // getOrComputeMultiOnce makes one attempt for keys (distinct), putting
 // the values it obtains into out. It returns the keys that another client
 // is computing and that have no value yet.
-func (c *Client) getOrComputeMultiOnce(ctx context.Context, keys []TurnstileKey, compute MultiComputeFunc, out map[string][]byte) (waiting []TurnstileKey, err error) {
+func (c *Client) getOrComputeMultiOnce(ctx context.Context, keys []TurnstileKey, compute multiFillFunc, out map[string][]byte) (waiting []TurnstileKey, err error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -413,7 +426,7 @@ func (c *Client) getOrComputeMultiOnce(ctx context.Context, keys []TurnstileKey,
 	if len(won) == 0 {
 		return waiting, nil
 	}
-	values, err := compute(ctx, turnstileKeyNames(won))
+	values, err := compute(ctx, won)
 	if err == nil && len(values) != len(won) {
 		err = fmt.Errorf("compute returned %d values for %d keys", len(values), len(won))
 	}
