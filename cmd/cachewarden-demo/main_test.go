@@ -181,4 +181,3 @@ func TestDemoMissingServices(t *testing.T) {
 		})
 	}
 }
-
