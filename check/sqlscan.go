@@ -1,6 +1,7 @@
 package check
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -171,120 +172,156 @@ type scanned struct {
 
 // scanQuery reads the tables and the compared columns of a query.
 func scanQuery(sql string) scanned {
-	toks := tokenize(sql)
-	var s scanned
-	isKw := func(i int, words ...string) bool {
-		if i < 0 || i >= len(toks) || toks[i].kind != tokKeyword {
-			return false
-		}
-		for _, w := range words {
-			if toks[i].text == w {
-				return true
-			}
-		}
+	toks := tokenList(tokenize(sql))
+	s := scanned{tables: toks.tables()}
+	toks.conditions(s.addCond)
+	return s
+}
+
+// tokenList is a query's tokens, with the look-ups scanQuery's steps
+// share.
+type tokenList []token
+
+// isKw reports whether toks[i] is one of the keywords words.
+func (toks tokenList) isKw(i int, words ...string) bool {
+	if i < 0 || i >= len(toks) || toks[i].kind != tokKeyword {
 		return false
 	}
-	// Tables: after FROM (a comma-separated list) and after JOIN.
+	return slices.Contains(words, toks[i].text)
+}
+
+// tables returns the tables named after FROM (a comma-separated list) and
+// after JOIN.
+func (toks tokenList) tables() []tableRef {
+	var refs []tableRef
 	for i := 0; i < len(toks); i++ {
-		if !isKw(i, "FROM", "JOIN", "STRAIGHT_JOIN") {
+		if !toks.isKw(i, "FROM", "JOIN", "STRAIGHT_JOIN") {
 			continue
 		}
 		for j := i + 1; j < len(toks); {
-			if toks[j].kind != tokIdent {
+			ref, next, ok := toks.tableAt(j)
+			if !ok {
 				break
 			}
-			ref := tableRef{name: toks[j].text}
-			j++
-			if j+1 < len(toks) && toks[j].text == "." && toks[j+1].kind == tokIdent {
-				ref.schema, ref.name = ref.name, toks[j+1].text
-				j += 2
-			}
-			if isKw(j, "AS") {
-				j++
-			}
-			if j < len(toks) && toks[j].kind == tokIdent {
-				ref.alias = toks[j].text
-				j++
-			}
-			s.tables = append(s.tables, ref)
-			if j < len(toks) && toks[j].text == "," && isKw(i, "FROM") {
+			refs = append(refs, ref)
+			j = next
+			if j < len(toks) && toks[j].text == "," && toks.isKw(i, "FROM") {
 				j++
 				continue
 			}
 			break
 		}
 	}
-	// Conditions: column op ? | constant, and the mirror forms.
-	colAt := func(i int) (qual, col string, next int, ok bool) {
-		if i >= len(toks) || toks[i].kind != tokIdent {
-			return "", "", i, false
-		}
-		if i+1 < len(toks) && toks[i+1].text == "(" {
-			return "", "", i, false // a function call
-		}
-		parts := []string{toks[i].text}
-		j := i + 1
-		for j+1 < len(toks) && toks[j].text == "." && toks[j+1].kind == tokIdent {
-			parts = append(parts, toks[j+1].text)
-			j += 2
-		}
-		col = parts[len(parts)-1]
-		if len(parts) > 1 {
-			qual = parts[len(parts)-2]
-		}
-		return qual, col, j, true
+	return refs
+}
+
+// tableAt reads the table reference at toks[i] ([schema.]name [[AS]
+// alias]); next is the index after it.
+func (toks tokenList) tableAt(i int) (ref tableRef, next int, ok bool) {
+	if toks[i].kind != tokIdent {
+		return ref, i, false
 	}
-	isConst := func(t token) bool {
-		return t.kind == tokString || t.kind == tokNumber || (t.kind == tokKeyword && (t.text == "TRUE" || t.text == "FALSE"))
+	ref.name = toks[i].text
+	j := i + 1
+	if j+1 < len(toks) && toks[j].text == "." && toks[j+1].kind == tokIdent {
+		ref.schema, ref.name = ref.name, toks[j+1].text
+		j += 2
 	}
-	valueKind := func(i int) (param, constant bool) {
-		if i >= len(toks) {
-			return false, false
-		}
-		if toks[i].kind == tokParam {
-			return true, false
-		}
-		if toks[i].text == "-" && i+1 < len(toks) && toks[i+1].kind == tokNumber {
-			return false, true
-		}
-		return false, isConst(toks[i])
+	if toks.isKw(j, "AS") {
+		j++
 	}
-	add := func(qual, col string, eq, param, constant bool) {
-		switch {
-		case eq && param:
-			s.conds = append(s.conds, cond{qual, col, condEqParam})
-		case eq && constant:
-			s.conds = append(s.conds, cond{qual, col, condEqConst})
-		case param || constant:
-			s.conds = append(s.conds, cond{qual, col, condRange})
-		}
+	if j < len(toks) && toks[j].kind == tokIdent {
+		ref.alias = toks[j].text
+		j++
 	}
+	return ref, j, true
+}
+
+// colAt reads the column reference at toks[i] (qual.col, or col; not a
+// function call); next is the index after it.
+func (toks tokenList) colAt(i int) (qual, col string, next int, ok bool) {
+	if i >= len(toks) || toks[i].kind != tokIdent {
+		return "", "", i, false
+	}
+	if i+1 < len(toks) && toks[i+1].text == "(" {
+		return "", "", i, false // a function call
+	}
+	parts := []string{toks[i].text}
+	j := i + 1
+	for j+1 < len(toks) && toks[j].text == "." && toks[j+1].kind == tokIdent {
+		parts = append(parts, toks[j+1].text)
+		j += 2
+	}
+	col = parts[len(parts)-1]
+	if len(parts) > 1 {
+		qual = parts[len(parts)-2]
+	}
+	return qual, col, j, true
+}
+
+// valueKind reports whether toks[i] is a parameter or a constant (a
+// string, a number, a negative number, TRUE or FALSE).
+func (toks tokenList) valueKind(i int) (param, constant bool) {
+	if i >= len(toks) {
+		return false, false
+	}
+	t := toks[i]
+	switch {
+	case t.kind == tokParam:
+		return true, false
+	case t.text == "-" && i+1 < len(toks) && toks[i+1].kind == tokNumber:
+		return false, true
+	}
+	return false, t.kind == tokString || t.kind == tokNumber || (t.kind == tokKeyword && (t.text == "TRUE" || t.text == "FALSE"))
+}
+
+// isComparison reports whether toks[i] compares (an operator other than
+// != and <>).
+func (toks tokenList) isComparison(i int) bool {
+	return i < len(toks) && toks[i].kind == tokOp && toks[i].text != "!=" && toks[i].text != "<>"
+}
+
+// conditions calls add for each condition column op ? | constant, and the
+// mirror forms ? = column, constant = column; eq is true for = , <=> and
+// IN.
+func (toks tokenList) conditions(add func(qual, col string, eq, param, constant bool)) {
 	for i := 0; i < len(toks); i++ {
-		qual, col, j, ok := colAt(i)
+		qual, col, j, ok := toks.colAt(i)
 		if ok && j < len(toks) {
 			t := toks[j]
 			switch {
-			case t.kind == tokOp && t.text != "!=" && t.text != "<>":
-				p, c := valueKind(j + 1)
+			case toks.isComparison(j):
+				p, c := toks.valueKind(j + 1)
 				add(qual, col, t.text == "=" || t.text == "<=>", p, c)
 			case t.kind == tokKeyword && t.text == "IN" && j+1 < len(toks) && toks[j+1].text == "(":
-				p, c := valueKind(j + 2)
+				p, c := toks.valueKind(j + 2)
 				add(qual, col, true, p, c)
 			case t.kind == tokKeyword && (t.text == "BETWEEN" || t.text == "LIKE"):
-				p, c := valueKind(j + 1)
+				p, c := toks.valueKind(j + 1)
 				add(qual, col, false, p, c)
 			}
 			i = j - 1
 			continue
 		}
-		// ? = column, constant = column
-		if p, c := valueKind(i); (p || c) && i+1 < len(toks) && toks[i+1].kind == tokOp && toks[i+1].text != "!=" && toks[i+1].text != "<>" {
-			if qual, col, _, ok := colAt(i + 2); ok {
+		if p, c := toks.valueKind(i); (p || c) && toks.isComparison(i+1) {
+			if qual, col, _, ok := toks.colAt(i + 2); ok {
 				add(qual, col, toks[i+1].text == "=" || toks[i+1].text == "<=>", p, c)
 			}
 		}
 	}
-	return s
+}
+
+// addCond records a condition on qual.col compared with a parameter or a
+// constant; eq tells equality from a range.
+func (s *scanned) addCond(qual, col string, eq, param, constant bool) {
+	switch {
+	case eq && param:
+		s.conds = append(s.conds, cond{qual, col, condEqParam})
+	case eq && constant:
+		s.conds = append(s.conds, cond{qual, col, condEqConst})
+	case param || constant:
+		s.conds = append(s.conds, cond{qual, col, condRange})
+	}
 }
 
 // isSelect reports whether a query reads: SELECT, or WITH ... SELECT,
