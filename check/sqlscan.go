@@ -47,96 +47,115 @@ var keywords = map[string]bool{
 func tokenize(sql string) []token {
 	var out []token
 	for i := 0; i < len(sql); {
-		c := sql[i]
-		start, n := i, len(out)
-		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
-			i++
-		case c == '#':
-			for i < len(sql) && sql[i] != '\n' {
-				i++
+		if next, skipped := skipNonToken(sql, i); skipped {
+			if next < 0 {
+				return out // a comment that does not end
 			}
-		case c == '-' && strings.HasPrefix(sql[i:], "--") && (i+2 == len(sql) || sql[i+2] <= ' '):
-			for i < len(sql) && sql[i] != '\n' {
-				i++
-			}
-		case c == '/' && strings.HasPrefix(sql[i:], "/*!"):
-			i += 3
-			for i < len(sql) && sql[i] >= '0' && sql[i] <= '9' {
-				i++ // version number
-			}
-		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
-			end := strings.Index(sql[i+2:], "*/")
-			if end < 0 {
-				return out
-			}
-			i += end + 4
-		case c == '*' && strings.HasPrefix(sql[i:], "*/"):
-			i += 2 // end of an executable comment
-		case c == '\'' || c == '"' || c == '`':
-			j := i + 1
-			var b strings.Builder
-			for j < len(sql) {
-				if sql[j] == '\\' && c != '`' && j+1 < len(sql) {
-					b.WriteByte(sql[j+1])
-					j += 2
-					continue
-				}
-				if sql[j] == c {
-					if j+1 < len(sql) && sql[j+1] == c {
-						b.WriteByte(c)
-						j += 2
-						continue
-					}
-					break
-				}
-				b.WriteByte(sql[j])
-				j++
-			}
-			kind := tokString
-			if c == '`' {
-				kind = tokIdent
-			}
-			out = append(out, token{kind: kind, text: b.String()})
-			i = j + 1
-		case c == '?':
-			out = append(out, token{kind: tokParam, text: "?"})
-			i++
-		case c == '<' || c == '>' || c == '=' || c == '!':
-			j := i + 1
-			for j < len(sql) && j < i+3 && (sql[j] == '=' || sql[j] == '>') {
-				j++
-			}
-			out = append(out, token{kind: tokOp, text: sql[i:j]})
-			i = j
-		case c >= '0' && c <= '9':
-			j := i
-			for j < len(sql) && (isWordByte(sql[j]) || sql[j] == '.') {
-				j++
-			}
-			out = append(out, token{kind: tokNumber, text: sql[i:j]})
-			i = j
-		case isWordByte(c):
-			j := i
-			for j < len(sql) && isWordByte(sql[j]) {
-				j++
-			}
-			w := sql[i:j]
-			if up := strings.ToUpper(w); keywords[up] {
-				out = append(out, token{kind: tokKeyword, text: up})
-			} else {
-				out = append(out, token{kind: tokIdent, text: w})
-			}
-			i = j
-		default:
-			out = append(out, token{kind: tokPunct, text: sql[i : i+1]})
-			i++
+			i = next
+			continue
 		}
-		if len(out) > n {
-			out[n].pos, out[n].end = start, min(i, len(sql))
-		}
+		t, next := readToken(sql, i)
+		t.pos, t.end = i, min(next, len(sql))
+		out = append(out, t)
+		i = next
 	}
 	return out
+}
+
+// skipNonToken skips what at sql[i] is no token: white space, a comment,
+// or the opening (with its version number) or end of an executable
+// comment, whose content is read. next is -1 for a comment that does not
+// end; skipped is false when a token starts at i.
+func skipNonToken(sql string, i int) (next int, skipped bool) {
+	c := sql[i]
+	switch {
+	case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
+		return i + 1, true
+	case c == '#', c == '-' && strings.HasPrefix(sql[i:], "--") && (i+2 == len(sql) || sql[i+2] <= ' '):
+		for i < len(sql) && sql[i] != '\n' {
+			i++
+		}
+		return i, true
+	case c == '/' && strings.HasPrefix(sql[i:], "/*!"):
+		i += 3
+		for i < len(sql) && sql[i] >= '0' && sql[i] <= '9' {
+			i++ // version number
+		}
+		return i, true
+	case c == '/' && strings.HasPrefix(sql[i:], "/*"):
+		end := strings.Index(sql[i+2:], "*/")
+		if end < 0 {
+			return -1, true
+		}
+		return i + end + 4, true
+	case c == '*' && strings.HasPrefix(sql[i:], "*/"):
+		return i + 2, true // end of an executable comment
+	}
+	return i, false
+}
+
+// readToken reads the token that starts at sql[i]; next is the index
+// after it (past the closing quote of a quoted one).
+func readToken(sql string, i int) (t token, next int) {
+	c := sql[i]
+	j := i + 1
+	switch {
+	case c == '\'' || c == '"' || c == '`':
+		return readQuoted(sql, i)
+	case c == '?':
+		return token{kind: tokParam, text: "?"}, j
+	case c == '<' || c == '>' || c == '=' || c == '!':
+		for j < len(sql) && j < i+3 && (sql[j] == '=' || sql[j] == '>') {
+			j++
+		}
+		return token{kind: tokOp, text: sql[i:j]}, j
+	case c >= '0' && c <= '9':
+		for j < len(sql) && (isWordByte(sql[j]) || sql[j] == '.') {
+			j++
+		}
+		return token{kind: tokNumber, text: sql[i:j]}, j
+	case isWordByte(c):
+		for j < len(sql) && isWordByte(sql[j]) {
+			j++
+		}
+		w := sql[i:j]
+		if up := strings.ToUpper(w); keywords[up] {
+			return token{kind: tokKeyword, text: up}, j
+		}
+		return token{kind: tokIdent, text: w}, j
+	}
+	return token{kind: tokPunct, text: sql[i:j]}, j
+}
+
+// readQuoted reads the string ('...' or "...") or quoted identifier
+// (`...`) at sql[i], undoing backslash escapes (not in identifiers) and
+// doubled quotes; next is the index after the closing quote.
+func readQuoted(sql string, i int) (t token, next int) {
+	c := sql[i]
+	j := i + 1
+	var b strings.Builder
+	for j < len(sql) {
+		if sql[j] == '\\' && c != '`' && j+1 < len(sql) {
+			b.WriteByte(sql[j+1])
+			j += 2
+			continue
+		}
+		if sql[j] == c {
+			if j+1 < len(sql) && sql[j+1] == c {
+				b.WriteByte(c)
+				j += 2
+				continue
+			}
+			break
+		}
+		b.WriteByte(sql[j])
+		j++
+	}
+	kind := tokString
+	if c == '`' {
+		kind = tokIdent
+	}
+	return token{kind: kind, text: b.String()}, j + 1
 }
 
 func isWordByte(c byte) bool {
