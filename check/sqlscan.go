@@ -595,14 +595,36 @@ var selectEnd = map[string]bool{
 // clause; the first of a UNION), and what follows it at its depth; ok is
 // false when there is no SELECT.
 func selectOf(sql string) (sel selectList, ok bool) {
-	toks := tokenize(sql)
-	upper := func(i int) string {
-		if i < 0 || i >= len(toks) || (toks[i].kind != tokKeyword && toks[i].kind != tokIdent) {
-			return ""
-		}
-		return strings.ToUpper(toks[i].text)
+	toks := tokenList(tokenize(sql))
+	start, base, ok := toks.mainSelect()
+	if !ok {
+		return sel, false
 	}
-	// The main SELECT: the first one outside the WITH clause's bodies.
+	i := start + 1
+	for i < len(toks) && selectModifiers[toks.upper(i)] && i+1 < len(toks) && toks[i+1].text != "," {
+		i++
+	}
+	items, i, rel := toks.selectItems(i)
+	for _, item := range items {
+		sel.items = append(sel.items, readItem(sql, item))
+	}
+	sel.groups = toks.grouping(i, base+rel, base)
+	return sel, true
+}
+
+// upper returns toks[i] in upper case when it is a keyword or an
+// identifier, else "".
+func (toks tokenList) upper(i int) string {
+	if i < 0 || i >= len(toks) || (toks[i].kind != tokKeyword && toks[i].kind != tokIdent) {
+		return ""
+	}
+	return strings.ToUpper(toks[i].text)
+}
+
+// mainSelect finds the main SELECT: the first one outside the WITH
+// clause's bodies. start is its index, base the parentheses open before
+// it.
+func (toks tokenList) mainSelect() (start, base int, ok bool) {
 	start, depth, with := -1, 0, false
 	for i, t := range toks {
 		switch {
@@ -610,9 +632,9 @@ func selectOf(sql string) (sel selectList, ok bool) {
 			depth++
 		case t.text == ")" && t.kind == tokPunct:
 			depth--
-		case upper(i) == "WITH" && start < 0 && i == 0:
+		case toks.upper(i) == "WITH" && start < 0 && i == 0:
 			with = true
-		case upper(i) == "SELECT" && (!with || depth == 0):
+		case toks.upper(i) == "SELECT" && (!with || depth == 0):
 			start = i
 		}
 		if start >= 0 {
@@ -620,9 +642,8 @@ func selectOf(sql string) (sel selectList, ok bool) {
 		}
 	}
 	if start < 0 {
-		return sel, false
+		return 0, 0, false
 	}
-	base := 0
 	for _, t := range toks[:start] {
 		switch t.text {
 		case "(":
@@ -631,22 +652,24 @@ func selectOf(sql string) (sel selectList, ok bool) {
 			base--
 		}
 	}
-	i := start + 1
-	for i < len(toks) && selectModifiers[upper(i)] && i+1 < len(toks) && toks[i+1].text != "," {
-		i++
-	}
-	// The items: split at commas of the list's own depth.
+	return start, base, true
+}
+
+// selectItems splits the select list that starts at toks[i] into its
+// items at commas of the list's own depth, up to the keyword that ends it
+// (selectEnd), a ';' or the ')' of a parenthesized SELECT. next is the
+// index after the list, rel the parentheses open there relative to it.
+func (toks tokenList) selectItems(i int) (items [][]token, next, rel int) {
 	var item []token
-	rel := 0
 	flush := func() {
 		if len(item) > 0 {
-			sel.items = append(sel.items, readItem(sql, item))
+			items = append(items, item)
 		}
 		item = nil
 	}
 	for ; i < len(toks); i++ {
 		t := toks[i]
-		if rel == 0 && (t.kind == tokKeyword || t.kind == tokIdent) && selectEnd[upper(i)] {
+		if rel == 0 && (t.kind == tokKeyword || t.kind == tokIdent) && selectEnd[toks.upper(i)] {
 			break
 		}
 		if t.kind == tokPunct {
@@ -676,29 +699,29 @@ func selectOf(sql string) (sel selectList, ok bool) {
 		item = append(item, t)
 	}
 	flush()
-	// What follows, at the list's depth or, for a UNION of parenthesized
-	// SELECTs, outside them.
-	depth = base + rel
+	return items, i, rel
+}
+
+// grouping returns the first UNION, EXCEPT, INTERSECT, GROUP BY or HAVING
+// from toks[i] on, at the list's depth (depth, base) or, for a UNION of
+// parenthesized SELECTs, outside them; "" when there is none.
+func (toks tokenList) grouping(i, depth, base int) string {
 	for ; i < len(toks); i++ {
 		switch t := toks[i]; {
 		case t.kind == tokPunct && t.text == "(":
 			depth++
 		case t.kind == tokPunct && t.text == ")":
 			depth--
-		case depth <= base && (upper(i) == "UNION" || upper(i) == "EXCEPT" || upper(i) == "INTERSECT"):
-			if sel.groups == "" {
-				sel.groups = upper(i)
+		case depth <= base && (toks.upper(i) == "UNION" || toks.upper(i) == "EXCEPT" || toks.upper(i) == "INTERSECT"):
+			return toks.upper(i)
+		case depth == base && (toks.upper(i) == "GROUP" && toks.upper(i+1) == "BY" || toks.upper(i) == "HAVING"):
+			if toks.upper(i) == "GROUP" {
+				return "GROUP BY"
 			}
-		case depth == base && (upper(i) == "GROUP" && upper(i+1) == "BY" || upper(i) == "HAVING"):
-			if sel.groups == "" {
-				sel.groups = upper(i)
-				if sel.groups == "GROUP" {
-					sel.groups = "GROUP BY"
-				}
-			}
+			return "HAVING"
 		}
 	}
-	return sel, true
+	return ""
 }
 
 // readItem reads one select list item, toks of sql.
