@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -130,25 +129,13 @@ func TestDemoLogFlags(t *testing.T) {
 	}
 }
 
-// closedAddr returns a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // TestDemoMissingServices runs the demo with nothing listening where its
 // memcached (and, first, its MySQL) should be: it must fail at once,
 // naming what is missing, before it starts anything.
 func TestDemoMissingServices(t *testing.T) {
 	dsn := testsvc.MySQLDSN(t)
-	mc, my := closedAddr(t), closedAddr(t)
-	kafkaAddr := closedAddr(t)
+	mc, my := testsvc.ClosedAddr(t), testsvc.ClosedAddr(t)
+	kafkaAddr := testsvc.ClosedAddr(t)
 	for _, tt := range []struct {
 		name, dsn, kafka string
 		want             []string

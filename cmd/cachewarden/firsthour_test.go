@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,16 +16,7 @@ import (
 )
 
 // closedAddr returns a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+var closedAddr = testsvc.ClosedAddr
 
 // jsonRecords parses every non-empty line of s that starts with '{' as a
 // slog JSON record, and returns them and the lines that are not records.
