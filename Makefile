@@ -55,11 +55,14 @@ test: services build vet
 unit:
 	$(GO) test -count=1 ./rules/ ./consumer/cdc/ ./ruletest/
 
-# demo runs the whole pipeline once; DEMO_FLAGS are extra flags of
-# `cachewarden demo`, e.g. make demo DEMO_FLAGS="--format debezium-avro"
+# demo runs the whole pipeline once with the demo's own command,
+# cmd/cachewarden-demo (the production binary does not link its harness);
+# DEMO_FLAGS are its flags, e.g. make demo DEMO_FLAGS="--format debezium-avro"
 # (Avro topics read through an in-process schema registry).
-demo: services-demo build
-	set -a && . ./$(SERVICES_ENV) && set +a && ./$(BIN) demo $(DEMO_FLAGS); \
+DEMO_BIN := bin/cachewarden-demo
+demo: services-demo
+	$(GO) build -o $(DEMO_BIN) ./cmd/cachewarden-demo
+	set -a && . ./$(SERVICES_ENV) && set +a && ./$(DEMO_BIN) $(DEMO_FLAGS); \
 		status=$$?; scripts/services.sh status; exit $$status
 
 # bench runs the end-to-end throughput benchmark (docs/benchmarks.md):

@@ -187,24 +187,18 @@ func (s *Schema) collations(ctx context.Context, c *ruleCheck, t *table) error {
 	if r.AcceptFolding {
 		return nil
 	}
-	tname := r.Table
+	cc := &collationCheck{c: c, tname: r.Table, explicit: explicitCollations(r.Query), done: map[string]bool{}}
 	if r.Database != "" {
-		tname = r.Database + "." + r.Table
+		cc.tname = r.Database + "." + r.Table
 	}
-	_, qname := queryField(r)
-	explicit := explicitCollations(r.Query)
-	done := map[string]bool{}
-	type folded struct {
-		cl *column
-		f  folding
-	}
-	var keyFolds []folded
+	_, cc.qname = queryField(r)
+	var keyFolds []foldedColumn
 	for _, ref := range refs(r) {
 		if ref.role != roleKey && ref.role != roleMember && ref.role != roleArg {
 			continue
 		}
 		cl := t.column(ref.name)
-		if cl == nil || !cl.Collation.Valid || done[cl.Name] {
+		if cl == nil || !cl.Collation.Valid || cc.done[cl.Name] {
 			continue
 		}
 		f, err := s.folds(ctx, cl.Charset.String, cl.Collation.String)
@@ -212,66 +206,106 @@ func (s *Schema) collations(ctx context.Context, c *ruleCheck, t *table) error {
 			return err
 		}
 		if ref.role == roleKey && f.any() {
-			keyFolds = append(keyFolds, folded{cl, f})
+			keyFolds = append(keyFolds, foldedColumn{cl, f})
 		}
-		how := fmt.Sprintf("column %s.%s has collation %s", tname, cl.Name, cl.Collation.String)
-		compared := r.Query != "" && ref.role != roleMember && containsCol(r.Args, cl.Name)
-		if names := explicit[strings.ToLower(cl.Name)]; compared && len(names) > 0 {
+		if err := s.columnFolding(ctx, cc, ref, cl, f); err != nil {
+			return err
+		}
+	}
+	return s.keysQueryFolding(ctx, c, keyFolds)
+}
+
+// collationCheck is what collations shares between a rule's columns.
+type collationCheck struct {
+	c *ruleCheck
+	// tname is the rule's table as db.table (or table), qname the field
+	// of its query.
+	tname, qname string
+	// explicit are the COLLATE clauses of the rule's query by column.
+	explicit map[string][]string
+	// done are the columns already reported or found exact.
+	done map[string]bool
+}
+
+// foldedColumn is a key column whose collation folds f.
+type foldedColumn struct {
+	cl *column
+	f  folding
+}
+
+// columnFolding reports column cl of ref when it compares values that
+// differ as equal (f, or the collation its query compares it under) and
+// says what that breaks for the rule and how to fix it.
+func (s *Schema) columnFolding(ctx context.Context, cc *collationCheck, ref colRef, cl *column, f folding) error {
+	r := cc.c.r
+	how := fmt.Sprintf("column %s.%s has collation %s", cc.tname, cl.Name, cl.Collation.String)
+	compared := r.Query != "" && ref.role != roleMember && containsCol(r.Args, cl.Name)
+	if names := cc.explicit[strings.ToLower(cl.Name)]; compared && len(names) > 0 {
+		exact, name, qf, err := s.exactIn(ctx, names)
+		if err != nil {
+			return err
+		}
+		if exact {
+			cc.done[cl.Name] = true
+			return nil // the query compares it exactly
+		}
+		f = qf
+		how = fmt.Sprintf("%s compares %s under COLLATE %s", cc.qname, cl.Name, name)
+	}
+	if !f.any() {
+		return nil
+	}
+	cc.done[cl.Name] = true
+	exact, err := s.exactCollation(ctx, cl.Charset.String)
+	if err != nil {
+		return err
+	}
+	cc.c.add(ref.field, Error, "%s: %s, which compares as equal values that differ in %s: %s. Fix: %s",
+		ref.what, how, f.describe(), foldingHarm(r, ref, cl, cc.qname, f), s.foldingFix(r, cl, cc.tname, cc.qname, exact, compared))
+	return nil
+}
+
+// foldingHarm says what a column of ref folding f breaks for rule r.
+func foldingHarm(r *rules.Rule, ref colRef, cl *column, qname string, f folding) string {
+	stored, other := f.example()
+	switch {
+	case ref.role == roleMember:
+		return fmt.Sprintf("a reader that asks whether %s is a member misses the member %s that the database finds equal to it", other, stored)
+	case ref.role == roleArg && r.Key != nil && !containsCol(r.Key.Columns(), cl.Name):
+		return fmt.Sprintf("%s bound to %s also finds the rows holding %s, whose changes carry %s and move no key of this rule's row: the key can keep what they changed", qname, stored, other, other)
+	case r.Kind == rules.BumpRule:
+		return fmt.Sprintf("application queries find the same rows for %s and %s, but a change of a row holding %s bumps only the namespace built from %s: results cached under the other stay stale", stored, other, stored, stored)
+	}
+	return fmt.Sprintf("keys built from %s and %s hold the same rows (the database finds them equal), but a change of a row holding %s moves only the key built from %s: the other keeps stale data until it expires (the rule's ttl; never without one)", stored, other, stored, stored)
+}
+
+// keysQueryFolding reports each folding key column of keyFolds that the
+// rule's keys query collapses (DISTINCT, GROUP BY or UNION) under a
+// folding collation.
+func (s *Schema) keysQueryFolding(ctx context.Context, c *ruleCheck, keyFolds []foldedColumn) error {
+	r := c.r
+	if r.Keys == "" || len(keyFolds) == 0 || !collapses(r.Keys) {
+		return nil
+	}
+	kexplicit := explicitCollations(r.Keys)
+	for _, kf := range keyFolds {
+		cl, coll, f := kf.cl, "collation "+kf.cl.Collation.String, kf.f
+		if names := kexplicit[strings.ToLower(cl.Name)]; len(names) > 0 {
 			exact, name, qf, err := s.exactIn(ctx, names)
 			if err != nil {
 				return err
 			}
 			if exact {
-				done[cl.Name] = true
-				continue // the query compares it exactly
+				continue
 			}
-			f = qf
-			how = fmt.Sprintf("%s compares %s under COLLATE %s", qname, cl.Name, name)
+			coll, f = "COLLATE "+name, qf
 		}
-		if !f.any() {
-			continue
-		}
-		done[cl.Name] = true
 		exact, err := s.exactCollation(ctx, cl.Charset.String)
 		if err != nil {
 			return err
 		}
-		stored, other := f.example()
-		var why string
-		switch {
-		case ref.role == roleMember:
-			why = fmt.Sprintf("a reader that asks whether %s is a member misses the member %s that the database finds equal to it", other, stored)
-		case ref.role == roleArg && r.Key != nil && !containsCol(r.Key.Columns(), cl.Name):
-			why = fmt.Sprintf("%s bound to %s also finds the rows holding %s, whose changes carry %s and move no key of this rule's row: the key can keep what they changed", qname, stored, other, other)
-		case r.Kind == rules.BumpRule:
-			why = fmt.Sprintf("application queries find the same rows for %s and %s, but a change of a row holding %s bumps only the namespace built from %s: results cached under the other stay stale", stored, other, stored, stored)
-		default:
-			why = fmt.Sprintf("keys built from %s and %s hold the same rows (the database finds them equal), but a change of a row holding %s moves only the key built from %s: the other keeps stale data until it expires (the rule's ttl; never without one)", stored, other, stored, stored)
-		}
-		c.add(ref.field, Error, "%s: %s, which compares as equal values that differ in %s: %s. Fix: %s",
-			ref.what, how, f.describe(), why, s.foldingFix(r, cl, tname, qname, exact, compared))
-	}
-	if r.Keys != "" && len(keyFolds) > 0 && collapses(r.Keys) {
-		kexplicit := explicitCollations(r.Keys)
-		for _, kf := range keyFolds {
-			cl, coll, f := kf.cl, "collation "+kf.cl.Collation.String, kf.f
-			if names := kexplicit[strings.ToLower(cl.Name)]; len(names) > 0 {
-				exact, name, qf, err := s.exactIn(ctx, names)
-				if err != nil {
-					return err
-				}
-				if exact {
-					continue
-				}
-				coll, f = "COLLATE "+name, qf
-			}
-			exact, err := s.exactCollation(ctx, cl.Charset.String)
-			if err != nil {
-				return err
-			}
-			c.add(kindField(r, "keys"), Error, "keys: its DISTINCT, GROUP BY or UNION compares %s under %s, which folds %s: one row stands for all the spellings the database finds equal, so `cachewarden verify` never checks the keys of the others. Fix: select %s",
-				cl.Name, coll, f.describe(), selectExact(cl.Name, exact))
-		}
+		c.add(kindField(r, "keys"), Error, "keys: its DISTINCT, GROUP BY or UNION compares %s under %s, which folds %s: one row stands for all the spellings the database finds equal, so `cachewarden verify` never checks the keys of the others. Fix: select %s",
+			cl.Name, coll, f.describe(), selectExact(cl.Name, exact))
 	}
 	return nil
 }

@@ -80,13 +80,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return rep, nil // the rules cannot be checked further
 	}
 	rs := cfg.RuleSet
-	if rs != nil {
-		files := map[string]bool{}
-		for _, r := range rs.Rules() {
-			files[r.File] = true
-		}
-		rep.Rules, rep.RuleFiles = len(rs.Rules()), len(files)
-	}
+	rep.countRules(rs)
 	log.Debug("config and rules loaded", "config", o.Config, "rules", rep.Rules)
 
 	tests := o.Tests
@@ -95,17 +89,45 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	runTests(rep, tests)
 
-	dsn := o.DSN
-	if o.ConfigDSN {
-		if dsn = cfg.MySQL.DSN; dsn == "" {
-			rep.SchemaSkipped = "mysql.dsn is not set"
-			rep.add(Finding{File: o.Config, Severity: Error, Message: "mysql.dsn is not set: no database to check the rules against"})
-			return rep, nil
-		}
-	}
-	if dsn == "" || rs == nil {
+	dsn, ok := rep.schemaDSN(o, cfg)
+	if !ok || dsn == "" || rs == nil {
 		return rep, nil
 	}
+	return rep, rep.checkSchema(ctx, o, dsn, rs, log)
+}
+
+// countRules records the number of rules of rs and of their files.
+func (rep *Report) countRules(rs *rules.RuleSet) {
+	if rs == nil {
+		return
+	}
+	files := map[string]bool{}
+	for _, r := range rs.Rules() {
+		files[r.File] = true
+	}
+	rep.Rules, rep.RuleFiles = len(rs.Rules()), len(files)
+}
+
+// schemaDSN returns the DSN to check the schema on: --dsn, or with
+// --config-dsn the config's mysql.dsn ("" for no schema check). ok is
+// false, with a finding, when --config-dsn finds none.
+func (rep *Report) schemaDSN(o Options, cfg *config.Config) (dsn string, ok bool) {
+	if !o.ConfigDSN {
+		return o.DSN, true
+	}
+	if cfg.MySQL.DSN == "" {
+		rep.SchemaSkipped = "mysql.dsn is not set"
+		rep.add(Finding{File: o.Config, Severity: Error, Message: "mysql.dsn is not set: no database to check the rules against"})
+		return "", false
+	}
+	return cfg.MySQL.DSN, true
+}
+
+// checkSchema checks rs against the schema of the server at dsn, within
+// o.Timeout (DefaultTimeout when not positive). Every problem, a server
+// that does not answer or the bound running out included, becomes a
+// finding; the error is ctx's when it ends.
+func (rep *Report) checkSchema(ctx context.Context, o Options, dsn string, rs *rules.RuleSet, log *slog.Logger) error {
 	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -116,7 +138,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		rep.Server = "an unreadable DSN"
 		rep.add(Finding{Severity: Error, Message: err.Error()})
-		return rep, nil
+		return nil
 	}
 	defer srv.close()
 	rep.Server = srv.where
@@ -128,14 +150,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if err := srv.connect(sctx); err != nil {
 		if ctx.Err() != nil {
-			return rep, ctx.Err()
+			return ctx.Err()
 		}
 		if sctx.Err() != nil {
 			stopped(err)
 		} else {
 			rep.add(Finding{Severity: Error, Message: err.Error()})
 		}
-		return rep, nil
+		return nil
 	}
 	sc := &Schema{DB: srv.db, Databases: o.Databases, Log: log}
 	fs, schemas, err := sc.Check(sctx, rs)
@@ -144,11 +166,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Schemas = schemas
 	if err != nil {
 		if ctx.Err() != nil {
-			return rep, ctx.Err()
+			return ctx.Err()
 		}
 		stopped(err)
 	}
-	return rep, nil
+	return nil
 }
 
 // loadFindings turns config.Load's error into findings: the config's and

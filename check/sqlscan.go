@@ -1,6 +1,7 @@
 package check
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -46,96 +47,115 @@ var keywords = map[string]bool{
 func tokenize(sql string) []token {
 	var out []token
 	for i := 0; i < len(sql); {
-		c := sql[i]
-		start, n := i, len(out)
-		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
-			i++
-		case c == '#':
-			for i < len(sql) && sql[i] != '\n' {
-				i++
+		if next, skipped := skipNonToken(sql, i); skipped {
+			if next < 0 {
+				return out // a comment that does not end
 			}
-		case c == '-' && strings.HasPrefix(sql[i:], "--") && (i+2 == len(sql) || sql[i+2] <= ' '):
-			for i < len(sql) && sql[i] != '\n' {
-				i++
-			}
-		case c == '/' && strings.HasPrefix(sql[i:], "/*!"):
-			i += 3
-			for i < len(sql) && sql[i] >= '0' && sql[i] <= '9' {
-				i++ // version number
-			}
-		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
-			end := strings.Index(sql[i+2:], "*/")
-			if end < 0 {
-				return out
-			}
-			i += end + 4
-		case c == '*' && strings.HasPrefix(sql[i:], "*/"):
-			i += 2 // end of an executable comment
-		case c == '\'' || c == '"' || c == '`':
-			j := i + 1
-			var b strings.Builder
-			for j < len(sql) {
-				if sql[j] == '\\' && c != '`' && j+1 < len(sql) {
-					b.WriteByte(sql[j+1])
-					j += 2
-					continue
-				}
-				if sql[j] == c {
-					if j+1 < len(sql) && sql[j+1] == c {
-						b.WriteByte(c)
-						j += 2
-						continue
-					}
-					break
-				}
-				b.WriteByte(sql[j])
-				j++
-			}
-			kind := tokString
-			if c == '`' {
-				kind = tokIdent
-			}
-			out = append(out, token{kind: kind, text: b.String()})
-			i = j + 1
-		case c == '?':
-			out = append(out, token{kind: tokParam, text: "?"})
-			i++
-		case c == '<' || c == '>' || c == '=' || c == '!':
-			j := i + 1
-			for j < len(sql) && j < i+3 && (sql[j] == '=' || sql[j] == '>') {
-				j++
-			}
-			out = append(out, token{kind: tokOp, text: sql[i:j]})
-			i = j
-		case c >= '0' && c <= '9':
-			j := i
-			for j < len(sql) && (isWordByte(sql[j]) || sql[j] == '.') {
-				j++
-			}
-			out = append(out, token{kind: tokNumber, text: sql[i:j]})
-			i = j
-		case isWordByte(c):
-			j := i
-			for j < len(sql) && isWordByte(sql[j]) {
-				j++
-			}
-			w := sql[i:j]
-			if up := strings.ToUpper(w); keywords[up] {
-				out = append(out, token{kind: tokKeyword, text: up})
-			} else {
-				out = append(out, token{kind: tokIdent, text: w})
-			}
-			i = j
-		default:
-			out = append(out, token{kind: tokPunct, text: sql[i : i+1]})
-			i++
+			i = next
+			continue
 		}
-		if len(out) > n {
-			out[n].pos, out[n].end = start, min(i, len(sql))
-		}
+		t, next := readToken(sql, i)
+		t.pos, t.end = i, min(next, len(sql))
+		out = append(out, t)
+		i = next
 	}
 	return out
+}
+
+// skipNonToken skips what at sql[i] is no token: white space, a comment,
+// or the opening (with its version number) or end of an executable
+// comment, whose content is read. next is -1 for a comment that does not
+// end; skipped is false when a token starts at i.
+func skipNonToken(sql string, i int) (next int, skipped bool) {
+	c := sql[i]
+	switch {
+	case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
+		return i + 1, true
+	case c == '#', c == '-' && strings.HasPrefix(sql[i:], "--") && (i+2 == len(sql) || sql[i+2] <= ' '):
+		for i < len(sql) && sql[i] != '\n' {
+			i++
+		}
+		return i, true
+	case c == '/' && strings.HasPrefix(sql[i:], "/*!"):
+		i += 3
+		for i < len(sql) && sql[i] >= '0' && sql[i] <= '9' {
+			i++ // version number
+		}
+		return i, true
+	case c == '/' && strings.HasPrefix(sql[i:], "/*"):
+		end := strings.Index(sql[i+2:], "*/")
+		if end < 0 {
+			return -1, true
+		}
+		return i + end + 4, true
+	case c == '*' && strings.HasPrefix(sql[i:], "*/"):
+		return i + 2, true // end of an executable comment
+	}
+	return i, false
+}
+
+// readToken reads the token that starts at sql[i]; next is the index
+// after it (past the closing quote of a quoted one).
+func readToken(sql string, i int) (t token, next int) {
+	c := sql[i]
+	j := i + 1
+	switch {
+	case c == '\'' || c == '"' || c == '`':
+		return readQuoted(sql, i)
+	case c == '?':
+		return token{kind: tokParam, text: "?"}, j
+	case c == '<' || c == '>' || c == '=' || c == '!':
+		for j < len(sql) && j < i+3 && (sql[j] == '=' || sql[j] == '>') {
+			j++
+		}
+		return token{kind: tokOp, text: sql[i:j]}, j
+	case c >= '0' && c <= '9':
+		for j < len(sql) && (isWordByte(sql[j]) || sql[j] == '.') {
+			j++
+		}
+		return token{kind: tokNumber, text: sql[i:j]}, j
+	case isWordByte(c):
+		for j < len(sql) && isWordByte(sql[j]) {
+			j++
+		}
+		w := sql[i:j]
+		if up := strings.ToUpper(w); keywords[up] {
+			return token{kind: tokKeyword, text: up}, j
+		}
+		return token{kind: tokIdent, text: w}, j
+	}
+	return token{kind: tokPunct, text: sql[i:j]}, j
+}
+
+// readQuoted reads the string ('...' or "...") or quoted identifier
+// (`...`) at sql[i], undoing backslash escapes (not in identifiers) and
+// doubled quotes; next is the index after the closing quote.
+func readQuoted(sql string, i int) (t token, next int) {
+	c := sql[i]
+	j := i + 1
+	var b strings.Builder
+	for j < len(sql) {
+		if sql[j] == '\\' && c != '`' && j+1 < len(sql) {
+			b.WriteByte(sql[j+1])
+			j += 2
+			continue
+		}
+		if sql[j] == c {
+			if j+1 < len(sql) && sql[j+1] == c {
+				b.WriteByte(c)
+				j += 2
+				continue
+			}
+			break
+		}
+		b.WriteByte(sql[j])
+		j++
+	}
+	kind := tokString
+	if c == '`' {
+		kind = tokIdent
+	}
+	return token{kind: kind, text: b.String()}, j + 1
 }
 
 func isWordByte(c byte) bool {
@@ -171,120 +191,156 @@ type scanned struct {
 
 // scanQuery reads the tables and the compared columns of a query.
 func scanQuery(sql string) scanned {
-	toks := tokenize(sql)
-	var s scanned
-	isKw := func(i int, words ...string) bool {
-		if i < 0 || i >= len(toks) || toks[i].kind != tokKeyword {
-			return false
-		}
-		for _, w := range words {
-			if toks[i].text == w {
-				return true
-			}
-		}
+	toks := tokenList(tokenize(sql))
+	s := scanned{tables: toks.tables()}
+	toks.conditions(s.addCond)
+	return s
+}
+
+// tokenList is a query's tokens, with the look-ups scanQuery's steps
+// share.
+type tokenList []token
+
+// isKw reports whether toks[i] is one of the keywords words.
+func (toks tokenList) isKw(i int, words ...string) bool {
+	if i < 0 || i >= len(toks) || toks[i].kind != tokKeyword {
 		return false
 	}
-	// Tables: after FROM (a comma-separated list) and after JOIN.
+	return slices.Contains(words, toks[i].text)
+}
+
+// tables returns the tables named after FROM (a comma-separated list) and
+// after JOIN.
+func (toks tokenList) tables() []tableRef {
+	var refs []tableRef
 	for i := 0; i < len(toks); i++ {
-		if !isKw(i, "FROM", "JOIN", "STRAIGHT_JOIN") {
+		if !toks.isKw(i, "FROM", "JOIN", "STRAIGHT_JOIN") {
 			continue
 		}
 		for j := i + 1; j < len(toks); {
-			if toks[j].kind != tokIdent {
+			ref, next, ok := toks.tableAt(j)
+			if !ok {
 				break
 			}
-			ref := tableRef{name: toks[j].text}
-			j++
-			if j+1 < len(toks) && toks[j].text == "." && toks[j+1].kind == tokIdent {
-				ref.schema, ref.name = ref.name, toks[j+1].text
-				j += 2
-			}
-			if isKw(j, "AS") {
-				j++
-			}
-			if j < len(toks) && toks[j].kind == tokIdent {
-				ref.alias = toks[j].text
-				j++
-			}
-			s.tables = append(s.tables, ref)
-			if j < len(toks) && toks[j].text == "," && isKw(i, "FROM") {
+			refs = append(refs, ref)
+			j = next
+			if j < len(toks) && toks[j].text == "," && toks.isKw(i, "FROM") {
 				j++
 				continue
 			}
 			break
 		}
 	}
-	// Conditions: column op ? | constant, and the mirror forms.
-	colAt := func(i int) (qual, col string, next int, ok bool) {
-		if i >= len(toks) || toks[i].kind != tokIdent {
-			return "", "", i, false
-		}
-		if i+1 < len(toks) && toks[i+1].text == "(" {
-			return "", "", i, false // a function call
-		}
-		parts := []string{toks[i].text}
-		j := i + 1
-		for j+1 < len(toks) && toks[j].text == "." && toks[j+1].kind == tokIdent {
-			parts = append(parts, toks[j+1].text)
-			j += 2
-		}
-		col = parts[len(parts)-1]
-		if len(parts) > 1 {
-			qual = parts[len(parts)-2]
-		}
-		return qual, col, j, true
+	return refs
+}
+
+// tableAt reads the table reference at toks[i] ([schema.]name [[AS]
+// alias]); next is the index after it.
+func (toks tokenList) tableAt(i int) (ref tableRef, next int, ok bool) {
+	if toks[i].kind != tokIdent {
+		return ref, i, false
 	}
-	isConst := func(t token) bool {
-		return t.kind == tokString || t.kind == tokNumber || (t.kind == tokKeyword && (t.text == "TRUE" || t.text == "FALSE"))
+	ref.name = toks[i].text
+	j := i + 1
+	if j+1 < len(toks) && toks[j].text == "." && toks[j+1].kind == tokIdent {
+		ref.schema, ref.name = ref.name, toks[j+1].text
+		j += 2
 	}
-	valueKind := func(i int) (param, constant bool) {
-		if i >= len(toks) {
-			return false, false
-		}
-		if toks[i].kind == tokParam {
-			return true, false
-		}
-		if toks[i].text == "-" && i+1 < len(toks) && toks[i+1].kind == tokNumber {
-			return false, true
-		}
-		return false, isConst(toks[i])
+	if toks.isKw(j, "AS") {
+		j++
 	}
-	add := func(qual, col string, eq, param, constant bool) {
-		switch {
-		case eq && param:
-			s.conds = append(s.conds, cond{qual, col, condEqParam})
-		case eq && constant:
-			s.conds = append(s.conds, cond{qual, col, condEqConst})
-		case param || constant:
-			s.conds = append(s.conds, cond{qual, col, condRange})
-		}
+	if j < len(toks) && toks[j].kind == tokIdent {
+		ref.alias = toks[j].text
+		j++
 	}
+	return ref, j, true
+}
+
+// colAt reads the column reference at toks[i] (qual.col, or col; not a
+// function call); next is the index after it.
+func (toks tokenList) colAt(i int) (qual, col string, next int, ok bool) {
+	if i >= len(toks) || toks[i].kind != tokIdent {
+		return "", "", i, false
+	}
+	if i+1 < len(toks) && toks[i+1].text == "(" {
+		return "", "", i, false // a function call
+	}
+	parts := []string{toks[i].text}
+	j := i + 1
+	for j+1 < len(toks) && toks[j].text == "." && toks[j+1].kind == tokIdent {
+		parts = append(parts, toks[j+1].text)
+		j += 2
+	}
+	col = parts[len(parts)-1]
+	if len(parts) > 1 {
+		qual = parts[len(parts)-2]
+	}
+	return qual, col, j, true
+}
+
+// valueKind reports whether toks[i] is a parameter or a constant (a
+// string, a number, a negative number, TRUE or FALSE).
+func (toks tokenList) valueKind(i int) (param, constant bool) {
+	if i >= len(toks) {
+		return false, false
+	}
+	t := toks[i]
+	switch {
+	case t.kind == tokParam:
+		return true, false
+	case t.text == "-" && i+1 < len(toks) && toks[i+1].kind == tokNumber:
+		return false, true
+	}
+	return false, t.kind == tokString || t.kind == tokNumber || (t.kind == tokKeyword && (t.text == "TRUE" || t.text == "FALSE"))
+}
+
+// isComparison reports whether toks[i] compares (an operator other than
+// != and <>).
+func (toks tokenList) isComparison(i int) bool {
+	return i < len(toks) && toks[i].kind == tokOp && toks[i].text != "!=" && toks[i].text != "<>"
+}
+
+// conditions calls add for each condition column op ? | constant, and the
+// mirror forms ? = column, constant = column; eq is true for = , <=> and
+// IN.
+func (toks tokenList) conditions(add func(qual, col string, eq, param, constant bool)) {
 	for i := 0; i < len(toks); i++ {
-		qual, col, j, ok := colAt(i)
+		qual, col, j, ok := toks.colAt(i)
 		if ok && j < len(toks) {
 			t := toks[j]
 			switch {
-			case t.kind == tokOp && t.text != "!=" && t.text != "<>":
-				p, c := valueKind(j + 1)
+			case toks.isComparison(j):
+				p, c := toks.valueKind(j + 1)
 				add(qual, col, t.text == "=" || t.text == "<=>", p, c)
 			case t.kind == tokKeyword && t.text == "IN" && j+1 < len(toks) && toks[j+1].text == "(":
-				p, c := valueKind(j + 2)
+				p, c := toks.valueKind(j + 2)
 				add(qual, col, true, p, c)
 			case t.kind == tokKeyword && (t.text == "BETWEEN" || t.text == "LIKE"):
-				p, c := valueKind(j + 1)
+				p, c := toks.valueKind(j + 1)
 				add(qual, col, false, p, c)
 			}
 			i = j - 1
 			continue
 		}
-		// ? = column, constant = column
-		if p, c := valueKind(i); (p || c) && i+1 < len(toks) && toks[i+1].kind == tokOp && toks[i+1].text != "!=" && toks[i+1].text != "<>" {
-			if qual, col, _, ok := colAt(i + 2); ok {
+		if p, c := toks.valueKind(i); (p || c) && toks.isComparison(i+1) {
+			if qual, col, _, ok := toks.colAt(i + 2); ok {
 				add(qual, col, toks[i+1].text == "=" || toks[i+1].text == "<=>", p, c)
 			}
 		}
 	}
-	return s
+}
+
+// addCond records a condition on qual.col compared with a parameter or a
+// constant; eq tells equality from a range.
+func (s *scanned) addCond(qual, col string, eq, param, constant bool) {
+	switch {
+	case eq && param:
+		s.conds = append(s.conds, cond{qual, col, condEqParam})
+	case eq && constant:
+		s.conds = append(s.conds, cond{qual, col, condEqConst})
+	case param || constant:
+		s.conds = append(s.conds, cond{qual, col, condRange})
+	}
 }
 
 // isSelect reports whether a query reads: SELECT, or WITH ... SELECT,
@@ -539,14 +595,36 @@ var selectEnd = map[string]bool{
 // clause; the first of a UNION), and what follows it at its depth; ok is
 // false when there is no SELECT.
 func selectOf(sql string) (sel selectList, ok bool) {
-	toks := tokenize(sql)
-	upper := func(i int) string {
-		if i < 0 || i >= len(toks) || (toks[i].kind != tokKeyword && toks[i].kind != tokIdent) {
-			return ""
-		}
-		return strings.ToUpper(toks[i].text)
+	toks := tokenList(tokenize(sql))
+	start, base, ok := toks.mainSelect()
+	if !ok {
+		return sel, false
 	}
-	// The main SELECT: the first one outside the WITH clause's bodies.
+	i := start + 1
+	for i < len(toks) && selectModifiers[toks.upper(i)] && i+1 < len(toks) && toks[i+1].text != "," {
+		i++
+	}
+	items, i, rel := toks.selectItems(i)
+	for _, item := range items {
+		sel.items = append(sel.items, readItem(sql, item))
+	}
+	sel.groups = toks.grouping(i, base+rel, base)
+	return sel, true
+}
+
+// upper returns toks[i] in upper case when it is a keyword or an
+// identifier, else "".
+func (toks tokenList) upper(i int) string {
+	if i < 0 || i >= len(toks) || (toks[i].kind != tokKeyword && toks[i].kind != tokIdent) {
+		return ""
+	}
+	return strings.ToUpper(toks[i].text)
+}
+
+// mainSelect finds the main SELECT: the first one outside the WITH
+// clause's bodies. start is its index, base the parentheses open before
+// it.
+func (toks tokenList) mainSelect() (start, base int, ok bool) {
 	start, depth, with := -1, 0, false
 	for i, t := range toks {
 		switch {
@@ -554,9 +632,9 @@ func selectOf(sql string) (sel selectList, ok bool) {
 			depth++
 		case t.text == ")" && t.kind == tokPunct:
 			depth--
-		case upper(i) == "WITH" && start < 0 && i == 0:
+		case toks.upper(i) == "WITH" && start < 0 && i == 0:
 			with = true
-		case upper(i) == "SELECT" && (!with || depth == 0):
+		case toks.upper(i) == "SELECT" && (!with || depth == 0):
 			start = i
 		}
 		if start >= 0 {
@@ -564,9 +642,8 @@ func selectOf(sql string) (sel selectList, ok bool) {
 		}
 	}
 	if start < 0 {
-		return sel, false
+		return 0, 0, false
 	}
-	base := 0
 	for _, t := range toks[:start] {
 		switch t.text {
 		case "(":
@@ -575,22 +652,24 @@ func selectOf(sql string) (sel selectList, ok bool) {
 			base--
 		}
 	}
-	i := start + 1
-	for i < len(toks) && selectModifiers[upper(i)] && i+1 < len(toks) && toks[i+1].text != "," {
-		i++
-	}
-	// The items: split at commas of the list's own depth.
+	return start, base, true
+}
+
+// selectItems splits the select list that starts at toks[i] into its
+// items at commas of the list's own depth, up to the keyword that ends it
+// (selectEnd), a ';' or the ')' of a parenthesized SELECT. next is the
+// index after the list, rel the parentheses open there relative to it.
+func (toks tokenList) selectItems(i int) (items [][]token, next, rel int) {
 	var item []token
-	rel := 0
 	flush := func() {
 		if len(item) > 0 {
-			sel.items = append(sel.items, readItem(sql, item))
+			items = append(items, item)
 		}
 		item = nil
 	}
 	for ; i < len(toks); i++ {
 		t := toks[i]
-		if rel == 0 && (t.kind == tokKeyword || t.kind == tokIdent) && selectEnd[upper(i)] {
+		if rel == 0 && (t.kind == tokKeyword || t.kind == tokIdent) && selectEnd[toks.upper(i)] {
 			break
 		}
 		if t.kind == tokPunct {
@@ -620,29 +699,29 @@ func selectOf(sql string) (sel selectList, ok bool) {
 		item = append(item, t)
 	}
 	flush()
-	// What follows, at the list's depth or, for a UNION of parenthesized
-	// SELECTs, outside them.
-	depth = base + rel
+	return items, i, rel
+}
+
+// grouping returns the first UNION, EXCEPT, INTERSECT, GROUP BY or HAVING
+// from toks[i] on, at the list's depth (depth, base) or, for a UNION of
+// parenthesized SELECTs, outside them; "" when there is none.
+func (toks tokenList) grouping(i, depth, base int) string {
 	for ; i < len(toks); i++ {
 		switch t := toks[i]; {
 		case t.kind == tokPunct && t.text == "(":
 			depth++
 		case t.kind == tokPunct && t.text == ")":
 			depth--
-		case depth <= base && (upper(i) == "UNION" || upper(i) == "EXCEPT" || upper(i) == "INTERSECT"):
-			if sel.groups == "" {
-				sel.groups = upper(i)
+		case depth <= base && (toks.upper(i) == "UNION" || toks.upper(i) == "EXCEPT" || toks.upper(i) == "INTERSECT"):
+			return toks.upper(i)
+		case depth == base && (toks.upper(i) == "GROUP" && toks.upper(i+1) == "BY" || toks.upper(i) == "HAVING"):
+			if toks.upper(i) == "GROUP" {
+				return "GROUP BY"
 			}
-		case depth == base && (upper(i) == "GROUP" && upper(i+1) == "BY" || upper(i) == "HAVING"):
-			if sel.groups == "" {
-				sel.groups = upper(i)
-				if sel.groups == "GROUP" {
-					sel.groups = "GROUP BY"
-				}
-			}
+			return "HAVING"
 		}
 	}
-	return sel, true
+	return ""
 }
 
 // readItem reads one select list item, toks of sql.

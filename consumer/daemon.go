@@ -349,9 +349,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
 	var background sync.WaitGroup
-	background.Go(func() { d.healthLoop(bg) })
+	background.Go(func() { d.everyReadyInterval(bg, d.checkMemcachedAndGroup) })
 	if d.mysql != nil {
-		background.Go(func() { d.mysqlHealthLoop(bg) })
+		background.Go(func() { d.everyReadyInterval(bg, d.checkMySQL) })
 	}
 	background.Go(func() { d.committer.run(bg) })
 	background.Go(func() {
@@ -394,45 +394,77 @@ func (d *Daemon) updateReady() {
 	boolGauge(d.m.ready, d.Ready())
 }
 
-// healthLoop pings memcached every ReadyInterval until ctx ends, and
-// updates the stalled-partition gauges.
-func (d *Daemon) healthLoop(ctx context.Context) {
+// everyReadyInterval runs check at once and then every ReadyInterval
+// until ctx ends or check returns false, updating the readiness gauges
+// after each run; first is true on the first run. The daemon runs one
+// loop for memcached and its group state (checkMemcachedAndGroup) and
+// one for MySQL (checkMySQL).
+func (d *Daemon) everyReadyInterval(ctx context.Context, check func(ctx context.Context, first bool) bool) {
 	t := time.NewTicker(d.cfg.ReadyInterval)
 	defer t.Stop()
 	for first := true; ; first = false {
-		err := d.health.Ping()
-		up := err == nil
-		if !up {
-			d.health.Close()
+		if !check(ctx, first) {
+			return
 		}
-		if was := d.memcachedUp.Swap(up); was != up || first {
-			if up {
-				d.log.Info("memcached reachable")
-			} else {
-				d.log.Warn("memcached unreachable; not ready", "error", err.Error())
-			}
-		}
-		boolGauge(d.m.memcachedUp, up)
-		if age, ok := d.lease.age(time.Now()); ok {
-			d.m.leaseAge.Set(age.Seconds())
-		}
-		if cl := d.cl.Load(); cl != nil && !d.joined() {
-			// Not in the group: find out whether the brokers refuse
-			// the credentials, beside the loop (a probe may wait
-			// for brokers that do not answer).
-			if auth := clientHook[*kafkaAuth](cl); auth != nil && d.probingAuth.CompareAndSwap(false, true) {
-				go func() {
-					defer d.probingAuth.Store(false)
-					auth.probeAuth(ctx, cl)
-				}()
-			}
-		}
-		d.reportStalled()
 		d.updateReady()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// reachabilityChanged records up in state and reports whether it differs
+// from the last check, or this is the first: when to log it.
+func reachabilityChanged(state *atomic.Bool, up, first bool) bool {
+	return state.Swap(up) != up || first
+}
+
+// checkMemcachedAndGroup is one run of the daemon's health loop: it pings
+// memcached, then updates the group state no other loop watches (the
+// membership lease's age, a credentials probe while out of the group, the
+// stalled-partition gauges). It always returns true.
+func (d *Daemon) checkMemcachedAndGroup(ctx context.Context, first bool) bool {
+	d.checkMemcached(first)
+	if age, ok := d.lease.age(time.Now()); ok {
+		d.m.leaseAge.Set(age.Seconds())
+	}
+	d.probeAuthOutsideGroup(ctx)
+	d.reportStalled()
+	return true
+}
+
+// checkMemcached pings memcached, drops the health connection when it
+// fails, and logs and gauges the reachability.
+func (d *Daemon) checkMemcached(first bool) {
+	err := d.health.Ping()
+	up := err == nil
+	if !up {
+		d.health.Close()
+	}
+	if reachabilityChanged(&d.memcachedUp, up, first) {
+		if up {
+			d.log.Info("memcached reachable")
+		} else {
+			d.log.Warn("memcached unreachable; not ready", "error", err.Error())
+		}
+	}
+	boolGauge(d.m.memcachedUp, up)
+}
+
+// probeAuthOutsideGroup, while the daemon is not in the group, finds out
+// whether the brokers refuse the credentials, beside the loop (a probe
+// may wait for brokers that do not answer); one probe at a time.
+func (d *Daemon) probeAuthOutsideGroup(ctx context.Context) {
+	cl := d.cl.Load()
+	if cl == nil || d.joined() {
+		return
+	}
+	if auth := clientHook[*kafkaAuth](cl); auth != nil && d.probingAuth.CompareAndSwap(false, true) {
+		go func() {
+			defer d.probingAuth.Store(false)
+			auth.probeAuth(ctx, cl)
+		}()
 	}
 }

@@ -49,37 +49,29 @@ func (d *Daemon) mysqlNotReady() string {
 	return "mysql: " + h.Addr + " unreachable (" + why + "); rules " + strings.Join(h.Rules, ", ") + " run load or recount queries there"
 }
 
-// mysqlHealthLoop pings MySQL every ReadyInterval until ctx ends.
-func (d *Daemon) mysqlHealthLoop(ctx context.Context) {
+// checkMySQL is one run of the MySQL health loop (everyReadyInterval):
+// it pings MySQL, bounded by mysqlPingTimeout, and records, logs and
+// gauges the reachability. It returns false when ctx ended.
+func (d *Daemon) checkMySQL(ctx context.Context, first bool) bool {
 	h := d.mysql
-	gauge := d.m.mysqlUp.WithLabelValues(h.Addr)
-	t := time.NewTicker(d.cfg.ReadyInterval)
-	defer t.Stop()
-	for first := true; ; first = false {
-		pctx, cancel := context.WithTimeout(ctx, mysqlPingTimeout)
-		err := h.DB.Ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		up := err == nil
-		if !up {
-			msg := err.Error()
-			d.mysqlState.err.Store(&msg)
-		}
-		if was := d.mysqlState.up.Swap(up); was != up || first {
-			if up {
-				d.log.Info("MySQL reachable", "addr", h.Addr)
-			} else {
-				d.log.Warn("MySQL unreachable; not ready", "addr", h.Addr, "rules", h.Rules, "error", err.Error())
-			}
-		}
-		boolGauge(gauge, up)
-		d.updateReady()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	pctx, cancel := context.WithTimeout(ctx, mysqlPingTimeout)
+	err := h.DB.Ping(pctx)
+	cancel()
+	if ctx.Err() != nil {
+		return false
+	}
+	up := err == nil
+	if !up {
+		msg := err.Error()
+		d.mysqlState.err.Store(&msg)
+	}
+	if reachabilityChanged(&d.mysqlState.up, up, first) {
+		if up {
+			d.log.Info("MySQL reachable", "addr", h.Addr)
+		} else {
+			d.log.Warn("MySQL unreachable; not ready", "addr", h.Addr, "rules", h.Rules, "error", err.Error())
 		}
 	}
+	boolGauge(d.m.mysqlUp.WithLabelValues(h.Addr), up)
+	return true
 }

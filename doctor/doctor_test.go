@@ -20,16 +20,7 @@ import (
 )
 
 // closedAddr is a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+var closedAddr = testsvc.ClosedAddr
 
 // silentAddr accepts connections and never answers, as a server of the
 // wrong protocol that waits for its own greeting would.

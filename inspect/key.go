@@ -130,31 +130,60 @@ func (p *Pool) inspect(ctx context.Context, r *rules.Rule, ops []rules.Op, pr *P
 	var gen uint64
 	genOK := false
 	if r.Kind != rules.BumpRule && r.Generation != "" {
-		g, item, ok, err := p.generation(r)
-		if err != nil {
+		var err error
+		if gen, genOK, err = p.reportGeneration(r, pr); err != nil {
 			return err
 		}
-		gen, genOK = g, ok
-		it := p.item("generation", r.Generation, item)
-		switch {
-		case !it.Present:
-			it.Meaning = "missing: no set or counter of the table is valid; the next writer creates it"
-		case ok:
-			it.Version, it.Meaning = &g, fmt.Sprintf("generation %d", g)
-		default:
-			it.Meaning = "not a generation: no set or counter of the table is valid; the daemon replaces it"
-		}
-		pr.Items = append(pr.Items, it)
-		if !ok {
+		if !genOK {
 			return p.truth(ctx, r, &ops[0], nil, pr)
 		}
 	}
-	type want struct {
-		role string
-		key  string
-		op   *rules.Op
+	wants := wantedItems(r, ops, gen, genOK)
+	keys := make([]string, len(wants))
+	for i, w := range wants {
+		keys[i] = w.key
 	}
-	var wants []want
+	items, err := p.Cache.GetMulti(keys)
+	if err != nil {
+		return fmt.Errorf("pool %s: read %d keys: %w", p.Name, len(keys), err)
+	}
+	main := p.describeItems(r, wants, items, gen, genOK, pr)
+	return p.truth(ctx, r, &ops[0], main, pr)
+}
+
+// reportGeneration reads the generation item of r's table into pr and
+// returns its value; ok is false when it is missing or not a generation.
+func (p *Pool) reportGeneration(r *rules.Rule, pr *PoolReport) (gen uint64, ok bool, err error) {
+	g, item, ok, err := p.generation(r)
+	if err != nil {
+		return 0, false, err
+	}
+	it := p.item("generation", r.Generation, item)
+	switch {
+	case !it.Present:
+		it.Meaning = "missing: no set or counter of the table is valid; the next writer creates it"
+	case ok:
+		it.Version, it.Meaning = &g, fmt.Sprintf("generation %d", g)
+	default:
+		it.Meaning = "not a generation: no set or counter of the table is valid; the daemon replaces it"
+	}
+	pr.Items = append(pr.Items, it)
+	return g, ok, nil
+}
+
+// wantedItem is an item inspect reads: its role in the report, its key
+// and the op that names it (nil for a fence).
+type wantedItem struct {
+	role string
+	key  string
+	op   *rules.Op
+}
+
+// wantedItems lists the items of ops to read: each op's key (a counter's
+// under generation gen when genOK), each counter's fence, and the
+// evidence master of r.
+func wantedItems(r *rules.Rule, ops []rules.Op, gen uint64, genOK bool) []wantedItem {
+	var wants []wantedItem
 	copyN := 0
 	for i := range ops {
 		op := &ops[i]
@@ -166,22 +195,21 @@ func (p *Pool) inspect(ctx context.Context, r *rules.Rule, ops []rules.Op, pr *P
 		if r.Kind == rules.CountRule && !op.Legacy && genOK {
 			key = itemformat.CounterKey(key, gen)
 		}
-		wants = append(wants, want{role, key, op})
+		wants = append(wants, wantedItem{role, key, op})
 		if r.Kind == rules.CountRule && !op.Legacy {
-			wants = append(wants, want{"fence", counters.FenceKey(key), nil})
+			wants = append(wants, wantedItem{"fence", counters.FenceKey(key), nil})
 		}
 	}
 	if ev := r.Evidence; ev != nil {
-		wants = append(wants, want{"evidence master", ev.MasterKey, &ops[0]})
+		wants = append(wants, wantedItem{"evidence master", ev.MasterKey, &ops[0]})
 	}
-	keys := make([]string, len(wants))
-	for i, w := range wants {
-		keys[i] = w.key
-	}
-	items, err := p.Cache.GetMulti(keys)
-	if err != nil {
-		return fmt.Errorf("pool %s: read %d keys: %w", p.Name, len(keys), err)
-	}
+	return wants
+}
+
+// describeItems adds each wanted item, as read in items, to pr with what
+// it means, and returns the current set or counter item (nil when none),
+// which truth compares with MySQL.
+func (p *Pool) describeItems(r *rules.Rule, wants []wantedItem, items map[string]*memcache.Item, gen uint64, genOK bool, pr *PoolReport) *memcache.Item {
 	var main *memcache.Item
 	var fenceID uint32
 	for _, w := range wants {
@@ -206,7 +234,7 @@ func (p *Pool) inspect(ctx context.Context, r *rules.Rule, ops []rules.Op, pr *P
 		}
 		pr.Items = append(pr.Items, it)
 	}
-	return p.truth(ctx, r, &ops[0], main, pr)
+	return main
 }
 
 // roleOf names the item of op (the n-th copy of a rule with copies).

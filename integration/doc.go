@@ -5,7 +5,8 @@
 // cache they keep agrees with the database.
 //
 // The non-test files are a harness shared by the package's tests and by
-// `cachewarden demo`:
+// the demo command, cmd/cachewarden-demo (`make demo`; the production
+// binary links none of this):
 //
 //   - StartBroker connects to a broker, or starts one in this process
 //     (github.com/twmb/franz-go/pkg/kfake), and answers lag questions

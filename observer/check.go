@@ -241,53 +241,67 @@ func (o *Observer) checkData(t *task) (verdict, *task) {
 		return verdict{NotJudged, "", "MySQL query budget spent"}, nil
 	}
 	o.m.sqlQueries.Inc()
-	var err error
 	if isSet {
-		var loaded []string
-		loaded, err = o.deps.Truth.LoadMembers(o.ctx, c.rule.Query, c.args)
-		for _, m := range loaded {
-			r.members = append(r.members, rules.Escape(m))
-		}
-		sort.Strings(r.members)
-		r.members = slices.Compact(r.members)
-	} else if snap := o.snapshotCounter(c); snap != nil {
-		v, confirm, handled := o.countAt(o.ctx, t, &r, snap)
+		return o.judgeSetByQuery(t, &r)
+	}
+	return o.judgeCounterByQuery(t, &r)
+}
+
+// judgeSetByQuery judges the set read in r against the members its rule's
+// load query returns now: the members in question are those the set and
+// the query disagree on (or, confirming, those of the first reading).
+func (o *Observer) judgeSetByQuery(t *task, r *reading) (verdict, *task) {
+	c := t.c
+	loaded, err := o.deps.Truth.LoadMembers(o.ctx, c.rule.Query, c.args)
+	for _, m := range loaded {
+		r.members = append(r.members, rules.Escape(m))
+	}
+	sort.Strings(r.members)
+	r.members = slices.Compact(r.members)
+	if err != nil {
+		return verdict{NotJudged, "", "query failed: " + err.Error()}, nil
+	}
+	v := judgeSetAll(r.item, r.members)
+	if v.result != Inconsistent {
+		return v, nil
+	}
+	var question []string
+	if t.first != nil && t.first.set != nil {
+		question = t.first.set.wrong
+	} else {
+		extra, lacking := diff(itemformat.DecodeSet(r.item.Value).Members, r.members)
+		question = append(extra, lacking...)
+	}
+	r.set = o.readSet(c.key, r.item, question, toSet(r.members))
+	return o.judgeSetReading(t, r)
+}
+
+// judgeCounterByQuery judges the counter read in r against its rule's
+// count: at the counter's position when a snapshot gives one (countAt),
+// else now. A first mismatch returns a confirmation task; it is confirmed
+// only when neither side moved between the two readings (otherwise a
+// change in flight may explain the difference).
+func (o *Observer) judgeCounterByQuery(t *task, r *reading) (verdict, *task) {
+	c := t.c
+	if snap := o.snapshotCounter(c); snap != nil {
+		v, confirm, handled := o.countAt(o.ctx, t, r, snap)
 		if handled {
 			return v, confirm
 		}
 		// No position: the confirm step below, with this count.
 	} else {
-		r.count, err = o.deps.Truth.Count(o.ctx, c.rule.Query, c.args)
-	}
-	if err != nil {
-		return verdict{NotJudged, "", "query failed: " + err.Error()}, nil
-	}
-	if isSet {
-		v = judgeSetAll(r.item, r.members)
-		if v.result != Inconsistent {
-			return v, nil
+		var err error
+		if r.count, err = o.deps.Truth.Count(o.ctx, c.rule.Query, c.args); err != nil {
+			return verdict{NotJudged, "", "query failed: " + err.Error()}, nil
 		}
-		// The members in question are those the set and the query
-		// disagree on (or, confirming, those of the first reading).
-		var question []string
-		if t.first != nil && t.first.set != nil {
-			question = t.first.set.wrong
-		} else {
-			extra, lacking := diff(itemformat.DecodeSet(r.item.Value).Members, r.members)
-			question = append(extra, lacking...)
-		}
-		r.set = o.readSet(c.key, r.item, question, toSet(r.members))
-		return o.judgeSetReading(t, &r)
 	}
-	v = judgeCounter(r.item, r.count)
+	v := judgeCounter(r.item, r.count)
 	if v.result != Inconsistent {
 		return v, nil
 	}
 	if t.first == nil {
-		return v, &task{due: o.deps.Now().Add(o.cfg.ConfirmAfter), c: c, window: t.window, first: &r}
+		return v, &task{due: o.deps.Now().Add(o.cfg.ConfirmAfter), c: c, window: t.window, first: r}
 	}
-	// Confirmed only when neither side moved between the two readings:
-	// otherwise a change in flight may explain the difference.
 	f := t.first
 	if !bytes.Equal(f.item.Value, r.item.Value) || f.count != r.count {
 		return verdict{NotJudged, v.expected, v.seen + " (moved while it was confirmed)"}, nil

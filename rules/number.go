@@ -28,8 +28,35 @@ func parseDecimal(s string) (decimal, bool) {
 		d.neg = s[i] == '-'
 		i++
 	}
+	m, dot, i := scanMantissa(s, i)
+	if m == "" {
+		return decimal{}, false
+	}
+	exp, i, ok := scanExponent(s, i)
+	if !ok || i != len(s) {
+		return decimal{}, false
+	}
+	first, last := significantDigits(m)
+	if first < 0 {
+		return decimal{zero: true}, true
+	}
+	var point int
+	if first < dot {
+		point = dot - first
+	} else {
+		point = -(first - dot - 1)
+	}
+	d.exp = point + exp
+	d.digits = m[first : last+1]
+	return d, true
+}
+
+// scanMantissa reads the digits and at most one '.' of s from i. m is
+// the mantissa's text ("" when it has no digit), dot the index of its '.'
+// in m (len(m) when none), next the index after it.
+func scanMantissa(s string, i int) (m string, dot, next int) {
 	start := i
-	dot := -1
+	dot = -1
 	nd := 0
 	for ; i < len(s); i++ {
 		c := s[i]
@@ -44,43 +71,52 @@ func parseDecimal(s string) (decimal, bool) {
 		break
 	}
 	if nd == 0 {
-		return decimal{}, false
+		return "", 0, i
 	}
-	m := s[start:i]
-	exp := 0
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		eneg := false
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			eneg = s[i] == '-'
-			i++
-		}
-		if i == len(s) {
-			return decimal{}, false
-		}
-		for ; i < len(s); i++ {
-			c := s[i]
-			if c < '0' || c > '9' {
-				return decimal{}, false
-			}
-			if exp < maxDecimalExp {
-				exp = exp*10 + int(c-'0')
-			}
-		}
-		if exp > maxDecimalExp {
-			exp = maxDecimalExp
-		}
-		if eneg {
-			exp = -exp
-		}
-	}
-	if i != len(s) {
-		return decimal{}, false
-	}
+	m = s[start:i]
 	if dot < 0 {
 		dot = len(m)
 	}
-	first, last := -1, -1
+	return m, dot, i
+}
+
+// scanExponent reads an exponent (e or E, a sign, digits) of s from i
+// when there is one, capped at ±maxDecimalExp; next is the index after
+// it. ok is false when the exponent has no digits or ends in something
+// else.
+func scanExponent(s string, i int) (exp, next int, ok bool) {
+	if i >= len(s) || (s[i] != 'e' && s[i] != 'E') {
+		return 0, i, true
+	}
+	i++
+	eneg := false
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		eneg = s[i] == '-'
+		i++
+	}
+	if i == len(s) {
+		return 0, i, false
+	}
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, i, false
+		}
+		if exp < maxDecimalExp {
+			exp = exp*10 + int(c-'0')
+		}
+	}
+	exp = min(exp, maxDecimalExp)
+	if eneg {
+		exp = -exp
+	}
+	return exp, i, true
+}
+
+// significantDigits returns the indexes in m of its first and last digit
+// other than 0; -1, -1 when m is zero.
+func significantDigits(m string) (first, last int) {
+	first, last = -1, -1
 	for k := 0; k < len(m); k++ {
 		if m[k] >= '1' && m[k] <= '9' {
 			if first < 0 {
@@ -89,18 +125,7 @@ func parseDecimal(s string) (decimal, bool) {
 			last = k
 		}
 	}
-	if first < 0 {
-		return decimal{zero: true}, true
-	}
-	var point int
-	if first < dot {
-		point = dot - first
-	} else {
-		point = -(first - dot - 1)
-	}
-	d.exp = point + exp
-	d.digits = m[first : last+1]
-	return d, true
+	return first, last
 }
 
 // compareDecimal returns -1, 0 or +1 as a is less than, equal to or

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -297,62 +298,19 @@ func (a *app) dlqRedrive(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	defer stack.Close()
 
-	// Choose: read the dead letters, keep the selected ones that hold
-	// their message; the others are reported at once.
-	var msgs []consumer.Message
-	var where []string // "P:OFFSET origin" of msgs[i]
-	notDriven, partitions := 0, map[int]bool{}
 	// A dry run's stdout is the plan: the dead letters left out go to
 	// stderr then.
 	notes := stdout
 	if *dryRun {
 		notes = stderr
 	}
-	ro := o.readOptions()
-	if sel.lo > ro.From {
-		ro.From = sel.lo
-	}
-	more, last := false, ""
-	err = consumer.ReadDLQ(ctx, stack.Kafka, cfg.Kafka.DLQTopic, ro, log, func(d *consumer.DeadLetter) error {
-		if o.partition >= 0 && sel.lo >= 0 && d.Offset > sel.hi {
-			return consumer.ErrStopDLQ // past the offsets chosen
-		}
-		if !sel.matches(d) {
-			return nil
-		}
-		if len(msgs)+notDriven == o.limit {
-			more = true
-			return consumer.ErrStopDLQ
-		}
-		partitions[d.Partition] = true
-		at := strconv.Itoa(d.Partition) + ":" + strconv.FormatInt(d.Offset, 10)
-		last = at
-		if d.Origin.Topic != "" {
-			at += " " + d.Origin.String()
-		}
-		if err := d.Redrivable(); err != nil {
-			notDriven++
-			fmt.Fprintf(notes, "%s: not re-driven: %v\n", at, err)
-			return nil
-		}
-		msgs = append(msgs, d.Message)
-		where = append(where, at)
-		return nil
-	})
+	chosen, err := chooseDeadLetters(ctx, stack, cfg.Kafka.DLQTopic, &o, sel, notes, log)
 	if err != nil {
-		return fmt.Errorf("dlq redrive: %w", err)
+		return err
 	}
-	if sel.lo >= 0 && len(partitions) > 1 {
-		return usageErrorf("dlq redrive: %s selects offsets of %d partitions of %s: give --partition", sel.offsetFl, len(partitions), cfg.Kafka.DLQTopic)
+	if err := chosen.check(cfg.Kafka.DLQTopic, sel, o.limit, stderr); err != nil {
+		return err
 	}
-	if len(msgs)+notDriven == 0 {
-		fmt.Fprintf(stderr, "dlq redrive: no dead letter of %s matches\n", cfg.Kafka.DLQTopic)
-		return errReported
-	}
-	if more {
-		fmt.Fprintf(stderr, "dlq redrive: stopped choosing at --limit %d; the dead letters after %s are not re-driven\n", o.limit, last)
-	}
-
 	replayer, err := consumer.NewReplayer(consumer.ReplayConfig{
 		Pipeline: stack.Pipeline,
 		Kafka:    stack.Kafka,
@@ -362,22 +320,112 @@ func (a *app) dlqRedrive(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return fmt.Errorf("dlq redrive: %w", err)
 	}
-	notApplied := notDriven
-	in := consumer.ReplayInput{Messages: msgs, Outcome: func(i int, out consumer.MessageOutcome) {
+	return chosen.redrive(ctx, replayer, *dryRun, stdout, stderr)
+}
+
+// redriveChoice is what `dlq redrive` chose to re-drive.
+type redriveChoice struct {
+	msgs []consumer.Message
+	// where is "P:OFFSET origin" of msgs[i].
+	where []string
+	// notDriven counts the chosen dead letters that hold no message to
+	// re-drive; each was reported when chosen.
+	notDriven int
+	// partitions are the dead-letter topic's partitions chosen from.
+	partitions map[int]bool
+	// more is true when choosing stopped at the limit; last is the
+	// "P:OFFSET" of the last dead letter chosen.
+	more bool
+	last string
+}
+
+// chosen is the number of dead letters chosen, re-drivable or not.
+func (c *redriveChoice) chosen() int { return len(c.msgs) + c.notDriven }
+
+// chooseDeadLetters reads topic's dead letters and keeps the selected ones
+// that hold their message, up to o.limit; each selected one that does not
+// is reported on notes at once.
+func chooseDeadLetters(ctx context.Context, stack *consumer.Stack, topic string, o *dlqOptions, sel dlqSelection, notes io.Writer, log *slog.Logger) (*redriveChoice, error) {
+	c := &redriveChoice{partitions: map[int]bool{}}
+	ro := o.readOptions()
+	if sel.lo > ro.From {
+		ro.From = sel.lo
+	}
+	err := consumer.ReadDLQ(ctx, stack.Kafka, topic, ro, log, func(d *consumer.DeadLetter) error {
+		if o.partition >= 0 && sel.lo >= 0 && d.Offset > sel.hi {
+			return consumer.ErrStopDLQ // past the offsets chosen
+		}
+		if !sel.matches(d) {
+			return nil
+		}
+		if c.chosen() == o.limit {
+			c.more = true
+			return consumer.ErrStopDLQ
+		}
+		c.add(d, notes)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dlq redrive: %w", err)
+	}
+	return c, nil
+}
+
+// add chooses d: its message when it holds one, else a "not re-driven"
+// line on notes.
+func (c *redriveChoice) add(d *consumer.DeadLetter, notes io.Writer) {
+	c.partitions[d.Partition] = true
+	at := strconv.Itoa(d.Partition) + ":" + strconv.FormatInt(d.Offset, 10)
+	c.last = at
+	if d.Origin.Topic != "" {
+		at += " " + d.Origin.String()
+	}
+	if err := d.Redrivable(); err != nil {
+		c.notDriven++
+		fmt.Fprintf(notes, "%s: not re-driven: %v\n", at, err)
+		return
+	}
+	c.msgs = append(c.msgs, d.Message)
+	c.where = append(c.where, at)
+}
+
+// check reports a choice that cannot go on (offsets of several
+// partitions, nothing chosen) as an error, and a choice cut at limit on
+// stderr.
+func (c *redriveChoice) check(topic string, sel dlqSelection, limit int, stderr io.Writer) error {
+	if sel.lo >= 0 && len(c.partitions) > 1 {
+		return usageErrorf("dlq redrive: %s selects offsets of %d partitions of %s: give --partition", sel.offsetFl, len(c.partitions), topic)
+	}
+	if c.chosen() == 0 {
+		fmt.Fprintf(stderr, "dlq redrive: no dead letter of %s matches\n", topic)
+		return errReported
+	}
+	if c.more {
+		fmt.Fprintf(stderr, "dlq redrive: stopped choosing at --limit %d; the dead letters after %s are not re-driven\n", limit, c.last)
+	}
+	return nil
+}
+
+// redrive re-applies (or, with dryRun, plans) the chosen messages with
+// replayer: one line per dead letter on stdout, the summary on stderr.
+func (c *redriveChoice) redrive(ctx context.Context, replayer *consumer.Replayer, dryRun bool, stdout, stderr io.Writer) error {
+	notApplied := c.notDriven
+	in := consumer.ReplayInput{Messages: c.msgs, Outcome: func(i int, out consumer.MessageOutcome) {
 		switch {
 		case out.Poison != nil:
 			notApplied++
-			fmt.Fprintf(stdout, "%s: poison again: %v\n", where[i], out.Poison)
+			fmt.Fprintf(stdout, "%s: poison again: %v\n", c.where[i], out.Poison)
 		case out.Failed > 0:
 			notApplied++
-			fmt.Fprintf(stdout, "%s: failed: %d of %d ops given up on (see the log)\n", where[i], out.Failed, out.Ops)
+			fmt.Fprintf(stdout, "%s: failed: %d of %d ops given up on (see the log)\n", c.where[i], out.Failed, out.Ops)
 		default:
-			fmt.Fprintf(stdout, "%s: applied: %d ops, %d counter or set keys recounted or rebuilt at the end\n", where[i], out.Ops, out.EndOps)
+			fmt.Fprintf(stdout, "%s: applied: %d ops, %d counter or set keys recounted or rebuilt at the end\n", c.where[i], out.Ops, out.EndOps)
 		}
 	}}
 	what := "dlq redrive"
 	var sum consumer.ReplaySummary
-	if *dryRun {
+	var err error
+	if dryRun {
 		what = "dlq redrive (dry run)"
 		sum, err = replayer.DryRun(ctx, in, stdout)
 		notApplied = 0
@@ -388,9 +436,9 @@ func (a *app) dlqRedrive(ctx context.Context, args []string, stdout, stderr io.W
 		fmt.Fprintf(stderr, "%s stopped: %s\n", what, sum)
 		return fmt.Errorf("dlq redrive: %w", err)
 	}
-	fmt.Fprintf(stderr, "%s done: %d dead letters chosen, %d not re-driven: %s\n", what, len(msgs)+notDriven, notDriven, sum)
-	if !*dryRun && (notApplied > 0 || sum.Failed > 0) {
-		return fmt.Errorf("dlq redrive: %d of %d dead letters not applied, %d ops failed", notApplied, len(msgs)+notDriven, sum.Failed)
+	fmt.Fprintf(stderr, "%s done: %d dead letters chosen, %d not re-driven: %s\n", what, c.chosen(), c.notDriven, sum)
+	if !dryRun && (notApplied > 0 || sum.Failed > 0) {
+		return fmt.Errorf("dlq redrive: %d of %d dead letters not applied, %d ops failed", notApplied, c.chosen(), sum.Failed)
 	}
 	return nil
 }

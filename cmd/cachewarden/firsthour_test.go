@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,16 +16,7 @@ import (
 )
 
 // closedAddr returns a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+var closedAddr = testsvc.ClosedAddr
 
 // jsonRecords parses every non-empty line of s that starts with '{' as a
 // slog JSON record, and returns them and the lines that are not records.
@@ -143,67 +133,6 @@ func TestGlobalLogFlagsReplay(t *testing.T) {
 	}
 	if recs, _ := jsonRecords(errOut); len(recs) > 0 || !strings.Contains(errOut, "level=INFO") || strings.Contains(errOut, "level=DEBUG") {
 		t.Errorf("without flags, want the config's text log at info:\n%s", errOut)
-	}
-}
-
-// TestGlobalLogFlagsDemo runs a small demo with --log-format json and
-// --log-level info: the daemon's records come as JSON on stderr.
-func TestGlobalLogFlagsDemo(t *testing.T) {
-	mc := testsvc.Memcached(t)
-	dsn := testsvc.MySQLDSN(t)
-	database := "cwtest_demolog_" + testsvc.Unique()
-	t.Cleanup(func() { dropDatabase(dsn, database) })
-	out, errOut, err := invoke(t, "", "--log-format", "json", "--log-level", "info", "demo", "-c", "../../configs/cachewarden.yaml", "--kafka", "",
-		"--memcached", mc, "--mysql", dsn, "--database", database, "--rounds", "1", "--size", "2")
-	if err != nil {
-		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
-	}
-	recs, other := jsonRecords(errOut)
-	if len(recs) == 0 {
-		t.Errorf("no JSON log records on stderr:\n%s", errOut)
-	}
-	if len(other) > 0 {
-		t.Errorf("stderr lines that are not JSON records:\n%s", strings.Join(other, "\n"))
-	}
-}
-
-// TestDemoMissingServices runs the demo with nothing listening where its
-// memcached (and, first, its MySQL) should be: it must fail at once,
-// naming what is missing, before it starts anything.
-func TestDemoMissingServices(t *testing.T) {
-	dsn := testsvc.MySQLDSN(t)
-	mc, my := closedAddr(t), closedAddr(t)
-	kafkaAddr := closedAddr(t)
-	for _, tt := range []struct {
-		name, dsn, kafka string
-		want             []string
-	}{
-		{"memcached", dsn, "", []string{"memcached at " + mc, "make services", "--memcached"}},
-		{"memcached, MySQL and Kafka", "root@tcp(" + my + ")/", kafkaAddr, []string{"memcached at " + mc, "MySQL: at " + my, "--mysql", "Kafka broker " + kafkaAddr}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			// A hang is what this guards against: the bound only turns
-			// one into a failure instead of a stuck test.
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			var stdout, stderr syncBuffer
-			err := runWithInput(ctx, strings.NewReader(""), []string{"demo", "-c", "../../configs/cachewarden.yaml", "--kafka", tt.kafka, "--memcached", mc, "--mysql", tt.dsn,
-				"--database", "cwtest_demo_" + testsvc.Unique(), "--rounds", "1", "--size", "1"}, &stdout, &stderr)
-			if ctx.Err() != nil {
-				t.Fatalf("demo hung without %s (stopped after a minute): %v", tt.name, err)
-			}
-			if exitCode(err) != 1 {
-				t.Fatalf("exit code %d (%v), want 1", exitCode(err), err)
-			}
-			for _, want := range tt.want {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error lacks %q:\n%v", want, err)
-				}
-			}
-			if stdout.String() != "" {
-				t.Errorf("the demo started before its services were checked:\n%s", stdout.String())
-			}
-		})
 	}
 }
 

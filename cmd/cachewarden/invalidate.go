@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -39,44 +40,17 @@ func (a *app) invalidateCmd(ctx context.Context, args []string, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	switch {
-	case *ruleName != "" && *table != "":
-		fs.Usage()
-		return usageErrorf("invalidate: give --rule or --table, not both")
-	case *table != "":
-		if len(paths) == 0 {
-			fs.Usage()
-			return usageErrorf("invalidate: -c FILE is required")
-		}
-		if len(entity) > 0 {
-			fs.Usage()
-			return usageErrorf("invalidate: unexpected argument %q with --table", entity[0])
-		}
-	case *ruleName == "":
-		fs.Usage()
-		return usageErrorf("invalidate: give --rule NAME COLUMN=VALUE... or --table DB.TABLE")
-	default:
-		if err := checkEntityArgs(fs, "invalidate", paths, *ruleName, entity); err != nil {
-			return err
-		}
+	if err := checkInvalidateArgs(fs, paths, *ruleName, *table, entity); err != nil {
+		return err
 	}
 	pools, log, closeAll, err := a.openPools(paths, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	// Every pool's ops are built before any is sent, so that a mistake
-	// (a rule or table a pool's config lacks) changes nothing.
-	opsOf := make([][]rules.Op, len(pools))
-	for i, p := range pools {
-		if *table != "" {
-			opsOf[i], err = p.TableOps(*table)
-		} else {
-			opsOf[i], err = p.EntityOps(ctx, *ruleName, entity)
-		}
-		if err != nil {
-			return fmt.Errorf("invalidate: %w", err)
-		}
+	opsOf, err := planInvalidation(ctx, pools, *ruleName, *table, entity)
+	if err != nil {
+		return err
 	}
 	var acts []inspect.Action
 	for i, p := range pools {
@@ -88,18 +62,66 @@ func (a *app) invalidateCmd(ctx context.Context, args []string, stdout, stderr i
 		}
 		acts = append(acts, p.Apply(ctx, opsOf[i], *dryRun, log)...)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(acts)
-	} else {
-		err = inspect.WriteActions(stdout, acts)
-	}
-	if err != nil {
+	if err := writeActions(stdout, acts, *asJSON); err != nil {
 		return fmt.Errorf("invalidate: write: %w", err)
 	}
 	if failed := inspect.FailedServers(acts); len(failed) > 0 {
 		return fmt.Errorf("invalidate: ops failed on %s (see the lines above)", strings.Join(failed, ", "))
 	}
 	return nil
+}
+
+// checkInvalidateArgs reports the command-line mistakes of invalidate:
+// both or neither of --rule and --table, no -c, arguments with --table, or
+// an entity --rule cannot use.
+func checkInvalidateArgs(fs *flag.FlagSet, paths []string, ruleName, table string, entity []string) error {
+	switch {
+	case ruleName != "" && table != "":
+		fs.Usage()
+		return usageErrorf("invalidate: give --rule or --table, not both")
+	case table != "":
+		if len(paths) == 0 {
+			fs.Usage()
+			return usageErrorf("invalidate: -c FILE is required")
+		}
+		if len(entity) > 0 {
+			fs.Usage()
+			return usageErrorf("invalidate: unexpected argument %q with --table", entity[0])
+		}
+	case ruleName == "":
+		fs.Usage()
+		return usageErrorf("invalidate: give --rule NAME COLUMN=VALUE... or --table DB.TABLE")
+	default:
+		return checkEntityArgs(fs, "invalidate", paths, ruleName, entity)
+	}
+	return nil
+}
+
+// planInvalidation builds every pool's ops (of table when given, else of
+// the rule's entity) before any is sent, so that a mistake (a rule or
+// table a pool's config lacks) changes nothing.
+func planInvalidation(ctx context.Context, pools []*inspect.Pool, ruleName, table string, entity []string) ([][]rules.Op, error) {
+	opsOf := make([][]rules.Op, len(pools))
+	for i, p := range pools {
+		var err error
+		if table != "" {
+			opsOf[i], err = p.TableOps(table)
+		} else {
+			opsOf[i], err = p.EntityOps(ctx, ruleName, entity)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("invalidate: %w", err)
+		}
+	}
+	return opsOf, nil
+}
+
+// writeActions writes acts to w: indented JSON, or one line each.
+func writeActions(w io.Writer, acts []inspect.Action, asJSON bool) error {
+	if !asJSON {
+		return inspect.WriteActions(w, acts)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(acts)
 }

@@ -11,7 +11,10 @@
 // check.go, verify.go, plan.go, rules.go, observe.go, demo.go,
 // doctor.go, probe.go, version.go, key.go, invalidate.go, config.go, dlq.go)
 // parses its flags, loads the config and calls the packages that do the
-// work (consumer, check, doctor, verify, inspect, ruletest, integration).
+// work (consumer, check, doctor, verify, inspect, ruletest). The demo is a
+// command of its own, cmd/cachewarden-demo, so that this binary links
+// neither the test and demo harness (package integration) nor its
+// in-process broker; `cachewarden demo` says so and exits with status 2.
 package main
 
 import (
@@ -64,7 +67,7 @@ func (a *app) commands() []command {
 		{name: "key", help: "show one entity's items in memcached, what they mean and what MySQL says (key -c FILE --rule R COL=VAL)", run: a.keyCmd},
 		{name: "invalidate", help: "bump a namespace, delete a set or counter, or bump a table's fallbacks by hand (invalidate -c FILE --rule R COL=VAL | --table DB.T)", run: a.invalidateCmd},
 		{name: "config", help: "print the effective config: defaults filled, environment expanded, secrets redacted (config print -c FILE)", run: a.configCmd},
-		{name: "demo", help: "run the whole pipeline on local services and show what happens", run: a.demoCmd},
+		{name: "demo", help: "the demo is its own command: `make demo` runs cmd/cachewarden-demo", run: a.demoCmd},
 		{name: "doctor", help: "check that the topics, the DLQ, the group, every memcached server and MySQL are there and usable (doctor -c FILE)", run: a.doctorCmd},
 		{name: "probe", help: "ask a running daemon's /readyz and exit 0 only when it is ready (for images without a shell)", run: a.probeCmd},
 		{name: "version", help: "print the version and the versions of the modules linked in", run: a.versionCmd},

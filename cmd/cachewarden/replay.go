@@ -54,40 +54,65 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	defer closeInput()
 
-	// Appending old set tokens is safe only to the live end with no
-	// daemon applying newer ones; checked again when the replay ends.
-	checkSetAppend := func() error {
-		if !o.setAppend || o.dryRun {
-			return nil
-		}
-		return consumer.CheckSetAppend(ctx, stack.Kafka, cfg.Kafka.Group, o.to, o.file != "")
-	}
-	if err := checkSetAppend(); err != nil {
+	if err := o.checkSetAppend(ctx, stack, cfg); err != nil {
 		if errors.Is(err, consumer.ErrSetAppendUnsafe) {
 			return usageErrorf("replay: --sets append refused: %v (without --sets append the sets are rebuilt)", err)
 		}
 		return fmt.Errorf("replay: --sets append: %w", err)
 	}
+	replayer, err := consumer.NewReplayer(o.replayConfig(cfg, stack, progress, log))
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	sum, err := o.run(ctx, replayer, in, stdout, out)
+	if err != nil {
+		return err
+	}
+	if err := o.checkSetAppend(ctx, stack, cfg); err != nil {
+		return fmt.Errorf("replay: --sets append: after the replay: %w; the sets it touched may be wrong: replay the same range without --sets append to rebuild them", err)
+	}
+	if o.strict && sum.Failures() > 0 {
+		return fmt.Errorf("replay: %d poison messages and %d failed ops (--strict)", sum.Poison, sum.Failed)
+	}
+	return nil
+}
 
+// checkSetAppend checks, with --sets append and no --dry-run, that
+// appending old set tokens is safe: only to the live end with no daemon
+// applying newer ones. replayCmd checks before and again after the replay.
+func (o *replayOptions) checkSetAppend(ctx context.Context, stack *consumer.Stack, cfg *config.Config) error {
+	if !o.setAppend || o.dryRun {
+		return nil
+	}
+	return consumer.CheckSetAppend(ctx, stack.Kafka, cfg.Kafka.Group, o.to, o.file != "")
+}
+
+// replayConfig is the replayer's configuration from the flags, the config
+// (batch.max_events unless --batch) and the stack; it reports through
+// progress.
+func (o *replayOptions) replayConfig(cfg *config.Config, stack *consumer.Stack, progress *consumer.ReplayProgress, log *slog.Logger) consumer.ReplayConfig {
 	batchSize := o.batch
 	if batchSize == 0 {
 		batchSize = cfg.Batch.MaxEvents
 	}
-	replayer, err := consumer.NewReplayer(consumer.ReplayConfig{
+	return consumer.ReplayConfig{
 		Pipeline:           stack.Pipeline,
 		Kafka:              stack.Kafka,
 		BatchSize:          batchSize,
 		Parallel:           o.parallel,
 		MaxPendingRecounts: o.maxRecounts,
 		SetAppend:          o.setAppend,
-		Report:             out,
+		Report:             progress.Writer(),
 		Progress:           progress,
 		Logger:             log,
-	})
-	if err != nil {
-		return fmt.Errorf("replay: %w", err)
 	}
+}
+
+// run replays in (or, with --dry-run, prints its plan on stdout) and
+// writes the summary to out.
+func (o *replayOptions) run(ctx context.Context, replayer *consumer.Replayer, in consumer.ReplayInput, stdout, out io.Writer) (consumer.ReplaySummary, error) {
 	var sum consumer.ReplaySummary
+	var err error
 	what := "replay"
 	if o.dryRun {
 		what = "replay (dry run)"
@@ -98,24 +123,18 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		fmt.Fprintf(out, "%s stopped: %s\n", what, sum)
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return fmt.Errorf("replay: interrupted: %w", context.Cause(ctx))
+			return sum, fmt.Errorf("replay: interrupted: %w", context.Cause(ctx))
 		}
 		if errors.Is(err, cdc.ErrLineTooLong) {
-			return fmt.Errorf("replay: %s: %w", o.file, err)
+			return sum, fmt.Errorf("replay: %s: %w", o.file, err)
 		}
-		return fmt.Errorf("replay: %w", err)
+		return sum, fmt.Errorf("replay: %w", err)
 	}
 	fmt.Fprintf(out, "%s done: %s\n", what, sum)
 	if sum.Messages == 0 {
 		fmt.Fprintf(out, "%s: the range holds no messages: nothing was replayed (the lines above name each partition's bounds)\n", what)
 	}
-	if err := checkSetAppend(); err != nil {
-		return fmt.Errorf("replay: --sets append: after the replay: %w; the sets it touched may be wrong: replay the same range without --sets append to rebuild them", err)
-	}
-	if o.strict && sum.Failures() > 0 {
-		return fmt.Errorf("replay: %d poison messages and %d failed ops (--strict)", sum.Poison, sum.Failed)
-	}
-	return nil
+	return sum, nil
 }
 
 // replayOptions are replay's flags (fromFlag to setsMode as given), and

@@ -37,7 +37,7 @@ func demoPreflight(ctx context.Context, mcAddr, dsn string, brokers []string) er
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("demo: services missing:\n  %s", strings.Join(missing, "\n  "))
+	return fmt.Errorf("services missing:\n  %s", strings.Join(missing, "\n  "))
 }
 
 // dial connects to addr, with deadlines demoPreflightTimeout away.
