@@ -53,7 +53,7 @@ test: services build vet
 
 # unit runs only the tests that need no service.
 unit:
-	$(GO) test -count=1 ./rules/ ./consumer/cdc/ ./ruletest/
+	$(GO) test -count=1 ./rules/ ./decode/ ./ruletest/
 
 # demo runs the whole pipeline once; DEMO_FLAGS are extra flags of
 # `cachewarden demo`, e.g. make demo DEMO_FLAGS="--format debezium-avro"

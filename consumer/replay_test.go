@@ -18,7 +18,7 @@ import (
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
@@ -172,9 +172,9 @@ func TestReplayDryRunFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := &cdc.Decoder{Format: cdc.FormatMaxwell}
+	dec := &decode.Decoder{Format: decode.FormatMaxwell}
 	var planOut, planErr bytes.Buffer
-	psum, err := cdc.PlanStream(context.Background(), bytes.NewReader(input), &planOut, &planErr, dec, rs, cdc.PlanOptions{})
+	psum, err := decode.PlanStream(context.Background(), bytes.NewReader(input), &planOut, &planErr, dec, rs, decode.PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,14 +468,14 @@ func TestReplayFileDecoder(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		topic, format, table string
-		want                 cdc.Format
+		want                 decode.Format
 		wantTable            string
 	}{
-		{"", "", "", cdc.FormatMaxwell, ""},
-		{"flat", "", "", cdc.FormatDebeziumFlat, "shop.users"},
-		{"other", "", "", cdc.FormatMaxwell, ""},
-		{"flat", "canal", "a.b", cdc.FormatCanal, "a.b"},
-		{"", "auto", "", cdc.FormatAuto, ""},
+		{"", "", "", decode.FormatMaxwell, ""},
+		{"flat", "", "", decode.FormatDebeziumFlat, "shop.users"},
+		{"other", "", "", decode.FormatMaxwell, ""},
+		{"flat", "canal", "a.b", decode.FormatCanal, "a.b"},
+		{"", "auto", "", decode.FormatAuto, ""},
 	} {
 		dec, err := ReplayFileDecoder(cfg, tt.topic, tt.format, tt.table)
 		if err != nil || dec.Format != tt.want || dec.Table != tt.wantTable {

@@ -34,7 +34,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -58,7 +58,7 @@ type Test struct {
 	Name string
 	// Line is where the test's entry starts in the file.
 	Line   int
-	Format cdc.Format
+	Format decode.Format
 	// Table is the db.table of flattened rows that name no table.
 	Table  string
 	Events []Event
@@ -203,7 +203,7 @@ func (p *parser) integer(n *yaml.Node, what string) (int64, bool) {
 }
 
 func (p *parser) suite(s *Suite, n *yaml.Node) {
-	var format cdc.Format
+	var format decode.Format
 	var table string
 	var tests *yaml.Node
 	seen, isMapping := p.fields(n, "test file", []string{"rule_files", "format", "table", "tests"}, func(key string, k, v *yaml.Node) {
@@ -283,21 +283,21 @@ func (p *parser) table(n *yaml.Node) (string, bool) {
 	return s, true
 }
 
-func (p *parser) format(n *yaml.Node) (cdc.Format, bool) {
+func (p *parser) format(n *yaml.Node) (decode.Format, bool) {
 	s, ok := p.str(n, "format")
 	if !ok {
-		return cdc.FormatAuto, false
+		return decode.FormatAuto, false
 	}
-	f, err := cdc.ParseFormat(s)
-	if err != nil || f == cdc.FormatAvro {
+	f, err := decode.ParseFormat(s)
+	if err != nil || f == decode.FormatAvro {
 		// Test events are JSON; Avro messages are binary.
 		p.errorf(n, "format %q: want auto, debezium, debezium-flat, maxwell or canal (test events are JSON)", s)
-		return cdc.FormatAuto, false
+		return decode.FormatAuto, false
 	}
 	return f, true
 }
 
-func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
+func (p *parser) test(n *yaml.Node, format decode.Format, table string) *Test {
 	t := &Test{Line: n.Line, Format: format, Table: table}
 	var events, expect, errs *yaml.Node
 	var nameOK bool

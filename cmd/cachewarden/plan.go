@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -61,28 +61,28 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 			return usageErrorf("plan: --table %q: want db.table", *table)
 		}
 	}
-	format, err := cdc.ParseFormat(*formatName)
+	format, err := decode.ParseFormat(*formatName)
 	if err != nil {
 		return usageErrorf("plan: --format: %v", err)
 	}
-	if format == cdc.FormatAvro {
+	if format == decode.FormatAvro {
 		return usageErrorf("plan: --format avro: plan reads JSON lines; plan an Avro topic from Kafka with `cachewarden replay -c FILE --from START --dry-run`")
 	}
 	rs, err := rulefile.LoadPaths(rulePaths...)
 	if err != nil {
 		return reportLoadError(stderr, err)
 	}
-	dec := &cdc.Decoder{Format: format, Table: *table}
+	dec := &decode.Decoder{Format: format, Table: *table}
 
 	// PlanStream checks ctx between lines, but a read from a terminal or
 	// pipe blocks; on a signal stop waiting and let the process exit.
 	type result struct {
-		sum cdc.PlanSummary
+		sum decode.PlanSummary
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, err := cdc.PlanStream(ctx, a.stdin, stdout, stderr, dec, rs, cdc.PlanOptions{Log: a.log})
+		sum, err := decode.PlanStream(ctx, a.stdin, stdout, stderr, dec, rs, decode.PlanOptions{Log: a.log})
 		done <- result{sum, err}
 	}()
 	var res result

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer"
@@ -100,7 +100,7 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return fmt.Errorf("replay: interrupted: %w", context.Cause(ctx))
 		}
-		if errors.Is(err, cdc.ErrLineTooLong) {
+		if errors.Is(err, decode.ErrLineTooLong) {
 			return fmt.Errorf("replay: %s: %w", o.file, err)
 		}
 		return fmt.Errorf("replay: %w", err)
@@ -252,7 +252,7 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 		}
 	}
 	if o.formatName != "" {
-		if _, err := cdc.ParseFormat(o.formatName); err != nil {
+		if _, err := decode.ParseFormat(o.formatName); err != nil {
 			return usageErrorf("replay: --format: %v", err)
 		}
 	}
