@@ -9,8 +9,8 @@ import (
 // debezium decodes a Debezium change event (m is the payload when the
 // message had a schema envelope).
 //
-// Operations: "c" insert, "u" update, "d" delete, "r" read, "t" truncate;
-// "c" with source.snapshot true, "true", "last" or another snapshot marker
+// Operations are Debezium's op letters (debeziumOps): "c" insert, "u"
+// update, "d" delete, "r" read, "t" truncate; "c" with source.snapshot true, "true", "last" or another snapshot marker
 // (older connectors' snapshot rows) is a read; "m" (a logical decoding
 // message, which names no row) is skipped as SkipMessage. Any other op is
 // a DecodeError naming the table: a row change the decoder cannot read
@@ -75,26 +75,17 @@ func (d *Decoder) debezium(m msg, pos rules.Position, out *Decoded) error {
 			}
 		}
 	}
-	var op rules.Operation
-	switch opText {
-	case "c":
-		op = rules.Insert
-		if snapshot {
-			op = rules.Read
-		}
-	case "u":
-		op = rules.Update
-	case "d":
-		op = rules.Delete
-	case "r":
-		op = rules.Read
-	case "t":
-		op = rules.Truncate
-	case "m":
+	known, ok := parseDebeziumOp(opText)
+	switch {
+	case !ok:
+		return d.unknownOp(f, opField, m.prefix+"op", opText, debeziumOpLetters(), pos.Topic, db, table)
+	case known.message:
 		out.Skip = SkipMessage
 		return nil
-	default:
-		return d.unknownOp(f, opField, m.prefix+"op", opText, "c, u, d, r, t, m", pos.Topic, db, table)
+	}
+	op := known.op
+	if op == rules.Insert && snapshot {
+		op = rules.Read
 	}
 
 	before, ok := rowOf(m.get(kBefore))
@@ -145,10 +136,11 @@ func isSnapshotMarker(v rules.Value) bool {
 // flat decodes a row flattened by ExtractNewRecordState: every member not
 // starting with "__" is a column.
 //
-// __op "c" is an insert, "r" a read, "u" or no __op an update (an upsert
-// without before image), "d" a delete, "t" a truncate; any other __op is
-// a DecodeError naming the table (unless __deleted makes the row a
-// delete). __deleted "true" (or true) makes it a delete whose before image
+// __op is one of Debezium's op letters (debeziumOps: "c" an insert, "r" a
+// read, "u" an update, "d" a delete, "t" a truncate, "m" a logical
+// decoding message, skipped as SkipMessage); no __op is an update (an
+// upsert without before image); any other __op is a DecodeError naming
+// the table (unless __deleted makes the row a delete). __deleted "true" (or true) makes it a delete whose before image
 // is the row. The table comes from __db/__table, else from the decoder's
 // topic map or default table. __source_ts_ms (else __ts_ms),
 // __source_file, __source_pos, __source_gtid and __source_server_id fill
@@ -229,20 +221,16 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 	case legacyTs >= 0:
 		src.TsMs = legacyTs
 	}
-	switch opText {
-	case "", "u":
-		op = rules.Update
-	case "c":
-		op = rules.Insert
-	case "r":
-		op = rules.Read
-	case "d":
-		op = rules.Delete
-	case "t":
-		op = rules.Truncate
-	default:
-		if !deleted {
-			return d.unknownOp(f, m.get(kFlatOp), m.prefix+"__op", opText, "c, u, d, r, t", pos.Topic, db, table)
+	if opText != "" {
+		known, ok := parseDebeziumOp(opText)
+		switch {
+		case !ok && !deleted:
+			return d.unknownOp(f, m.get(kFlatOp), m.prefix+"__op", opText, debeziumOpLetters(), pos.Topic, db, table)
+		case known.message && !deleted:
+			out.Skip = SkipMessage
+			return nil
+		case ok:
+			op = known.op
 		}
 	}
 	if deleted {

@@ -833,21 +833,6 @@ func firstDiff(got, want string) string {
 	return ""
 }
 
-func TestParseFormat(t *testing.T) {
-	for _, f := range []Format{FormatAuto, FormatDebezium, FormatDebeziumFlat, FormatMaxwell, FormatCanal} {
-		got, err := ParseFormat(f.String())
-		if err != nil || got != f {
-			t.Errorf("ParseFormat(%q) = %v, %v; want %v", f.String(), got, err, f)
-		}
-	}
-	if _, err := ParseFormat("Debezium"); err == nil {
-		t.Error("ParseFormat accepted \"Debezium\"")
-	}
-	if s := Format(99).String(); s != "Format(99)" {
-		t.Errorf("Format(99).String() = %q", s)
-	}
-}
-
 // TestDecodeAllocs pins the steady-state allocation count of decoding a
 // message without escaped strings: none, as strings are read in place and
 // the source position's copies are reused while they do not change.
