@@ -16,6 +16,7 @@ import (
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/internal/yamlfile"
 )
@@ -97,16 +98,16 @@ func (d *decoder) validateKafka(k *Kafka) {
 		}
 		topics[t] = true
 	}
-	if d.orDefault("kafka.format", func() { k.Format = DefaultFormat }) && !slices.Contains(Formats, k.Format) {
-		d.problem(d.place("kafka.format"), "kafka.format: %q is not one of %s", k.Format, strings.Join(Formats, ", "))
+	if d.orDefault("kafka.format", func() { k.Format = DefaultFormat }) && !isFormat(k.Format) {
+		d.problem(d.place("kafka.format"), "kafka.format: %q is not one of %s", k.Format, strings.Join(decode.Names(), ", "))
 	}
 	for _, t := range sortedKeys(k.TopicFormats) {
 		path := "kafka.topic_formats[" + strconv.Quote(t) + "]"
 		if !topics[t] {
 			d.problem(d.keyPlace(path), "kafka.topic_formats: topic %q is not in kafka.topics", t)
 		}
-		if f := k.TopicFormats[t]; !slices.Contains(Formats, f) {
-			d.problem(d.place(path), "%s: %q is not one of %s", path, f, strings.Join(Formats, ", "))
+		if f := k.TopicFormats[t]; !isFormat(f) {
+			d.problem(d.place(path), "%s: %q is not one of %s", path, f, strings.Join(decode.Names(), ", "))
 		}
 	}
 	for _, t := range sortedKeys(k.TopicTables) {
@@ -197,11 +198,11 @@ func (d *decoder) validateSchemaRegistry(k *Kafka) {
 	if len(r.URLs) > 0 || !d.readable(path+".urls") {
 		return
 	}
-	if k.Format == "avro" {
+	if needsRegistry(k.Format) {
 		d.problem(d.place("kafka.format"), "kafka.format: avro needs %s.urls, where the messages' schemas are read", path)
 	}
 	for _, t := range sortedKeys(k.TopicFormats) {
-		if k.TopicFormats[t] == "avro" {
+		if needsRegistry(k.TopicFormats[t]) {
 			p := "kafka.topic_formats[" + strconv.Quote(t) + "]"
 			d.problem(d.place(p), "%s: avro needs %s.urls, where the messages' schemas are read", p, path)
 		}
@@ -430,4 +431,18 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// isFormat reports whether name is a CDC format the decoders know.
+func isFormat(name string) bool {
+	_, err := decode.ParseFormat(name)
+	return err == nil
+}
+
+// needsRegistry reports whether messages of the format named name are
+// read with schemas from a schema registry (false for an unknown name,
+// reported apart).
+func needsRegistry(name string) bool {
+	f, err := decode.ParseFormat(name)
+	return err == nil && f.NeedsRegistry()
 }

@@ -786,27 +786,17 @@ func detachedEndOp(op *rules.Op, kind rules.OpKind) rules.Op {
 
 // ReplayFileDecoder returns the decoder of an NDJSON replay file under the
 // kafka section k: the one of topic when not empty (its topic_formats and
-// topic_tables entries apply), else the one of kafka.format. A non-empty
-// format ("auto", "debezium", ...) or table ("db.table") overrides it.
-// Format avro is refused: a file holds JSON lines.
-func ReplayFileDecoder(k config.Kafka, topic, format, table string) (*decode.Decoder, error) {
-	name := k.Format
-	if f, ok := k.TopicFormats[topic]; ok && topic != "" {
-		name = f
-	}
-	if format != "" {
-		name = format
-	}
-	if name == "" {
-		name = config.DefaultFormat
-	}
-	f, err := decode.ParseFormat(name)
+// topic_tables entries apply), else the one of kafka.format. A non-nil
+// format or a non-empty table ("db.table") overrides it. A format a file
+// cannot hold (avro) is refused: a file holds JSON lines.
+func ReplayFileDecoder(k config.Kafka, topic string, format *decode.Format, table string) (*decode.Decoder, error) {
+	f, err := replayFileFormat(k, topic, format)
 	if err != nil {
 		return nil, err
 	}
-	if f == decode.FormatAvro {
-		return nil, errors.New("consumer: replay: a file holds JSON lines, one message value each, and format avro is Confluent-framed binary: " +
-			"replay Avro topics from Kafka (--from), or give the file's JSON format with --format")
+	if !f.InFile() {
+		return nil, fmt.Errorf("consumer: replay: %w, and format %s is not: "+
+			"replay its topics from Kafka (--from), or give the file's JSON format with --format", decode.ErrNotInFile, f)
 	}
 	dec := &decode.Decoder{Format: f, TopicTables: k.TopicTables}
 	if topic != "" {
@@ -816,6 +806,22 @@ func ReplayFileDecoder(k config.Kafka, topic, format, table string) (*decode.Dec
 		dec.Table = table
 	}
 	return dec, nil
+}
+
+// replayFileFormat returns format when not nil, else the format of topic
+// under k (kafka.format when topic is "" or has no topic_formats entry).
+func replayFileFormat(k config.Kafka, topic string, format *decode.Format) (decode.Format, error) {
+	if format != nil {
+		return *format, nil
+	}
+	name := k.Format
+	if f, ok := k.TopicFormats[topic]; ok && topic != "" {
+		name = f
+	}
+	if name == "" {
+		name = config.DefaultFormat
+	}
+	return decode.ParseFormat(name)
 }
 
 // groupActive reports whether the consumer group has members: a daemon

@@ -477,15 +477,28 @@ func TestReplayFileDecoder(t *testing.T) {
 		{"flat", "canal", "a.b", decode.FormatCanal, "a.b"},
 		{"", "auto", "", decode.FormatAuto, ""},
 	} {
-		dec, err := ReplayFileDecoder(cfg, tt.topic, tt.format, tt.table)
+		var format *decode.Format
+		if tt.format != "" {
+			f, err := decode.ParseFormat(tt.format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			format = &f
+		}
+		dec, err := ReplayFileDecoder(cfg, tt.topic, format, tt.table)
 		if err != nil || dec.Format != tt.want || dec.Table != tt.wantTable {
 			t.Errorf("ReplayFileDecoder(%q, %q, %q) = %+v, %v; want %s with table %q", tt.topic, tt.format, tt.table, dec, err, tt.want, tt.wantTable)
 		}
 	}
-	if _, err := ReplayFileDecoder(cfg, "", "avro", ""); err == nil || !strings.Contains(err.Error(), "JSON lines") {
+	avro := decode.FormatAvro
+	if _, err := ReplayFileDecoder(cfg, "", &avro, ""); !errors.Is(err, decode.ErrNotInFile) || !strings.Contains(err.Error(), "JSON lines") {
 		t.Errorf("format avro for a file: %v, want an error saying a file holds JSON lines", err)
 	}
-	if _, err := ReplayFileDecoder(cfg, "", "protobuf", ""); err == nil {
+	avroTopic := config.Kafka{Format: "avro"}
+	if _, err := ReplayFileDecoder(avroTopic, "", nil, ""); !errors.Is(err, decode.ErrNotInFile) {
+		t.Errorf("kafka.format avro for a file: %v, want ErrNotInFile", err)
+	}
+	if _, err := ReplayFileDecoder(config.Kafka{Format: "protobuf"}, "", nil, ""); err == nil {
 		t.Errorf("format protobuf accepted")
 	}
 }

@@ -21,7 +21,7 @@ import (
 // TestConfigFormatsParse keeps the config's list of formats and the
 // decoders' names in step.
 func TestConfigFormatsParse(t *testing.T) {
-	for _, name := range config.Formats {
+	for _, name := range decode.Names() {
 		f, err := decode.ParseFormat(name)
 		if err != nil || f.String() != name {
 			t.Errorf("config format %q: decode.ParseFormat = %v, %v", name, f, err)

@@ -112,11 +112,7 @@ func TestEncodeDecodes(t *testing.T) {
 	}
 	for _, f := range Formats {
 		t.Run(string(f), func(t *testing.T) {
-			cf, err := decode.ParseFormat(f.ConfigFormat())
-			if err != nil {
-				t.Fatal(err)
-			}
-			dec := decode.Decoder{Format: cf, TopicTables: topicTables}
+			dec := decode.Decoder{Format: f.Decoder(), TopicTables: topicTables}
 			var reg *AvroRegistry
 			var schemas *consumer.SchemaRegistry
 			if f.Avro() {

@@ -288,10 +288,10 @@ func (p *parser) format(n *yaml.Node) (decode.Format, bool) {
 	if !ok {
 		return decode.FormatAuto, false
 	}
-	f, err := decode.ParseFormat(s)
-	if err != nil || f == decode.FormatAvro {
+	f, err := decode.ParseFileFormat(s)
+	if err != nil {
 		// Test events are JSON; Avro messages are binary.
-		p.errorf(n, "format %q: want auto, debezium, debezium-flat, maxwell or canal (test events are JSON)", s)
+		p.errorf(n, "format %q: want %s (test events are JSON)", s, decode.Alternatives(decode.FileNames()))
 		return decode.FormatAuto, false
 	}
 	return f, true

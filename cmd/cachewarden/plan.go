@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -42,7 +43,7 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		stderr)
 	var rulePaths stringList
 	fs.Var(&rulePaths, "rules", "rule file, or directory of *.yaml/*.yml files (repeatable; required)")
-	formatName := fs.String("format", "auto", "message format: auto, debezium, debezium-flat, maxwell or canal")
+	formatName := fs.String("format", decode.FormatAuto.String(), "message format: "+decode.Alternatives(decode.FileNames()))
 	table := fs.String("table", "", "db.table of flattened rows that name no table (__db/__table)")
 	strict := fs.Bool("strict", false, "exit with status 1 when any line failed")
 	if err := fs.Parse(args); err != nil {
@@ -61,12 +62,12 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 			return usageErrorf("plan: --table %q: want db.table", *table)
 		}
 	}
-	format, err := decode.ParseFormat(*formatName)
-	if err != nil {
+	format, err := decode.ParseFileFormat(*formatName)
+	switch {
+	case errors.Is(err, decode.ErrNotInFile):
+		return usageErrorf("plan: --format %s: plan reads JSON lines; plan an Avro topic from Kafka with `cachewarden replay -c FILE --from START --dry-run`", *formatName)
+	case err != nil:
 		return usageErrorf("plan: --format: %v", err)
-	}
-	if format == decode.FormatAvro {
-		return usageErrorf("plan: --format avro: plan reads JSON lines; plan an Avro topic from Kafka with `cachewarden replay -c FILE --from START --dry-run`")
 	}
 	rs, err := rulefile.LoadPaths(rulePaths...)
 	if err != nil {

@@ -132,6 +132,8 @@ type replayOptions struct {
 	from, to  consumer.ReplayBound
 	topics    []string
 	setAppend bool
+	// format is --format, nil without it (the config's format applies).
+	format *decode.Format
 }
 
 // flagSet returns replay's flags, bound to o.
@@ -175,7 +177,7 @@ func (o *replayOptions) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.toFlag, "to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start)")
 	fs.StringVar(&o.topicsFlag, "topics", "", "comma-separated topics to replay (default: the config's kafka.topics); with --file, the one topic the file comes from (its topic_formats/topic_tables apply)")
 	fs.StringVar(&o.file, "file", "", "replay this file of JSON lines (\"-\": stdin) instead of Kafka")
-	fs.StringVar(&o.formatName, "format", "", "JSON message format of --file: auto, debezium, debezium-flat, maxwell or canal (default: the config's)")
+	fs.StringVar(&o.formatName, "format", "", "JSON message format of --file: "+decode.Alternatives(decode.FileNames())+" (default: the config's)")
 	fs.StringVar(&o.table, "table", "", "db.table of --file's flattened rows that name no table")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the planned ops on stdout instead of applying them")
 	fs.StringVar(&o.setsMode, "sets", "rebuild", "rebuild: rebuild (or delete) every set the replay touches; append: append its set tokens (only to the live end with the daemons stopped)")
@@ -201,8 +203,6 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 		return usageErrorf("replay: give --from (Kafka) or --file")
 	case o.file == "" && (o.formatName != "" || o.table != ""):
 		return usageErrorf("replay: --format and --table apply to --file only; Kafka topics use the config's formats")
-	case o.formatName == "avro":
-		return usageErrorf("replay: --format avro: a --file holds JSON lines; replay an Avro topic from Kafka with --from")
 	case o.batch < 0 || o.parallel < 1 || o.maxRecounts < 1:
 		return usageErrorf("replay: --batch must not be negative, --parallel and --max-recount-keys must be at least 1")
 	case o.progressEvery < 0:
@@ -252,9 +252,14 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 		}
 	}
 	if o.formatName != "" {
-		if _, err := decode.ParseFormat(o.formatName); err != nil {
+		f, err := decode.ParseFileFormat(o.formatName)
+		switch {
+		case errors.Is(err, decode.ErrNotInFile):
+			return usageErrorf("replay: --format %s: a --file holds JSON lines; replay an Avro topic from Kafka with --from", o.formatName)
+		case err != nil:
 			return usageErrorf("replay: --format: %v", err)
 		}
+		o.format = &f
 	}
 	return nil
 }
@@ -288,7 +293,7 @@ func (a *app) replayInput(ctx context.Context, o *replayOptions, cfg *config.Con
 		topic = o.topics[0]
 	}
 	var err error
-	if in.Decoder, err = consumer.ReplayFileDecoder(cfg.Kafka, topic, o.formatName, o.table); err != nil {
+	if in.Decoder, err = consumer.ReplayFileDecoder(cfg.Kafka, topic, o.format, o.table); err != nil {
 		return in, nil, err
 	}
 	if o.file == "-" {
