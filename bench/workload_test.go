@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/cachewarden/cachewarden/decode"
+	"github.com/cachewarden/cachewarden/planout"
 	"strconv"
 	"testing"
 
@@ -132,7 +133,7 @@ func TestBaselinesMatchPlanner(t *testing.T) {
 		in.WriteByte('\n')
 	}
 	var out, errOut bytes.Buffer
-	sum, err := decode.PlanStream(context.Background(), &in, &out, &errOut, &decode.Decoder{}, rs, decode.PlanOptions{})
+	sum, err := planout.Stream(context.Background(), &in, &out, &errOut, &decode.Decoder{}, rs, planout.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

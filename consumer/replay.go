@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cachewarden/cachewarden/decode"
+	"github.com/cachewarden/cachewarden/planout"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -403,7 +404,7 @@ feed:
 
 // dryRun plans the input sequentially with the `plan` planner.
 func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) error {
-	pl := decode.NewPlanWriter(rp.p.Rules(), out, rp.cfg.Report, rp.log)
+	pl := planout.NewWriter(rp.p.Rules(), out, rp.cfg.Report, rp.log)
 	pl.ObserveOps(func(op *rules.Op) {
 		if kind, ok := rp.endOpKind(op); ok {
 			rp.pending.add(op, kind, math.MaxInt)
@@ -436,7 +437,7 @@ func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) e
 	return err
 }
 
-func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *decode.PlanWriter) error {
+func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *planout.Writer) error {
 	dec := in.Decoder
 	if dec == nil {
 		dec = rp.p.rules.Load().decoder
@@ -460,7 +461,7 @@ func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *decode.P
 	}
 }
 
-func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl *decode.PlanWriter) error {
+func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl *planout.Writer) error {
 	if len(ranges) > 0 && len(rp.cfg.Kafka.Brokers) == 0 {
 		return errors.New("consumer: replay: no Kafka brokers")
 	}
@@ -479,7 +480,7 @@ func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl
 }
 
 // dryRunMessages plans msgs, in order.
-func (rp *Replayer) dryRunMessages(ctx context.Context, msgs []Message, pl *decode.PlanWriter) error {
+func (rp *Replayer) dryRunMessages(ctx context.Context, msgs []Message, pl *planout.Writer) error {
 	var ids []uint32
 	for i := range msgs {
 		var err error
@@ -493,7 +494,7 @@ func (rp *Replayer) dryRunMessages(ctx context.Context, msgs []Message, pl *deco
 
 // planLines plans msgs with pl, each with its topic's decoder, once the
 // schemas they need are read; ids is scratch.
-func (rp *Replayer) planLines(ctx context.Context, ids []uint32, msgs []Message, pl *decode.PlanWriter) ([]uint32, error) {
+func (rp *Replayer) planLines(ctx context.Context, ids []uint32, msgs []Message, pl *planout.Writer) ([]uint32, error) {
 	var err error
 	if ids, err = rp.p.awaitSchemas(ctx, ids, msgs); err != nil {
 		return ids, err

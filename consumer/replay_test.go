@@ -20,6 +20,7 @@ import (
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/planout"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -174,7 +175,7 @@ func TestReplayDryRunFile(t *testing.T) {
 	}
 	dec := &decode.Decoder{Format: decode.FormatMaxwell}
 	var planOut, planErr bytes.Buffer
-	psum, err := decode.PlanStream(context.Background(), bytes.NewReader(input), &planOut, &planErr, dec, rs, decode.PlanOptions{})
+	psum, err := planout.Stream(context.Background(), bytes.NewReader(input), &planOut, &planErr, dec, rs, planout.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/cachewarden/cachewarden/internal/jsonstr"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -678,7 +679,7 @@ func (st *decodeState) appendAvroJSONValue(r *avroReader, t *avroType, b []byte)
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, af.name)
+			b = jsonstr.Append(b, af.name)
 			b = append(b, ':')
 			var ok bool
 			if b, ok = st.appendAvroJSON(r, af.t, b); !ok {
@@ -710,7 +711,7 @@ func (st *decodeState) appendAvroJSONValue(r *avroReader, t *avroType, b []byte)
 					if !ok {
 						return b, false
 					}
-					b = appendJSONString(b, key)
+					b = jsonstr.Append(b, key)
 					b = append(b, ':')
 				}
 				if b, ok = st.appendAvroJSON(r, t.elem, b); !ok {
@@ -750,11 +751,11 @@ func (st *decodeState) appendAvroJSONValue(r *avroReader, t *avroType, b []byte)
 		return append(b, "false"...), true
 	case rules.KindInt, rules.KindFloat:
 		if t.kind == avroVarDecimal {
-			return appendJSONString(b, v.Text), true
+			return jsonstr.Append(b, v.Text), true
 		}
 		return append(b, v.Text...), true
 	}
-	return appendJSONString(b, v.Text), true
+	return jsonstr.Append(b, v.Text), true
 }
 
 // javaNonFinite is how Java's Double.toString writes NaN and infinities.

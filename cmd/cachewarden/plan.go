@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cachewarden/cachewarden/decode"
+	"github.com/cachewarden/cachewarden/planout"
 
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -78,12 +79,12 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	// PlanStream checks ctx between lines, but a read from a terminal or
 	// pipe blocks; on a signal stop waiting and let the process exit.
 	type result struct {
-		sum decode.PlanSummary
+		sum planout.Summary
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, err := decode.PlanStream(ctx, a.stdin, stdout, stderr, dec, rs, decode.PlanOptions{Log: a.log})
+		sum, err := planout.Stream(ctx, a.stdin, stdout, stderr, dec, rs, planout.Options{Log: a.log})
 		done <- result{sum, err}
 	}()
 	var res result

@@ -1,4 +1,4 @@
-package decode
+package planout
 
 import (
 	"bytes"
@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -53,17 +53,17 @@ func TestPlanStream(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      string
-		dec     Decoder
+		dec     decode.Decoder
 		wantOut string
 		// wantErr are the stderr lines; a decode error's reason belongs
 		// to the decoder and is matched by prefix.
 		wantErr []string
-		wantSum PlanSummary
+		wantSum Summary
 	}{
 		{
 			name:    "empty input",
 			in:      "",
-			wantSum: PlanSummary{},
+			wantSum: Summary{},
 		},
 		{
 			name: "LF, CRLF, tombstones and a last line without newline",
@@ -77,7 +77,7 @@ func TestPlanStream(t *testing.T) {
 {"line":2,"rule":"user","op":"bump","key":"t:ns:user:2"}
 {"line":6,"rule":"user","op":"bump","key":"t:ns:user:3"}
 `,
-			wantSum: PlanSummary{Lines: 6, Skipped: 3, Events: 3, Ops: 3},
+			wantSum: Summary{Lines: 6, Skipped: 3, Events: 3, Ops: 3},
 		},
 		{
 			name: "a line longer than the read buffer",
@@ -88,7 +88,7 @@ func TestPlanStream(t *testing.T) {
 {"line":2,"rule":"user","op":"bump","key":"t:ns:user:2"}
 {"line":3,"rule":"user","op":"bump","key":"t:ns:user:3"}
 `,
-			wantSum: PlanSummary{Lines: 3, Events: 3, Ops: 3},
+			wantSum: Summary{Lines: 3, Events: 3, Ops: 3},
 		},
 		{
 			name: "bad lines are reported and skipped",
@@ -104,7 +104,7 @@ func TestPlanStream(t *testing.T) {
 				"line 1: cdc: decode message: at byte 1: ",
 				`line 3: rule "user": column "id" missing from the after image`,
 			},
-			wantSum: PlanSummary{Lines: 4, Failed: 2, Events: 3, Ops: 3},
+			wantSum: Summary{Lines: 4, Failed: 2, Events: 3, Ops: 3},
 		},
 		{
 			name: "a message whose second row fails keeps the ops of its other rows",
@@ -114,23 +114,23 @@ func TestPlanStream(t *testing.T) {
 {"line":2,"rule":"comments","op":"count","key":"t:comments:9","delta":1}
 `,
 			wantErr: []string{`line 1: row 2 of 2 (blog.comments): rule "comments": column "post_id" missing from the after image`},
-			wantSum: PlanSummary{Lines: 2, Failed: 1, Events: 4, Ops: 2},
+			wantSum: Summary{Lines: 2, Failed: 1, Events: 4, Ops: 2},
 		},
 		{
 			name: "flattened rows take their table from the decoder",
 			in:   `{"id":5,"__op":"u"}` + "\n",
-			dec:  Decoder{Table: "shop.users"},
+			dec:  decode.Decoder{Table: "shop.users"},
 			wantOut: `{"line":1,"rule":"user","op":"bump","key":"t:ns:user:5"}
 `,
-			wantSum: PlanSummary{Lines: 1, Events: 1, Ops: 1},
+			wantSum: Summary{Lines: 1, Events: 1, Ops: 1},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			sum, err := PlanStream(context.Background(), strings.NewReader(tt.in), &out, &errOut, &tt.dec, rs, PlanOptions{})
+			sum, err := Stream(context.Background(), strings.NewReader(tt.in), &out, &errOut, &tt.dec, rs, Options{})
 			if err != nil {
-				t.Fatalf("PlanStream: %v", err)
+				t.Fatalf("Stream: %v", err)
 			}
 			if out.String() != tt.wantOut {
 				t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), tt.wantOut)
@@ -162,7 +162,7 @@ func TestPlanStreamStops(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		var out bytes.Buffer
-		sum, err := PlanStream(ctx, strings.NewReader(in), &out, &out, &Decoder{}, rs, PlanOptions{})
+		sum, err := Stream(ctx, strings.NewReader(in), &out, &out, &decode.Decoder{}, rs, Options{})
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
@@ -173,7 +173,7 @@ func TestPlanStreamStops(t *testing.T) {
 
 	t.Run("write error", func(t *testing.T) {
 		boom := errors.New("boom")
-		_, err := PlanStream(context.Background(), strings.NewReader(in), failingWriter{boom}, &bytes.Buffer{}, &Decoder{}, rs, PlanOptions{})
+		_, err := Stream(context.Background(), strings.NewReader(in), failingWriter{boom}, &bytes.Buffer{}, &decode.Decoder{}, rs, Options{})
 		if !errors.Is(err, boom) {
 			t.Fatalf("err = %v, want the writer's error", err)
 		}
@@ -183,7 +183,7 @@ func TestPlanStreamStops(t *testing.T) {
 		boom := errors.New("disk gone")
 		r := &failingReader{data: []byte(in), err: boom}
 		var out bytes.Buffer
-		sum, err := PlanStream(context.Background(), r, &out, &out, &Decoder{}, rs, PlanOptions{})
+		sum, err := Stream(context.Background(), r, &out, &out, &decode.Decoder{}, rs, Options{})
 		if !errors.Is(err, boom) {
 			t.Fatalf("err = %v, want the reader's error", err)
 		}
@@ -233,7 +233,7 @@ func TestAppendPlanOp(t *testing.T) {
 			`{"line":7,"rule":"r-1","op":"bump","key":"k:\"quoted\"\\back` + "\x7f" + `é"}`},
 	}
 	for _, tt := range tests {
-		got := string(AppendPlanOp(nil, 7, &tt.op))
+		got := string(AppendOp(nil, 7, &tt.op))
 		if got != tt.want+"\n" {
 			t.Errorf("%s:\n got %s\nwant %s", tt.op.Kind, got, tt.want)
 		}
@@ -241,54 +241,6 @@ func TestAppendPlanOp(t *testing.T) {
 			t.Errorf("%s: output is not valid JSON: %s", tt.op.Kind, got)
 		}
 	}
-}
-
-func TestAppendJSONString(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"", `""`},
-		{"plain:key", `"plain:key"`},
-		{`a"b\c`, `"a\"b\\c"`},
-		{"\x00\x1f\n\r\t", `"\u0000\u001f\n\r\t"`},
-		{"\x7f", "\"\x7f\""},
-		{"grüße 日本", `"grüße 日本"`},
-		{"line\u2028sep\u2029", `"line\u2028sep\u2029"`},
-		// A long key cut at 200 bytes in the middle of "é" (0xc3 0xa9).
-		{"k:abc\xc3#0123", `"k:abc\ufffd#0123"`},
-		{"\xff\xfe", `"\ufffd\ufffd"`},
-		{"\xed\xa0\x80", `"\ufffd\ufffd\ufffd"`}, // a UTF-16 surrogate is not UTF-8
-	}
-	for _, tt := range tests {
-		if got := string(appendJSONString(nil, tt.in)); got != tt.want {
-			t.Errorf("appendJSONString(%q) = %s, want %s", tt.in, got, tt.want)
-		}
-	}
-}
-
-// FuzzAppendJSONString checks that every string becomes valid JSON that
-// decodes to the input, with each invalid UTF-8 byte read as U+FFFD.
-func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range []string{"", "a", `"\`, "\x00\x7f", "é\xc3", "\u2028", "\xed\xa0\x80", "%25 x"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		out := appendJSONString(nil, s)
-		if !json.Valid(out) || !utf8.Valid(out) {
-			t.Fatalf("invalid JSON for %q: %s", s, out)
-		}
-		var back string
-		if err := json.Unmarshal(out, &back); err != nil {
-			t.Fatal(err)
-		}
-		var want strings.Builder
-		for i := 0; i < len(s); {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			want.WriteRune(r) // RuneError for an invalid byte, size 1
-			i += size
-		}
-		if back != want.String() {
-			t.Fatalf("%q round-trips to %q, want %q", s, back, want.String())
-		}
-	})
 }
 
 // BenchmarkPlanStream measures the plan loop over Maxwell messages that
@@ -301,11 +253,11 @@ func BenchmarkPlanStream(b *testing.B) {
 		fmt.Fprintf(&in, `{"database":"shop","table":"user_interests","type":"update","ts":1714557600,"xid":%d,"data":{"user_id":%d,"interest":"rock climbing","active":1},"old":{"user_id":%d}}`+"\n", i, i+1, i)
 	}
 	data := in.Bytes()
-	dec := &Decoder{}
+	dec := &decode.Decoder{}
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		sum, err := PlanStream(context.Background(), bytes.NewReader(data), discard{}, discard{}, dec, rs, PlanOptions{})
+		sum, err := Stream(context.Background(), bytes.NewReader(data), discard{}, discard{}, dec, rs, Options{})
 		if err != nil || sum.Ops != 2*lines {
 			b.Fatalf("sum %+v, err %v", sum, err)
 		}
