@@ -83,6 +83,12 @@ type avroReader struct {
 	depth  int
 }
 
+// release drops the body r read (see Decoded.Release).
+func (r *avroReader) release() {
+	r.s = ""
+	r.path = dropAll(r.path)
+}
+
 func (r *avroReader) fail(off int, reason string) bool {
 	if !r.failed {
 		r.failed, r.off, r.reason = true, off, reason
@@ -422,6 +428,10 @@ type avroRowMemo struct {
 	lo    int32
 	spans []int32
 }
+
+// release forgets the last row (see Decoded.Release), keeping the memory
+// of its spans.
+func (m *avroRowMemo) release() { *m = avroRowMemo{spans: m.spans[:0]} }
 
 // avroRow reads a record into the column arena, one column per field.
 func (st *decodeState) avroRow(r *avroReader, t *avroType) (span, bool) {

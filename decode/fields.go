@@ -379,6 +379,13 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 	}
 }
 
+// releaseFields drops what the parsed members, columns and sources hold
+// of the message (see Decoded.Release).
+func (st *decodeState) releaseFields() {
+	st.top, st.inner, st.cols = dropAll(st.top), dropAll(st.inner), dropAll(st.cols)
+	st.sources = dropAll(st.sources)
+}
+
 // sourceInfo is what a Debezium "source" block says about a change.
 type sourceInfo struct {
 	db, schema, table string

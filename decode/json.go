@@ -60,6 +60,13 @@ type pathSeg struct {
 	elem   int32
 }
 
+// release drops the message the scanner read (see Decoded.Release),
+// keeping its unescaping buffer.
+func (sc *scanner) release() {
+	sc.reset("", nil)
+	sc.buf = sc.buf[:0]
+}
+
 func (sc *scanner) reset(s string, b []byte) {
 	if len(b) != len(s) {
 		b = nil // not a copy of s: scan s bytewise

@@ -8,20 +8,18 @@ package decode
 // responses alive long after their batch was applied. Call it once the
 // events, and the ops planned from them, are no longer used.
 func (out *Decoded) Release() {
-	clear(out.Events[:cap(out.Events)])
-	out.Events = out.Events[:0]
+	out.Events = dropAll(out.Events)
 	st := &out.st
-	st.sc.reset("", nil)
-	st.sc.buf = st.sc.buf[:0]
-	clear(st.top[:cap(st.top)])
-	clear(st.inner[:cap(st.inner)])
-	clear(st.cols[:cap(st.cols)])
-	clear(st.sources[:cap(st.sources)])
-	clear(st.decimals[:cap(st.decimals)])
-	st.top, st.inner, st.cols = st.top[:0], st.inner[:0], st.cols[:0]
-	st.sources, st.decimals = st.sources[:0], st.decimals[:0]
-	st.avro.s = ""
-	clear(st.avro.path[:cap(st.avro.path)])
-	st.avro.path = st.avro.path[:0]
-	st.avroMemo = avroRowMemo{spans: st.avroMemo.spans[:0]}
+	st.sc.release()
+	st.releaseFields()
+	st.decimals = dropAll(st.decimals)
+	st.avro.release()
+	st.avroMemo.release()
+}
+
+// dropAll empties s and zeroes its whole capacity, so that the scratch
+// memory it keeps holds no pointer into a released message.
+func dropAll[T any](s []T) []T {
+	clear(s[:cap(s)])
+	return s[:0]
 }
