@@ -31,49 +31,9 @@ func (d *Decoder) debezium(m msg, pos rules.Position, out *Decoded) error {
 		return &DecodeError{Format: f, Offset: int(opField.off), Path: m.prefix + "op", Reason: "op is not a string"}
 	}
 
-	src := pos
-	var db, table string
-	snapshot := false
-	sourceTs, sourceTsSec := int64(-1), int64(-1)
-	if sf := m.get(kSource); sf != nil && !(sf.shape == shapeScalar && sf.val.Kind == rules.KindNull) {
-		if sf.shape != shapeSource {
-			return &DecodeError{Format: f, Offset: int(sf.off), Path: m.prefix + "source", Reason: "source is not an object"}
-		}
-		si := &st.sources[sf.lo]
-		db, table = si.db, si.table
-		if si.schema != "" {
-			// Connectors with schemas (PostgreSQL, SQL Server) name tables
-			// schema.table.
-			db = si.schema
-		}
-		if si.file != "" {
-			src.BinlogFile = si.file
-		}
-		if si.pos >= 0 {
-			src.BinlogPos = si.pos
-		}
-		if si.gtid != "" {
-			src.GTID = si.gtid
-		}
-		if si.serverID != 0 {
-			src.ServerID = si.serverID
-		}
-		sourceTs, sourceTsSec, snapshot = si.tsMs, si.tsSec, si.snapshot
-	}
-	// Source time: when the change happened in the database. Snapshot rows
-	// of old connectors carry 0 there; fall back to the legacy ts_sec, then
-	// to the time the connector processed the row.
-	switch {
-	case sourceTs > 0:
-		src.TsMs = sourceTs
-	case sourceTsSec > 0:
-		src.TsMs = sourceTsSec * 1000
-	default:
-		if tf := m.get(kTsMs); tf != nil {
-			if n, ok := parseInt64(tf.val); ok {
-				src.TsMs = n
-			}
-		}
+	src, db, table, snapshot, err := st.debeziumSource(m, pos)
+	if err != nil {
+		return err
 	}
 	known, ok := parseDebeziumOp(opText)
 	switch {
@@ -120,6 +80,56 @@ func (d *Decoder) debezium(m msg, pos rules.Position, out *Decoded) error {
 	return nil
 }
 
+// debeziumSource reads a change event's source block: the table it names
+// (db, or schema for connectors that have one, and table), the binlog
+// position, GTID, server id and source time it adds to pos, and whether
+// the row comes from a snapshot.
+func (st *decodeState) debeziumSource(m msg, pos rules.Position) (src rules.Position, db, table string, snapshot bool, err error) {
+	src = pos
+	sourceTs, sourceTsSec := int64(-1), int64(-1)
+	if sf := m.get(kSource); sf != nil && !(sf.shape == shapeScalar && sf.val.Kind == rules.KindNull) {
+		if sf.shape != shapeSource {
+			return src, "", "", false, &DecodeError{Format: FormatDebezium, Offset: int(sf.off), Path: m.prefix + "source", Reason: "source is not an object"}
+		}
+		si := &st.sources[sf.lo]
+		db, table = si.db, si.table
+		if si.schema != "" {
+			// Connectors with schemas (PostgreSQL, SQL Server) name tables
+			// schema.table.
+			db = si.schema
+		}
+		if si.file != "" {
+			src.BinlogFile = si.file
+		}
+		if si.pos >= 0 {
+			src.BinlogPos = si.pos
+		}
+		if si.gtid != "" {
+			src.GTID = si.gtid
+		}
+		if si.serverID != 0 {
+			src.ServerID = si.serverID
+		}
+		sourceTs, sourceTsSec, snapshot = si.tsMs, si.tsSec, si.snapshot
+	}
+	// Source time: when the change happened in the database. Snapshot rows
+	// of old connectors carry 0 there; fall back to the legacy ts_sec, then
+	// to the time the connector processed the row.
+	switch {
+	case sourceTs > 0:
+		src.TsMs = sourceTs
+	case sourceTsSec > 0:
+		src.TsMs = sourceTsSec * 1000
+	default:
+		if tf := m.get(kTsMs); tf != nil {
+			if n, ok := parseInt64(tf.val); ok {
+				src.TsMs = n
+			}
+		}
+	}
+	return src, db, table, snapshot, nil
+}
+
 // isSnapshotMarker reports whether source.snapshot says the row comes from
 // a snapshot: true, or any string but "false" (connectors write "true",
 // "last", "first", "incremental", ...).
@@ -150,10 +160,7 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 	st := &out.st
 	src := pos
 	op := rules.Update
-	deleted := false
-	var db, table string
-	var opText string
-	tsMs, legacyTs := int64(-1), int64(-1)
+	meta := flatMeta{tsMs: -1, legacyTs: -1}
 	lo := int32(len(st.cols))
 	for i := range m.fields {
 		fd := &m.fields[i]
@@ -161,67 +168,19 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 			st.addColumn(fd.name, fd.val)
 			continue
 		}
-		v := fd.val
-		switch fd.name {
-		case "__op":
-			if v.Kind == rules.KindNull {
-				break // as if absent (Avro writes an optional __op as null)
-			}
-			if v.Kind != rules.KindString {
-				return &DecodeError{Format: f, Offset: int(fd.off), Path: m.prefix + "__op", Reason: "__op is not a string"}
-			}
-			opText = v.Text
-		case "__deleted":
-			switch {
-			case v.Kind == rules.KindNull:
-			case (v.Kind == rules.KindString && v.Text == "true") || (v.Kind == rules.KindBool && v.Text == "1"):
-				deleted = true
-			case (v.Kind == rules.KindString && v.Text == "false") || (v.Kind == rules.KindBool && v.Text == "0"):
-			default:
-				return &DecodeError{Format: f, Offset: int(fd.off), Path: m.prefix + "__deleted", Reason: `__deleted is not "true" or "false"`}
-			}
-		case "__db":
-			if v.Kind == rules.KindString {
-				db = v.Text
-			}
-		case "__table":
-			if v.Kind == rules.KindString {
-				table = v.Text
-			}
-		case "__source_ts_ms":
-			if n, ok := parseInt64(v); ok {
-				tsMs = n
-			}
-		case "__ts_ms":
-			if n, ok := parseInt64(v); ok {
-				legacyTs = n
-			}
-		case "__source_file":
-			if v.Kind == rules.KindString {
-				src.BinlogFile = v.Text
-			}
-		case "__source_pos":
-			if n, ok := parseInt64(v); ok {
-				src.BinlogPos = n
-			}
-		case "__source_gtid":
-			if v.Kind == rules.KindString {
-				src.GTID = v.Text
-			}
-		case "__source_server_id":
-			if id := parseServerID(v); id != 0 {
-				src.ServerID = id
-			}
+		if err := meta.read(m, fd, &src); err != nil {
+			return err
 		}
 	}
 	row := span{lo, int32(len(st.cols))}
 	switch {
-	case tsMs >= 0:
-		src.TsMs = tsMs
-	case legacyTs >= 0:
-		src.TsMs = legacyTs
+	case meta.tsMs >= 0:
+		src.TsMs = meta.tsMs
+	case meta.legacyTs >= 0:
+		src.TsMs = meta.legacyTs
 	}
-	if opText != "" {
+	db, table, deleted := meta.db, meta.table, meta.deleted
+	if opText := meta.opText; opText != "" {
 		known, ok := parseDebeziumOp(opText)
 		switch {
 		case !ok && !deleted:
@@ -251,6 +210,73 @@ func (d *Decoder) flat(m msg, pos rules.Position, out *Decoded) error {
 		return err
 	}
 	out.addEvent(op, db, table, before, after, src)
+	return nil
+}
+
+// flatMeta is what the "__" fields of a flattened row say.
+type flatMeta struct {
+	opText, db, table string
+	deleted           bool
+	// tsMs and legacyTs are __source_ts_ms and __ts_ms, -1 when absent.
+	tsMs, legacyTs int64
+}
+
+// read takes in the "__" field fd of a flattened row m: the op, deletion
+// mark and table into fm, the source position into src. Other "__"
+// fields are ignored.
+func (fm *flatMeta) read(m msg, fd *field, src *rules.Position) error {
+	v := fd.val
+	switch fd.name {
+	case "__op":
+		if v.Kind == rules.KindNull {
+			return nil // as if absent (Avro writes an optional __op as null)
+		}
+		if v.Kind != rules.KindString {
+			return &DecodeError{Format: FormatDebeziumFlat, Offset: int(fd.off), Path: m.prefix + "__op", Reason: "__op is not a string"}
+		}
+		fm.opText = v.Text
+	case "__deleted":
+		switch {
+		case v.Kind == rules.KindNull:
+		case (v.Kind == rules.KindString && v.Text == "true") || (v.Kind == rules.KindBool && v.Text == "1"):
+			fm.deleted = true
+		case (v.Kind == rules.KindString && v.Text == "false") || (v.Kind == rules.KindBool && v.Text == "0"):
+		default:
+			return &DecodeError{Format: FormatDebeziumFlat, Offset: int(fd.off), Path: m.prefix + "__deleted", Reason: `__deleted is not "true" or "false"`}
+		}
+	case "__db":
+		if v.Kind == rules.KindString {
+			fm.db = v.Text
+		}
+	case "__table":
+		if v.Kind == rules.KindString {
+			fm.table = v.Text
+		}
+	case "__source_ts_ms":
+		if n, ok := parseInt64(v); ok {
+			fm.tsMs = n
+		}
+	case "__ts_ms":
+		if n, ok := parseInt64(v); ok {
+			fm.legacyTs = n
+		}
+	case "__source_file":
+		if v.Kind == rules.KindString {
+			src.BinlogFile = v.Text
+		}
+	case "__source_pos":
+		if n, ok := parseInt64(v); ok {
+			src.BinlogPos = n
+		}
+	case "__source_gtid":
+		if v.Kind == rules.KindString {
+			src.GTID = v.Text
+		}
+	case "__source_server_id":
+		if id := parseServerID(v); id != 0 {
+			src.ServerID = id
+		}
+	}
 	return nil
 }
 
