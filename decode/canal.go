@@ -93,33 +93,13 @@ func (d *Decoder) canal(m msg, pos rules.Position, out *Decoded) error {
 		return d.unknownOp(f, tf, "type", typ, "INSERT, UPDATE, DELETE, INIT, TRUNCATE, DDL and marker types", pos.Topic, db, table)
 	}
 
-	df := m.get(kData)
-	if of := m.get(kOld); (df != nil && df.shape == shapeManyRows) || (of != nil && of.shape == shapeManyRows) {
-		e := &DecodeError{Format: f, Offset: -1, Path: "data", Reason: "more than " + strconv.Itoa(MaxMessageRows) + " rows in one message (the most cachewarden reads, to bound the memory a message takes)"}
-		if db, table, missing := d.resolveTable(pos.Topic, db, table); missing == "" {
-			e.Database, e.Table = strings.Clone(db), strings.Clone(table)
+	data, old, err := d.canalRows(st, m, pos, typ, db, table)
+	if err != nil || len(data) == 0 {
+		if err == nil {
+			out.Skip = SkipEmpty
 		}
-		return e
+		return err
 	}
-	switch {
-	case df == nil || (df.shape == shapeScalar && df.val.Kind == rules.KindNull):
-		return &DecodeError{Format: f, Offset: -1, Path: "data", Reason: typ + " without data"}
-	case df.shape != shapeRows:
-		return &DecodeError{Format: f, Offset: int(df.off), Path: "data", Reason: "data is not an array of objects"}
-	}
-	data := st.rows[df.lo:df.hi]
-	if len(data) == 0 {
-		out.Skip = SkipEmpty
-		return nil
-	}
-	var old []span
-	if of := m.get(kOld); of != nil && !(of.shape == shapeScalar && of.val.Kind == rules.KindNull) {
-		if of.shape != shapeRows {
-			return &DecodeError{Format: f, Offset: int(of.off), Path: "old", Reason: "old is not an array of objects or null"}
-		}
-		old = st.rows[of.lo:of.hi]
-	}
-
 	db, table, missing := d.resolveTable(pos.Topic, db, table)
 	if missing != "" {
 		return d.missingTable(f, missing, missing, pos.Topic)
@@ -134,6 +114,46 @@ func (d *Decoder) canal(m msg, pos rules.Position, out *Decoded) error {
 		}
 	}
 
+	out.addCanalEvents(op, db, table, data, old, src)
+	return nil
+}
+
+// canalRows returns the rows of a Canal message of type typ: data, and the
+// old values of updated columns (old, nil when absent); no data rows is
+// not an error. db and table name the table in errors.
+func (d *Decoder) canalRows(st *decodeState, m msg, pos rules.Position, typ, db, table string) (data, old []span, err error) {
+	const f = FormatCanal
+	df := m.get(kData)
+	if of := m.get(kOld); (df != nil && df.shape == shapeManyRows) || (of != nil && of.shape == shapeManyRows) {
+		e := &DecodeError{Format: f, Offset: -1, Path: "data", Reason: "more than " + strconv.Itoa(MaxMessageRows) + " rows in one message (the most cachewarden reads, to bound the memory a message takes)"}
+		if db, table, missing := d.resolveTable(pos.Topic, db, table); missing == "" {
+			e.Database, e.Table = strings.Clone(db), strings.Clone(table)
+		}
+		return nil, nil, e
+	}
+	switch {
+	case df == nil || (df.shape == shapeScalar && df.val.Kind == rules.KindNull):
+		return nil, nil, &DecodeError{Format: f, Offset: -1, Path: "data", Reason: typ + " without data"}
+	case df.shape != shapeRows:
+		return nil, nil, &DecodeError{Format: f, Offset: int(df.off), Path: "data", Reason: "data is not an array of objects"}
+	}
+	data = st.rows[df.lo:df.hi]
+	if len(data) == 0 {
+		return nil, nil, nil
+	}
+	if of := m.get(kOld); of != nil && !(of.shape == shapeScalar && of.val.Kind == rules.KindNull) {
+		if of.shape != shapeRows {
+			return nil, nil, &DecodeError{Format: f, Offset: int(of.off), Path: "old", Reason: "old is not an array of objects or null"}
+		}
+		old = st.rows[of.lo:of.hi]
+	}
+	return data, old, nil
+}
+
+// addCanalEvents adds one event per row of data, the before image of an
+// update being old's row over data's.
+func (out *Decoded) addCanalEvents(op rules.Operation, db, table string, data, old []span, src rules.Position) {
+	st := &out.st
 	// Room for every event and the before images of updates at once: a
 	// message may hold many thousand rows.
 	out.Events = slices.Grow(out.Events, len(data))
@@ -162,7 +182,6 @@ func (d *Decoder) canal(m msg, pos rules.Position, out *Decoded) error {
 		}
 		out.addEvent(op, db, table, before, after, src)
 	}
-	return nil
 }
 
 // canalSkip classifies the Canal event types that carry no row (Canal's

@@ -77,6 +77,23 @@ func (d *Decoder) maxwell(m msg, pos rules.Position, out *Decoded) error {
 		return d.missingTable(f, missing, missing, pos.Topic)
 	}
 
+	src := maxwellSource(m, pos)
+
+	before, after := absent, data
+	switch op {
+	case rules.Update:
+		before = st.overlay(data, old)
+	case rules.Delete:
+		before, after = data, absent
+	}
+	out.addEvent(op, db, table, before, after, src)
+	return nil
+}
+
+// maxwellSource returns pos completed with what message m says of its
+// source: ts (seconds, or milliseconds from maxwellTsMsThreshold on),
+// position "file:pos", gtid and server_id.
+func maxwellSource(m msg, pos rules.Position) rules.Position {
 	src := pos
 	if tsf := m.get(kTs); tsf != nil {
 		if n, ok := parseInt64(tsf.val); ok {
@@ -101,14 +118,5 @@ func (d *Decoder) maxwell(m msg, pos rules.Position, out *Decoded) error {
 			src.ServerID = id
 		}
 	}
-
-	before, after := absent, data
-	switch op {
-	case rules.Update:
-		before = st.overlay(data, old)
-	case rules.Delete:
-		before, after = data, absent
-	}
-	out.addEvent(op, db, table, before, after, src)
-	return nil
+	return src
 }
