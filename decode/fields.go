@@ -283,88 +283,11 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 		sc.i = i
 		sc.pushKey(klo, khi)
 		f := field{name: key, off: int32(i)}
-		start := i
-		var ok bool
-		var c byte
-		if i < len(s) {
-			c = s[i]
-		}
-		switch c {
-		case '{':
-			if envelope && k == kPayload {
-				// A later payload replaces an earlier one.
-				st.inner = st.inner[:0]
-				st.innerIdx.reset()
-				if !st.fields(&st.inner, &st.innerIdx, false) {
-					return false
-				}
-				f.shape, f.lo, f.hi = shapeFields, 0, int32(len(st.inner))
-			} else if k == kSource {
-				// Only its position fields matter: read them without
-				// storing the block as a row.
-				if !st.source() {
-					return false
-				}
-				f.shape, f.lo, f.hi = shapeSource, int32(len(st.sources)-1), 0
-			} else {
-				r, ok := st.row()
-				if !ok {
-					return false
-				}
-				f.shape, f.lo, f.hi = shapeRow, r.lo, r.hi
-			}
-			f.val = rules.Value{Kind: rules.KindJSON, Text: sc.s[start:sc.i]}
-		case '[':
-			if !st.array(&f) {
-				return false
-			}
-			f.val = rules.Value{Kind: rules.KindJSON, Text: sc.s[start:sc.i]}
-		case '"':
-			t, ok := sc.str()
-			if !ok {
-				return false
-			}
-			f.val = rules.Value{Kind: rules.KindString, Text: t}
-		default:
-			if c == '-' || c-'0' <= 9 {
-				end, kind, problem := numberEnd(s, i)
-				if problem != "" {
-					return sc.fail(i, problem)
-				}
-				sc.i = end
-				f.val = rules.Value{Kind: kind, Text: s[i:end]}
-			} else if f.val, ok = sc.value(); !ok {
-				return false
-			}
+		if !st.memberValue(&f, k, envelope) {
+			return false
 		}
 		sc.pop()
-		// A duplicate member replaces the earlier one in its place: of
-		// duplicates, the last value counts, as in encoding/json.
-		n := len(*dst)
-		if dup {
-			for j := range *dst {
-				if (*dst)[j].name == key {
-					n = j
-					break
-				}
-			}
-		}
-		if k >= 0 {
-			idx[k] = int32(n)
-		}
-		// Copy field by field (see addColumn).
-		if n == len(*dst) {
-			if n == cap(*dst) {
-				*dst = append(*dst, field{})
-			} else {
-				*dst = (*dst)[:n+1]
-			}
-		}
-		d := &(*dst)[n]
-		d.name = f.name
-		d.val.Kind = f.val.Kind
-		d.val.Text = f.val.Text
-		d.off, d.shape, d.lo, d.hi = f.off, f.shape, f.lo, f.hi
+		storeField(dst, idx, &f, k, dup)
 		i = sc.i
 		if i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
 			i++ // the next member follows at once
@@ -377,6 +300,103 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 		}
 		return !sc.failed
 	}
+}
+
+// memberValue reads the value of the member at sc.i, whose key id is k
+// (payload and source are read apart; envelope: the object is a message's
+// top level), into f.
+func (st *decodeState) memberValue(f *field, k int, envelope bool) bool {
+	sc := &st.sc
+	s, i := sc.s, sc.i
+	start := i
+	var ok bool
+	var c byte
+	if i < len(s) {
+		c = s[i]
+	}
+	switch c {
+	case '{':
+		if envelope && k == kPayload {
+			// A later payload replaces an earlier one.
+			st.inner = st.inner[:0]
+			st.innerIdx.reset()
+			if !st.fields(&st.inner, &st.innerIdx, false) {
+				return false
+			}
+			f.shape, f.lo, f.hi = shapeFields, 0, int32(len(st.inner))
+		} else if k == kSource {
+			// Only its position fields matter: read them without
+			// storing the block as a row.
+			if !st.source() {
+				return false
+			}
+			f.shape, f.lo, f.hi = shapeSource, int32(len(st.sources)-1), 0
+		} else {
+			r, ok := st.row()
+			if !ok {
+				return false
+			}
+			f.shape, f.lo, f.hi = shapeRow, r.lo, r.hi
+		}
+		f.val = rules.Value{Kind: rules.KindJSON, Text: sc.s[start:sc.i]}
+	case '[':
+		if !st.array(f) {
+			return false
+		}
+		f.val = rules.Value{Kind: rules.KindJSON, Text: sc.s[start:sc.i]}
+	case '"':
+		t, ok := sc.str()
+		if !ok {
+			return false
+		}
+		f.val = rules.Value{Kind: rules.KindString, Text: t}
+	default:
+		if c == '-' || c-'0' <= 9 {
+			end, kind, problem := numberEnd(s, i)
+			if problem != "" {
+				return sc.fail(i, problem)
+			}
+			sc.i = end
+			f.val = rules.Value{Kind: kind, Text: s[i:end]}
+		} else if f.val, ok = sc.value(); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// storeField stores f, the member of key id k, in dst and idx: appended,
+// or in the place of the earlier member of its name when dup says there
+// may be one.
+func storeField(dst *[]field, idx *keyIndex, f *field, k int, dup bool) {
+	key := f.name
+	// A duplicate member replaces the earlier one in its place: of
+	// duplicates, the last value counts, as in encoding/json.
+	n := len(*dst)
+	if dup {
+		for j := range *dst {
+			if (*dst)[j].name == key {
+				n = j
+				break
+			}
+		}
+	}
+	if k >= 0 {
+		idx[k] = int32(n)
+	}
+	// Copy field by field (see addColumn).
+	if n == len(*dst) {
+		if n == cap(*dst) {
+			*dst = append(*dst, field{})
+		} else {
+			*dst = (*dst)[:n+1]
+		}
+	}
+	d := &(*dst)[n]
+	d.name = f.name
+	d.val.Kind = f.val.Kind
+	d.val.Text = f.val.Text
+	d.off, d.shape, d.lo, d.hi = f.off, f.shape, f.lo, f.hi
 }
 
 // releaseFields drops what the parsed members, columns and sources hold
