@@ -460,41 +460,8 @@ func (st *decodeState) source() bool {
 			i = wsEnd(s, i)
 		}
 		sc.i = i
-		var c byte
-		if i < len(s) {
-			c = s[i]
-		}
-		switch {
-		case k == srcOther:
-			// Validated only; its key stays out of the error path.
-			if c == '"' {
-				if !sc.skipStr() {
-					return false
-				}
-			} else if !sc.skip() {
-				return false
-			}
-		case c == '"' && k != srcSnapshot:
-			t, ok := sc.str()
-			if !ok {
-				return sc.failedIn(klo, khi)
-			}
-			si.set(k, rules.Value{Kind: rules.KindString, Text: t})
-		case c-'0' <= 9 && k >= srcPos:
-			if n, end, ok := plainInt(s, i); ok {
-				sc.i = end
-				si.setInt(k, n)
-				break
-			}
-			fallthrough
-		default:
-			sc.pushKey(klo, khi)
-			v, ok := sc.value()
-			if !ok {
-				return false
-			}
-			sc.pop()
-			si.set(k, v)
+		if !st.sourceValue(si, k, klo, khi) {
+			return false
 		}
 		i = sc.i
 		if i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
@@ -508,6 +475,46 @@ func (st *decodeState) source() bool {
 		}
 		return !sc.failed
 	}
+}
+
+// sourceValue reads the value at sc.i of the source member of id k, its
+// key s[klo:khi], into si.
+func (st *decodeState) sourceValue(si *sourceInfo, k, klo, khi int) bool {
+	sc := &st.sc
+	s, i := sc.s, sc.i
+	var c byte
+	if i < len(s) {
+		c = s[i]
+	}
+	switch {
+	case k == srcOther:
+		// Validated only; its key stays out of the error path.
+		if _, ok := sc.skipAt(i); !ok {
+			return false
+		}
+	case c == '"' && k != srcSnapshot:
+		t, ok := sc.str()
+		if !ok {
+			return sc.failedIn(klo, khi)
+		}
+		si.set(k, rules.Value{Kind: rules.KindString, Text: t})
+	case c-'0' <= 9 && k >= srcPos:
+		if n, end, ok := plainInt(s, i); ok {
+			sc.i = end
+			si.setInt(k, n)
+			break
+		}
+		fallthrough
+	default:
+		sc.pushKey(klo, khi)
+		v, ok := sc.value()
+		if !ok {
+			return false
+		}
+		sc.pop()
+		si.set(k, v)
+	}
+	return true
 }
 
 // Members of a Debezium "source" block that sourceInfo keeps.
@@ -720,8 +727,7 @@ func (st *decodeState) row() (span, bool) {
 			if cur >= 0 {
 				keep, dup = kc.nodes[cur].keep, kc.nodes[cur].dup
 			} else {
-				// Not remembered: whether the name came before is not
-				// known.
+				// Not remembered: the name may have come before.
 				keep, dup = st.keep == nil || st.keep.Has(key), true
 			}
 		}
@@ -732,17 +738,10 @@ func (st *decodeState) row() (span, bool) {
 		// fails (failedIn): reading a value pushes no path of its own.
 		if !keep {
 			// A column no rule reads: validated, not stored.
-			sc.i = i
 			var ok bool
-			if i < len(s) && s[i] == '"' {
-				ok = sc.skipStr()
-			} else {
-				ok = sc.skip()
-			}
-			if !ok {
+			if i, ok = sc.skipAt(i); !ok {
 				return absent, sc.failedIn(klo, khi)
 			}
-			i = sc.i
 		} else {
 			v, end, ok := st.columnValue(i)
 			if i = end; !ok {

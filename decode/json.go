@@ -487,6 +487,18 @@ func hex4(s string, j int) (rune, bool) {
 	return r, true
 }
 
+// skipAt validates the value at i without keeping it: a string, or any
+// other value. It returns where the value ends.
+func (sc *scanner) skipAt(i int) (end int, ok bool) {
+	sc.i = i
+	if i < len(sc.s) && sc.s[i] == '"' {
+		ok = sc.skipStr()
+	} else {
+		ok = sc.skip()
+	}
+	return sc.i, ok
+}
+
 // skipStr validates and skips a JSON string at sc.i without unescaping.
 func (sc *scanner) skipStr() bool {
 	s := sc.s
