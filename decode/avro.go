@@ -566,38 +566,9 @@ func (st *decodeState) avroValue(r *avroReader, t *avroType) (rules.Value, bool)
 		}
 		return rules.Value{}, r.fail(r.i-1, "a boolean is neither 0 nor 1")
 	case avroFloat, avroDouble:
-		var f float64
-		bits := 32
-		if t.kind == avroFloat {
-			b, ok := r.fixed(4)
-			if !ok {
-				return rules.Value{}, false
-			}
-			f = float64(math.Float32frombits(binary.LittleEndian.Uint32([]byte(b))))
-		} else {
-			b, ok := r.fixed(8)
-			if !ok {
-				return rules.Value{}, false
-			}
-			f, bits = math.Float64frombits(binary.LittleEndian.Uint64([]byte(b))), 64
-		}
-		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return rules.Value{Kind: rules.KindString, Text: javaNonFinite(f)}, true
-		}
-		return rules.Value{Kind: rules.KindFloat, Text: st.keepText(appendJavaFloat(st.text(32), f, bits))}, true
+		return st.avroFloat(r, t)
 	case avroBytes, avroFixed:
-		var b string
-		var ok bool
-		if t.kind == avroFixed {
-			b, ok = r.fixed(t.size)
-		} else {
-			b, ok = r.bytes()
-		}
-		if !ok {
-			return rules.Value{}, false
-		}
-		enc := base64.StdEncoding.AppendEncode(st.text(base64.StdEncoding.EncodedLen(len(b))), []byte(b))
-		return rules.Value{Kind: rules.KindString, Text: st.keepText(enc)}, true
+		return st.avroBytes(r, t)
 	case avroEnum:
 		start := r.i
 		n, ok := r.long()
@@ -619,6 +590,46 @@ func (st *decodeState) avroValue(r *avroReader, t *avroType) (rules.Value, bool)
 		return rules.Value{Kind: rules.KindJSON, Text: string(buf)}, true
 	}
 	return rules.Value{}, r.fail(r.i, "unsupported type "+t.kindName())
+}
+
+// avroFloat reads a float or double of type t as Java prints it (NaN and
+// the infinities as strings).
+func (st *decodeState) avroFloat(r *avroReader, t *avroType) (rules.Value, bool) {
+	var f float64
+	bits := 32
+	if t.kind == avroFloat {
+		b, ok := r.fixed(4)
+		if !ok {
+			return rules.Value{}, false
+		}
+		f = float64(math.Float32frombits(binary.LittleEndian.Uint32([]byte(b))))
+	} else {
+		b, ok := r.fixed(8)
+		if !ok {
+			return rules.Value{}, false
+		}
+		f, bits = math.Float64frombits(binary.LittleEndian.Uint64([]byte(b))), 64
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return rules.Value{Kind: rules.KindString, Text: javaNonFinite(f)}, true
+	}
+	return rules.Value{Kind: rules.KindFloat, Text: st.keepText(appendJavaFloat(st.text(32), f, bits))}, true
+}
+
+// avroBytes reads bytes or a fixed of type t, as base64 text.
+func (st *decodeState) avroBytes(r *avroReader, t *avroType) (rules.Value, bool) {
+	var b string
+	var ok bool
+	if t.kind == avroFixed {
+		b, ok = r.fixed(t.size)
+	} else {
+		b, ok = r.bytes()
+	}
+	if !ok {
+		return rules.Value{}, false
+	}
+	enc := base64.StdEncoding.AppendEncode(st.text(base64.StdEncoding.EncodedLen(len(b))), []byte(b))
+	return rules.Value{Kind: rules.KindString, Text: st.keepText(enc)}, true
 }
 
 // smallInts are the texts of 0..99, which need no memory of their own.
@@ -698,38 +709,7 @@ func (st *decodeState) appendAvroJSONValue(r *avroReader, t *avroType, b []byte)
 		}
 		return append(b, '}'), true
 	case avroArray, avroMap:
-		open, closing := byte('['), byte(']')
-		if t.kind == avroMap {
-			open, closing = '{', '}'
-		}
-		b = append(b, open)
-		k := int64(0)
-		for {
-			n, ok := r.blockCount()
-			if !ok {
-				return b, false
-			}
-			if n == 0 {
-				return append(b, closing), true
-			}
-			for range n {
-				if k > 0 {
-					b = append(b, ',')
-				}
-				if t.kind == avroMap {
-					key, ok := r.bytes()
-					if !ok {
-						return b, false
-					}
-					b = jsonstr.Append(b, key)
-					b = append(b, ':')
-				}
-				if b, ok = st.appendAvroJSON(r, t.elem, b); !ok {
-					return b, r.in("[" + strconv.FormatInt(k, 10) + "]")
-				}
-				k++
-			}
-		}
+		return st.appendAvroJSONBlocks(r, t, b)
 	case avroDecimal:
 		// The JSON converter writes a Decimal inside a struct as the
 		// base64 of its unscaled bytes (decimal.format BASE64).
@@ -766,6 +746,43 @@ func (st *decodeState) appendAvroJSONValue(r *avroReader, t *avroType, b []byte)
 		return append(b, v.Text...), true
 	}
 	return jsonstr.Append(b, v.Text), true
+}
+
+// appendAvroJSONBlocks appends the array or map of type t, read block by
+// block, as a JSON array or object.
+func (st *decodeState) appendAvroJSONBlocks(r *avroReader, t *avroType, b []byte) ([]byte, bool) {
+	open, closing := byte('['), byte(']')
+	if t.kind == avroMap {
+		open, closing = '{', '}'
+	}
+	b = append(b, open)
+	k := int64(0)
+	for {
+		n, ok := r.blockCount()
+		if !ok {
+			return b, false
+		}
+		if n == 0 {
+			return append(b, closing), true
+		}
+		for range n {
+			if k > 0 {
+				b = append(b, ',')
+			}
+			if t.kind == avroMap {
+				key, ok := r.bytes()
+				if !ok {
+					return b, false
+				}
+				b = jsonstr.Append(b, key)
+				b = append(b, ':')
+			}
+			if b, ok = st.appendAvroJSON(r, t.elem, b); !ok {
+				return b, r.in("[" + strconv.FormatInt(k, 10) + "]")
+			}
+			k++
+		}
+	}
 }
 
 // javaNonFinite is how Java's Double.toString writes NaN and infinities.
