@@ -256,7 +256,7 @@ func (s *Stack) openAppliers(servers *itemformat.Selector, dial func(ctx context
 func (s *Stack) buildPipeline(writer Applier, servers *itemformat.Selector, opts StackOptions) error {
 	cfg, logger := s.Config, s.Logger
 	var err error
-	var schemas *decode.AvroSchemaCache
+	var schemas decode.AvroSchemas // nil without a registry, not a nil cache
 	if len(cfg.Kafka.SchemaRegistry.URLs) > 0 {
 		if s.SchemaRegistry, err = NewSchemaRegistry(cfg.Kafka.SchemaRegistry, s.Metrics, logger.With("component", "schema-registry")); err != nil {
 			return err
@@ -343,7 +343,7 @@ func (s *Stack) loadRules(check func(*rules.RuleSet) error) (*rules.RuleSet, str
 			return nil, "", err
 		}
 	}
-	var schemas *decode.AvroSchemaCache
+	var schemas decode.AvroSchemas // nil without a registry, not a nil cache
 	if s.SchemaRegistry != nil {
 		schemas = s.SchemaRegistry.Cache()
 	}
@@ -575,7 +575,7 @@ func balancers(name string) []kgo.GroupBalancer {
 // decodersFromConfig returns the default decoder and the per-topic ones.
 // They keep in row images only the columns some rule of rs reads; schemas
 // (nil without a registry) holds the schemas of Avro messages.
-func decodersFromConfig(k config.Kafka, rs *rules.RuleSet, schemas *decode.AvroSchemaCache) (*decode.Decoder, map[string]*decode.Decoder, error) {
+func decodersFromConfig(k config.Kafka, rs *rules.RuleSet, schemas decode.AvroSchemas) (*decode.Decoder, map[string]*decode.Decoder, error) {
 	f, err := decode.ParseFormat(k.Format)
 	if err != nil {
 		return nil, nil, err

@@ -300,6 +300,15 @@ func (r *avroReader) skip(t *avroType) bool {
 	return r.fail(r.i, "unsupported type")
 }
 
+// schema returns the schema of id in d.Schemas, nil when it has none or
+// d has no Schemas.
+func (d *Decoder) schema(id uint32) *AvroSchema {
+	if d.Schemas == nil {
+		return nil
+	}
+	return d.Schemas.Lookup(id)
+}
+
 // decodeAvro decodes a Confluent-framed Avro message (value[0] is 0).
 func (d *Decoder) decodeAvro(value []byte, pos rules.Position, out *Decoded) error {
 	out.Format = FormatAvro
@@ -307,7 +316,7 @@ func (d *Decoder) decodeAvro(value []byte, pos rules.Position, out *Decoded) err
 	if !ok {
 		return &DecodeError{Format: FormatAvro, Offset: 0, Reason: "Confluent Avro header cut short: " + strconv.Itoa(len(value)) + " bytes, want the magic byte 0 and a 4-byte schema id"}
 	}
-	sch := d.Schemas.Lookup(id)
+	sch := d.schema(id)
 	switch {
 	case sch == nil && d.Schemas == nil:
 		return &DecodeError{Format: FormatAvro, Offset: 0, Reason: "Confluent Avro message (magic byte 0, schema id " + strconv.FormatUint(uint64(id), 10) +
@@ -856,7 +865,7 @@ func (d *Decoder) KeyColumns(key []byte) (cols []string, perTable, ok bool) {
 	if !framed {
 		return KeyColumns(key)
 	}
-	sch := d.Schemas.Lookup(id)
+	sch := d.schema(id)
 	if sch == nil || sch.problem != "" || len(sch.keyColumns) == 0 {
 		return nil, false, false
 	}

@@ -404,6 +404,15 @@ func (t *avroType) kindName() string {
 	}[t.kind]
 }
 
+// AvroSchemas gives a decoder the compiled schemas of registry ids
+// (Decoder.Schemas): the decoders read schemas, the schema registry client
+// (package consumer) fetches them. AvroSchemaCache is one. It must be safe
+// for concurrent use: the decoders of all partitions share it.
+type AvroSchemas interface {
+	// Lookup returns the schema of id, or nil when there is none.
+	Lookup(id uint32) *AvroSchema
+}
+
 // AvroSchemaCache holds the compiled schemas of registry ids, for
 // Decoder.Schemas. Lookups take no lock: decoding never waits for a
 // schema being added. The zero value is empty and ready; it is safe for

@@ -50,12 +50,12 @@ type Decoder struct {
 	// Table is the "db.table" used when TopicTables has no entry for the
 	// message's topic (the --table flag of plan). May be empty.
 	Table string
-	// Schemas holds the schemas of Confluent-framed Avro messages by
-	// registry id; the daemon fills it from the schema registry before
-	// decoding (decoding never asks the registry). nil: Avro messages
-	// cannot be decoded (their DecodeError says that `plan` and `replay
-	// --file` take JSON lines).
-	Schemas *AvroSchemaCache
+	// Schemas gives the schemas of Confluent-framed Avro messages by
+	// registry id; the daemon's schema registry client fills an
+	// AvroSchemaCache before decoding (decoding never asks the registry).
+	// nil: Avro messages cannot be decoded (their DecodeError says that
+	// `plan` and `replay --file` take JSON lines).
+	Schemas AvroSchemas
 	// Keep, when set, names the columns kept in row images: the others
 	// are validated and skipped without building values. The daemon
 	// keeps the columns its rules read (rules.RuleSet.ColumnsRead), so
