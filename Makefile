@@ -53,7 +53,7 @@ test: services build vet
 
 # unit runs only the tests that need no service.
 unit:
-	$(GO) test -count=1 ./rules/ ./consumer/cdc/ ./ruletest/
+	$(GO) test -count=1 ./rules/ ./decode/ ./ruletest/
 
 # demo runs the whole pipeline once with the demo's own command,
 # cmd/cachewarden-demo (the production binary does not link its harness);

@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
+	"github.com/cachewarden/cachewarden/planout"
 	"strconv"
 	"testing"
 
@@ -132,7 +133,7 @@ func TestBaselinesMatchPlanner(t *testing.T) {
 		in.WriteByte('\n')
 	}
 	var out, errOut bytes.Buffer
-	sum, err := cdc.PlanStream(context.Background(), &in, &out, &errOut, &cdc.Decoder{}, rs, cdc.PlanOptions{})
+	sum, err := planout.Stream(context.Background(), &in, &out, &errOut, &decode.Decoder{}, rs, planout.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,11 +219,11 @@ func TestCounterWorkloadSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d cdc.Decoded
+	var d decode.Decoded
 	var ops []rules.Op
 	counts := 0
 	for i, v := range values {
-		if err := (&cdc.Decoder{}).Decode(v, rules.Position{}, &d); err != nil || len(d.Events) != 1 {
+		if err := (&decode.Decoder{}).Decode(v, rules.Position{}, &d); err != nil || len(d.Events) != 1 {
 			t.Fatalf("event %d: %v", i, err)
 		}
 		ev := &d.Events[0]
@@ -265,8 +266,8 @@ func TestSetSourceTime(t *testing.T) {
 				t.Errorf("%s lacks %s", v, want)
 			}
 		}
-		var d cdc.Decoded
-		if err := (&cdc.Decoder{}).Decode(v, rules.Position{}, &d); err != nil || d.Events[0].Source.TsMs != now {
+		var d decode.Decoded
+		if err := (&decode.Decoder{}).Decode(v, rules.Position{}, &d); err != nil || d.Events[0].Source.TsMs != now {
 			t.Errorf("decoded source time %+v, %v", d.Events, err)
 		}
 	}

@@ -78,10 +78,6 @@ const (
 	MaxMemcachedConcurrent    = 1024
 )
 
-// Formats lists the accepted values of kafka.format and kafka.topic_formats
-// (the CDC message formats the consumer decodes).
-var Formats = []string{"auto", "debezium", "debezium-flat", "maxwell", "canal", "avro"}
-
 // Config is the whole daemon configuration.
 type Config struct {
 	// File is the path the config was read from ("" when parsed from
@@ -120,7 +116,7 @@ type Kafka struct {
 	// Topics are the CDC topics to consume; required.
 	Topics []string `yaml:"topics,commas"`
 	// Format is the CDC format of every topic without an entry in
-	// TopicFormats; one of Formats, default "auto" (detected per message).
+	// TopicFormats; one of decode.Names, default "auto" (detected per message).
 	Format string `yaml:"format"`
 	// TopicFormats fixes the format per topic.
 	TopicFormats map[string]string `yaml:"topic_formats,omitempty"`

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/internal/yamlfile"
 )
@@ -93,16 +94,16 @@ func (d *decoder) validateKafka(k *Kafka) {
 		}
 		topics[t] = true
 	}
-	if d.orDefault("kafka.format", func() { k.Format = DefaultFormat }) && !slices.Contains(Formats, k.Format) {
-		d.wrong("kafka.format", "%q is not one of %s", k.Format, strings.Join(Formats, ", "))
+	if d.orDefault("kafka.format", func() { k.Format = DefaultFormat }) && !isFormat(k.Format) {
+		d.wrong("kafka.format", "%q is not one of %s", k.Format, strings.Join(decode.Names(), ", "))
 	}
 	for _, t := range sortedKeys(k.TopicFormats) {
 		path := "kafka.topic_formats[" + strconv.Quote(t) + "]"
 		if !topics[t] {
 			d.problem(d.KeyPlace(path), "kafka.topic_formats: topic %q is not in kafka.topics", t)
 		}
-		if f := k.TopicFormats[t]; !slices.Contains(Formats, f) {
-			d.wrong(path, "%q is not one of %s", f, strings.Join(Formats, ", "))
+		if f := k.TopicFormats[t]; !isFormat(f) {
+			d.wrong(path, "%q is not one of %s", f, strings.Join(decode.Names(), ", "))
 		}
 	}
 	for _, t := range sortedKeys(k.TopicTables) {
@@ -193,11 +194,11 @@ func (d *decoder) validateSchemaRegistry(k *Kafka) {
 	if len(r.URLs) > 0 || !d.Readable(path+".urls") {
 		return
 	}
-	if k.Format == "avro" {
+	if needsRegistry(k.Format) {
 		d.wrong("kafka.format", "avro needs %s.urls, where the messages' schemas are read", path)
 	}
 	for _, t := range sortedKeys(k.TopicFormats) {
-		if k.TopicFormats[t] == "avro" {
+		if needsRegistry(k.TopicFormats[t]) {
 			p := "kafka.topic_formats[" + strconv.Quote(t) + "]"
 			d.wrong(p, "avro needs %s.urls, where the messages' schemas are read", path)
 		}
@@ -420,4 +421,18 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// isFormat reports whether name is a CDC format the decoders know.
+func isFormat(name string) bool {
+	_, err := decode.ParseFormat(name)
+	return err == nil
+}
+
+// needsRegistry reports whether messages of the format named name are
+// read with schemas from a schema registry (false for an unknown name,
+// reported apart).
+func needsRegistry(name string) bool {
+	f, err := decode.ParseFormat(name)
+	return err == nil && f.NeedsRegistry()
 }

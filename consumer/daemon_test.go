@@ -25,8 +25,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cachewarden/cachewarden/cacheops"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
@@ -233,7 +233,7 @@ func newRig(t *testing.T, rulesYAML string, opts rigOptions) *rig {
 		Positions: memcachePositions{mc: r.mc},
 	}
 	if opts.schemas != nil {
-		pc.Decoder, pc.Schemas = &cdc.Decoder{Schemas: opts.schemas.Cache()}, opts.schemas
+		pc.Decoder, pc.Schemas = &decode.Decoder{Schemas: opts.schemas.Cache()}, opts.schemas
 	}
 	r.pipeline, err = NewPipeline(pc)
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package consumer turns CDC messages from Kafka into cache operations.
 //
-// It holds the batch pipeline that decodes (package cdc), plans,
+// It holds the batch pipeline that decodes (package decode), plans,
 // coalesces and applies them (Pipeline, Coalescer), and the daemon that
 // consumes topics as a member of a Kafka consumer group, commits offsets
 // only after a batch is applied, hands partitions over cleanly on

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -78,7 +78,7 @@ func (p *Pipeline) topicCovered(st *ruleState, topic string) bool {
 // coverPoison plans the bumps that cover a poison message: the fallback
 // namespaces and the generations (of sets and counters) of the tables of
 // its decoded row changes; else of the table its decode error names
-// (cdc.DecodeError.Table: an unknown operation type, too many rows); else
+// (decode.DecodeError.Table: an unknown operation type, too many rows); else
 // of its topic's tables. The bumps are applied with the batch, before its
 // offsets are committed.
 func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event, err error) {
@@ -94,7 +94,7 @@ func (p *Pipeline) coverPoison(b *Batch, msg *Message, events []rules.Event, err
 		}
 	}
 	if len(events) == 0 {
-		var de *cdc.DecodeError
+		var de *decode.DecodeError
 		if errors.As(err, &de) && de.Table != "" {
 			keys = rs.FallbackKeys(keys, de.Database, de.Table)
 			keys = rs.GenerationKeys(keys, de.Database, de.Table)

@@ -11,7 +11,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/cachewarden/cachewarden/cacheops"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -104,9 +104,9 @@ func TestMessageMemoryBound(t *testing.T) {
 	}{
 		{"canal 200000 rows", bigCanal("users", 200_000, user, `{"name":"old"}`), 200_000, true},
 		{"canal 200000 set rows", bigCanal("user_interests", 200_000, interest, `{"interest_id":"1"}`), 200_000, true},
-		{"canal rows at the bound", bigCanal("users", cdc.MaxMessageRows, user, `{"name":"old"}`), cdc.MaxMessageRows, false},
-		{"canal wide rows at the bound", bigCanal("users", cdc.MaxMessageRows, wide, `{"status":"pending","paid":"0","version":"7"}`), cdc.MaxMessageRows, false},
-		{"canal set rows at the bound", bigCanal("user_interests", cdc.MaxMessageRows, interest, `{"interest_id":"1"}`), cdc.MaxMessageRows, false},
+		{"canal rows at the bound", bigCanal("users", decode.MaxMessageRows, user, `{"name":"old"}`), decode.MaxMessageRows, false},
+		{"canal wide rows at the bound", bigCanal("users", decode.MaxMessageRows, wide, `{"status":"pending","paid":"0","version":"7"}`), decode.MaxMessageRows, false},
+		{"canal set rows at the bound", bigCanal("user_interests", decode.MaxMessageRows, interest, `{"interest_id":"1"}`), decode.MaxMessageRows, false},
 		{"50 MB set member", []byte(`{"op":"c","before":null,"after":{"user_id":1,"interest_id":"` + huge + `"},"source":{"db":"shop","table":"user_interests"}}`), 1, false},
 		{"50 MB key column", []byte(`{"op":"c","before":null,"after":{"id":"` + huge + `"},"source":{"db":"shop","table":"users"}}`), 1, false},
 	} {

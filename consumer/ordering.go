@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -59,7 +59,7 @@ func (g *orderGuard) setPartitions(counts map[string]int) { g.partitions.Store(&
 // unordered reports whether changes of set rule r read from topic may
 // arrive out of order, judging from msgKey, a message of that topic and
 // rule, whose columns dec (the topic's decoder) reads. The first answer for a topic and rule is kept.
-func (g *orderGuard) unordered(topic string, r *rules.Rule, msgKey []byte, dec *cdc.Decoder) bool {
+func (g *orderGuard) unordered(topic string, r *rules.Rule, msgKey []byte, dec *decode.Decoder) bool {
 	k := orderKey{topic, r}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -77,10 +77,10 @@ type PipelineConfig struct {
 	// Rules plans events into ops; required.
 	Rules *rules.RuleSet
 	// Decoder decodes messages of topics without an entry in
-	// TopicDecoders; nil means a zero cdc.Decoder (format auto).
-	Decoder *cdc.Decoder
+	// TopicDecoders; nil means a zero decode.Decoder (format auto).
+	Decoder *decode.Decoder
 	// TopicDecoders fixes the decoder per topic; may be nil.
-	TopicDecoders map[string]*cdc.Decoder
+	TopicDecoders map[string]*decode.Decoder
 	// Schemas reads the schemas of Avro messages into the cache of the
 	// decoders (their Schemas) before a batch is decoded (a
 	// *SchemaRegistry); nil when no registry is configured.
@@ -154,7 +154,7 @@ type Pipeline struct {
 	rules *atomic.Pointer[ruleState]
 	// fileDecoder, when not nil, decodes every message whatever its
 	// topic (withDecoder: a replay file).
-	fileDecoder *cdc.Decoder
+	fileDecoder *decode.Decoder
 }
 
 // ruleState is a rule set and the decoders that keep the columns its
@@ -162,20 +162,20 @@ type Pipeline struct {
 // (Batch.rules); SetRules replaces it for the batches planned after.
 type ruleState struct {
 	rules         *rules.RuleSet
-	decoder       *cdc.Decoder
-	topicDecoders map[string]*cdc.Decoder
+	decoder       *decode.Decoder
+	topicDecoders map[string]*decode.Decoder
 }
 
-// SetRules makes rs, with the decoders dec (nil: a zero cdc.Decoder) and
+// SetRules makes rs, with the decoders dec (nil: a zero decode.Decoder) and
 // topicDecoders that keep the columns its rules read, the rules of the
 // batches planned from now on. A batch being planned or applied finishes
 // with the rules it started with. It is safe for concurrent use.
-func (p *Pipeline) SetRules(rs *rules.RuleSet, dec *cdc.Decoder, topicDecoders map[string]*cdc.Decoder) error {
+func (p *Pipeline) SetRules(rs *rules.RuleSet, dec *decode.Decoder, topicDecoders map[string]*decode.Decoder) error {
 	if rs == nil {
 		return errors.New("consumer: pipeline: no rules")
 	}
 	if dec == nil {
-		dec = &cdc.Decoder{}
+		dec = &decode.Decoder{}
 	}
 	p.rules.Store(&ruleState{rules: rs, decoder: dec, topicDecoders: topicDecoders})
 	return nil
@@ -205,7 +205,7 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 		return nil, errors.New("consumer: pipeline: DeltasToWriter needs Counters to recount")
 	}
 	if cfg.Decoder == nil {
-		cfg.Decoder = &cdc.Decoder{}
+		cfg.Decoder = &decode.Decoder{}
 	}
 	if cfg.RetryMin <= 0 {
 		cfg.RetryMin = DefaultRetryMin
@@ -277,7 +277,7 @@ type Batch struct {
 	Stats  BatchStats
 
 	planned   []rules.Op
-	decoded   cdc.Decoded
+	decoded   decode.Decoded
 	coalescer Coalescer
 	results   []cacheops.Result
 	events    labelCounts[eventLabels]
@@ -369,12 +369,12 @@ func (c *labelCounts[L]) reset() {
 	c.n = 0
 }
 
-func (p *Pipeline) decoderFor(topic string) *cdc.Decoder {
+func (p *Pipeline) decoderFor(topic string) *decode.Decoder {
 	return p.decoderIn(p.rules.Load(), topic)
 }
 
 // decoderIn returns the decoder of topic's messages under st.
-func (p *Pipeline) decoderIn(st *ruleState, topic string) *cdc.Decoder {
+func (p *Pipeline) decoderIn(st *ruleState, topic string) *decode.Decoder {
 	if p.fileDecoder != nil {
 		return p.fileDecoder
 	}
@@ -408,7 +408,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 	for i := range msgs {
 		msg := &msgs[i]
 		if msg.Failed != nil {
-			b.poison(msg, msg.Failed, cdc.FormatAuto)
+			b.poison(msg, msg.Failed, decode.FormatAuto)
 			p.coverPoison(b, msg, nil, msg.Failed)
 			continue
 		}
@@ -433,7 +433,7 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 		var st rules.PlanStats
 		var firstErr error
 		start := len(b.planned)
-		b.planned, firstErr = cdc.PlanMessage(state.rules, b.decoded.Events, b.planned, &st, func(_, added int, err error) {
+		b.planned, firstErr = decode.PlanMessage(state.rules, b.decoded.Events, b.planned, &st, func(_, added int, err error) {
 			b.Stats.Events++
 			switch {
 			case err != nil:
@@ -463,7 +463,7 @@ func (p *Pipeline) coalesce(b *Batch, opts CoalesceOptions) {
 	clear(b.planned) // the coalesced ops hold what is needed
 }
 
-func (b *Batch) poison(msg *Message, err error, format cdc.Format) {
+func (b *Batch) poison(msg *Message, err error, format decode.Format) {
 	b.Stats.Poison++
 	b.Poison = append(b.Poison, Poison{Message: *msg, Err: err})
 	b.events.add(eventLabels{msg.Pos.Topic, format.String(), "poison"})

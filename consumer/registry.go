@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 )
 
 // SchemaRegistry reads the schemas of Avro messages from a schema
@@ -23,7 +23,7 @@ import (
 // its messages needs no registry. It is safe for concurrent use.
 type SchemaRegistry struct {
 	cl    *sr.Client
-	cache *cdc.AvroSchemaCache
+	cache *decode.AvroSchemaCache
 	log   *slog.Logger
 	m     *Metrics
 	// user is the basic-auth user ("" none), for logs and /readyz.
@@ -97,7 +97,7 @@ func NewSchemaRegistry(c config.SchemaRegistry, m *Metrics, log *slog.Logger) (*
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &SchemaRegistry{cl: cl, cache: &cdc.AvroSchemaCache{}, log: log, m: m, user: c.Username, unknown: map[uint32]time.Time{}, now: time.Now}, nil
+	return &SchemaRegistry{cl: cl, cache: &decode.AvroSchemaCache{}, log: log, m: m, user: c.Username, unknown: map[uint32]time.Time{}, now: time.Now}, nil
 }
 
 // AuthFailure returns why the registry last refused the credentials
@@ -132,8 +132,8 @@ func (r *SchemaRegistry) noteAuth(err error) {
 }
 
 // Cache returns the cache of compiled schemas that the decoders read
-// (cdc.Decoder.Schemas).
-func (r *SchemaRegistry) Cache() *cdc.AvroSchemaCache { return r.cache }
+// (decode.Decoder.Schemas).
+func (r *SchemaRegistry) Cache() *decode.AvroSchemaCache { return r.cache }
 
 // maxSchemaReferenceDepth bounds the chain of schema references followed
 // (a cycle would otherwise never end).
@@ -212,22 +212,22 @@ func (r *SchemaRegistry) rememberUnknown(id uint32, now time.Time) {
 }
 
 // fetch reads and compiles one schema.
-func (r *SchemaRegistry) fetch(ctx context.Context, id uint32) (*cdc.AvroSchema, error) {
+func (r *SchemaRegistry) fetch(ctx context.Context, id uint32) (*decode.AvroSchema, error) {
 	s, err := r.cl.SchemaByID(ctx, int(id))
 	if err != nil {
 		return nil, err
 	}
 	if s.Type != sr.TypeAvro {
-		return cdc.UnusableAvroSchema(id, "registered as a "+s.Type.String()+" schema; cachewarden decodes Avro (and JSON without a registry)"), nil
+		return decode.UnusableAvroSchema(id, "registered as a "+s.Type.String()+" schema; cachewarden decodes Avro (and JSON without a registry)"), nil
 	}
 	var refs []string
 	if err := r.references(ctx, s.References, &refs, 0); err != nil {
 		return nil, err
 	}
-	compiled, err := cdc.CompileAvroSchema(id, s.Schema, refs...)
+	compiled, err := decode.CompileAvroSchema(id, s.Schema, refs...)
 	if err != nil {
 		r.log.Error("schema registry: schema is not valid Avro; its messages are poison", "schema_id", id, "error", err.Error())
-		return cdc.UnusableAvroSchema(id, err.Error()), nil
+		return decode.UnusableAvroSchema(id, err.Error()), nil
 	}
 	return compiled, nil
 }
@@ -282,8 +282,8 @@ func schemaNotFound(err error) bool {
 // messages among msgs (values, and the keys of Avro values) whose schema
 // the decoder of their topic lacks, once each.
 func (p *Pipeline) missingSchemas(ids []uint32, msgs []Message) []uint32 {
-	add := func(dec *cdc.Decoder, b []byte) bool {
-		id, ok := cdc.AvroSchemaID(b)
+	add := func(dec *decode.Decoder, b []byte) bool {
+		id, ok := decode.AvroSchemaID(b)
 		if ok && dec.Schemas.Lookup(id) == nil && !slices.Contains(ids, id) {
 			ids = append(ids, id)
 		}

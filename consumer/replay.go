@@ -14,7 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
+	"github.com/cachewarden/cachewarden/planout"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -86,7 +87,7 @@ type ReplayInput struct {
 	FileLines int64
 	// Decoder decodes File's lines; nil means the pipeline's default
 	// decoder (the config's kafka.format).
-	Decoder *cdc.Decoder
+	Decoder *decode.Decoder
 	// Ranges are the partition ranges to read (ResolveReplayRanges).
 	Ranges []PartitionRange
 	// Messages are messages already read (the originals of dead letters,
@@ -330,7 +331,7 @@ func (rp *Replayer) replayFile(ctx context.Context, in ReplayInput) error {
 		p = p.withDecoder(in.Decoder)
 	}
 	w := &replayWorker{rp: rp, p: p}
-	lines := cdc.NewLineReader(in.File)
+	lines := decode.NewLineReader(in.File)
 	msgs := make([]Message, 0, rp.cfg.BatchSize)
 	var arena []byte
 	n := 0
@@ -403,7 +404,7 @@ feed:
 
 // dryRun plans the input sequentially with the `plan` planner.
 func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) error {
-	pl := cdc.NewPlanWriter(rp.p.Rules(), out, rp.cfg.Report, rp.log)
+	pl := planout.NewWriter(rp.p.Rules(), out, rp.cfg.Report, rp.log)
 	pl.ObserveOps(func(op *rules.Op) {
 		if kind, ok := rp.endOpKind(op); ok {
 			rp.pending.add(op, kind, math.MaxInt)
@@ -436,12 +437,12 @@ func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) e
 	return err
 }
 
-func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *cdc.PlanWriter) error {
+func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *planout.Writer) error {
 	dec := in.Decoder
 	if dec == nil {
 		dec = rp.p.rules.Load().decoder
 	}
-	lines := cdc.NewLineReader(in.File)
+	lines := decode.NewLineReader(in.File)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -460,7 +461,7 @@ func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *cdc.Plan
 	}
 }
 
-func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl *cdc.PlanWriter) error {
+func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl *planout.Writer) error {
 	if len(ranges) > 0 && len(rp.cfg.Kafka.Brokers) == 0 {
 		return errors.New("consumer: replay: no Kafka brokers")
 	}
@@ -479,7 +480,7 @@ func (rp *Replayer) dryRunKafka(ctx context.Context, ranges []PartitionRange, pl
 }
 
 // dryRunMessages plans msgs, in order.
-func (rp *Replayer) dryRunMessages(ctx context.Context, msgs []Message, pl *cdc.PlanWriter) error {
+func (rp *Replayer) dryRunMessages(ctx context.Context, msgs []Message, pl *planout.Writer) error {
 	var ids []uint32
 	for i := range msgs {
 		var err error
@@ -493,7 +494,7 @@ func (rp *Replayer) dryRunMessages(ctx context.Context, msgs []Message, pl *cdc.
 
 // planLines plans msgs with pl, each with its topic's decoder, once the
 // schemas they need are read; ids is scratch.
-func (rp *Replayer) planLines(ctx context.Context, ids []uint32, msgs []Message, pl *cdc.PlanWriter) ([]uint32, error) {
+func (rp *Replayer) planLines(ctx context.Context, ids []uint32, msgs []Message, pl *planout.Writer) ([]uint32, error) {
 	var err error
 	if ids, err = rp.p.awaitSchemas(ctx, ids, msgs); err != nil {
 		return ids, err
@@ -532,7 +533,7 @@ func kafkaCoordinates(pos rules.Position) string {
 }
 
 // withDecoder returns a copy of p that decodes every message with dec.
-func (p *Pipeline) withDecoder(dec *cdc.Decoder) *Pipeline {
+func (p *Pipeline) withDecoder(dec *decode.Decoder) *Pipeline {
 	cp := *p
 	cp.fileDecoder = dec
 	return &cp
@@ -786,29 +787,19 @@ func detachedEndOp(op *rules.Op, kind rules.OpKind) rules.Op {
 
 // ReplayFileDecoder returns the decoder of an NDJSON replay file under the
 // kafka section k: the one of topic when not empty (its topic_formats and
-// topic_tables entries apply), else the one of kafka.format. A non-empty
-// format ("auto", "debezium", ...) or table ("db.table") overrides it.
-// Format avro is refused: a file holds JSON lines.
-func ReplayFileDecoder(k config.Kafka, topic, format, table string) (*cdc.Decoder, error) {
-	name := k.Format
-	if f, ok := k.TopicFormats[topic]; ok && topic != "" {
-		name = f
-	}
-	if format != "" {
-		name = format
-	}
-	if name == "" {
-		name = config.DefaultFormat
-	}
-	f, err := cdc.ParseFormat(name)
+// topic_tables entries apply), else the one of kafka.format. A non-nil
+// format or a non-empty table ("db.table") overrides it. A format a file
+// cannot hold (avro) is refused: a file holds JSON lines.
+func ReplayFileDecoder(k config.Kafka, topic string, format *decode.Format, table string) (*decode.Decoder, error) {
+	f, err := replayFileFormat(k, topic, format)
 	if err != nil {
 		return nil, err
 	}
-	if f == cdc.FormatAvro {
-		return nil, errors.New("consumer: replay: a file holds JSON lines, one message value each, and format avro is Confluent-framed binary: " +
-			"replay Avro topics from Kafka (--from), or give the file's JSON format with --format")
+	if !f.InFile() {
+		return nil, fmt.Errorf("consumer: replay: %w, and format %s is not: "+
+			"replay its topics from Kafka (--from), or give the file's JSON format with --format", decode.ErrNotInFile, f)
 	}
-	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables}
+	dec := &decode.Decoder{Format: f, TopicTables: k.TopicTables}
 	if topic != "" {
 		dec.Table = k.TopicTables[topic]
 	}
@@ -816,6 +807,22 @@ func ReplayFileDecoder(k config.Kafka, topic, format, table string) (*cdc.Decode
 		dec.Table = table
 	}
 	return dec, nil
+}
+
+// replayFileFormat returns format when not nil, else the format of topic
+// under k (kafka.format when topic is "" or has no topic_formats entry).
+func replayFileFormat(k config.Kafka, topic string, format *decode.Format) (decode.Format, error) {
+	if format != nil {
+		return *format, nil
+	}
+	name := k.Format
+	if f, ok := k.TopicFormats[topic]; ok && topic != "" {
+		name = f
+	}
+	if name == "" {
+		name = config.DefaultFormat
+	}
+	return decode.ParseFormat(name)
 }
 
 // groupActive reports whether the consumer group has members: a daemon

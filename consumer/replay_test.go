@@ -18,8 +18,9 @@ import (
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/planout"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -172,9 +173,9 @@ func TestReplayDryRunFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := &cdc.Decoder{Format: cdc.FormatMaxwell}
+	dec := &decode.Decoder{Format: decode.FormatMaxwell}
 	var planOut, planErr bytes.Buffer
-	psum, err := cdc.PlanStream(context.Background(), bytes.NewReader(input), &planOut, &planErr, dec, rs, cdc.PlanOptions{})
+	psum, err := planout.Stream(context.Background(), bytes.NewReader(input), &planOut, &planErr, dec, rs, planout.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,24 +469,37 @@ func TestReplayFileDecoder(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		topic, format, table string
-		want                 cdc.Format
+		want                 decode.Format
 		wantTable            string
 	}{
-		{"", "", "", cdc.FormatMaxwell, ""},
-		{"flat", "", "", cdc.FormatDebeziumFlat, "shop.users"},
-		{"other", "", "", cdc.FormatMaxwell, ""},
-		{"flat", "canal", "a.b", cdc.FormatCanal, "a.b"},
-		{"", "auto", "", cdc.FormatAuto, ""},
+		{"", "", "", decode.FormatMaxwell, ""},
+		{"flat", "", "", decode.FormatDebeziumFlat, "shop.users"},
+		{"other", "", "", decode.FormatMaxwell, ""},
+		{"flat", "canal", "a.b", decode.FormatCanal, "a.b"},
+		{"", "auto", "", decode.FormatAuto, ""},
 	} {
-		dec, err := ReplayFileDecoder(cfg, tt.topic, tt.format, tt.table)
+		var format *decode.Format
+		if tt.format != "" {
+			f, err := decode.ParseFormat(tt.format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			format = &f
+		}
+		dec, err := ReplayFileDecoder(cfg, tt.topic, format, tt.table)
 		if err != nil || dec.Format != tt.want || dec.Table != tt.wantTable {
 			t.Errorf("ReplayFileDecoder(%q, %q, %q) = %+v, %v; want %s with table %q", tt.topic, tt.format, tt.table, dec, err, tt.want, tt.wantTable)
 		}
 	}
-	if _, err := ReplayFileDecoder(cfg, "", "avro", ""); err == nil || !strings.Contains(err.Error(), "JSON lines") {
+	avro := decode.FormatAvro
+	if _, err := ReplayFileDecoder(cfg, "", &avro, ""); !errors.Is(err, decode.ErrNotInFile) || !strings.Contains(err.Error(), "JSON lines") {
 		t.Errorf("format avro for a file: %v, want an error saying a file holds JSON lines", err)
 	}
-	if _, err := ReplayFileDecoder(cfg, "", "protobuf", ""); err == nil {
+	avroTopic := config.Kafka{Format: "avro"}
+	if _, err := ReplayFileDecoder(avroTopic, "", nil, ""); !errors.Is(err, decode.ErrNotInFile) {
+		t.Errorf("kafka.format avro for a file: %v, want ErrNotInFile", err)
+	}
+	if _, err := ReplayFileDecoder(config.Kafka{Format: "protobuf"}, "", nil, ""); err == nil {
 		t.Errorf("format protobuf accepted")
 	}
 }

@@ -22,8 +22,8 @@ import (
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/internal/metaproto"
 	"github.com/cachewarden/cachewarden/internal/readfile"
 	"github.com/cachewarden/cachewarden/itemformat"
@@ -259,7 +259,7 @@ func metaPool(cfg *config.Config, dial func(ctx context.Context, network, addr s
 func (s *Stack) buildPipeline(writer Applier, servers *itemformat.Selector, opts StackOptions) error {
 	cfg, logger := s.Config, s.Logger
 	var err error
-	var schemas *cdc.AvroSchemaCache
+	var schemas decode.AvroSchemas // nil without a registry, not a nil cache
 	if len(cfg.Kafka.SchemaRegistry.URLs) > 0 {
 		if s.SchemaRegistry, err = NewSchemaRegistry(cfg.Kafka.SchemaRegistry, s.Metrics, logger.With("component", "schema-registry")); err != nil {
 			return err
@@ -347,7 +347,7 @@ func (s *Stack) loadRules(check func(*rules.RuleSet) error) (*rules.RuleSet, str
 			return nil, "", err
 		}
 	}
-	var schemas *cdc.AvroSchemaCache
+	var schemas decode.AvroSchemas // nil without a registry, not a nil cache
 	if s.SchemaRegistry != nil {
 		schemas = s.SchemaRegistry.Cache()
 	}
@@ -579,23 +579,23 @@ func balancers(name config.Balancer) []kgo.GroupBalancer {
 // decodersFromConfig returns the default decoder and the per-topic ones.
 // They keep in row images only the columns some rule of rs reads; schemas
 // (nil without a registry) holds the schemas of Avro messages.
-func decodersFromConfig(k config.Kafka, rs *rules.RuleSet, schemas *cdc.AvroSchemaCache) (*cdc.Decoder, map[string]*cdc.Decoder, error) {
-	f, err := cdc.ParseFormat(k.Format)
+func decodersFromConfig(k config.Kafka, rs *rules.RuleSet, schemas decode.AvroSchemas) (*decode.Decoder, map[string]*decode.Decoder, error) {
+	f, err := decode.ParseFormat(k.Format)
 	if err != nil {
 		return nil, nil, err
 	}
-	keep := cdc.NewColumnSet(rs.ColumnsRead())
-	dec := &cdc.Decoder{Format: f, TopicTables: k.TopicTables, Keep: keep, Schemas: schemas}
-	var byTopic map[string]*cdc.Decoder
+	keep := decode.NewColumnSet(rs.ColumnsRead())
+	dec := &decode.Decoder{Format: f, TopicTables: k.TopicTables, Keep: keep, Schemas: schemas}
+	var byTopic map[string]*decode.Decoder
 	for topic, name := range k.TopicFormats {
-		f, err := cdc.ParseFormat(name)
+		f, err := decode.ParseFormat(name)
 		if err != nil {
 			return nil, nil, fmt.Errorf("consumer: topic %s: %w", topic, err)
 		}
 		if byTopic == nil {
-			byTopic = make(map[string]*cdc.Decoder)
+			byTopic = make(map[string]*decode.Decoder)
 		}
-		byTopic[topic] = &cdc.Decoder{Format: f, TopicTables: k.TopicTables, Keep: keep, Schemas: schemas}
+		byTopic[topic] = &decode.Decoder{Format: f, TopicTables: k.TopicTables, Keep: keep, Schemas: schemas}
 	}
 	return dec, byTopic, nil
 }

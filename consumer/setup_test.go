@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/config"
@@ -21,10 +21,10 @@ import (
 // TestConfigFormatsParse keeps the config's list of formats and the
 // decoders' names in step.
 func TestConfigFormatsParse(t *testing.T) {
-	for _, name := range config.Formats {
-		f, err := cdc.ParseFormat(name)
+	for _, name := range decode.Names() {
+		f, err := decode.ParseFormat(name)
 		if err != nil || f.String() != name {
-			t.Errorf("config format %q: cdc.ParseFormat = %v, %v", name, f, err)
+			t.Errorf("config format %q: decode.ParseFormat = %v, %v", name, f, err)
 		}
 	}
 }
@@ -67,10 +67,10 @@ batch: {max_events: 77, max_wait: 5ms}
 	if s.DLQ == nil || s.DLQ.Topic() != "dead" {
 		t.Errorf("DLQ = %v", s.DLQ)
 	}
-	if f := s.Pipeline.decoderFor("flat"); f.Format != cdc.FormatDebeziumFlat || f.TopicTables["flat"] != "shop.users" {
+	if f := s.Pipeline.decoderFor("flat"); f.Format != decode.FormatDebeziumFlat || f.TopicTables["flat"] != "shop.users" {
 		t.Errorf("decoder of topic flat = %+v", f)
 	}
-	if f := s.Pipeline.decoderFor("cdc"); f.Format != cdc.FormatAuto {
+	if f := s.Pipeline.decoderFor("cdc"); f.Format != decode.FormatAuto {
 		t.Errorf("decoder of topic cdc = %+v", f)
 	}
 	if err := s.Memcache.Ping(); err != nil {

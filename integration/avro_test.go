@@ -10,7 +10,7 @@ import (
 
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -50,14 +50,14 @@ func TestAvroPlansLikeJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jsonDec := &cdc.Decoder{Format: cdc.FormatDebezium}
-	avroDec := &cdc.Decoder{Format: cdc.FormatAvro, Schemas: schemas.Cache()}
-	plan := func(dec *cdc.Decoder, msgs []OutMessage) (ops, keys []string) {
+	jsonDec := &decode.Decoder{Format: decode.FormatDebezium}
+	avroDec := &decode.Decoder{Format: decode.FormatAvro, Schemas: schemas.Cache()}
+	plan := func(dec *decode.Decoder, msgs []OutMessage) (ops, keys []string) {
 		t.Helper()
-		var out cdc.Decoded
+		var out decode.Decoded
 		for _, m := range msgs {
 			for _, b := range [][]byte{m.Key, m.Value} {
-				if id, ok := cdc.AvroSchemaID(b); ok {
+				if id, ok := decode.AvroSchemaID(b); ok {
 					if err := schemas.Fetch(ctx, []uint32{id}); err != nil {
 						t.Fatal(err)
 					}
@@ -67,7 +67,7 @@ func TestAvroPlansLikeJSON(t *testing.T) {
 				t.Fatalf("%s: %v", dec.Format, err)
 			}
 			var st rules.PlanStats
-			planned, err := cdc.PlanMessage(rs, out.Events, nil, &st, nil)
+			planned, err := decode.PlanMessage(rs, out.Events, nil, &st, nil)
 			if err != nil {
 				t.Fatalf("%s: plan: %v", dec.Format, err)
 			}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -56,17 +57,26 @@ const (
 // Formats lists every Format.
 var Formats = []Format{Debezium, DebeziumSchema, DebeziumFlat, DebeziumFlatRow, Maxwell, Canal, DebeziumAvro}
 
-// ConfigFormat returns the daemon's kafka.format value for f.
-func (f Format) ConfigFormat() string {
+// ConfigFormat returns the daemon's kafka.format value for f: the
+// decoders' format that reads f's messages.
+func (f Format) ConfigFormat() string { return f.Decoder().String() }
+
+// Decoder returns the decoders' format that reads f's messages
+// (FormatAuto, which detects the format, for one not in Formats).
+func (f Format) Decoder() decode.Format {
 	switch f {
 	case Debezium, DebeziumSchema:
-		return "debezium"
+		return decode.FormatDebezium
 	case DebeziumFlat, DebeziumFlatRow:
-		return "debezium-flat"
+		return decode.FormatDebeziumFlat
+	case Maxwell:
+		return decode.FormatMaxwell
+	case Canal:
+		return decode.FormatCanal
 	case DebeziumAvro:
-		return "avro"
+		return decode.FormatAvro
 	}
-	return string(f)
+	return decode.FormatAuto
 }
 
 // Avro reports whether f's messages are Avro, read through a schema

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -436,8 +436,8 @@ func (fs *faultScenario) committed(ctx context.Context) map[string]map[int]int64
 func (fs *faultScenario) committedWithOps(ctx context.Context, from, to map[string]map[int]int64) []string {
 	fs.t.Helper()
 	var out []string
-	dec := cdc.Decoder{}
-	var decoded cdc.Decoded
+	dec := decode.Decoder{}
+	var decoded decode.Decoded
 	var ops []rules.Op
 	for topic, parts := range to {
 		for p, end := range parts {

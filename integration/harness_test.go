@@ -3,7 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 	"log/slog"
 	"strings"
 	"testing"
@@ -112,11 +112,7 @@ func TestEncodeDecodes(t *testing.T) {
 	}
 	for _, f := range Formats {
 		t.Run(string(f), func(t *testing.T) {
-			cf, err := cdc.ParseFormat(f.ConfigFormat())
-			if err != nil {
-				t.Fatal(err)
-			}
-			dec := cdc.Decoder{Format: cf, TopicTables: topicTables}
+			dec := decode.Decoder{Format: f.Decoder(), TopicTables: topicTables}
 			var reg *AvroRegistry
 			var schemas *consumer.SchemaRegistry
 			if f.Avro() {
@@ -130,7 +126,7 @@ func TestEncodeDecodes(t *testing.T) {
 				dec.Schemas = schemas.Cache()
 			}
 			var want, got []rules.Event
-			var out cdc.Decoded
+			var out decode.Decoded
 			for _, tx := range txs {
 				if tx.Desc == "snapshot" && !f.SupportsSnapshot() {
 					continue
@@ -141,7 +137,7 @@ func TestEncodeDecodes(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, m := range msgs {
-					if id, ok := cdc.AvroSchemaID(m.Value); ok && schemas != nil {
+					if id, ok := decode.AvroSchemaID(m.Value); ok && schemas != nil {
 						if err := schemas.Fetch(ctx, []uint32{id}); err != nil {
 							t.Fatal(err)
 						}
@@ -149,7 +145,7 @@ func TestEncodeDecodes(t *testing.T) {
 					if err := dec.Decode(m.Value, rules.Position{Topic: m.Topic}, &out); err != nil {
 						t.Fatalf("%s: decode %s: %v", tx.Desc, m.Value, err)
 					}
-					if out.Skip != "" && (m.Value != nil || out.Skip != cdc.SkipTombstone) {
+					if out.Skip != "" && (m.Value != nil || out.Skip != decode.SkipTombstone) {
 						t.Fatalf("%s: message skipped (%s): %s", tx.Desc, out.Skip, m.Value)
 					}
 					for _, ev := range out.Events {
@@ -321,8 +317,8 @@ func TestBinlogPositions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out cdc.Decoded
-	if err := (&cdc.Decoder{}).Decode(msgs[0].Value, rules.Position{}, &out); err != nil {
+	var out decode.Decoded
+	if err := (&decode.Decoder{}).Decode(msgs[0].Value, rules.Position{}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.Events[0].Source; got.BinlogFile != lastFile || got.BinlogPos != lastPos {

@@ -6,7 +6,7 @@ import "slices"
 // of the set reads from a row image: the placeholders of its key and
 // member templates, its `columns` list, its query args and the columns its
 // `when` predicate names. A decoder may leave every other column out of
-// the rows it builds (cdc.Decoder.Keep): Plan gives the same ops.
+// the rows it builds (decode.Decoder.Keep): Plan gives the same ops.
 func (rs *RuleSet) ColumnsRead() []string {
 	var cols []string
 	for _, r := range rs.rules {

@@ -35,7 +35,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -59,7 +59,7 @@ type Test struct {
 	Name string
 	// Line is where the test's entry starts in the file.
 	Line   int
-	Format cdc.Format
+	Format decode.Format
 	// Table is the db.table of flattened rows that name no table.
 	Table  string
 	Events []Event
@@ -232,7 +232,7 @@ func (p *parser) suite(s *Suite, n *yaml.Node) {
 	if !p.decode(n, "test file", &d) {
 		return
 	}
-	var format cdc.Format
+	var format decode.Format
 	var table string
 	if d.RuleFiles != nil {
 		s.RuleFiles = p.ruleFiles(d.RuleFiles)
@@ -302,21 +302,21 @@ func (p *parser) table(n *yaml.Node) (string, bool) {
 	return s, true
 }
 
-func (p *parser) format(n *yaml.Node) (cdc.Format, bool) {
+func (p *parser) format(n *yaml.Node) (decode.Format, bool) {
 	s, ok := yamlfile.String(n, "format", p.errorf)
 	if !ok {
-		return cdc.FormatAuto, false
+		return decode.FormatAuto, false
 	}
-	f, err := cdc.ParseFormat(s)
-	if err != nil || f == cdc.FormatAvro {
+	f, err := decode.ParseFileFormat(s)
+	if err != nil {
 		// Test events are JSON; Avro messages are binary.
-		p.errorf(n, "format %q: want auto, debezium, debezium-flat, maxwell or canal (test events are JSON)", s)
-		return cdc.FormatAuto, false
+		p.errorf(n, "format %q: want %s (test events are JSON)", s, decode.Alternatives(decode.FileNames()))
+		return decode.FormatAuto, false
 	}
 	return f, true
 }
 
-func (p *parser) test(n *yaml.Node, format cdc.Format, table string) *Test {
+func (p *parser) test(n *yaml.Node, format decode.Format, table string) *Test {
 	t := &Test{Line: n.Line, Format: format, Table: table}
 	var d testDecl
 	if !p.decode(n, "test", &d) {

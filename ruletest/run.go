@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
@@ -61,8 +61,8 @@ type outcome struct {
 // run feeds the test's events through the decoder and the planner and
 // compares the result with the expectations, event by event.
 func (t *Test) run(rs *rules.RuleSet) []string {
-	dec := &cdc.Decoder{Format: t.Format, Table: t.Table}
-	var decoded cdc.Decoded
+	dec := &decode.Decoder{Format: t.Format, Table: t.Table}
+	var decoded decode.Decoded
 	got := make([]outcome, len(t.Events))
 	for i, ev := range t.Events {
 		got[i] = planEvent(dec, rs, &decoded, ev)
@@ -91,7 +91,7 @@ func (t *Test) run(rs *rules.RuleSet) []string {
 
 // planEvent decodes and plans one message value. Like the daemon, it keeps
 // no op of a message any of whose rows failed.
-func planEvent(dec *cdc.Decoder, rs *rules.RuleSet, decoded *cdc.Decoded, ev Event) outcome {
+func planEvent(dec *decode.Decoder, rs *rules.RuleSet, decoded *decode.Decoded, ev Event) outcome {
 	if len(ev.Value) == 0 {
 		return outcome{} // tombstone
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/internal/yamlfile"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -162,12 +162,12 @@ func TestDocsStateFileLimits(t *testing.T) {
 			fmt.Sprintf("| %s |", mib(yamlfile.MaxAliasBytes)),
 			fmt.Sprintf("%d KiB (%d bytes)", rules.MaxWhenBytes>>10, rules.MaxWhenBytes),
 			fmt.Sprintf("| %d levels |", rules.MaxWhenDepth),
-			fmt.Sprintf("more than %d", cdc.MaxLineBytes),
+			fmt.Sprintf("more than %d", decode.MaxLineBytes),
 		},
 		"../../README.md": {
 			fmt.Sprintf("up to %s each and nest up to %d levels", mib(yamlfile.MaxFileBytes), yamlfile.MaxDepth),
 			fmt.Sprintf("a `when` up to %d KiB and %d\nlevels", rules.MaxWhenBytes>>10, rules.MaxWhenDepth),
-			fmt.Sprintf("input up to %s", mib(cdc.MaxLineBytes)),
+			fmt.Sprintf("input up to %s", mib(decode.MaxLineBytes)),
 		},
 	} {
 		data, err := os.ReadFile(path)

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
+	"github.com/cachewarden/cachewarden/planout"
 
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 )
@@ -42,7 +44,7 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		stderr)
 	var rulePaths stringList
 	fs.Var(&rulePaths, "rules", "rule file, or directory of *.yaml/*.yml files (repeatable; required)")
-	formatName := fs.String("format", "auto", "message format: auto, debezium, debezium-flat, maxwell or canal")
+	formatName := fs.String("format", decode.FormatAuto.String(), "message format: "+decode.Alternatives(decode.FileNames()))
 	table := fs.String("table", "", "db.table of flattened rows that name no table (__db/__table)")
 	strict := fs.Bool("strict", false, "exit with status 1 when any line failed")
 	if err := fs.Parse(args); err != nil {
@@ -61,28 +63,28 @@ func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 			return usageErrorf("plan: --table %q: want db.table", *table)
 		}
 	}
-	format, err := cdc.ParseFormat(*formatName)
-	if err != nil {
+	format, err := decode.ParseFileFormat(*formatName)
+	switch {
+	case errors.Is(err, decode.ErrNotInFile):
+		return usageErrorf("plan: --format %s: plan reads JSON lines; plan an Avro topic from Kafka with `cachewarden replay -c FILE --from START --dry-run`", *formatName)
+	case err != nil:
 		return usageErrorf("plan: --format: %v", err)
-	}
-	if format == cdc.FormatAvro {
-		return usageErrorf("plan: --format avro: plan reads JSON lines; plan an Avro topic from Kafka with `cachewarden replay -c FILE --from START --dry-run`")
 	}
 	rs, err := rulefile.LoadPaths(rulePaths...)
 	if err != nil {
 		return reportLoadError(stderr, err)
 	}
-	dec := &cdc.Decoder{Format: format, Table: *table}
+	dec := &decode.Decoder{Format: format, Table: *table}
 
 	// PlanStream checks ctx between lines, but a read from a terminal or
 	// pipe blocks; on a signal stop waiting and let the process exit.
 	type result struct {
-		sum cdc.PlanSummary
+		sum planout.Summary
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, err := cdc.PlanStream(ctx, a.stdin, stdout, stderr, dec, rs, cdc.PlanOptions{Log: a.log})
+		sum, err := planout.Stream(ctx, a.stdin, stdout, stderr, dec, rs, planout.Options{Log: a.log})
 		done <- result{sum, err}
 	}()
 	var res result

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cachewarden/cachewarden/consumer/cdc"
+	"github.com/cachewarden/cachewarden/decode"
 
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/consumer"
@@ -125,7 +125,7 @@ func (o *replayOptions) run(ctx context.Context, replayer *consumer.Replayer, in
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return sum, fmt.Errorf("replay: interrupted: %w", context.Cause(ctx))
 		}
-		if errors.Is(err, cdc.ErrLineTooLong) {
+		if errors.Is(err, decode.ErrLineTooLong) {
 			return sum, fmt.Errorf("replay: %s: %w", o.file, err)
 		}
 		return sum, fmt.Errorf("replay: %w", err)
@@ -151,6 +151,8 @@ type replayOptions struct {
 	from, to  consumer.ReplayBound
 	topics    []string
 	setAppend bool
+	// format is --format, nil without it (the config's format applies).
+	format *decode.Format
 }
 
 // flagSet returns replay's flags, bound to o.
@@ -194,7 +196,7 @@ func (o *replayOptions) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.toFlag, "to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start)")
 	fs.StringVar(&o.topicsFlag, "topics", "", "comma-separated topics to replay (default: the config's kafka.topics); with --file, the one topic the file comes from (its topic_formats/topic_tables apply)")
 	fs.StringVar(&o.file, "file", "", "replay this file of JSON lines (\"-\": stdin) instead of Kafka")
-	fs.StringVar(&o.formatName, "format", "", "JSON message format of --file: auto, debezium, debezium-flat, maxwell or canal (default: the config's)")
+	fs.StringVar(&o.formatName, "format", "", "JSON message format of --file: "+decode.Alternatives(decode.FileNames())+" (default: the config's)")
 	fs.StringVar(&o.table, "table", "", "db.table of --file's flattened rows that name no table")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the planned ops on stdout instead of applying them")
 	fs.StringVar(&o.setsMode, "sets", "rebuild", "rebuild: rebuild (or delete) every set the replay touches; append: append its set tokens (only to the live end with the daemons stopped)")
@@ -220,8 +222,6 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 		return usageErrorf("replay: give --from (Kafka) or --file")
 	case o.file == "" && (o.formatName != "" || o.table != ""):
 		return usageErrorf("replay: --format and --table apply to --file only; Kafka topics use the config's formats")
-	case o.formatName == "avro":
-		return usageErrorf("replay: --format avro: a --file holds JSON lines; replay an Avro topic from Kafka with --from")
 	case o.batch < 0 || o.parallel < 1 || o.maxRecounts < 1:
 		return usageErrorf("replay: --batch must not be negative, --parallel and --max-recount-keys must be at least 1")
 	case o.progressEvery < 0:
@@ -271,9 +271,14 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 		}
 	}
 	if o.formatName != "" {
-		if _, err := cdc.ParseFormat(o.formatName); err != nil {
+		f, err := decode.ParseFileFormat(o.formatName)
+		switch {
+		case errors.Is(err, decode.ErrNotInFile):
+			return usageErrorf("replay: --format %s: a --file holds JSON lines; replay an Avro topic from Kafka with --from", o.formatName)
+		case err != nil:
 			return usageErrorf("replay: --format: %v", err)
 		}
+		o.format = &f
 	}
 	return nil
 }
@@ -307,7 +312,7 @@ func (a *app) replayInput(ctx context.Context, o *replayOptions, cfg *config.Con
 		topic = o.topics[0]
 	}
 	var err error
-	if in.Decoder, err = consumer.ReplayFileDecoder(cfg.Kafka, topic, o.formatName, o.table); err != nil {
+	if in.Decoder, err = consumer.ReplayFileDecoder(cfg.Kafka, topic, o.format, o.table); err != nil {
 		return in, nil, err
 	}
 	if o.file == "-" {
