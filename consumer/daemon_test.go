@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -154,17 +153,6 @@ func testLogger(t *testing.T) (*slog.Logger, *lockedBuffer) {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
-// deadAddr returns a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // rig is a pipeline over real memcached (and MySQL when a DSN is given),
 // for one test's unique key prefix.
@@ -457,7 +445,7 @@ func TestNoCommitWithoutMemcached(t *testing.T) {
 	topic := "cdc-" + testsvc.Unique()
 	group := "cw-" + testsvc.Unique()
 	brokers := testsvc.KafkaTopics(t, 1, topic)
-	down := newRig(t, daemonRules, rigOptions{mcAddr: deadAddr(t)})
+	down := newRig(t, daemonRules, rigOptions{mcAddr: testsvc.ClosedAddr(t)})
 	produce(t, brokers, topic,
 		debezium("c", "shop", "users", nil, row("id", 1)),
 		debezium("c", "shop", "users", nil, row("id", 2)),

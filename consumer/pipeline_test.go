@@ -34,7 +34,7 @@ func userMessage(t *testing.T, offset int64, id int) Message {
 // TestPipelineWaitsForMemcached checks that a batch is retried, without
 // giving up, until memcached comes back, and then applied.
 func TestPipelineWaitsForMemcached(t *testing.T) {
-	addr := deadAddr(t)
+	addr := testsvc.ClosedAddr(t)
 	r := newRig(t, daemonRules, rigOptions{mcAddr: addr})
 	msgs := []Message{userMessage(t, 0, 1), userMessage(t, 1, 2)}
 	done := make(chan error, 1)
@@ -77,7 +77,7 @@ func TestPipelineWaitsForMemcached(t *testing.T) {
 // TestPipelineCancelAbandons checks that cancelling a waiting batch
 // returns the context's error and counts no op as failed.
 func TestPipelineCancelAbandons(t *testing.T) {
-	r := newRig(t, daemonRules, rigOptions{mcAddr: deadAddr(t)})
+	r := newRig(t, daemonRules, rigOptions{mcAddr: testsvc.ClosedAddr(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	var b Batch

@@ -79,7 +79,7 @@ func TestRebumperOnePerKey(t *testing.T) {
 // TestRebumperFlushGivesUp checks that Flush returns when memcached stays
 // down past its context.
 func TestRebumperFlushGivesUp(t *testing.T) {
-	r := newRig(t, rebumpRules, rigOptions{mcAddr: deadAddr(t)})
+	r := newRig(t, rebumpRules, rigOptions{mcAddr: testsvc.ClosedAddr(t)})
 	r.rebump.Schedule(bumpOp(r, "x", time.Hour))
 	r.rebump.Schedule(bumpOp(r, "y", time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

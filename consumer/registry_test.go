@@ -394,7 +394,7 @@ func TestSchemaRegistryAuth(t *testing.T) {
 	if missing != nil || good.Cache().Lookup(424242) != nil {
 		t.Errorf("an unknown id: %v; want no error and nothing cached", missing)
 	}
-	dead, err := NewSchemaRegistry(config.SchemaRegistry{URLs: []string{"http://" + deadAddr(t)}, Timeout: time.Second}, nil, nil)
+	dead, err := NewSchemaRegistry(config.SchemaRegistry{URLs: []string{"http://" + testsvc.ClosedAddr(t)}, Timeout: time.Second}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 // memcached: that batch finishes with the rules it was planned with, and
 // the next batch is planned with the new ones.
 func TestSetRulesBetweenBatches(t *testing.T) {
-	addr := deadAddr(t)
+	addr := testsvc.ClosedAddr(t)
 	r := newRig(t, daemonRules, rigOptions{mcAddr: addr})
 	done := make(chan error, 1)
 	var b Batch

@@ -168,7 +168,7 @@ func TestReplayDryRunFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := cacheops.NewTextApplier(memcache.New(deadAddr(t)), nil, nil, cacheops.Config{}, nil)
+	w := cacheops.NewTextApplier(memcache.New(testsvc.ClosedAddr(t)), nil, nil, cacheops.Config{}, nil)
 	p, err := NewPipeline(PipelineConfig{Rules: rs, Writer: w})
 	if err != nil {
 		t.Fatal(err)
@@ -524,7 +524,7 @@ func TestReplaySummaryString(t *testing.T) {
 // TestReplayInterrupted cancels a replay that waits for memcached: it
 // returns the context's error and counts the recounts it did not run.
 func TestReplayInterrupted(t *testing.T) {
-	r := newRig(t, daemonRules, rigOptions{mcAddr: deadAddr(t)})
+	r := newRig(t, daemonRules, rigOptions{mcAddr: testsvc.ClosedAddr(t)})
 	input := ndjson(
 		debezium("c", "blog", "comments", nil, row("id", 1, "post_id", 9)).Value,
 		debezium("c", "blog", "comments", nil, row("id", 2, "post_id", 10)).Value,
