@@ -239,17 +239,11 @@ func (m msg) debeziumSkip() string {
 // envelope set, a "payload" object is parsed as fields into st.inner.
 func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 	sc := &st.sc
-	if !sc.beginObject() {
-		return false
+	i, empty, ok := sc.openObject()
+	if !ok || empty {
+		return ok
 	}
-	s := sc.s
-	i := wsEnd(s, sc.i)
-	if i < len(s) && s[i] == '}' {
-		sc.i = i + 1
-		sc.leave()
-		return true
-	}
-	b := sc.b
+	s, b := sc.s, sc.b
 	kc := &st.keys
 	cur := int32(objPayload)
 	if envelope {
@@ -283,22 +277,42 @@ func (st *decodeState) fields(dst *[]field, idx *keyIndex, envelope bool) bool {
 		sc.i = i
 		sc.pushKey(klo, khi)
 		f := field{name: key, off: int32(i)}
-		if !st.memberValue(&f, k, envelope) {
+		// Strings and numbers, most members, are read here, the rest
+		// apart.
+		switch c := byteAt(s, i); {
+		case c == '"':
+			t, ok := sc.str()
+			if !ok {
+				return false
+			}
+			f.val = rules.Value{Kind: rules.KindString, Text: t}
+		case c == '-' || c-'0' <= 9:
+			end, kind, problem := numberEnd(s, i)
+			if problem != "" {
+				return sc.fail(i, problem)
+			}
+			sc.i = end
+			f.val = rules.Value{Kind: kind, Text: s[i:end]}
+		case !st.memberValue(&f, k, envelope):
 			return false
 		}
 		sc.pop()
-		storeField(dst, idx, &f, k, dup)
-		i = sc.i
-		if i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
+		n := len(*dst)
+		if dup {
+			n = fieldIndex(*dst, key)
+		}
+		if k >= 0 {
+			idx[k] = int32(n)
+		}
+		setField(dst, n, &f)
+		if i = sc.i; i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
 			i++ // the next member follows at once
 			continue
 		}
-		next, more := sc.memberEnd(i)
-		if more {
-			i = next
-			continue
+		var more bool
+		if i, more = sc.memberEnd(i); !more {
+			return !sc.failed
 		}
-		return !sc.failed
 	}
 }
 
@@ -351,40 +365,28 @@ func (st *decodeState) memberValue(f *field, k int, envelope bool) bool {
 		}
 		f.val = rules.Value{Kind: rules.KindString, Text: t}
 	default:
-		if c == '-' || c-'0' <= 9 {
-			end, kind, problem := numberEnd(s, i)
-			if problem != "" {
-				return sc.fail(i, problem)
-			}
-			sc.i = end
-			f.val = rules.Value{Kind: kind, Text: s[i:end]}
-		} else if f.val, ok = sc.value(); !ok {
+		if f.val, ok = sc.value(); !ok {
 			return false
 		}
 	}
 	return true
 }
 
-// storeField stores f, the member of key id k, in dst and idx: appended,
-// or in the place of the earlier member of its name when dup says there
-// may be one.
-func storeField(dst *[]field, idx *keyIndex, f *field, k int, dup bool) {
-	key := f.name
-	// A duplicate member replaces the earlier one in its place: of
-	// duplicates, the last value counts, as in encoding/json.
-	n := len(*dst)
-	if dup {
-		for j := range *dst {
-			if (*dst)[j].name == key {
-				n = j
-				break
-			}
+// fieldIndex returns the index of the member named key in dst, len(dst)
+// when there is none: of duplicate members the last value counts, as in
+// encoding/json, in the place of the first.
+func fieldIndex(dst []field, key string) int {
+	for j := range dst {
+		if dst[j].name == key {
+			return j
 		}
 	}
-	if k >= 0 {
-		idx[k] = int32(n)
-	}
-	// Copy field by field (see addColumn).
+	return len(dst)
+}
+
+// setField stores f at index n of dst, n at most len(dst), copying it
+// field by field (see addColumn).
+func setField(dst *[]field, n int, f *field) {
 	if n == len(*dst) {
 		if n == cap(*dst) {
 			*dst = append(*dst, field{})
@@ -422,19 +424,13 @@ type sourceInfo struct {
 // a source block is about as long as a row image.
 func (st *decodeState) source() bool {
 	sc := &st.sc
-	if !sc.beginObject() {
-		return false
-	}
 	st.sources = append(st.sources, sourceInfo{pos: -1, tsMs: -1, tsSec: -1})
 	si := &st.sources[len(st.sources)-1]
-	s := sc.s
-	i := wsEnd(s, sc.i)
-	if i < len(s) && s[i] == '}' {
-		sc.i = i + 1
-		sc.leave()
-		return true
+	i, empty, ok := sc.openObject()
+	if !ok || empty {
+		return ok
 	}
-	b := sc.b
+	s, b := sc.s, sc.b
 	kc := &st.keys
 	cur := int32(objSource)
 	for {
@@ -460,60 +456,58 @@ func (st *decodeState) source() bool {
 			i = wsEnd(s, i)
 		}
 		sc.i = i
-		if !st.sourceValue(si, k, klo, khi) {
-			return false
+		// Members no one reads, strings and plain integers, most members,
+		// are read here, the rest apart.
+		switch c := byteAt(s, i); {
+		case k == srcOther:
+			// Validated only; its key stays out of the error path.
+			if c == '"' {
+				if !sc.skipStr() {
+					return false
+				}
+			} else if !sc.skip() {
+				return false
+			}
+		case c == '"' && k != srcSnapshot:
+			t, ok := sc.str()
+			if !ok {
+				return sc.failedIn(klo, khi)
+			}
+			si.set(k, rules.Value{Kind: rules.KindString, Text: t})
+		case c-'0' <= 9 && k >= srcPos:
+			if n, end, ok := plainInt(s, i); ok {
+				sc.i = end
+				si.setInt(k, n)
+				break
+			}
+			fallthrough
+		default:
+			if !st.sourceValue(si, k, klo, khi) {
+				return false
+			}
 		}
-		i = sc.i
-		if i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
+		if i = sc.i; i+1 < len(s) && s[i] == ',' && s[i+1] > ' ' {
 			i++ // the next member follows at once
 			continue
 		}
-		next, more := sc.memberEnd(i)
-		if more {
-			i = next
-			continue
+		var more bool
+		if i, more = sc.memberEnd(i); !more {
+			return !sc.failed
 		}
-		return !sc.failed
 	}
 }
 
-// sourceValue reads the value at sc.i of the source member of id k, its
-// key s[klo:khi], into si.
+// sourceValue reads the JSON value at sc.i of the source member of id k,
+// its key s[klo:khi], into si.
 func (st *decodeState) sourceValue(si *sourceInfo, k, klo, khi int) bool {
 	sc := &st.sc
-	s, i := sc.s, sc.i
-	var c byte
-	if i < len(s) {
-		c = s[i]
+	sc.pushKey(klo, khi)
+	v, ok := sc.value()
+	if !ok {
+		return false
 	}
-	switch {
-	case k == srcOther:
-		// Validated only; its key stays out of the error path.
-		if _, ok := sc.skipAt(i); !ok {
-			return false
-		}
-	case c == '"' && k != srcSnapshot:
-		t, ok := sc.str()
-		if !ok {
-			return sc.failedIn(klo, khi)
-		}
-		si.set(k, rules.Value{Kind: rules.KindString, Text: t})
-	case c-'0' <= 9 && k >= srcPos:
-		if n, end, ok := plainInt(s, i); ok {
-			sc.i = end
-			si.setInt(k, n)
-			break
-		}
-		fallthrough
-	default:
-		sc.pushKey(klo, khi)
-		v, ok := sc.value()
-		if !ok {
-			return false
-		}
-		sc.pop()
-		si.set(k, v)
-	}
+	sc.pop()
+	si.set(k, v)
 	return true
 }
 
@@ -688,21 +682,18 @@ func (st *decodeState) array(f *field) bool {
 // scanner's methods for anything else.
 func (st *decodeState) row() (span, bool) {
 	sc := &st.sc
-	if !sc.beginObject() {
-		return absent, false
-	}
 	if cap(st.cols)-len(st.cols) < rowRoom {
 		st.growCols()
 	}
-	s := sc.s
 	lo := int32(len(st.cols))
-	i := wsEnd(s, sc.i)
-	if i < len(s) && s[i] == '}' {
-		sc.i = i + 1
-		sc.leave()
+	i, empty, ok := sc.openObject()
+	switch {
+	case !ok:
+		return absent, false
+	case empty:
 		return span{lo, lo}, true
 	}
-	b := sc.b
+	s, b := sc.s, sc.b
 	kc := &st.keys
 	cur := int32(objRow)
 	for {
@@ -755,9 +746,8 @@ func (st *decodeState) row() (span, bool) {
 			i++ // the next member follows at once
 			continue
 		}
-		next, more := sc.memberEnd(i)
-		if more {
-			i = next
+		var more bool
+		if i, more = sc.memberEnd(i); more {
 			continue
 		}
 		if sc.failed {

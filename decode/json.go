@@ -266,6 +266,32 @@ func (sc *scanner) nextKey(first bool) (key string, ok bool) {
 	return key, true
 }
 
+// openObject enters the object at sc.i. It returns the offset of its
+// first member, or, with empty set, leaves an empty object (sc.i after
+// it); ok is false on an error. The object loops of fields, source and
+// row share it.
+func (sc *scanner) openObject() (i int, empty, ok bool) {
+	if !sc.beginObject() {
+		return 0, false, false
+	}
+	s := sc.s
+	i = wsEnd(s, sc.i)
+	if i < len(s) && s[i] == '}' {
+		sc.i = i + 1
+		sc.leave()
+		return i + 1, true, true
+	}
+	return i, false, true
+}
+
+// byteAt returns s[i], or 0 past the end of s.
+func byteAt(s string, i int) byte {
+	if i < len(s) {
+		return s[i]
+	}
+	return 0
+}
+
 // memberEnd reads what follows an object member's value at i. At ','
 // it returns the offset after it (and any space) with more set; at '}'
 // it leaves the object (sc.i after it); at anything else it records the
