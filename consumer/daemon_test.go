@@ -153,7 +153,6 @@ func testLogger(t *testing.T) (*slog.Logger, *lockedBuffer) {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
-
 // rig is a pipeline over real memcached (and MySQL when a DSN is given),
 // for one test's unique key prefix.
 type rig struct {
