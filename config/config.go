@@ -32,6 +32,7 @@ import (
 	"github.com/cachewarden/cachewarden/internal/readfile"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/source/kafka"
 )
 
 // Defaults applied by Parse to settings the file leaves out, for the
@@ -41,28 +42,15 @@ import (
 // itemformat.DefaultCompactRatio, cacheops.DefaultCompactSample,
 // itemformat.DefaultDistribution, counters.DefaultMaxOpenConns,
 // counters.DefaultQueryTimeout, counters.DefaultFenceTTL). The batch,
-// client ID and schema registry defaults are declared here because
-// consumer, which uses them, imports config; consumer refers to them.
 const (
-	DefaultFormat            = "auto"
-	DefaultClientID          = "cachewarden"
-	DefaultMemcachedProtocol = ProtocolMeta
-	DefaultBatchMaxEvents    = 2000
-	DefaultBatchMaxWait      = 5 * time.Millisecond
-	DefaultHTTPListen        = "127.0.0.1:9464"
-	DefaultLogFormat         = LogText
-	DefaultLogLevel          = "info"
-	// DefaultSchemaRegistryTimeout bounds one request to the schema
-	// registry.
-	DefaultSchemaRegistryTimeout = 5 * time.Second
-	// DefaultMaxDecompressedBatchBytes bounds what one fetched record
-	// batch may decompress to (kafka.max_decompressed_batch_bytes): 16
-	// MiB, 16 times Kafka's default max.message.bytes. The Kafka client
-	// decompresses gzip and lz4 into a buffer that doubles as it grows:
-	// a bomb costs up to three times the bound (48 MiB), and 32 MiB took
-	// the daemon's peak RSS to 167-179 MB (docs/operations.md,
-	// "Compression bombs").
-	DefaultMaxDecompressedBatchBytes = 16 << 20
+	DefaultFormat                    = "auto"
+	DefaultClientID                  = kafka.DefaultClientID
+	DefaultMemcachedProtocol         = ProtocolMeta
+	DefaultHTTPListen                = "127.0.0.1:9464"
+	DefaultLogFormat                 = LogText
+	DefaultLogLevel                  = "info"
+	DefaultSchemaRegistryTimeout     = kafka.DefaultSchemaRegistryTimeout
+	DefaultMaxDecompressedBatchBytes = kafka.DefaultMaxDecompressedBatchBytes
 )
 
 // Limits checked by validation.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cachewarden/cachewarden/itemformat"
+	"github.com/cachewarden/cachewarden/pipeline"
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/cachewarden/cachewarden/cacheops"
@@ -322,10 +323,10 @@ func (d *decoder) validateMySQL(m *MySQL) {
 }
 
 func (d *decoder) validateBatch(b *Batch) {
-	if d.orDefault("batch.max_events", func() { b.MaxEvents = DefaultBatchMaxEvents }) && (b.MaxEvents < 1 || b.MaxEvents > MaxBatchEvents) {
+	if d.orDefault("batch.max_events", func() { b.MaxEvents = pipeline.DefaultMaxEvents }) && (b.MaxEvents < 1 || b.MaxEvents > MaxBatchEvents) {
 		d.wrong("batch.max_events", "%d is outside 1..%d", b.MaxEvents, MaxBatchEvents)
 	}
-	d.positiveDuration(&b.MaxWait, "batch.max_wait", DefaultBatchMaxWait, MaxBatchWait)
+	d.positiveDuration(&b.MaxWait, "batch.max_wait", pipeline.DefaultMaxWait, MaxBatchWait)
 }
 
 // orDefault is how every default is filled: when the file left the
