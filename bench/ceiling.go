@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/source/kafka"
 )
 
 // CeilingResult is one fetch-only reference measurement.
@@ -69,7 +69,7 @@ func (e *env) runCeiling(ctx context.Context, run int, topic string, total int64
 			want += ends[p]
 		}
 	}
-	cl, err := consumer.KafkaConn{Brokers: e.broker.Addrs}.NewClient(slog.New(slog.DiscardHandler),
+	cl, err := kafka.KafkaConn{Brokers: e.broker.Addrs}.NewClient(slog.New(slog.DiscardHandler),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: starts}))
 	if err != nil {
 		return res, err

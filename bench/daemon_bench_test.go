@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/pipeline"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -53,8 +54,8 @@ func BenchmarkDaemonBatch(b *testing.B) {
 			batches := daemonMessages(b, w)
 			b.Run("plan", func(b *testing.B) {
 				stack := daemonStack(b, "127.0.0.1:1", setup) // Plan contacts nothing
-				runDaemonBatches(b, batches, func(batch *consumer.Batch, msgs []consumer.Message) {
-					stack.Pipeline.Plan(batch, msgs, consumer.CoalesceOptions{})
+				runDaemonBatches(b, batches, func(batch *pipeline.Batch, msgs []pipeline.Message) {
+					stack.Pipeline.Plan(batch, msgs, pipeline.CoalesceOptions{})
 				})
 			})
 			// "process-observer" is "process" with the consistency
@@ -72,8 +73,8 @@ func BenchmarkDaemonBatch(b *testing.B) {
 					setup.observe = variant.observe
 					stack := daemonStack(b, addr, setup)
 					ctx := context.Background()
-					runDaemonBatches(b, batches, func(batch *consumer.Batch, msgs []consumer.Message) {
-						if err := stack.Pipeline.Process(ctx, batch, msgs, consumer.CoalesceOptions{}); err != nil {
+					runDaemonBatches(b, batches, func(batch *pipeline.Batch, msgs []pipeline.Message) {
+						if err := stack.Pipeline.Process(ctx, batch, msgs, pipeline.CoalesceOptions{}); err != nil {
 							b.Fatal(err)
 						}
 					})
@@ -117,8 +118,8 @@ func daemonCounterSetup(b *testing.B) daemonSetup {
 	return daemonSetup{counters: db, fencing: "required"}
 }
 
-func runDaemonBatches(b *testing.B, batches [][]consumer.Message, fn func(*consumer.Batch, []consumer.Message)) {
-	var batch consumer.Batch
+func runDaemonBatches(b *testing.B, batches [][]pipeline.Message, fn func(*pipeline.Batch, []pipeline.Message)) {
+	var batch pipeline.Batch
 	for _, msgs := range batches { // warm the buffers up
 		fn(&batch, msgs)
 	}
@@ -153,16 +154,16 @@ func processCPU(b *testing.B) time.Duration {
 
 // daemonMessages generates the events of w as the daemon's messages, in
 // batches.
-func daemonMessages(b *testing.B, w Workload) [][]consumer.Message {
+func daemonMessages(b *testing.B, w Workload) [][]pipeline.Message {
 	g, err := NewGenerator(w)
 	if err != nil {
 		b.Fatal(err)
 	}
-	batches := make([][]consumer.Message, daemonBatches)
+	batches := make([][]pipeline.Message, daemonBatches)
 	for i := range batches {
 		for j := range daemonBatchSize {
 			k, v, _ := g.Next(nil, nil)
-			batches[i] = append(batches[i], consumer.Message{Key: k, Value: v,
+			batches[i] = append(batches[i], pipeline.Message{Key: k, Value: v,
 				Pos: rules.Position{Topic: "bench", Partition: 0, Offset: int64(i*daemonBatchSize + j)}})
 		}
 	}
@@ -173,7 +174,7 @@ func daemonMessages(b *testing.B, w Workload) [][]consumer.Message {
 // rules and memcached at addr, plus setup (the counter workload's MySQL
 // DSN, recount query and fencing; the observer's sample), everything else
 // at its default.
-func daemonStack(b *testing.B, addr string, setup daemonSetup) *consumer.Stack {
+func daemonStack(b *testing.B, addr string, setup daemonSetup) *wiring.Stack {
 	dir := b.TempDir()
 	rulesYAML := RulesYAML
 	if setup.counters != nil {
@@ -201,7 +202,7 @@ func daemonStack(b *testing.B, addr string, setup daemonSetup) *consumer.Stack {
 	if err != nil {
 		b.Fatal(err)
 	}
-	stack, err := consumer.NewStack(cfg, nil, consumer.StackOptions{MemoryRebumps: true})
+	stack, err := wiring.NewStack(cfg, nil, wiring.StackOptions{MemoryRebumps: true})
 	if err != nil {
 		b.Fatal(err)
 	}

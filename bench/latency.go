@@ -14,7 +14,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/source/kafka"
 )
 
 // LatencyResult is one event-to-applied latency measurement.
@@ -252,7 +252,7 @@ func (e *env) runLatency(ctx context.Context, run int, bare bool) (LatencyResult
 		for n, i := range sampleAt {
 			sampleByKey[string(recs[i].Key)] = n
 		}
-		reader, err := consumer.KafkaConn{Brokers: e.broker.Addrs}.NewClient(slog.New(slog.DiscardHandler),
+		reader, err := kafka.KafkaConn{Brokers: e.broker.Addrs}.NewClient(slog.New(slog.DiscardHandler),
 			kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 		if err != nil {
 			return res, err

@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer"
 )
 
 // checkKafka asks the brokers for the topics' and the DLQ's metadata
@@ -20,7 +20,7 @@ import (
 // group's committed offsets and lag.
 func checkKafka(ctx context.Context, cfg *config.Config, log *slog.Logger, rep *Report) {
 	const area = "kafka"
-	kc, err := consumer.KafkaConnFromConfig(cfg.Kafka)
+	kc, err := wiring.KafkaConnFromConfig(cfg.Kafka)
 	if err != nil {
 		rep.add(area, "kafka", Fail, "%v", err)
 		return

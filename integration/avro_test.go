@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
+	"github.com/cachewarden/cachewarden/source/kafka"
 )
 
 // TestAvroPlansLikeJSON publishes a workload's changes (snapshot and
@@ -46,7 +45,7 @@ func TestAvroPlansLikeJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reg.Close()
-	schemas, err := consumer.NewSchemaRegistry(config.SchemaRegistry{URLs: []string{reg.URL()}}, nil, nil)
+	schemas, err := kafka.NewSchemaRegistry(kafka.RegistryConfig{URLs: []string{reg.URL()}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,14 +11,15 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/source/kafka"
 )
 
 // FastGroupTiming shortens the consumer group protocol's timers so that
 // joins and rebalances take a fraction of a second on a local broker
 // (heartbeat 200ms, session 6s, rebalance 5s).
-func FastGroupTiming(c *consumer.Config) {
+func FastGroupTiming(c *kafka.Config) {
 	c.HeartbeatInterval = 200 * time.Millisecond
 	c.SessionTimeout = 6 * time.Second
 	c.RebalanceTimeout = 5 * time.Second
@@ -27,8 +28,8 @@ func FastGroupTiming(c *consumer.Config) {
 // Daemon is a cachewarden daemon running in this process, built from a
 // config exactly as `cachewarden run` builds it.
 type Daemon struct {
-	Stack  *consumer.Stack
-	Daemon *consumer.Daemon
+	Stack  *wiring.Stack
+	Daemon *kafka.Daemon
 	cancel context.CancelFunc
 	done   chan error
 
@@ -39,14 +40,14 @@ type Daemon struct {
 // StartDaemon builds the daemon's stack from cfg (loaded with config.Load,
 // addresses already pointing at the live services), lets adjust change the
 // daemon configuration (nil: none), and runs it until Stop.
-func StartDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, adjust func(*consumer.Config)) (*Daemon, error) {
-	return StartDaemonWith(ctx, cfg, log, consumer.StackOptions{}, adjust)
+func StartDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, adjust func(*kafka.Config)) (*Daemon, error) {
+	return StartDaemonWith(ctx, cfg, log, wiring.StackOptions{}, adjust)
 }
 
 // StartDaemonWith is StartDaemon with stack options (an observer-only
 // stack, a fault hook).
-func StartDaemonWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts consumer.StackOptions, adjust func(*consumer.Config)) (*Daemon, error) {
-	stack, err := consumer.NewStack(cfg, log, opts)
+func StartDaemonWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts wiring.StackOptions, adjust func(*kafka.Config)) (*Daemon, error) {
+	stack, err := wiring.NewStack(cfg, log, opts)
 	if err != nil {
 		return nil, fmt.Errorf("integration: daemon stack: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/cachewarden/cachewarden/decode"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cachewarden/cachewarden/decode"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/segmentio/kafka-go"

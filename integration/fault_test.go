@@ -15,9 +15,9 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/cachewarden/cachewarden/cacheops"
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/pipeline"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -55,7 +55,7 @@ func TestFaultDaemonKill(t *testing.T) {
 	d := fs.startDaemon()
 	fs.start(ctx)
 	journal := cacheops.NewTokenLog(fs.MC, nil)
-	var atKill []consumer.PendingRebump // recorded, not applied, at the last kill
+	var atKill []pipeline.PendingRebump // recorded, not applied, at the last kill
 	var pendingAtKills []string
 
 	// Kill rounds spread over the run's expected length.
@@ -83,7 +83,7 @@ func TestFaultDaemonKill(t *testing.T) {
 					t.Fatal(err)
 				}
 				d.sigkill(t)
-				if atKill, err = consumer.PendingRebumps(journal, fs.Rules, fs.Opts.Group); err != nil {
+				if atKill, err = pipeline.PendingRebumps(journal, fs.Rules, fs.Opts.Group); err != nil {
 					t.Fatal(err)
 				}
 				pendingAtKills = append(pendingAtKills, strconv.Itoa(len(atKill)))
@@ -629,7 +629,7 @@ func (fs *faultScenario) waitRebumpRecorded(ctx context.Context, journal *cacheo
 	fs.t.Helper()
 	deadline := time.Now().Add(max)
 	for time.Now().Before(deadline) {
-		pending, err := consumer.PendingRebumps(journal, fs.Rules, fs.Opts.Group)
+		pending, err := pipeline.PendingRebumps(journal, fs.Rules, fs.Opts.Group)
 		if err != nil {
 			fs.t.Fatal(err)
 		}
@@ -644,7 +644,7 @@ func (fs *faultScenario) waitRebumpRecorded(ctx context.Context, journal *cacheo
 // kill is recorded any more: the restarted daemon applied each (a bump
 // leaves the journal only once applied, or replaced by a later bump of
 // its key, still recorded). Their namespaces must exist.
-func (fs *faultScenario) checkRebumpsApplied(ctx context.Context, journal *cacheops.TokenLog, atKill []consumer.PendingRebump) {
+func (fs *faultScenario) checkRebumpsApplied(ctx context.Context, journal *cacheops.TokenLog, atKill []pipeline.PendingRebump) {
 	fs.t.Helper()
 	if len(atKill) == 0 {
 		return
@@ -659,7 +659,7 @@ func (fs *faultScenario) checkRebumpsApplied(ctx context.Context, journal *cache
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for len(left) > 0 {
-		pending, err := consumer.PendingRebumps(journal, fs.Rules, fs.Opts.Group)
+		pending, err := pipeline.PendingRebumps(journal, fs.Rules, fs.Opts.Group)
 		if err != nil {
 			fs.t.Fatal(err)
 		}

@@ -3,16 +3,16 @@ package integration
 import (
 	"context"
 	"fmt"
-	"github.com/cachewarden/cachewarden/decode"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/decode"
+
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/source/kafka"
 )
 
 // newWorkload creates the schema in a fresh database and returns a
@@ -114,13 +114,13 @@ func TestEncodeDecodes(t *testing.T) {
 		t.Run(string(f), func(t *testing.T) {
 			dec := decode.Decoder{Format: f.Decoder(), TopicTables: topicTables}
 			var reg *AvroRegistry
-			var schemas *consumer.SchemaRegistry
+			var schemas *kafka.SchemaRegistry
 			if f.Avro() {
 				if reg, err = StartAvroRegistry(); err != nil {
 					t.Fatal(err)
 				}
 				defer reg.Close()
-				if schemas, err = consumer.NewSchemaRegistry(config.SchemaRegistry{URLs: []string{reg.URL()}}, nil, nil); err != nil {
+				if schemas, err = kafka.NewSchemaRegistry(kafka.RegistryConfig{URLs: []string{reg.URL()}}, nil, nil); err != nil {
 					t.Fatal(err)
 				}
 				dec.Schemas = schemas.Cache()

@@ -15,8 +15,8 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/itemformat"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // The observer against faults injected from outside the project's code:
@@ -234,8 +234,8 @@ func TestObserverInjectedFaults(t *testing.T) {
 	cf.Observer = obs
 	cfg, _ := loadConfig(t, cf)
 	log, logs := observedLog(t)
-	d1 := startObservedDaemon(t, cfg, log, consumer.StackOptions{}, nil)
-	d2 := startObservedDaemon(t, cfg, log, consumer.StackOptions{}, nil)
+	d1 := startObservedDaemon(t, cfg, log, wiring.StackOptions{}, nil)
+	d2 := startObservedDaemon(t, cfg, log, wiring.StackOptions{}, nil)
 	if err := s.WaitCaughtUp(ctx); err != nil {
 		t.Fatal(err)
 	}

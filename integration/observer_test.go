@@ -20,11 +20,12 @@ import (
 
 	"github.com/cachewarden/cachewarden/client"
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/observer"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/source/kafka"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // The consistency observer end to end: daemons with the observer at 100%
@@ -85,9 +86,9 @@ func observedLog(t *testing.T) (*slog.Logger, *logBuffer) {
 
 // startObservedDaemon runs an in-process daemon with stack options until
 // the test ends.
-func startObservedDaemon(t *testing.T, cfg *config.Config, log *slog.Logger, opts consumer.StackOptions, adjust func(*consumer.Config)) *Daemon {
+func startObservedDaemon(t *testing.T, cfg *config.Config, log *slog.Logger, opts wiring.StackOptions, adjust func(*kafka.Config)) *Daemon {
 	t.Helper()
-	d, err := StartDaemonWith(context.Background(), cfg, log, opts, func(c *consumer.Config) {
+	d, err := StartDaemonWith(context.Background(), cfg, log, opts, func(c *kafka.Config) {
 		FastGroupTiming(c)
 		if adjust != nil {
 			adjust(c)
@@ -129,7 +130,7 @@ func TestObserverClean(t *testing.T) {
 	cf.Observer = observerSection(time.Second)
 	cfg, _ := loadConfig(t, cf)
 	log, logs := observedLog(t)
-	d := startObservedDaemon(t, cfg, log, consumer.StackOptions{}, nil)
+	d := startObservedDaemon(t, cfg, log, wiring.StackOptions{}, nil)
 	if err := s.WaitCaughtUp(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestObserverLostInvalidations(t *testing.T) {
 	drop := func(op *rules.Op) bool {
 		return dropping.Load() && op.Kind == rules.OpBump && op.Rule != nil && op.Rule.Name == "product"
 	}
-	d := startObservedDaemon(t, cfg, log, consumer.StackOptions{DropOps: drop}, nil)
+	d := startObservedDaemon(t, cfg, log, wiring.StackOptions{DropOps: drop}, nil)
 	if err := s.WaitCaughtUp(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +248,7 @@ func TestObserverOutsideWriters(t *testing.T) {
 	cf.Observer = observerSection(time.Second)
 	cfg, _ := loadConfig(t, cf)
 	log, logs := observedLog(t)
-	d := startObservedDaemon(t, cfg, log, consumer.StackOptions{}, nil)
+	d := startObservedDaemon(t, cfg, log, wiring.StackOptions{}, nil)
 	if err := s.WaitCaughtUp(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +366,7 @@ func TestObserverServerReturnsWithOldItems(t *testing.T) {
 	cf.Observer = observerSection(window)
 	cfg, _ := loadConfig(t, cf)
 	log, logs := observedLog(t)
-	d := startObservedDaemon(t, cfg, log, consumer.StackOptions{}, nil)
+	d := startObservedDaemon(t, cfg, log, wiring.StackOptions{}, nil)
 	// The snapshot creates the namespaces and sets on all three.
 	if err := s.WaitCaughtUp(ctx); err != nil {
 		t.Fatal(err)
@@ -426,7 +427,7 @@ func TestObserverDistributionMismatch(t *testing.T) {
 	log, logs := observedLog(t)
 
 	// The items as the applications' distribution places them.
-	first := startObservedDaemon(t, right, log, consumer.StackOptions{}, nil)
+	first := startObservedDaemon(t, right, log, wiring.StackOptions{}, nil)
 	if err := s.WaitCaughtUp(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -447,11 +448,11 @@ func TestObserverDistributionMismatch(t *testing.T) {
 	if _, err := Warm(ctx, s.Rules, app, s.MySQL, s.Snapshot, 1, rand.New(rand.NewPCG(1, 2))); err != nil {
 		t.Fatal(err)
 	}
-	obs := startObservedDaemon(t, right, log, consumer.StackOptions{ObserveOnly: true}, func(c *consumer.Config) {
-		c.Group, c.StartOffset = right.ObserverGroup(), consumer.StartLatest
+	obs := startObservedDaemon(t, right, log, wiring.StackOptions{ObserveOnly: true}, func(c *kafka.Config) {
+		c.Group, c.StartOffset = right.ObserverGroup(), kafka.StartLatest
 	})
 	waitAssigned(t, obs, s.Opts.Partitions*len(s.Topics))
-	startObservedDaemon(t, wrong, log, consumer.StackOptions{}, nil)
+	startObservedDaemon(t, wrong, log, wiring.StackOptions{}, nil)
 	if _, err := s.Round(ctx, 300); err != nil {
 		t.Fatal(err)
 	}

@@ -186,7 +186,7 @@ type ruleState struct {
 // with the rules it started with. It is safe for concurrent use.
 func (p *Pipeline) SetRules(rs *rules.RuleSet, dec *decode.Decoder, topicDecoders map[string]*decode.Decoder) error {
 	if rs == nil {
-		return errors.New("consumer: pipeline: no rules")
+		return errors.New("pipeline: pipeline: no rules")
 	}
 	if dec == nil {
 		dec = &decode.Decoder{}
@@ -194,6 +194,10 @@ func (p *Pipeline) SetRules(rs *rules.RuleSet, dec *decode.Decoder, topicDecoder
 	p.rules.Store(&ruleState{rules: rs, decoder: dec, topicDecoders: topicDecoders})
 	return nil
 }
+
+// Config returns the configuration p was built with (its Rules are the
+// first rules; Rules returns the current ones).
+func (p *Pipeline) Config() Config { return p.cfg }
 
 // Schemas returns the SchemaFetcher of the config (nil when none).
 func (p *Pipeline) Schemas() SchemaFetcher { return p.cfg.Schemas }
@@ -217,13 +221,13 @@ func (p *Pipeline) batchRules(b *Batch) *ruleState {
 // New checks cfg and returns a Pipeline.
 func New(cfg Config) (*Pipeline, error) {
 	if cfg.Rules == nil {
-		return nil, errors.New("consumer: pipeline: no rules")
+		return nil, errors.New("pipeline: pipeline: no rules")
 	}
 	if cfg.Writer == nil {
-		return nil, errors.New("consumer: pipeline: a Writer is required")
+		return nil, errors.New("pipeline: pipeline: a Writer is required")
 	}
 	if cfg.DeltasToWriter && cfg.Counters == nil {
-		return nil, errors.New("consumer: pipeline: DeltasToWriter needs Counters to recount")
+		return nil, errors.New("pipeline: pipeline: DeltasToWriter needs Counters to recount")
 	}
 	if cfg.Decoder == nil {
 		cfg.Decoder = &decode.Decoder{}

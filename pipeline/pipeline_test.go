@@ -14,7 +14,6 @@ import (
 	"weak"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/segmentio/kafka-go"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -227,7 +226,7 @@ func BenchmarkPipelinePlan(b *testing.B) {
 	}
 	msgs := make([]Message, 0, 2000)
 	for i := range 2000 {
-		var m kafka.Message
+		var m Message
 		switch i % 3 {
 		case 0:
 			m = debezium("u", "shop", "users", row("id", i%500, "name", "a"), row("id", i%500, "name", "b"))

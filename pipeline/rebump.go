@@ -327,7 +327,7 @@ func (r *Rebumper) makeRoom(ctx context.Context, plan []plannedRebump, full []st
 		plan = kept
 	}
 	if len(early) == 0 {
-		return plan, fmt.Errorf("consumer: rebump journal items %q full with no bump of this daemon or batch in them: %w", full, cacheops.ErrTooLarge)
+		return plan, fmt.Errorf("pipeline: rebump journal items %q full with no bump of this daemon or batch in them: %w", full, cacheops.ErrTooLarge)
 	}
 	r.m.rebumpsEarly.WithLabelValues("journal_full").Add(float64(len(early)))
 	r.log.Warn("delayed bump journal item full; applying the bumps due first now",

@@ -81,7 +81,7 @@ func parseRebumpMember(journal, member string) (PendingRebump, error) {
 	i := strings.LastIndexByte(rest, ' ')
 	n, err := strconv.ParseInt(ms, 10, 64)
 	if !ok1 || i <= 0 || i == len(rest)-1 || err != nil || n <= 0 {
-		return PendingRebump{}, fmt.Errorf("consumer: rebump journal %q: member %.80q is not \"<due ms> <rule> <key>\"", journal, raw)
+		return PendingRebump{}, fmt.Errorf("pipeline: rebump journal %q: member %.80q is not \"<due ms> <rule> <key>\"", journal, raw)
 	}
 	return PendingRebump{Journal: journal, Due: time.UnixMilli(n), Rule: rest[:i], Key: rest[i+1:], member: member}, nil
 }

@@ -13,8 +13,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/pipeline"
+	"github.com/cachewarden/cachewarden/source/kafka"
+	"github.com/cachewarden/cachewarden/source/replay"
 )
 
 // dlqCmd implements `dlq list|redrive`: the dead-letter topic.
@@ -86,8 +89,8 @@ func (o *dlqOptions) load(fs *flag.FlagSet, command string, stderr io.Writer) (*
 	return cfg, nil
 }
 
-func (o *dlqOptions) readOptions() consumer.DLQReadOptions {
-	return consumer.DLQReadOptions{Partition: o.partition, From: o.from}
+func (o *dlqOptions) readOptions() kafka.DLQReadOptions {
+	return kafka.DLQReadOptions{Partition: o.partition, From: o.from}
 }
 
 // dlqList implements `dlq list`.
@@ -113,7 +116,7 @@ func (a *app) dlqList(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	log := a.configLogger(cfg.Log, stderr)
-	kc, err := consumer.KafkaConnFromConfig(cfg.Kafka)
+	kc, err := wiring.KafkaConnFromConfig(cfg.Kafka)
 	if err != nil {
 		return fmt.Errorf("dlq list: %w", err)
 	}
@@ -124,10 +127,10 @@ func (a *app) dlqList(ctx context.Context, args []string, stdout, stderr io.Writ
 		fmt.Fprintln(tw, "PARTITION\tOFFSET\tORIGIN\tORIGINAL TIME\tSIZE\tREASON\tNOTE")
 	}
 	n, more := 0, false
-	err = consumer.ReadDLQ(ctx, kc, cfg.Kafka.DLQTopic, o.readOptions(), log, func(d *consumer.DeadLetter) error {
+	err = kafka.ReadDLQ(ctx, kc, cfg.Kafka.DLQTopic, o.readOptions(), log, func(d *kafka.DeadLetter) error {
 		if n == o.limit {
 			more = true
-			return consumer.ErrStopDLQ
+			return kafka.ErrStopDLQ
 		}
 		n++
 		if *asJSON {
@@ -136,7 +139,7 @@ func (a *app) dlqList(ctx context.Context, args []string, stdout, stderr io.Writ
 		e := newDLQEntry(d)
 		origin := "-"
 		if e.Topic != "" {
-			origin = consumer.PartitionOffset{Topic: e.Topic, Partition: e.OriginPartition, Offset: e.OriginOffset}.String()
+			origin = kafka.PartitionOffset{Topic: e.Topic, Partition: e.OriginPartition, Offset: e.OriginOffset}.String()
 		}
 		ts := e.Timestamp
 		if ts == "" {
@@ -180,7 +183,7 @@ type dlqEntry struct {
 	Note string `json:"note,omitempty"`
 }
 
-func newDLQEntry(d *consumer.DeadLetter) dlqEntry {
+func newDLQEntry(d *kafka.DeadLetter) dlqEntry {
 	e := dlqEntry{Partition: d.Partition, Offset: d.Offset, Written: d.Written.UTC().Format(time.RFC3339Nano),
 		Topic: d.Origin.Topic, OriginPartition: d.Origin.Partition, OriginOffset: d.Origin.Offset,
 		Size: d.Size, Reason: d.Reason, Redrivable: true}
@@ -217,7 +220,7 @@ type dlqSelection struct {
 }
 
 // matches reports whether d is selected.
-func (s *dlqSelection) matches(d *consumer.DeadLetter) bool {
+func (s *dlqSelection) matches(d *kafka.DeadLetter) bool {
 	if s.lo >= 0 && (d.Offset < s.lo || d.Offset > s.hi) {
 		return false
 	}
@@ -292,7 +295,7 @@ func (a *app) dlqRedrive(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	log := a.configLogger(cfg.Log, stderr)
 
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true, Build: binaryBuild()})
+	stack, err := wiring.NewStack(cfg, log, wiring.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true, Build: binaryBuild()})
 	if err != nil {
 		return fmt.Errorf("dlq redrive: %w", err)
 	}
@@ -311,9 +314,8 @@ func (a *app) dlqRedrive(ctx context.Context, args []string, stdout, stderr io.W
 	if err := chosen.check(cfg.Kafka.DLQTopic, sel, o.limit, stderr); err != nil {
 		return err
 	}
-	replayer, err := consumer.NewReplayer(consumer.ReplayConfig{
+	replayer, err := replay.New(replay.Config{
 		Pipeline: stack.Pipeline,
-		Kafka:    stack.Kafka,
 		Report:   stderr,
 		Logger:   log,
 	})
@@ -325,7 +327,7 @@ func (a *app) dlqRedrive(ctx context.Context, args []string, stdout, stderr io.W
 
 // redriveChoice is what `dlq redrive` chose to re-drive.
 type redriveChoice struct {
-	msgs []consumer.Message
+	msgs []pipeline.Message
 	// where is "P:OFFSET origin" of msgs[i].
 	where []string
 	// notDriven counts the chosen dead letters that hold no message to
@@ -345,22 +347,22 @@ func (c *redriveChoice) chosen() int { return len(c.msgs) + c.notDriven }
 // chooseDeadLetters reads topic's dead letters and keeps the selected ones
 // that hold their message, up to o.limit; each selected one that does not
 // is reported on notes at once.
-func chooseDeadLetters(ctx context.Context, stack *consumer.Stack, topic string, o *dlqOptions, sel dlqSelection, notes io.Writer, log *slog.Logger) (*redriveChoice, error) {
+func chooseDeadLetters(ctx context.Context, stack *wiring.Stack, topic string, o *dlqOptions, sel dlqSelection, notes io.Writer, log *slog.Logger) (*redriveChoice, error) {
 	c := &redriveChoice{partitions: map[int]bool{}}
 	ro := o.readOptions()
 	if sel.lo > ro.From {
 		ro.From = sel.lo
 	}
-	err := consumer.ReadDLQ(ctx, stack.Kafka, topic, ro, log, func(d *consumer.DeadLetter) error {
+	err := kafka.ReadDLQ(ctx, stack.Kafka, topic, ro, log, func(d *kafka.DeadLetter) error {
 		if o.partition >= 0 && sel.lo >= 0 && d.Offset > sel.hi {
-			return consumer.ErrStopDLQ // past the offsets chosen
+			return kafka.ErrStopDLQ // past the offsets chosen
 		}
 		if !sel.matches(d) {
 			return nil
 		}
 		if c.chosen() == o.limit {
 			c.more = true
-			return consumer.ErrStopDLQ
+			return kafka.ErrStopDLQ
 		}
 		c.add(d, notes)
 		return nil
@@ -373,7 +375,7 @@ func chooseDeadLetters(ctx context.Context, stack *consumer.Stack, topic string,
 
 // add chooses d: its message when it holds one, else a "not re-driven"
 // line on notes.
-func (c *redriveChoice) add(d *consumer.DeadLetter, notes io.Writer) {
+func (c *redriveChoice) add(d *kafka.DeadLetter, notes io.Writer) {
 	c.partitions[d.Partition] = true
 	at := strconv.Itoa(d.Partition) + ":" + strconv.FormatInt(d.Offset, 10)
 	c.last = at
@@ -408,9 +410,9 @@ func (c *redriveChoice) check(topic string, sel dlqSelection, limit int, stderr 
 
 // redrive re-applies (or, with dryRun, plans) the chosen messages with
 // replayer: one line per dead letter on stdout, the summary on stderr.
-func (c *redriveChoice) redrive(ctx context.Context, replayer *consumer.Replayer, dryRun bool, stdout, stderr io.Writer) error {
+func (c *redriveChoice) redrive(ctx context.Context, replayer *replay.Replayer, dryRun bool, stdout, stderr io.Writer) error {
 	notApplied := c.notDriven
-	in := consumer.ReplayInput{Messages: c.msgs, Outcome: func(i int, out consumer.MessageOutcome) {
+	in := replay.Input{Messages: c.msgs, Outcome: func(i int, out replay.MessageOutcome) {
 		switch {
 		case out.Poison != nil:
 			notApplied++
@@ -423,7 +425,7 @@ func (c *redriveChoice) redrive(ctx context.Context, replayer *consumer.Replayer
 		}
 	}}
 	what := "dlq redrive"
-	var sum consumer.ReplaySummary
+	var sum replay.Summary
 	var err error
 	if dryRun {
 		what = "dlq redrive (dry run)"

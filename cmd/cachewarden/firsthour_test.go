@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/source/kafka"
 )
 
 // closedAddr returns a loopback address where nothing listens.
@@ -204,9 +204,9 @@ func TestReplayBoundMistakes(t *testing.T) {
 	}
 }
 
-func mustBound(t *testing.T, s string) consumer.ReplayBound {
+func mustBound(t *testing.T, s string) kafka.ReplayBound {
 	t.Helper()
-	b, err := consumer.ParseReplayBound(s)
+	b, err := kafka.ParseReplayBound(s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/inspect"
 )
 
@@ -106,7 +106,7 @@ func checkEntityArgs(fs *flag.FlagSet, command string, paths []string, rule stri
 // follows the first config's log section (and the global log flags).
 // closeAll releases every stack.
 func (a *app) openPools(paths []string, stderr io.Writer) (pools []*inspect.Pool, log *slog.Logger, closeAll func(), err error) {
-	var stacks []*consumer.Stack
+	var stacks []*wiring.Stack
 	closeAll = func() {
 		for _, s := range stacks {
 			s.Close()
@@ -121,7 +121,7 @@ func (a *app) openPools(paths []string, stderr io.Writer) (pools []*inspect.Pool
 		if log == nil {
 			log = a.configLogger(cfg.Log, stderr)
 		}
-		s, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, MemoryRebumps: true, Build: binaryBuild()})
+		s, err := wiring.NewStack(cfg, log, wiring.StackOptions{NoDLQ: true, MemoryRebumps: true, Build: binaryBuild()})
 		if err != nil {
 			closeAll()
 			return nil, nil, nil, fmt.Errorf("%s: %w", path, err)

@@ -6,7 +6,8 @@ import (
 	"io"
 	"net"
 
-	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/wiring"
+	"github.com/cachewarden/cachewarden/source/kafka"
 )
 
 // observeCmd implements `observe`: the consistency observer in a process
@@ -27,7 +28,7 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 		return err
 	}
 	log := a.configLogger(cfg.Log, stderr)
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{ObserveOnly: true, Build: binaryBuild()})
+	stack, err := wiring.NewStack(cfg, log, wiring.StackOptions{ObserveOnly: true, Build: binaryBuild()})
 	if err != nil {
 		return fmt.Errorf("observe: %w", err)
 	}
@@ -35,7 +36,7 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 	dc := stack.DaemonConfig()
 	dc.Group = cfg.ObserverGroup()
 	// Checks start from the changes published from now on.
-	dc.StartOffset = consumer.StartLatest
+	dc.StartOffset = kafka.StartLatest
 	daemon, err := stack.NewDaemon(dc)
 	if err != nil {
 		return fmt.Errorf("observe: %w", err)

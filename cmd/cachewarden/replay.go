@@ -14,8 +14,10 @@ import (
 
 	"github.com/cachewarden/cachewarden/decode"
 
+	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/source/kafka"
+	"github.com/cachewarden/cachewarden/source/replay"
 )
 
 // replayCmd implements `replay`: re-apply a range of the CDC stream, or
@@ -38,11 +40,11 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	if interval == 0 {
 		interval = -1 // ReplayProgress: no periodic lines
 	}
-	progress := consumer.NewReplayProgress(stderr, isTerminal(stderr), interval)
+	progress := replay.NewProgress(stderr, isTerminal(stderr), interval)
 	out := progress.Writer()
 	log := a.configLogger(cfg.Log, out)
 
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true, Build: binaryBuild()})
+	stack, err := wiring.NewStack(cfg, log, wiring.StackOptions{NoDLQ: true, RecountReason: "replay", MemoryRebumps: true, Build: binaryBuild()})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
@@ -55,12 +57,12 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	defer closeInput()
 
 	if err := o.checkSetAppend(ctx, stack, cfg); err != nil {
-		if errors.Is(err, consumer.ErrSetAppendUnsafe) {
+		if errors.Is(err, kafka.ErrSetAppendUnsafe) {
 			return usageErrorf("replay: --sets append refused: %v (without --sets append the sets are rebuilt)", err)
 		}
 		return fmt.Errorf("replay: --sets append: %w", err)
 	}
-	replayer, err := consumer.NewReplayer(o.replayConfig(cfg, stack, progress, log))
+	replayer, err := replay.New(o.replayConfig(cfg, stack, progress, log))
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
@@ -80,24 +82,23 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 // checkSetAppend checks, with --sets append and no --dry-run, that
 // appending old set tokens is safe: only to the live end with no daemon
 // applying newer ones. replayCmd checks before and again after the replay.
-func (o *replayOptions) checkSetAppend(ctx context.Context, stack *consumer.Stack, cfg *config.Config) error {
+func (o *replayOptions) checkSetAppend(ctx context.Context, stack *wiring.Stack, cfg *config.Config) error {
 	if !o.setAppend || o.dryRun {
 		return nil
 	}
-	return consumer.CheckSetAppend(ctx, stack.Kafka, cfg.Kafka.Group, o.to, o.file != "")
+	return kafka.CheckSetAppend(ctx, stack.Kafka, cfg.Kafka.Group, o.to, o.file != "")
 }
 
 // replayConfig is the replayer's configuration from the flags, the config
 // (batch.max_events unless --batch) and the stack; it reports through
 // progress.
-func (o *replayOptions) replayConfig(cfg *config.Config, stack *consumer.Stack, progress *consumer.ReplayProgress, log *slog.Logger) consumer.ReplayConfig {
+func (o *replayOptions) replayConfig(cfg *config.Config, stack *wiring.Stack, progress *replay.Progress, log *slog.Logger) replay.Config {
 	batchSize := o.batch
 	if batchSize == 0 {
 		batchSize = cfg.Batch.MaxEvents
 	}
-	return consumer.ReplayConfig{
+	return replay.Config{
 		Pipeline:           stack.Pipeline,
-		Kafka:              stack.Kafka,
 		BatchSize:          batchSize,
 		Parallel:           o.parallel,
 		MaxPendingRecounts: o.maxRecounts,
@@ -110,8 +111,8 @@ func (o *replayOptions) replayConfig(cfg *config.Config, stack *consumer.Stack, 
 
 // run replays in (or, with --dry-run, prints its plan on stdout) and
 // writes the summary to out.
-func (o *replayOptions) run(ctx context.Context, replayer *consumer.Replayer, in consumer.ReplayInput, stdout, out io.Writer) (consumer.ReplaySummary, error) {
-	var sum consumer.ReplaySummary
+func (o *replayOptions) run(ctx context.Context, replayer *replay.Replayer, in replay.Input, stdout, out io.Writer) (replay.Summary, error) {
+	var sum replay.Summary
 	var err error
 	what := "replay"
 	if o.dryRun {
@@ -148,7 +149,7 @@ type replayOptions struct {
 	progressEvery                          time.Duration
 
 	// Set by check.
-	from, to  consumer.ReplayBound
+	from, to  kafka.ReplayBound
 	topics    []string
 	setAppend bool
 	// format is --format, nil without it (the config's format applies).
@@ -202,9 +203,9 @@ func (o *replayOptions) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.setsMode, "sets", "rebuild", "rebuild: rebuild (or delete) every set the replay touches; append: append its set tokens (only to the live end with the daemons stopped)")
 	fs.BoolVar(&o.strict, "strict", false, "exit with status 1 when any message or op failed")
 	fs.IntVar(&o.batch, "batch", 0, "messages per batch (default: the config's batch.max_events)")
-	fs.IntVar(&o.parallel, "parallel", consumer.DefaultReplayParallel, "partitions read and applied at once")
-	fs.IntVar(&o.maxRecounts, "max-recount-keys", consumer.DefaultMaxPendingRecounts, "counter keys collected before their recounts run early (bounds memory)")
-	fs.DurationVar(&o.progressEvery, "progress", consumer.DefaultProgressInterval, "interval of progress lines when stderr is not a terminal (0: none); a terminal gets one line updated in place")
+	fs.IntVar(&o.parallel, "parallel", replay.DefaultParallel, "partitions read and applied at once")
+	fs.IntVar(&o.maxRecounts, "max-recount-keys", replay.DefaultMaxPendingRecounts, "counter keys collected before their recounts run early (bounds memory)")
+	fs.DurationVar(&o.progressEvery, "progress", replay.DefaultProgressInterval, "interval of progress lines when stderr is not a terminal (0: none); a terminal gets one line updated in place")
 	return fs
 }
 
@@ -232,7 +233,7 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 	o.setAppend = o.setsMode == "append"
 	var err error
 	if o.fromFlag != "" {
-		if o.from, err = consumer.ParseReplayBound(o.fromFlag); err != nil {
+		if o.from, err = kafka.ParseReplayBound(o.fromFlag); err != nil {
 			return usageErrorf("replay: --from: %v; %s", err, replayStartForms)
 		}
 		if err := checkReplayStart(o.from, time.Now()); err != nil {
@@ -240,7 +241,7 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 		}
 	}
 	if o.toFlag != "" {
-		if o.to, err = consumer.ParseReplayBound(o.toFlag); err != nil {
+		if o.to, err = kafka.ParseReplayBound(o.toFlag); err != nil {
 			return usageErrorf("replay: --to: %v; %s", err, replayEndForms)
 		}
 		if o.to.Earliest {
@@ -251,7 +252,7 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 		}
 	}
 	if o.setAppend && !o.dryRun {
-		if err := consumer.SetAppendRange(o.to, o.file != ""); err != nil {
+		if err := kafka.SetAppendRange(o.to, o.file != ""); err != nil {
 			return usageErrorf("replay: --sets append refused: %v (without --sets append the sets are rebuilt)", err)
 		}
 	}
@@ -286,24 +287,26 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 // replayInput opens what o replays: the --file (with its line count, the
 // progress total, when it is a regular file), or the Kafka ranges between
 // --from and --to. The returned function closes the file.
-func (a *app) replayInput(ctx context.Context, o *replayOptions, cfg *config.Config, stack *consumer.Stack, log *slog.Logger) (consumer.ReplayInput, func(), error) {
-	var in consumer.ReplayInput
+func (a *app) replayInput(ctx context.Context, o *replayOptions, cfg *config.Config, stack *wiring.Stack, log *slog.Logger) (replay.Input, func(), error) {
+	var in replay.Input
 	if o.file == "" {
 		topics := o.topics
 		if len(topics) == 0 && len(o.from.Offsets) == 0 {
 			topics = cfg.Kafka.Topics
 		}
 		var err error
-		if in.Ranges, err = consumer.ResolveReplayRanges(ctx, stack.Kafka, topics, o.from, o.to, log); err != nil {
+		ranges, err := kafka.ResolveReplayRanges(ctx, stack.Kafka, topics, o.from, o.to, log)
+		if err != nil {
 			return in, nil, err
 		}
 		var n int64
-		for _, r := range in.Ranges {
+		for _, r := range ranges {
 			n += r.Len()
-		}
-		log.Info("replay ranges", "partitions", len(in.Ranges), "messages", n, "from", o.from.String(), "to", o.to.String())
-		for _, r := range in.Ranges {
 			log.Debug("replay range", "range", r.String())
+		}
+		log.Info("replay ranges", "partitions", len(ranges), "messages", n, "from", o.from.String(), "to", o.to.String())
+		for _, st := range kafka.RangeStreams(stack.Kafka, ranges, 0, log) {
+			in.Streams = append(in.Streams, st)
 		}
 		return in, func() {}, nil
 	}
@@ -312,7 +315,7 @@ func (a *app) replayInput(ctx context.Context, o *replayOptions, cfg *config.Con
 		topic = o.topics[0]
 	}
 	var err error
-	if in.Decoder, err = consumer.ReplayFileDecoder(cfg.Kafka, topic, o.format, o.table); err != nil {
+	if in.Decoder, err = wiring.ReplayFileDecoder(cfg.Kafka, topic, o.format, o.table); err != nil {
 		return in, nil, err
 	}
 	if o.file == "-" {

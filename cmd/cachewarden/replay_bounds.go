@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/source/kafka"
 )
 
 // The forms --from and --to accept, for their error messages.
@@ -15,7 +15,7 @@ const (
 
 // checkReplayStart reports a --from time after now: no message can have
 // been written there yet, so the range is empty.
-func checkReplayStart(from consumer.ReplayBound, now time.Time) error {
+func checkReplayStart(from kafka.ReplayBound, now time.Time) error {
 	if !from.Time.IsZero() && from.Time.After(now) {
 		return fmt.Errorf("--from %s is in the future (now %s): no message is there to replay", from, now.UTC().Format(time.RFC3339))
 	}
@@ -25,7 +25,7 @@ func checkReplayStart(from consumer.ReplayBound, now time.Time) error {
 // checkReplayOrder reports a range that selects nothing because its end
 // is not after its start: two times, or the two offsets of one partition.
 // Ranges whose order only the broker knows (a time and offsets) pass.
-func checkReplayOrder(from, to consumer.ReplayBound) error {
+func checkReplayOrder(from, to kafka.ReplayBound) error {
 	if !from.Time.IsZero() && !to.Time.IsZero() && !to.Time.After(from.Time) {
 		return fmt.Errorf("--to %s is not after --from %s: the range [from, to) is empty", to, from)
 	}

@@ -14,10 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/check"
 	"github.com/cachewarden/cachewarden/config"
-	"github.com/cachewarden/cachewarden/consumer"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/source/kafka"
 )
 
 // httpShutdownTimeout bounds how long in-flight scrapes may finish at exit.
@@ -77,7 +78,7 @@ func foldingErrors(ctx context.Context, cfg *config.Config, rs *rules.RuleSet, l
 // reloadOnSignal reloads the rules (Stack.ReloadRules) on each signal of
 // sig until ctx ends: checked as at start, collations included, and kept
 // as they were on any error. Each reload is logged once.
-func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, cfg *config.Config, stack *consumer.Stack, log *slog.Logger) {
+func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, cfg *config.Config, stack *wiring.Stack, log *slog.Logger) {
 	digest := cfg.RulesDigest
 	for {
 		select {
@@ -132,7 +133,7 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return err // nil when stopped by a signal meanwhile, as below
 	}
 
-	stack, err := consumer.NewStack(cfg, log, consumer.StackOptions{Build: build})
+	stack, err := wiring.NewStack(cfg, log, wiring.StackOptions{Build: build})
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
@@ -170,7 +171,7 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 // the server down, giving requests in flight httpShutdownTimeout. started
 // is called once the server listens. The error is the listener's or the
 // daemon's; a failing server is logged.
-func serveWhileRunning(ctx context.Context, daemon *consumer.Daemon, listen string, handler http.Handler, log *slog.Logger, started func(net.Addr)) error {
+func serveWhileRunning(ctx context.Context, daemon *kafka.Daemon, listen string, handler http.Handler, log *slog.Logger, started func(net.Addr)) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("http.listen: %w", err)

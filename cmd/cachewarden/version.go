@@ -8,7 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/cachewarden/cachewarden/consumer"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // buildVersion is the version text the build stamps into the binary:
@@ -22,15 +22,15 @@ var buildVersion string
 // binaryBuild identifies this binary: the stamped buildVersion, else the
 // module version Go recorded (a `go install ...@version`), else "devel"
 // and the VCS revision when the toolchain recorded one, else "unknown".
-func binaryBuild() consumer.BuildInfo {
+func binaryBuild() wiring.BuildInfo {
 	bi, _ := debug.ReadBuildInfo()
 	return buildOf(bi, buildVersion)
 }
 
 // buildOf is binaryBuild for a given build information (nil when the
 // binary carries none) and stamped version.
-func buildOf(bi *debug.BuildInfo, stamped string) consumer.BuildInfo {
-	b := consumer.BuildInfo{Version: stamped, GoVersion: runtime.Version()}
+func buildOf(bi *debug.BuildInfo, stamped string) wiring.BuildInfo {
+	b := wiring.BuildInfo{Version: stamped, GoVersion: runtime.Version()}
 	if bi == nil {
 		if b.Version == "" {
 			b.Version = "unknown"

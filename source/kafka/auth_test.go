@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-
-	"github.com/cachewarden/cachewarden/config"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // TestKafkaAuthFailure runs the daemon against brokers that refuse its
@@ -30,11 +30,7 @@ func TestKafkaAuthFailure(t *testing.T) {
 			}
 			defer c.Close()
 			const password = "wrong-Pa55word"
-			conn, err := KafkaConnFromConfig(config.Kafka{Brokers: c.ListenAddrs(),
-				SASL: config.SASL{Mechanism: config.SASLMechanism(tc.mechanism), Username: "cw", Password: password}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn := saslConn(c.ListenAddrs(), tc.mechanism, "cw", password)
 			r := newRig(t, daemonRules, rigOptions{})
 			d, stop := r.daemonWith(conn.Brokers, "auth-"+tc.mechanism, func(c *Config) { c.Kafka = conn }, "auth")
 			var reasons []string
@@ -89,11 +85,7 @@ func TestReplayAuthFailure(t *testing.T) {
 	}
 	defer c.Close()
 	const password = "wrong-Pa55word"
-	conn, err := KafkaConnFromConfig(config.Kafka{Brokers: c.ListenAddrs(),
-		SASL: config.SASL{Mechanism: "scram-sha-512", Username: "cw", Password: password}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := saslConn(c.ListenAddrs(), "scram-sha-512", "cw", password)
 	log, _ := testLogger(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -125,7 +117,7 @@ func TestSchemaRegistryAuthFailure(t *testing.T) {
 	defer srv.Close()
 	log, logs := testLogger(t)
 	const password = "wrong-Pa55word"
-	reg, err := NewSchemaRegistry(config.SchemaRegistry{URLs: []string{srv.URL}, Username: "reader", Password: password}, nil, log)
+	reg, err := NewSchemaRegistry(RegistryConfig{URLs: []string{srv.URL}, Username: "reader", Password: password}, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,4 +146,19 @@ func TestSchemaRegistryAuthFailure(t *testing.T) {
 	if f := reg.AuthFailure(); f != "" {
 		t.Errorf("AuthFailure %q after the registry answered", f)
 	}
+}
+
+// saslConn reaches brokers as user with password by mechanism ("plain",
+// "scram-sha-256" or "scram-sha-512"), as the config's kafka.sasl does.
+func saslConn(brokers []string, mechanism, user, password string) KafkaConn {
+	conn := KafkaConn{Brokers: brokers, SASLMechanism: mechanism, SASLUser: user}
+	switch mechanism {
+	case "plain":
+		conn.SASL = plain.Auth{User: user, Pass: password}.AsMechanism()
+	case "scram-sha-256":
+		conn.SASL = scram.Auth{User: user, Pass: password}.AsSha256Mechanism()
+	case "scram-sha-512":
+		conn.SASL = scram.Auth{User: user, Pass: password}.AsSha512Mechanism()
+	}
+	return conn
 }

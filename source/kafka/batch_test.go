@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cachewarden/cachewarden/cacheops"
+	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/pipeline"
 	"github.com/cachewarden/cachewarden/rules"
 )
@@ -205,7 +206,7 @@ func TestCoverGapWaitsForLease(t *testing.T) {
 	if n := metricValue(r.metrics.abandoned); n != 1 {
 		t.Errorf("abandoned = %v, want 1", n)
 	}
-	if n := metricValue(r.metrics.lost.WithLabelValues(pipeline.LostRetention, "fallback")); n != 1 {
+	if n := testsvc.Metric(t, r.reg, "cachewarden_invalidations_lost_total", "reason="+pipeline.LostRetention, "covered=fallback"); n != 1 {
 		t.Errorf("lost retention/fallback = %v, want 1", n)
 	}
 }

@@ -145,11 +145,11 @@ func (c KafkaConn) clientOpts(log *slog.Logger) []kgo.Opt {
 // the daemon, replay and the DLQ use) and extra.
 func (c KafkaConn) NewClient(log *slog.Logger, extra ...kgo.Opt) (*kgo.Client, error) {
 	if len(c.Brokers) == 0 {
-		return nil, fmt.Errorf("consumer: no Kafka brokers")
+		return nil, fmt.Errorf("kafka: no Kafka brokers")
 	}
 	cl, err := kgo.NewClient(append(c.clientOpts(log), extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("consumer: kafka client: %w", err)
+		return nil, fmt.Errorf("kafka: kafka client: %w", err)
 	}
 	return cl, nil
 }

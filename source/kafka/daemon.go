@@ -151,13 +151,13 @@ type Daemon struct {
 // anything.
 func New(cfg Config, deps Deps) (*Daemon, error) {
 	if len(cfg.Kafka.Brokers) == 0 {
-		return nil, errors.New("consumer: no Kafka brokers")
+		return nil, errors.New("kafka: no Kafka brokers")
 	}
 	if cfg.Group == "" {
-		return nil, errors.New("consumer: no consumer group")
+		return nil, errors.New("kafka: no consumer group")
 	}
 	if len(cfg.Topics) == 0 {
-		return nil, errors.New("consumer: no topics")
+		return nil, errors.New("kafka: no topics")
 	}
 	if deps.Pipeline == nil || deps.Health == nil {
 		return nil, errors.New("kafka: a Pipeline and a Health are required")
@@ -301,7 +301,7 @@ func (d *Daemon) clientOpts() []kgo.Opt {
 // Run returns an error only when it cannot start. Run may be called once.
 func (d *Daemon) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
-		return errors.New("consumer: Run called twice")
+		return errors.New("kafka: Run called twice")
 	}
 	// Partition work outlives ctx until the group is left.
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -309,7 +309,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.workCtx = work
 	cl, err := d.cfg.Kafka.NewClient(d.log, d.clientOpts()...)
 	if err != nil {
-		return fmt.Errorf("consumer: group %s: %w", d.cfg.Group, err)
+		return fmt.Errorf("kafka: group %s: %w", d.cfg.Group, err)
 	}
 	d.committer = newGroupCommitter(cl, d.m)
 	d.cl.Store(cl)
@@ -335,7 +335,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("consumer stopping: handing partitions over and leaving the group")
 	leaveCtx, cancelLeave := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.HandoffTimeout+d.cfg.ShutdownTimeout)
 	if err := cl.LeaveGroupContext(leaveCtx); err != nil {
-		d.log.Warn("consumer: leaving the group", "error", err.Error())
+		d.log.Warn("kafka: leaving the group", "error", err.Error())
 	}
 	cancelLeave()
 	// Partitions the group did not revoke (it was never joined, or the

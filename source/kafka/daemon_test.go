@@ -162,6 +162,7 @@ type rig struct {
 	mc       *memcache.Client
 	reg      *prometheus.Registry
 	metrics  *Metrics
+	pm       *pipeline.Metrics
 	rebump   *pipeline.Rebumper
 	pipeline *pipeline.Pipeline
 	log      *slog.Logger
@@ -214,16 +215,17 @@ func newRig(t *testing.T, rulesYAML string, opts rigOptions) *rig {
 	c := counters.New(r.mc, recounter, counters.Config{MaxConcurrency: 8}, r.log)
 	r.reg = prometheus.NewRegistry()
 	r.metrics = NewMetrics(r.reg)
-	r.rebump = pipeline.NewRebumper(w, r.metrics, r.log)
-	pc := PipelineConfig{
+	r.pm = pipeline.NewMetrics(r.reg)
+	r.rebump = pipeline.NewRebumper(w, r.pm, r.log)
+	pc := pipeline.Config{
 		Rules: rs, Writer: w, Counters: c, Poison: opts.poison, Rebump: r.rebump,
-		Metrics: r.metrics, Logger: r.log, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
-		Positions: memcachePositions{mc: r.mc},
+		Metrics: r.pm, Logger: r.log, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond,
+		Positions: pipeline.MemcachePositions(r.mc),
 	}
 	if opts.schemas != nil {
 		pc.Decoder, pc.Schemas = &decode.Decoder{Schemas: opts.schemas.Cache()}, opts.schemas
 	}
-	r.pipeline, err = NewPipeline(pc)
+	r.pipeline, err = pipeline.New(pc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,13 +271,16 @@ func (r *rig) daemonWith(brokers []string, group string, adjust func(*Config), t
 		Topics:            topics,
 		MaxEvents:         100,
 		MaxWait:           10 * time.Millisecond,
-		ReadyInterval:     50 * time.Millisecond,
 		HeartbeatInterval: 200 * time.Millisecond,
 	}
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	d, err := New(cfg, Deps{Pipeline: r.pipeline, Memcached: r.mc, Logger: r.log})
+	h, err := pipeline.NewHealth(pipeline.HealthConfig{Memcached: r.mc, Interval: 50 * time.Millisecond, Metrics: r.pm, Logger: r.log})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	d, err := New(cfg, Deps{Pipeline: r.pipeline, Health: h, Metrics: r.metrics, Logger: r.log})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -417,13 +422,13 @@ func TestDaemonAppliesDebeziumEvents(t *testing.T) {
 	}
 
 	metric := metricValue
-	if got := metric(r.metrics.recounts.WithLabelValues("reassigned")); got != 1 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_recounts_total", "reason=reassigned"); got != 1 {
 		t.Errorf("reassigned recounts = %v, want 1", got)
 	}
-	if got := metric(r.metrics.events.WithLabelValues(topic, "debezium", "planned")); got != 7 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_events_total", "topic="+topic, "format=debezium", "outcome=planned"); got != 7 {
 		t.Errorf("planned events = %v, want 7", got)
 	}
-	if got := metric(r.metrics.events.WithLabelValues(topic, "auto", "skipped")) + metric(r.metrics.events.WithLabelValues(topic, "debezium", "skipped")); got != 1 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_events_total", "topic="+topic, "outcome=skipped"); got != 1 {
 		t.Errorf("skipped events = %v, want 1", got)
 	}
 	// One commit per batch, and the handoff's at shutdown.
@@ -433,7 +438,7 @@ func TestDaemonAppliesDebeziumEvents(t *testing.T) {
 	if off, meta := committedMeta(t, brokers, group, topic, 0); off != 8 || meta != commitHandedOff {
 		t.Errorf("after shutdown committed %d %q, want 8 %q", off, meta, commitHandedOff)
 	}
-	if got := metric(r.metrics.ops.WithLabelValues("count", "incr")); got != 1 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_ops_total", "kind=count", "outcome=incr"); got != 1 {
 		t.Errorf("count/incr ops = %v, want 1", got)
 	}
 }
@@ -453,7 +458,7 @@ func TestNoCommitWithoutMemcached(t *testing.T) {
 	)
 	d, stop := down.daemon(brokers, group, topic)
 	waitFor(t, 20*time.Second, func() string {
-		if n := metricValue(down.metrics.applyRetries); n < 3 {
+		if n := testsvc.Metric(t, down.reg, "cachewarden_apply_retries_total"); n < 3 {
 			return fmt.Sprintf("%v apply retries, want 3", n)
 		}
 		return ""
@@ -551,7 +556,7 @@ func TestPoisonGoesToDLQ(t *testing.T) {
 			t.Errorf("DLQ record lost the original key or headers: key %q headers %v", m.Key, h)
 		}
 	}
-	if got := metricValue(r.metrics.dlqMessages.WithLabelValues(topic)); got != 2 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_dlq_messages_total", "topic="+topic); got != 2 {
 		t.Errorf("DLQ messages metric = %v, want 2", got)
 	}
 }
@@ -687,7 +692,7 @@ func TestRebalance(t *testing.T) {
 		t.Errorf("comments:1=%s comments:2=%s, want 5 and 7", a.get("comments:1"), a.get("comments:2"))
 	}
 	// The partition the second member took was handed over cleanly.
-	if n := metricValue(b.metrics.recounts.WithLabelValues("reassigned")); n != 0 {
+	if n := testsvc.Metric(t, b.reg, "cachewarden_recounts_total", "reason=reassigned"); n != 0 {
 		t.Errorf("second member's reassigned recounts = %v, want 0 after a clean handoff", n)
 	}
 	if n := metricValue(a.metrics.handoffs.WithLabelValues("clean")); n != 1 {

@@ -83,10 +83,10 @@ const dlqDeliveryTimeout = 30 * time.Second
 
 func newDLQ(conn KafkaConn, topic string, log *slog.Logger, deliveryTimeout time.Duration) (*DLQ, error) {
 	if len(conn.Brokers) == 0 {
-		return nil, errors.New("consumer: DLQ: no brokers")
+		return nil, errors.New("kafka: DLQ: no brokers")
 	}
 	if topic == "" {
-		return nil, errors.New("consumer: DLQ: no topic")
+		return nil, errors.New("kafka: DLQ: no topic")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -106,7 +106,7 @@ func newDLQ(conn KafkaConn, topic string, log *slog.Logger, deliveryTimeout time
 	}
 	cl, err := newClient()
 	if err != nil {
-		return nil, fmt.Errorf("consumer: DLQ: %w", err)
+		return nil, fmt.Errorf("kafka: DLQ: %w", err)
 	}
 	return &DLQ{cl: cl, topic: topic, newClient: newClient, wait: deliveryTimeout + dlqRequestTimeout}, nil
 }
@@ -205,7 +205,7 @@ func (d *DLQ) Send(ctx context.Context, poison []pipeline.Poison) error {
 				err = fmt.Errorf("%w (%w)", err, cause)
 			}
 		}
-		return fmt.Errorf("consumer: write %d poison messages to %s: %w", len(recs), d.topic, err)
+		return fmt.Errorf("kafka: write %d poison messages to %s: %w", len(recs), d.topic, err)
 	}
 	return nil
 }

@@ -158,7 +158,7 @@ type DLQReadOptions struct {
 
 // ErrStopDLQ, returned by ReadDLQ's handle, ends the read without an
 // error.
-var ErrStopDLQ = errors.New("consumer: stop reading the dead-letter topic")
+var ErrStopDLQ = errors.New("kafka: stop reading the dead-letter topic")
 
 // dlqReadBatch is how many dead letters are fetched before they are
 // handed over.

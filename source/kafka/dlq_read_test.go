@@ -24,7 +24,7 @@ func TestParseDeadLetter(t *testing.T) {
 		return r
 	}
 	msg := pipeline.Message{Key: []byte("k"), Value: []byte(`{"op":"c"}`), Time: orig,
-		Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t1")}},
+		Headers: []pipeline.Header{{Key: "trace", Value: []byte("t1")}},
 		Pos:     rules.Position{Topic: "cdc.shop.users", Partition: 1, Offset: 7}}
 	header := func(pairs ...string) []kgo.RecordHeader {
 		var hs []kgo.RecordHeader

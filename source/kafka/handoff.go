@@ -156,7 +156,7 @@ func (d *Daemon) restartExpired(ctx context.Context, cl *kgo.Client, member stri
 		out[tp.topic] = append(out[tp.topic], int32(tp.partition))
 	}
 	if err != nil {
-		d.log.Warn("consumer: reading the group's committed offsets failed; restarting kept partitions where their workers started", "error", err.Error())
+		d.log.Warn("kafka: reading the group's committed offsets failed; restarting kept partitions where their workers started", "error", err.Error())
 	}
 	cl.SetOffsets(rewind)
 	return out
@@ -169,7 +169,7 @@ func (d *Daemon) learnPartitionCounts(ctx context.Context, cl *kgo.Client) {
 	defer cancel()
 	topics, err := kadm.NewClient(cl).ListTopics(ctx, d.cfg.Topics...)
 	if err != nil {
-		d.log.Warn("consumer: reading the topics' partition counts failed", "error", err.Error())
+		d.log.Warn("kafka: reading the topics' partition counts failed", "error", err.Error())
 		return
 	}
 	counts := make(map[string]int, len(topics))

@@ -63,7 +63,7 @@ func TestGracefulHandoffsRecountNothing(t *testing.T) {
 	feed.add(240)
 	dA, stopA := r.daemon(brokers, group, topic)
 	waitCounters(t, r, db, feed.posts)
-	base := metricValue(r.metrics.recounts.WithLabelValues("reassigned"))
+	base := testsvc.Metric(t, r.reg, "cachewarden_recounts_total", "reason=reassigned")
 
 	// The measured window: a steady feed while members come and go.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -115,7 +115,7 @@ func TestGracefulHandoffsRecountNothing(t *testing.T) {
 	waitCounters(t, r, db, feed.posts)
 	must(t, stopA())
 
-	if got := metricValue(r.metrics.recounts.WithLabelValues("reassigned")) - base; got != 0 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_recounts_total", "reason=reassigned") - base; got != 0 {
 		t.Errorf("%v counter deltas turned into recounts by graceful handoffs, want 0", got)
 	}
 	if got := metricValue(r.metrics.handoffs.WithLabelValues("clean")); got < 6 {
@@ -126,7 +126,7 @@ func TestGracefulHandoffsRecountNothing(t *testing.T) {
 	}
 	t.Logf("%d comments on %d posts; clean handoffs %v; recounts in the window %v",
 		feed.nextID.Load(), feed.posts, metricValue(r.metrics.handoffs.WithLabelValues("clean")),
-		metricValue(r.metrics.recounts.WithLabelValues("reassigned"))-base)
+		testsvc.Metric(t, r.reg, "cachewarden_recounts_total", "reason=reassigned")-base)
 }
 
 // waitCounters waits until every post's counter equals its COUNT(*).

@@ -24,7 +24,7 @@ const (
 // acknowledged by the coordinator within the lease (memberLease), or the
 // member joined again under a new member ID since the partition was
 // assigned to it (docs/reliability.md, "A frozen member").
-var ErrMembershipExpired = errors.New("consumer: the group session may have expired")
+var ErrMembershipExpired = errors.New("kafka: the group session may have expired")
 
 // memberLease tells whether the daemon's group membership is surely
 // still live. The coordinator expels a member session_timeout after the

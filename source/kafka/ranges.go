@@ -203,10 +203,10 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 		logger = slog.New(slog.DiscardHandler)
 	}
 	if from.IsZero() {
-		return nil, errors.New("consumer: replay: no start given")
+		return nil, errors.New("kafka: replay: no start given")
 	}
 	if to.Earliest {
-		return nil, errors.New("consumer: replay: \"earliest\" is not an end")
+		return nil, errors.New("kafka: replay: \"earliest\" is not an end")
 	}
 	if len(topics) == 0 {
 		for _, po := range from.Offsets {
@@ -215,12 +215,12 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 			}
 		}
 		if len(topics) == 0 {
-			return nil, errors.New("consumer: replay: no topics")
+			return nil, errors.New("kafka: replay: no topics")
 		}
 	}
 	cl, err := conn.NewClient(logger)
 	if err != nil {
-		return nil, fmt.Errorf("consumer: replay: %w", err)
+		return nil, fmt.Errorf("kafka: replay: %w", err)
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -229,20 +229,20 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 		if auth := clientHook[*kafkaAuth](cl); auth != nil {
 			auth.probeAuth(ctx, cl)
 			if f := auth.Failure(); f != "" {
-				return nil, fmt.Errorf("consumer: replay: read topic metadata: %w (%s)", err, f)
+				return nil, fmt.Errorf("kafka: replay: read topic metadata: %w (%s)", err, f)
 			}
 		}
-		return nil, fmt.Errorf("consumer: replay: read topic metadata: %w", err)
+		return nil, fmt.Errorf("kafka: replay: read topic metadata: %w", err)
 	}
 	exists := make(map[topicPartition]bool)
 	var all []topicPartition
 	for _, t := range topics {
 		td, ok := meta[t]
 		if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
-			return nil, fmt.Errorf("consumer: replay: topic %s does not exist", t)
+			return nil, fmt.Errorf("kafka: replay: topic %s does not exist", t)
 		}
 		if td.Err != nil {
-			return nil, fmt.Errorf("consumer: replay: topic %s: %w", t, td.Err)
+			return nil, fmt.Errorf("kafka: replay: topic %s: %w", t, td.Err)
 		}
 		for p := range td.Partitions {
 			tp := topicPartition{t, int(p)}
@@ -253,10 +253,10 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 	check := func(flag string, offs []PartitionOffset) error {
 		for _, po := range offs {
 			if !slices.Contains(topics, po.Topic) {
-				return fmt.Errorf("consumer: replay: %s names topic %s, which is not replayed (topics: %s)", flag, po.Topic, strings.Join(topics, ","))
+				return fmt.Errorf("kafka: replay: %s names topic %s, which is not replayed (topics: %s)", flag, po.Topic, strings.Join(topics, ","))
 			}
 			if !exists[topicPartition{po.Topic, po.Partition}] {
-				return fmt.Errorf("consumer: replay: %s names %s:%d, which does not exist", flag, po.Topic, po.Partition)
+				return fmt.Errorf("kafka: replay: %s names %s:%d, which does not exist", flag, po.Topic, po.Partition)
 			}
 		}
 		return nil
@@ -275,7 +275,7 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 		}
 		for _, po := range to.Offsets {
 			if !slices.Contains(parts, topicPartition{po.Topic, po.Partition}) {
-				return nil, fmt.Errorf("consumer: replay: the end names %s:%d, which the start does not list", po.Topic, po.Partition)
+				return nil, fmt.Errorf("kafka: replay: the end names %s:%d, which the start does not list", po.Topic, po.Partition)
 			}
 		}
 	}
@@ -374,7 +374,7 @@ func listPartitionOffsets(ctx context.Context, adm *kadm.Client, parts []topicPa
 	ask := func(what string, list func() (kadm.ListedOffsets, error), set func(o *partitionOffsets, off int64)) error {
 		listed, err := list()
 		if err != nil {
-			return fmt.Errorf("consumer: replay: list %s offsets: %w", what, err)
+			return fmt.Errorf("kafka: replay: list %s offsets: %w", what, err)
 		}
 		for tp, o := range out {
 			lo, ok := listed.Lookup(tp.topic, int32(tp.partition))
@@ -382,7 +382,7 @@ func listPartitionOffsets(ctx context.Context, adm *kadm.Client, parts []topicPa
 				continue
 			}
 			if lo.Err != nil {
-				return fmt.Errorf("consumer: replay: list %s offsets of %s:%d: %w", what, tp.topic, tp.partition, lo.Err)
+				return fmt.Errorf("kafka: replay: list %s offsets of %s:%d: %w", what, tp.topic, tp.partition, lo.Err)
 			}
 			set(&o, lo.Offset)
 			out[tp] = o
@@ -414,7 +414,7 @@ func listPartitionOffsets(ctx context.Context, adm *kadm.Client, parts []topicPa
 	}
 	for tp, o := range out {
 		if o.first < 0 || o.end < 0 {
-			return nil, fmt.Errorf("consumer: replay: the brokers did not report the offsets of %s:%d", tp.topic, tp.partition)
+			return nil, fmt.Errorf("kafka: replay: the brokers did not report the offsets of %s:%d", tp.topic, tp.partition)
 		}
 	}
 	return out, nil
@@ -477,7 +477,8 @@ type RangeStream struct {
 	Range PartitionRange
 	Conn  KafkaConn
 	// IdleTimeout is how long the partition may deliver nothing before
-	// the end of the range before Read fails; required.
+	// the end of the range before Read fails; default
+	// DefaultReplayIdleTimeout.
 	IdleTimeout time.Duration
 	// Logger receives the reading's records; nil discards.
 	Logger *slog.Logger
@@ -504,7 +505,11 @@ func (s RangeStream) Read(ctx context.Context, maxMessages int, progress func(n 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return readRange(ctx, rangeReading{what: "replay", conn: s.Conn, idleTimeout: s.IdleTimeout, log: log, progress: progress}, s.Range, maxMessages, handle)
+	idle := s.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultReplayIdleTimeout
+	}
+	return readRange(ctx, rangeReading{what: "replay", conn: s.Conn, idleTimeout: idle, log: log, progress: progress}, s.Range, maxMessages, handle)
 }
 
 // rangeReading is how readRange reads: through conn, failing after
@@ -525,7 +530,7 @@ func readRange(ctx context.Context, rr rangeReading, r PartitionRange, maxMessag
 	log := rr.log.With("topic", r.Topic, "partition", r.Partition)
 	pr, err := startPartitionReader(ctx, rr.conn, r.Topic, r.Partition, r.Start, log)
 	if err != nil {
-		return fmt.Errorf("consumer: %s %s:%d: %w", rr.what, r.Topic, r.Partition, err)
+		return fmt.Errorf("kafka: %s %s:%d: %w", rr.what, r.Topic, r.Partition, err)
 	}
 	defer pr.stop()
 	log.Debug("replaying partition", "from", r.Start, "to", r.End)
@@ -563,10 +568,10 @@ func readRange(ctx context.Context, rr rangeReading, r PartitionRange, maxMessag
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				return fmt.Errorf("consumer: %s %s:%d: read at offset %d: %w", rr.what, r.Topic, r.Partition, next, err)
+				return fmt.Errorf("kafka: %s %s:%d: read at offset %d: %w", rr.what, r.Topic, r.Partition, next, err)
 			}
 			if !ok {
-				return fmt.Errorf("consumer: %s %s:%d: no message for %s at offset %d (the range ends at %d); are the brokers reachable?",
+				return fmt.Errorf("kafka: %s %s:%d: no message for %s at offset %d (the range ends at %d); are the brokers reachable?",
 					rr.what, r.Topic, r.Partition, rr.idleTimeout, next, r.End)
 			}
 		}

@@ -98,7 +98,7 @@ func NewSchemaRegistry(c RegistryConfig, m *Metrics, log *slog.Logger) (*SchemaR
 	}
 	cl, err := sr.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("consumer: schema registry: %w", err)
+		return nil, fmt.Errorf("kafka: schema registry: %w", err)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

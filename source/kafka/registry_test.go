@@ -15,9 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
-	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/internal/debeziumavro"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/source/replay"
 )
 
 // testRegistry is a schema registry served in-process over HTTP with
@@ -56,7 +56,7 @@ func newTestRegistry(t *testing.T, opts ...srfake.Option) *testRegistry {
 }
 
 // daemonClient is the daemon's side: a SchemaRegistry over tr.
-func (tr *testRegistry) daemonClient(t *testing.T, c config.SchemaRegistry) *SchemaRegistry {
+func (tr *testRegistry) daemonClient(t *testing.T, c RegistryConfig) *SchemaRegistry {
 	t.Helper()
 	c.URLs = []string{tr.fake.URL()}
 	c.Timeout = 2 * time.Second
@@ -133,7 +133,7 @@ func avroChange(t *testing.T, e *debeziumavro.Encoder, op, db, table string, bef
 func TestAvroDaemon(t *testing.T) {
 	db, dsn := testsvc.MySQL(t)
 	tr := newTestRegistry(t)
-	r := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn, schemas: tr.daemonClient(t, config.SchemaRegistry{})})
+	r := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn, schemas: tr.daemonClient(t, RegistryConfig{})})
 	prefix := "cdc" + testsvc.Unique()
 	users, interests, comments := avroTables(prefix)
 	byID := interests
@@ -186,10 +186,10 @@ func TestAvroDaemon(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got, want)
 		}
 	}
-	if got := metricValue(r.metrics.unorderedSets.WithLabelValues("user-interests", byID.Topic)); got != 1 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_set_rule_unordered", "rule=user-interests", "topic="+byID.Topic); got != 1 {
 		t.Errorf("set rule unordered on %s = %v, want 1", byID.Topic, got)
 	}
-	if got := metricValue(r.metrics.unorderedSets.WithLabelValues("user-interests", interests.Topic)); got != 0 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_set_rule_unordered", "rule=user-interests", "topic="+interests.Topic); got != 0 {
 		t.Errorf("set rule unordered on %s = %v, want 0: its Avro key is (user_id, interest_id)", interests.Topic, got)
 	}
 	if !d.Ready() {
@@ -214,13 +214,13 @@ func TestAvroDaemon(t *testing.T) {
 	if got := r.get("ns:user:1"); got < "12" || got > "14" || len(got) != 2 {
 		t.Errorf("ns:user:1 after the evolved schemas = %q, want 12 to 14", got)
 	}
-	if got := metricValue(r.metrics.events.WithLabelValues(users.Topic, "avro", "planned")); got != 5 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_events_total", "topic="+users.Topic, "format=avro", "outcome=planned"); got != 5 {
 		t.Errorf("planned users events = %v, want 5", got)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if got := metricValue(r.metrics.poison.WithLabelValues(users.Topic)); got != 0 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_poison_messages_total", "topic="+users.Topic); got != 0 {
 		t.Errorf("%v poison messages", got)
 	}
 	reqs := tr.requests()
@@ -256,7 +256,7 @@ func newAvroUsersRig(t *testing.T) *avroUsersRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dlq.Close() })
-	a.rig = newRig(t, daemonRules, rigOptions{poison: dlq, schemas: a.tr.daemonClient(t, config.SchemaRegistry{})})
+	a.rig = newRig(t, daemonRules, rigOptions{poison: dlq, schemas: a.tr.daemonClient(t, RegistryConfig{})})
 	users, _, _ := avroTables("x")
 	users.Topic = a.topic
 	a.e = register(t, a.tr, users)
@@ -276,7 +276,7 @@ func TestAvroRegistryDown(t *testing.T) {
 	d, stop := r.daemon(brokers, group, topic)
 	defer stop()
 	waitFor(t, 20*time.Second, func() string {
-		if !r.pipeline.WaitingForSchemas() || metricValue(r.metrics.schemaWaiting) != 1 {
+		if !r.pipeline.WaitingForSchemas() || testsvc.Metric(t, r.reg, "cachewarden_schema_registry_waiting_batches") != 1 {
 			return "no batch waits for the registry"
 		}
 		return ""
@@ -314,10 +314,10 @@ func TestAvroRegistryDown(t *testing.T) {
 	if got := r.get("ns:user:4"); got != "21" {
 		t.Errorf("ns:user:4 = %q, want 21", got)
 	}
-	if got := metricValue(r.metrics.poison.WithLabelValues(topic)); got != 0 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_poison_messages_total", "topic="+topic); got != 0 {
 		t.Errorf("%v poison messages: a registry outage made messages poison", got)
 	}
-	if r.pipeline.WaitingForSchemas() || metricValue(r.metrics.schemaWaiting) != 0 {
+	if r.pipeline.WaitingForSchemas() || testsvc.Metric(t, r.reg, "cachewarden_schema_registry_waiting_batches") != 0 {
 		t.Errorf("still waiting for the registry")
 	}
 }
@@ -381,11 +381,11 @@ func TestSchemaRegistryAuth(t *testing.T) {
 	users, _, _ := avroTables("auth")
 	id := mustID(register(t, tr, users))
 	ctx := context.Background()
-	good := tr.daemonClient(t, config.SchemaRegistry{Username: "cw", Password: "pw"})
+	good := tr.daemonClient(t, RegistryConfig{Username: "cw", Password: "pw"})
 	if err := good.Fetch(ctx, []uint32{uint32(id)}); err != nil || good.Cache().Lookup(uint32(id)) == nil {
 		t.Fatalf("fetch with the right credentials: %v", err)
 	}
-	bad := tr.daemonClient(t, config.SchemaRegistry{Username: "cw", Password: "wrong"})
+	bad := tr.daemonClient(t, RegistryConfig{Username: "cw", Password: "wrong"})
 	err := bad.Fetch(ctx, []uint32{uint32(id)})
 	if err == nil || schemaNotFound(err) || bad.Cache().Lookup(uint32(id)) != nil {
 		t.Errorf("fetch with wrong credentials: %v (not found: %v)", err, schemaNotFound(err))
@@ -394,7 +394,7 @@ func TestSchemaRegistryAuth(t *testing.T) {
 	if missing != nil || good.Cache().Lookup(424242) != nil {
 		t.Errorf("an unknown id: %v; want no error and nothing cached", missing)
 	}
-	dead, err := NewSchemaRegistry(config.SchemaRegistry{URLs: []string{"http://" + testsvc.ClosedAddr(t)}, Timeout: time.Second}, nil, nil)
+	dead, err := NewSchemaRegistry(RegistryConfig{URLs: []string{"http://" + testsvc.ClosedAddr(t)}, Timeout: time.Second}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,11 +428,11 @@ func TestAvroReplayKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn, schemas: tr.daemonClient(t, config.SchemaRegistry{})})
+	r := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn, schemas: tr.daemonClient(t, RegistryConfig{})})
 	r.set("ns:user:2", "7")
 	r.set("comments:9", "100")
 	var report lockedBuffer
-	sum, err := r.replayer(ReplayConfig{Kafka: conn, Report: &report}).Replay(ctx, ReplayInput{Ranges: ranges})
+	sum, err := r.replayer(replay.Config{Report: &report}).Replay(ctx, replay.Input{Streams: replayStreams(conn, ranges)})
 	if err != nil {
 		t.Fatalf("Replay: %v", err)
 	}
@@ -446,9 +446,9 @@ func TestAvroReplayKafka(t *testing.T) {
 		t.Errorf("comments:9 = %q, want MySQL's 4", got)
 	}
 
-	dry := newRig(t, daemonRules, rigOptions{prefix: "p:", schemas: tr.daemonClient(t, config.SchemaRegistry{})})
+	dry := newRig(t, daemonRules, rigOptions{prefix: "p:", schemas: tr.daemonClient(t, RegistryConfig{})})
 	var out bytes.Buffer
-	if _, err := dry.replayer(ReplayConfig{Kafka: conn, Report: &report}).DryRun(ctx, ReplayInput{Ranges: ranges}, &out); err != nil {
+	if _, err := dry.replayer(replay.Config{Report: &report}).DryRun(ctx, replay.Input{Streams: replayStreams(conn, ranges)}, &out); err != nil {
 		t.Fatal(err)
 	}
 	want := `{"line":1,"rule":"post-comments","op":"count","key":"p:comments:9","delta":1}
@@ -468,7 +468,7 @@ func TestAvroReplayKafka(t *testing.T) {
 // unknownSchemaLogInterval that counts the others.
 func TestUnknownSchemaIDsCachedNegatively(t *testing.T) {
 	tr := newTestRegistry(t)
-	reg := tr.daemonClient(t, config.SchemaRegistry{})
+	reg := tr.daemonClient(t, RegistryConfig{})
 	log, logs := testLogger(t)
 	reg.log = log
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -516,4 +516,24 @@ func TestUnknownSchemaIDsCachedNegatively(t *testing.T) {
 	if len(reg.unknown) > maxUnknownSchemaIDs {
 		t.Errorf("%d ids remembered as unknown, want at most %d", len(reg.unknown), maxUnknownSchemaIDs)
 	}
+}
+
+// replayer returns a Replayer over the rig's pipeline with cfg.
+func (r *rig) replayer(cfg replay.Config) *replay.Replayer {
+	r.t.Helper()
+	cfg.Pipeline, cfg.Logger = r.pipeline, r.log
+	rp, err := replay.New(cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return rp
+}
+
+// replayStreams returns the streams that read ranges through conn.
+func replayStreams(conn KafkaConn, ranges []PartitionRange) []replay.Stream {
+	var out []replay.Stream
+	for _, st := range RangeStreams(conn, ranges, 0, nil) {
+		out = append(out, st)
+	}
+	return out
 }

@@ -162,12 +162,12 @@ func TestTransactionsReadCommitted(t *testing.T) {
 					}
 				}
 			}
-			if got := metricValue(r.metrics.events.WithLabelValues(topic, "debezium", "planned")); int(got) != committedEvents {
+			if got := testsvc.Metric(t, r.reg, "cachewarden_events_total", "topic="+topic, "format=debezium", "outcome=planned"); int(got) != committedEvents {
 				t.Errorf("planned events = %v, want %d (the committed ones)", got, committedEvents)
 			}
 			poison := 0.0
 			for _, f := range []string{"auto", "debezium"} {
-				poison += metricValue(r.metrics.events.WithLabelValues(topic, f, "poison"))
+				poison += testsvc.Metric(t, r.reg, "cachewarden_events_total", "topic="+topic, "format="+f, "outcome=poison")
 			}
 			if poison != 0 {
 				t.Errorf("poison events = %v, want 0: transaction markers reached decoding", poison)

@@ -19,7 +19,7 @@ const (
 	terminalRedraw = 250 * time.Millisecond
 )
 
-// ReplayProgress writes a replay's progress line:
+// Progress writes a replay's progress line:
 //
 //	replay: 120000/500000 messages (24.0%), 3100 msg/s, ETA 2m2s
 //
@@ -33,8 +33,8 @@ const (
 //
 // Everything else a replay writes to the same output (error reports,
 // logs) must go through Writer, which moves an in-place line out of the
-// way. A ReplayProgress is safe for concurrent use.
-type ReplayProgress struct {
+// way. A Progress is safe for concurrent use.
+type Progress struct {
 	w        io.Writer
 	terminal bool
 	interval time.Duration
@@ -51,25 +51,25 @@ type ReplayProgress struct {
 	stopped chan struct{}
 }
 
-// NewReplayProgress returns a progress line writer on w. terminal says
+// NewProgress returns a progress line writer on w. terminal says
 // whether w is a terminal; interval is the period of plain lines
 // (DefaultProgressInterval when zero, none when negative).
-func NewReplayProgress(w io.Writer, terminal bool, interval time.Duration) *ReplayProgress {
+func NewProgress(w io.Writer, terminal bool, interval time.Duration) *Progress {
 	if interval == 0 {
 		interval = DefaultProgressInterval
 	}
 	if terminal {
 		interval = terminalRedraw
 	}
-	return &ReplayProgress{w: w, terminal: terminal, interval: interval}
+	return &Progress{w: w, terminal: terminal, interval: interval}
 }
 
 // Writer returns a writer to the same output for other lines: on a
 // terminal it erases the progress line, writes, and draws it again. Each
 // Write should be whole lines.
-func (p *ReplayProgress) Writer() io.Writer { return progressWriter{p} }
+func (p *Progress) Writer() io.Writer { return progressWriter{p} }
 
-type progressWriter struct{ p *ReplayProgress }
+type progressWriter struct{ p *Progress }
 
 func (pw progressWriter) Write(b []byte) (int, error) {
 	p := pw.p
@@ -88,7 +88,7 @@ func (pw progressWriter) Write(b []byte) (int, error) {
 
 // begin starts the clock and the periodic line for a replay of total
 // messages (0: unknown).
-func (p *ReplayProgress) begin(total int64) {
+func (p *Progress) begin(total int64) {
 	if p == nil {
 		return
 	}
@@ -106,7 +106,7 @@ func (p *ReplayProgress) begin(total int64) {
 	go p.loop(p.stop, p.stopped)
 }
 
-func (p *ReplayProgress) loop(stop, stopped chan struct{}) {
+func (p *Progress) loop(stop, stopped chan struct{}) {
 	defer close(stopped)
 	t := time.NewTicker(p.interval)
 	defer t.Stop()
@@ -127,7 +127,7 @@ func (p *ReplayProgress) loop(stop, stopped chan struct{}) {
 }
 
 // add records n more messages done.
-func (p *ReplayProgress) add(n int64) {
+func (p *Progress) add(n int64) {
 	if p != nil && n > 0 {
 		p.done.Add(n)
 	}
@@ -135,7 +135,7 @@ func (p *ReplayProgress) add(n int64) {
 
 // setNote adds a note to the line, such as the recounts running; ""
 // removes it.
-func (p *ReplayProgress) setNote(note string) {
+func (p *Progress) setNote(note string) {
 	if p == nil {
 		return
 	}
@@ -146,7 +146,7 @@ func (p *ReplayProgress) setNote(note string) {
 
 // end stops the periodic line; on a terminal the last state stays on
 // screen, followed by a newline.
-func (p *ReplayProgress) end() {
+func (p *Progress) end() {
 	if p == nil {
 		return
 	}
@@ -168,12 +168,12 @@ func (p *ReplayProgress) end() {
 	p.running = false
 }
 
-func (p *ReplayProgress) drawLocked(now time.Time) {
+func (p *Progress) drawLocked(now time.Time) {
 	io.WriteString(p.w, "\r"+p.lineLocked(now)+"\x1b[K")
 	p.drawn = true
 }
 
-func (p *ReplayProgress) lineLocked(now time.Time) string {
+func (p *Progress) lineLocked(now time.Time) string {
 	line := formatReplayProgress(p.done.Load(), p.total.Load(), now.Sub(p.start))
 	if p.note != "" {
 		line += ", " + p.note
@@ -181,7 +181,7 @@ func (p *ReplayProgress) lineLocked(now time.Time) string {
 	return line
 }
 
-// formatReplayProgress renders the progress line (see ReplayProgress).
+// formatReplayProgress renders the progress line (see Progress).
 func formatReplayProgress(done, total int64, elapsed time.Duration) string {
 	b := make([]byte, 0, 80)
 	b = append(b, "replay: "...)

@@ -34,7 +34,7 @@ var progressLine = regexp.MustCompile(`^replay: \d+/\d+ messages \(\d+\.\d%\), \
 // output is not a terminal, and that other lines pass through untouched.
 func TestReplayProgressPlain(t *testing.T) {
 	var buf lockedBuffer
-	p := NewReplayProgress(&buf, false, 5*time.Millisecond)
+	p := NewProgress(&buf, false, 5*time.Millisecond)
 	p.begin(1000)
 	p.add(250)
 	waitFor(t, 5*time.Second, func() string {
@@ -82,7 +82,7 @@ func TestReplayProgressPlain(t *testing.T) {
 // erased before another line is written through Writer.
 func TestReplayProgressTerminal(t *testing.T) {
 	var buf lockedBuffer
-	p := NewReplayProgress(&buf, true, 0)
+	p := NewProgress(&buf, true, 0)
 	p.begin(4)
 	p.add(1)
 	waitFor(t, 5*time.Second, func() string {

@@ -21,18 +21,18 @@ import (
 	"github.com/cachewarden/cachewarden/rules"
 )
 
-// Replay defaults (ReplayConfig).
+// Replay defaults (Config).
 const (
-	// DefaultReplayParallel is how many partitions a replay reads at once.
-	DefaultReplayParallel = 4
+	// DefaultParallel is how many partitions a replay reads at once.
+	DefaultParallel = 4
 	// DefaultMaxPendingRecounts bounds the counter and set keys a replay
 	// keeps for its final recounts and set rebuilds before it runs them
 	// early.
 	DefaultMaxPendingRecounts = 100_000
 )
 
-// ReplayConfig assembles a Replayer.
-type ReplayConfig struct {
+// Config assembles a Replayer.
+type Config struct {
 	// Pipeline decodes, plans and applies (Stack.Pipeline of a stack
 	// built with StackOptions{NoDLQ: true, RecountReason: "replay"});
 	// required. Its PoisonSink is not used: replay reports poison
@@ -42,7 +42,7 @@ type ReplayConfig struct {
 	// pipeline.DefaultMaxEvents.
 	BatchSize int
 	// Parallel is how many partitions are read and applied at once;
-	// default DefaultReplayParallel. A dry run reads one at a time so
+	// default DefaultParallel. A dry run reads one at a time so
 	// that its output is in a fixed order.
 	Parallel int
 	// MaxPendingRecounts bounds the counter and set keys collected for
@@ -62,14 +62,14 @@ type ReplayConfig struct {
 	// planned (see Replayer); nil discards them.
 	Report io.Writer
 	// Progress, when not nil, shows the replay's progress.
-	Progress *ReplayProgress
+	Progress *Progress
 	// Logger receives the replay's records; nil discards.
 	Logger *slog.Logger
 }
 
-// ReplayInput is what to replay: File when not nil, else Messages when
+// Input is what to replay: File when not nil, else Messages when
 // not nil, else Ranges.
-type ReplayInput struct {
+type Input struct {
 	// File holds one CDC message value per line (NDJSON), read to its
 	// end.
 	File io.Reader
@@ -92,7 +92,7 @@ type ReplayInput struct {
 	Outcome func(i int, o MessageOutcome)
 }
 
-// MessageOutcome is what became of one message of ReplayInput.Messages.
+// MessageOutcome is what became of one message of Input.Messages.
 type MessageOutcome struct {
 	// Poison is why the message, or one of its row changes, could not be
 	// decoded or planned again; nil when it was.
@@ -103,8 +103,8 @@ type MessageOutcome struct {
 	Ops, Failed, EndOps int
 }
 
-// ReplaySummary counts what a replay did.
-type ReplaySummary struct {
+// Summary counts what a replay did.
+type Summary struct {
 	// Messages is the number of messages (Kafka records or input lines)
 	// read.
 	Messages int64
@@ -121,7 +121,7 @@ type ReplaySummary struct {
 	// Recounts counts the counter keys recounted.
 	Recounts int64
 	// SetRebuilds counts the set keys rebuilt or deleted at the end
-	// (none with ReplayConfig.SetAppend).
+	// (none with Config.SetAppend).
 	SetRebuilds int64
 	// PendingRecounts counts counter and set keys whose recount or
 	// rebuild was not run because the replay stopped early.
@@ -134,10 +134,10 @@ type ReplaySummary struct {
 
 // Failures returns the number of things that went wrong: poison messages
 // and failed ops.
-func (s ReplaySummary) Failures() int64 { return s.Poison + s.Failed }
+func (s Summary) Failures() int64 { return s.Poison + s.Failed }
 
 // String renders the summary as one line.
-func (s ReplaySummary) String() string {
+func (s Summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d messages in %s", s.Messages, s.Duration.Round(time.Millisecond))
 	if secs := s.Duration.Seconds(); secs > 0 {
@@ -160,15 +160,15 @@ func (s ReplaySummary) String() string {
 // the end of the replay rather than once per batch: the deltas and tokens
 // were applied when the messages were first consumed, MySQL already holds
 // their result, and old set tokens appended again could make a removed
-// member a member again. ReplayConfig.SetAppend appends set tokens
+// member a member again. Config.SetAppend appends set tokens
 // instead.
 //
-// Input is an NDJSON file (ReplayInput.File), read in batches in order,
+// Input is an NDJSON file (Input.File), read in batches in order,
 // or Kafka partition ranges, read directly by partition (no consumer
-// group, nothing committed), up to ReplayConfig.Parallel partitions at
+// group, nothing committed), up to Config.Parallel partitions at
 // once, each in order.
 //
-// Poison messages are reported to ReplayConfig.Report, one line each, and
+// Poison messages are reported to Config.Report, one line each, and
 // counted; they are not sent to the DLQ (the daemon did that when it first
 // met them). A file line is reported as "line N: reason", a Kafka record
 // as "topic:partition:offset: reason". The ops of a poison message's
@@ -176,10 +176,10 @@ func (s ReplaySummary) String() string {
 //
 // A Replayer may run several replays one after the other, not at once.
 type Replayer struct {
-	cfg      ReplayConfig
+	cfg      Config
 	p        *pipeline.Pipeline
 	log      *slog.Logger
-	progress *ReplayProgress
+	progress *Progress
 
 	reportMu sync.Mutex
 	// pending and sum are fresh for each replay.
@@ -192,16 +192,16 @@ type replayCounts struct {
 	messages, events, skipped, poison, ops, recounts, setRebuilds, failed atomic.Int64
 }
 
-// NewReplayer checks cfg and returns a Replayer.
-func NewReplayer(cfg ReplayConfig) (*Replayer, error) {
+// New checks cfg and returns a Replayer.
+func New(cfg Config) (*Replayer, error) {
 	if cfg.Pipeline == nil {
-		return nil, errors.New("consumer: replay: a Pipeline is required")
+		return nil, errors.New("replay: a Pipeline is required")
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = pipeline.DefaultMaxEvents
 	}
 	if cfg.Parallel <= 0 {
-		cfg.Parallel = DefaultReplayParallel
+		cfg.Parallel = DefaultParallel
 	}
 	if cfg.MaxPendingRecounts <= 0 {
 		cfg.MaxPendingRecounts = DefaultMaxPendingRecounts
@@ -222,7 +222,7 @@ func NewReplayer(cfg ReplayConfig) (*Replayer, error) {
 // memcached and MySQL errors are retried as in the daemon, for as long as
 // it takes. Pending delayed second bumps (rebump_after) are applied when
 // the replay ends.
-func (rp *Replayer) Replay(ctx context.Context, in ReplayInput) (ReplaySummary, error) {
+func (rp *Replayer) Replay(ctx context.Context, in Input) (Summary, error) {
 	return rp.run(ctx, in, nil)
 }
 
@@ -236,14 +236,14 @@ func (rp *Replayer) Replay(ctx context.Context, in ReplayInput) (ReplaySummary, 
 // "line" is the message's 1-based ordinal in the replay, partitions taken
 // one after the other in the order of in.Ranges; error reports read
 // "line N: topic:partition:offset: reason".
-func (rp *Replayer) DryRun(ctx context.Context, in ReplayInput, out io.Writer) (ReplaySummary, error) {
+func (rp *Replayer) DryRun(ctx context.Context, in Input, out io.Writer) (Summary, error) {
 	if out == nil {
-		return ReplaySummary{}, errors.New("consumer: replay: dry run without output")
+		return Summary{}, errors.New("replay: dry run without output")
 	}
 	return rp.run(ctx, in, out)
 }
 
-func (rp *Replayer) run(ctx context.Context, in ReplayInput, planOut io.Writer) (ReplaySummary, error) {
+func (rp *Replayer) run(ctx context.Context, in Input, planOut io.Writer) (Summary, error) {
 	start := time.Now()
 	rp.sum = &replayCounts{}
 	rp.pending = &pendingEndOps{}
@@ -295,7 +295,7 @@ func (rp *Replayer) run(ctx context.Context, in ReplayInput, planOut io.Writer) 
 	if stopRebump != nil {
 		stopRebump()
 	}
-	s := ReplaySummary{
+	s := Summary{
 		Messages:        rp.sum.messages.Load(),
 		Events:          rp.sum.events.Load(),
 		Skipped:         rp.sum.skipped.Load(),
@@ -314,7 +314,7 @@ func (rp *Replayer) run(ctx context.Context, in ReplayInput, planOut io.Writer) 
 
 // replayFile reads the file in batches and applies them one after the
 // other (the order of a set's tokens spans batches).
-func (rp *Replayer) replayFile(ctx context.Context, in ReplayInput) error {
+func (rp *Replayer) replayFile(ctx context.Context, in Input) error {
 	p := rp.p
 	if in.Decoder != nil {
 		p = p.WithDecoder(in.Decoder)
@@ -330,7 +330,7 @@ func (rp *Replayer) replayFile(ctx context.Context, in ReplayInput) error {
 		}
 		line, ok, err := lines.Next()
 		if err != nil {
-			return fmt.Errorf("consumer: replay: read line %d: %w", n+1, err)
+			return fmt.Errorf("replay: read line %d: %w", n+1, err)
 		}
 		if ok {
 			n++
@@ -389,7 +389,7 @@ feed:
 }
 
 // dryRun plans the input sequentially with the `plan` planner.
-func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) error {
+func (rp *Replayer) dryRun(ctx context.Context, in Input, out io.Writer) error {
 	pl := planout.NewWriter(rp.p.Rules(), out, rp.cfg.Report, rp.log)
 	pl.ObserveOps(func(op *rules.Op) {
 		if kind, ok := rp.endOpKind(op); ok {
@@ -412,7 +412,7 @@ func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) e
 		}
 	}
 	if ferr := pl.Flush(); ferr != nil && err == nil {
-		err = fmt.Errorf("consumer: replay: %w", ferr)
+		err = fmt.Errorf("replay: %w", ferr)
 	}
 	s := pl.Summary()
 	rp.sum.messages.Store(int64(s.Lines))
@@ -423,7 +423,7 @@ func (rp *Replayer) dryRun(ctx context.Context, in ReplayInput, out io.Writer) e
 	return err
 }
 
-func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *planout.Writer) error {
+func (rp *Replayer) dryRunFile(ctx context.Context, in Input, pl *planout.Writer) error {
 	dec := in.Decoder
 	if dec == nil {
 		dec = rp.p.DecoderFor("")
@@ -435,7 +435,7 @@ func (rp *Replayer) dryRunFile(ctx context.Context, in ReplayInput, pl *planout.
 		}
 		line, ok, err := lines.Next()
 		if err != nil {
-			return fmt.Errorf("consumer: replay: read line %d: %w", pl.Summary().Lines+1, err)
+			return fmt.Errorf("replay: read line %d: %w", pl.Summary().Lines+1, err)
 		}
 		if !ok {
 			return nil
@@ -493,7 +493,7 @@ func (rp *Replayer) planLines(ctx context.Context, ids []uint32, msgs []pipeline
 
 // replayMessages applies in.Messages one at a time and tells
 // in.Outcome what became of each.
-func (rp *Replayer) replayMessages(ctx context.Context, in ReplayInput) error {
+func (rp *Replayer) replayMessages(ctx context.Context, in Input) error {
 	w := &replayWorker{rp: rp, p: rp.p}
 	for i := range in.Messages {
 		if err := ctx.Err(); err != nil {
@@ -750,7 +750,7 @@ func detachedEndOp(op *rules.Op, kind rules.OpKind) rules.Op {
 
 // Stream is one ordered part of a replay's input, read in batches: a
 // Kafka partition range (kafka.RangeStream). The streams of one replay
-// are read up to ReplayConfig.Parallel at once.
+// are read up to Config.Parallel at once.
 type Stream interface {
 	// Len is how many positions (Kafka offsets) the stream spans: the
 	// progress total.

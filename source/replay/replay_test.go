@@ -7,19 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/cachewarden/cachewarden/cacheops"
-	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
+	"github.com/cachewarden/cachewarden/pipeline"
 	"github.com/cachewarden/cachewarden/planout"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
@@ -35,13 +33,13 @@ func ndjson(values ...[]byte) string {
 	return b.String()
 }
 
-func (r *rig) replayer(cfg ReplayConfig) *Replayer {
+func (r *rig) replayer(cfg Config) *Replayer {
 	r.t.Helper()
 	cfg.Pipeline = r.pipeline
 	if cfg.Logger == nil {
 		cfg.Logger = r.log
 	}
-	rp, err := NewReplayer(cfg)
+	rp, err := New(cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -102,13 +100,13 @@ func TestReplayFile(t *testing.T) {
 			r.set("interests:7", "+1 ")
 			r.set("comments:9", "100")
 			r.set("comments:10", "50")
-			before := metricValue(r.metrics.ops.WithLabelValues("recount", "recounted"))
+			before := testsvc.Metric(t, r.reg, "cachewarden_ops_total", "kind=recount", "outcome=recounted")
 
 			var report bytes.Buffer
-			rp := r.replayer(ReplayConfig{BatchSize: 2, MaxPendingRecounts: tt.maxPending, SetAppend: tt.setAppend, Report: &report})
+			rp := r.replayer(Config{BatchSize: 2, MaxPendingRecounts: tt.maxPending, SetAppend: tt.setAppend, Report: &report})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			sum, err := rp.Replay(ctx, ReplayInput{File: strings.NewReader(input), FileLines: 10})
+			sum, err := rp.Replay(ctx, Input{File: strings.NewReader(input), FileLines: 10})
 			if err != nil {
 				t.Fatalf("Replay: %v", err)
 			}
@@ -128,14 +126,14 @@ func TestReplayFile(t *testing.T) {
 			if got := r.get("interests:7"); got != wantSet {
 				t.Errorf("interests:7 = %q, want %q", got, wantSet)
 			}
-			recounted := metricValue(r.metrics.ops.WithLabelValues("recount", "recounted")) - before
+			recounted := testsvc.Metric(t, r.reg, "cachewarden_ops_total", "kind=recount", "outcome=recounted") - before
 			if int64(recounted) != tt.recounts || sum.Recounts != tt.recounts {
 				t.Errorf("%v recounts applied, summary %d; want %d", recounted, sum.Recounts, tt.recounts)
 			}
-			if n := metricValue(r.metrics.ops.WithLabelValues("count", "incr")); n != 0 {
+			if n := testsvc.Metric(t, r.reg, "cachewarden_ops_total", "kind=count", "outcome=incr"); n != 0 {
 				t.Errorf("%v counter deltas applied; replay must recount instead", n)
 			}
-			want := ReplaySummary{Messages: 10, Events: 8, Skipped: 1, Poison: 1, Recounts: tt.recounts, SetRebuilds: tt.setRebuilds}
+			want := Summary{Messages: 10, Events: 8, Skipped: 1, Poison: 1, Recounts: tt.recounts, SetRebuilds: tt.setRebuilds}
 			// Ops: bumps of user 1 (batches 1 and 4), the bumps of the
 			// generations of the set and count rules' tables that cover
 			// the poison message (its table is unknown), and the two set
@@ -169,7 +167,7 @@ func TestReplayDryRunFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := cacheops.NewTextApplier(memcache.New(testsvc.ClosedAddr(t)), nil, nil, cacheops.Config{}, nil)
-	p, err := NewPipeline(PipelineConfig{Rules: rs, Writer: w})
+	p, err := pipeline.New(pipeline.Config{Rules: rs, Writer: w})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,11 +178,11 @@ func TestReplayDryRunFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, report bytes.Buffer
-	rp, err := NewReplayer(ReplayConfig{Pipeline: p, Report: &report, BatchSize: 3})
+	rp, err := New(Config{Pipeline: p, Report: &report, BatchSize: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, err := rp.DryRun(context.Background(), ReplayInput{File: bytes.NewReader(input), Decoder: dec}, &out)
+	sum, err := rp.DryRun(context.Background(), Input{File: bytes.NewReader(input), Decoder: dec}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,269 +242,9 @@ func endOpLines(t *testing.T, rs *rules.RuleSet, plan string) string {
 	return b.String()
 }
 
-// produceTo writes msgs to one partition of topic.
-func produceTo(t *testing.T, brokers []string, topic string, partition int, msgs ...kafka.Message) {
-	t.Helper()
-	w := &kafka.Writer{
-		Addr:         kafka.TCP(brokers...),
-		Topic:        topic,
-		Balancer:     kafka.BalancerFunc(func(kafka.Message, ...int) int { return partition }),
-		BatchTimeout: time.Millisecond,
-		RequiredAcks: kafka.RequireAll,
-	}
-	defer w.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatalf("produce to %s:%d: %v", topic, partition, err)
-	}
-}
-
-// at stamps a message with a time.
-func at(m kafka.Message, ts time.Time) kafka.Message {
-	m.Time = ts
-	return m
-}
-
-// TestReplayKafka replays ranges of a two-partition topic chosen by time
-// and by offsets, against real memcached and MySQL.
-func TestReplayKafka(t *testing.T) {
-	db, dsn := testsvc.MySQL(t)
-	createComments(t, db, 9, 4)
-	topic := "cdc-" + testsvc.Unique()
-	brokers := testsvc.KafkaTopics(t, 2, topic)
-	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	minute := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
-	// Partition 0: users 1..5 at minutes 0..4.
-	var p0 []kafka.Message
-	for i := range 5 {
-		p0 = append(p0, at(debezium("c", "shop", "users", nil, row("id", i+1)), minute(i)))
-	}
-	produceTo(t, brokers, topic, 0, p0...)
-	// Partition 1: comments on post 9 at minutes 0..3, and a poison
-	// message at minute 4.
-	produceTo(t, brokers, topic, 1,
-		at(debezium("c", "blog", "comments", nil, row("id", 1, "post_id", 9)), minute(0)),
-		at(debezium("c", "blog", "comments", nil, row("id", 2, "post_id", 9)), minute(1)),
-		at(debezium("d", "blog", "comments", row("id", 1, "post_id", 9), nil), minute(2)),
-		at(debezium("c", "blog", "comments", nil, row("id", 3, "post_id", 9)), minute(3)),
-		at(kafka.Message{Value: []byte(`{"op":"c","after":{"id":`)}, minute(4)),
-	)
-	conn := KafkaConn{Brokers: brokers}
-	bound := func(s string) ReplayBound {
-		t.Helper()
-		if s == "" {
-			return ReplayBound{}
-		}
-		b, err := ParseReplayBound(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	tests := []struct {
-		name       string
-		from, to   string
-		ranges     []PartitionRange
-		users      []int // users whose namespace was bumped
-		recounts   int64
-		poisonLine string
-	}{
-		{
-			name: "from a time", from: minute(2).Format(time.RFC3339),
-			ranges:   []PartitionRange{{topic, 0, 2, 5}, {topic, 1, 2, 5}},
-			users:    []int{3, 4, 5},
-			recounts: 1, poisonLine: topic + ":1:4: cdc: decode",
-		},
-		{
-			name: "between times", from: minute(1).Format(time.RFC3339), to: minute(3).Format(time.RFC3339),
-			ranges:   []PartitionRange{{topic, 0, 1, 3}, {topic, 1, 1, 3}},
-			users:    []int{2, 3},
-			recounts: 1,
-		},
-		{
-			name: "listed offsets only", from: topic + ":0:1", to: topic + ":0:3",
-			ranges: []PartitionRange{{topic, 0, 1, 3}},
-			users:  []int{2, 3},
-		},
-		{
-			name: "earliest to a time", from: "earliest", to: minute(1).Format(time.RFC3339),
-			ranges:   []PartitionRange{{topic, 0, 0, 1}, {topic, 1, 0, 1}},
-			users:    []int{1},
-			recounts: 1,
-		},
-		{
-			name: "nothing that recent", from: minute(60).Format(time.RFC3339),
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			ranges, err := ResolveReplayRanges(ctx, conn, []string{topic}, bound(tt.from), bound(tt.to), nil)
-			if err != nil {
-				t.Fatalf("ResolveReplayRanges: %v", err)
-			}
-			if !reflect.DeepEqual(ranges, tt.ranges) {
-				t.Fatalf("ranges %v, want %v", ranges, tt.ranges)
-			}
-			r := newRig(t, daemonRules, rigOptions{mysqlDSN: dsn})
-			r.set("comments:9", "100")
-			var report lockedBuffer
-			rp := r.replayer(ReplayConfig{Kafka: conn, BatchSize: 2, Report: &report})
-			sum, err := rp.Replay(ctx, ReplayInput{Ranges: ranges})
-			if err != nil {
-				t.Fatalf("Replay: %v", err)
-			}
-			for id := 1; id <= 5; id++ {
-				got := r.get(fmt.Sprintf("ns:user:%d", id))
-				if want := contains(tt.users, id); want == (got == "<missing>") {
-					t.Errorf("ns:user:%d = %q; bumped: %v, want %v", id, got, !want, want)
-				}
-			}
-			wantCount := "100" // not replayed: untouched
-			if tt.recounts > 0 {
-				wantCount = "4"
-			}
-			if got := r.get("comments:9"); got != wantCount {
-				t.Errorf("comments:9 = %q, want %s", got, wantCount)
-			}
-			if sum.Recounts != tt.recounts {
-				t.Errorf("%d recounts, want %d", sum.Recounts, tt.recounts)
-			}
-			var total int64
-			for _, pr := range tt.ranges {
-				total += pr.Len()
-			}
-			if sum.Messages != total {
-				t.Errorf("%d messages replayed, want %d", sum.Messages, total)
-			}
-			rep := report.String()
-			if tt.poisonLine != "" && (!strings.HasPrefix(rep, tt.poisonLine) || sum.Poison != 1) {
-				t.Errorf("report %q (%d poison), want one line starting %q", rep, sum.Poison, tt.poisonLine)
-			}
-			if tt.poisonLine == "" && rep != "" {
-				t.Errorf("unexpected report %q", rep)
-			}
-		})
-	}
-
-	t.Run("dry run", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		ranges, err := ResolveReplayRanges(ctx, conn, []string{topic}, bound(minute(3).Format(time.RFC3339)), ReplayBound{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := newRig(t, daemonRules, rigOptions{prefix: "p:"})
-		var out, report bytes.Buffer
-		rp := r.replayer(ReplayConfig{Kafka: conn, Report: &report, Parallel: 4})
-		if _, err := rp.DryRun(ctx, ReplayInput{Ranges: ranges}, &out); err != nil {
-			t.Fatal(err)
-		}
-		want := `{"line":1,"rule":"user-profile","op":"bump","key":"p:ns:user:4"}
-{"line":2,"rule":"user-profile","op":"bump","key":"p:ns:user:5"}
-{"line":3,"rule":"post-comments","op":"count","key":"p:comments:9","delta":1}
-{"rule":"post-comments","op":"recount","key":"p:comments:9"}
-`
-		if out.String() != want {
-			t.Errorf("dry run output:\n%s\nwant:\n%s", out.String(), want)
-		}
-		if rep := report.String(); !strings.HasPrefix(rep, "line 4: "+topic+":1:4: cdc: decode") {
-			t.Errorf("report = %q", rep)
-		}
-	})
-
-	t.Run("a range beyond the log fails", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		r := newRig(t, daemonRules, rigOptions{})
-		rp := r.replayer(ReplayConfig{Kafka: conn, IdleTimeout: 300 * time.Millisecond})
-		sum, err := rp.Replay(ctx, ReplayInput{Ranges: []PartitionRange{{topic, 0, 3, 9}}})
-		if err == nil || !strings.Contains(err.Error(), "no message for 300ms at offset 5 (the range ends at 9)") {
-			t.Errorf("Replay = %v, want the idle error", err)
-		}
-		if sum.Messages != 2 {
-			t.Errorf("%d messages replayed, want 2", sum.Messages)
-		}
-	})
-
-	t.Run("bad bounds", func(t *testing.T) {
-		ctx := context.Background()
-		for _, tt := range []struct {
-			topics   []string
-			from, to string
-			want     string
-		}{
-			{[]string{"no-such-topic"}, "earliest", "", "no-such-topic"},
-			{nil, topic + ":7:0", "", topic + ":7, which does not exist"},
-			{[]string{topic}, "other:0:0", "", "topic other, which is not replayed"},
-			{nil, topic + ":0:0", topic + ":1:5", "which the start does not list"},
-		} {
-			_, err := ResolveReplayRanges(ctx, conn, tt.topics, bound(tt.from), bound(tt.to), nil)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("ResolveReplayRanges(%v, %s, %s) = %v, want an error with %q", tt.topics, tt.from, tt.to, err, tt.want)
-			}
-		}
-	})
-}
-
-func contains(list []int, v int) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// TestReplayFileDecoder checks which decoder a replay file gets.
-func TestReplayFileDecoder(t *testing.T) {
-	cfg := config.Kafka{
-		Format:       "maxwell",
-		TopicFormats: map[string]string{"flat": "debezium-flat"},
-		TopicTables:  map[string]string{"flat": "shop.users"},
-	}
-	for _, tt := range []struct {
-		topic, format, table string
-		want                 decode.Format
-		wantTable            string
-	}{
-		{"", "", "", decode.FormatMaxwell, ""},
-		{"flat", "", "", decode.FormatDebeziumFlat, "shop.users"},
-		{"other", "", "", decode.FormatMaxwell, ""},
-		{"flat", "canal", "a.b", decode.FormatCanal, "a.b"},
-		{"", "auto", "", decode.FormatAuto, ""},
-	} {
-		var format *decode.Format
-		if tt.format != "" {
-			f, err := decode.ParseFormat(tt.format)
-			if err != nil {
-				t.Fatal(err)
-			}
-			format = &f
-		}
-		dec, err := ReplayFileDecoder(cfg, tt.topic, format, tt.table)
-		if err != nil || dec.Format != tt.want || dec.Table != tt.wantTable {
-			t.Errorf("ReplayFileDecoder(%q, %q, %q) = %+v, %v; want %s with table %q", tt.topic, tt.format, tt.table, dec, err, tt.want, tt.wantTable)
-		}
-	}
-	avro := decode.FormatAvro
-	if _, err := ReplayFileDecoder(cfg, "", &avro, ""); !errors.Is(err, decode.ErrNotInFile) || !strings.Contains(err.Error(), "JSON lines") {
-		t.Errorf("format avro for a file: %v, want an error saying a file holds JSON lines", err)
-	}
-	avroTopic := config.Kafka{Format: "avro"}
-	if _, err := ReplayFileDecoder(avroTopic, "", nil, ""); !errors.Is(err, decode.ErrNotInFile) {
-		t.Errorf("kafka.format avro for a file: %v, want ErrNotInFile", err)
-	}
-	if _, err := ReplayFileDecoder(config.Kafka{Format: "protobuf"}, "", nil, ""); err == nil {
-		t.Errorf("format protobuf accepted")
-	}
-}
-
 // TestReplaySummaryString checks the summary line.
 func TestReplaySummaryString(t *testing.T) {
-	s := ReplaySummary{Messages: 5000, Events: 4990, Skipped: 7, Poison: 3, Ops: 3200, Recounts: 45, Failed: 1, Duration: 2 * time.Second}
+	s := Summary{Messages: 5000, Events: 4990, Skipped: 7, Poison: 3, Ops: 3200, Recounts: 45, Failed: 1, Duration: 2 * time.Second}
 	s.SetRebuilds = 12
 	want := "5000 messages in 2s (2500 msg/s): 4990 events, 7 skipped, 3 poison; 3200 ops, 45 recounts, 12 set rebuilds, 1 failed"
 	if got := s.String(); got != want {
@@ -532,14 +270,14 @@ func TestReplayInterrupted(t *testing.T) {
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	var sum ReplaySummary
+	var sum Summary
 	var err error
 	go func() {
 		defer close(done)
-		sum, err = r.replayer(ReplayConfig{}).Replay(ctx, ReplayInput{File: strings.NewReader(input)})
+		sum, err = r.replayer(Config{}).Replay(ctx, Input{File: strings.NewReader(input)})
 	}()
 	waitFor(t, 10*time.Second, func() string {
-		if metricValue(r.metrics.applyRetries) < 1 {
+		if testsvc.Metric(t, r.reg, "cachewarden_apply_retries_total") < 1 {
 			return "no retry yet"
 		}
 		return ""

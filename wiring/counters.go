@@ -1,4 +1,4 @@
-package app
+package wiring
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func checkFencing(c *counters.Counters, cfg *config.Config) error {
 		return nil
 	}
 	if c == nil {
-		return fmt.Errorf("consumer: counters.fencing is required but no counters are kept with a database connection (set mysql.dsn): %w", counters.ErrCannotFence)
+		return fmt.Errorf("wiring: counters.fencing is required but no counters are kept with a database connection (set mysql.dsn): %w", counters.ErrCannotFence)
 	}
 	timeout := cfg.MySQL.QueryTimeout
 	if timeout <= 0 {
@@ -52,7 +52,7 @@ func checkFencing(c *counters.Counters, cfg *config.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Second)
 	defer cancel()
 	if err := c.CheckFencing(ctx); err != nil {
-		return fmt.Errorf("consumer: counters.fencing: required: %w", err)
+		return fmt.Errorf("wiring: counters.fencing: required: %w", err)
 	}
 	return nil
 }

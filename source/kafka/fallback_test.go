@@ -1,4 +1,4 @@
-package pipeline
+package kafka
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
+	"github.com/cachewarden/cachewarden/pipeline"
 	"github.com/cachewarden/cachewarden/rules"
 )
 
@@ -25,10 +26,10 @@ var fallbackRules = strings.Replace(daemonRules, "rules:\n", "fallback: \"fb:{db
 // table's fallback key, and the batch completes.
 func TestPermanentFailureBumpsFallback(t *testing.T) {
 	r := newRig(t, fallbackRules, rigOptions{})
-	rule := r.pipeline.cfg.Rules.Rule("user-profile")
+	rule := r.pipeline.Rules().Rule("user-profile")
 	r.set("fb:shop.users", "5")
 	r.set("ns:user:8", "1")
-	b := Batch{Ops: []rules.Op{
+	b := pipeline.Batch{Ops: []rules.Op{
 		{Kind: rules.OpBump, Rule: rule, Key: r.key("ns:user: 7")}, // cacheops.ErrInvalidKey
 		{Kind: rules.OpBump, Rule: rule, Key: r.key("ns:user:8")},
 	}}
@@ -43,10 +44,10 @@ func TestPermanentFailureBumpsFallback(t *testing.T) {
 	if got := r.get("ns:user:8"); got != "2" {
 		t.Errorf("ns:user:8 = %q, want 2", got)
 	}
-	if n := metricValue(r.metrics.lost.WithLabelValues(LostOpFailed, "fallback")); n != 1 {
+	if n := testsvc.Metric(t, r.reg, "cachewarden_invalidations_lost_total", "reason="+pipeline.LostOpFailed, "covered=fallback"); n != 1 {
 		t.Errorf("lost op_failed/fallback = %v, want 1", n)
 	}
-	if n := metricValue(r.metrics.applyRetries); n != 0 {
+	if n := testsvc.Metric(t, r.reg, "cachewarden_apply_retries_total"); n != 0 {
 		t.Errorf("%v retries of a covered permanent failure", n)
 	}
 }
@@ -61,20 +62,20 @@ func TestPoisonBumpsFallback(t *testing.T) {
 		r.set(k, "10")
 	}
 	missingKey := debezium("c", "shop", "users", nil, row("name", "no id"))
-	msgs := []Message{
+	msgs := []pipeline.Message{
 		{Value: missingKey.Value, Pos: rules.Position{Topic: "t", Offset: 0}},
 	}
-	var b Batch
+	var b pipeline.Batch
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.pipeline.Process(ctx, &b, msgs, CoalesceOptions{}); err != nil {
+	if err := r.pipeline.Process(ctx, &b, msgs, pipeline.CoalesceOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.get("fb:shop.users") + " " + r.get("fb:blog.comments"); got != "11 10" {
 		t.Errorf("after an unplannable users change: fb:shop.users fb:blog.comments = %s, want 11 10", got)
 	}
-	msgs = []Message{{Value: []byte(`{"op":`), Pos: rules.Position{Topic: "t", Offset: 1}}}
-	if err := r.pipeline.Process(ctx, &b, msgs, CoalesceOptions{}); err != nil {
+	msgs = []pipeline.Message{{Value: []byte(`{"op":`), Pos: rules.Position{Topic: "t", Offset: 1}}}
+	if err := r.pipeline.Process(ctx, &b, msgs, pipeline.CoalesceOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for k, want := range map[string]string{"fb:shop.users": "12", "fb:shop.user_interests": "11", "fb:blog.comments": "11"} {
@@ -82,14 +83,14 @@ func TestPoisonBumpsFallback(t *testing.T) {
 			t.Errorf("after an undecodable message: %s = %s, want %s", k, got, want)
 		}
 	}
-	if n := metricValue(r.metrics.lost.WithLabelValues(LostPoison, "fallback")); n != 2 {
+	if n := testsvc.Metric(t, r.reg, "cachewarden_invalidations_lost_total", "reason="+pipeline.LostPoison, "covered=fallback"); n != 2 {
 		t.Errorf("lost poison/fallback = %v, want 2", n)
 	}
 	// The undecodable message may have been a change of any table: the
 	// generations of the tables with set and count rules moved too
 	// (docs/formats.md, "Generations"), created at a namespace start.
 	for _, rule := range []string{"user-interests", "post-comments"} {
-		gk := r.pipeline.cfg.Rules.Rule(rule).Generation
+		gk := r.pipeline.Rules().Rule(rule).Generation
 		if g, ok := itemformat.ParseGeneration([]byte(r.get(strings.TrimPrefix(gk, r.prefix)))); !ok || g < 1<<60 {
 			t.Errorf("generation %s = %q after an undecodable message, want one created", gk, r.get(strings.TrimPrefix(gk, r.prefix)))
 		}
@@ -103,20 +104,20 @@ func TestLostChangeCoveredOnlyWhenEveryRuleIs(t *testing.T) {
 	r := newRig(t, daemonRules, rigOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var b Batch
+	var b pipeline.Batch
 	interests := debezium("c", "shop", "user_interests", nil, row("active", 1))
-	if err := r.pipeline.Process(ctx, &b, []Message{{Value: interests.Value, Pos: rules.Position{Topic: "t", Offset: 0}}}, CoalesceOptions{}); err != nil {
+	if err := r.pipeline.Process(ctx, &b, []pipeline.Message{{Value: interests.Value, Pos: rules.Position{Topic: "t", Offset: 0}}}, pipeline.CoalesceOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	gk := r.pipeline.cfg.Rules.Rule("user-interests").Generation
+	gk := r.pipeline.Rules().Rule("user-interests").Generation
 	if got := r.get(strings.TrimPrefix(gk, r.prefix)); got == "<missing>" {
 		t.Errorf("generation %s not bumped for an unplannable user_interests change", gk)
 	}
 	users := debezium("c", "shop", "users", nil, row("name", "no id"))
-	if err := r.pipeline.Process(ctx, &b, []Message{{Value: users.Value, Pos: rules.Position{Topic: "t", Offset: 1}}}, CoalesceOptions{}); err != nil {
+	if err := r.pipeline.Process(ctx, &b, []pipeline.Message{{Value: users.Value, Pos: rules.Position{Topic: "t", Offset: 1}}}, pipeline.CoalesceOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if f, n := metricValue(r.metrics.lost.WithLabelValues(LostPoison, "fallback")), metricValue(r.metrics.lost.WithLabelValues(LostPoison, "none")); f != 1 || n != 1 {
+	if f, n := testsvc.Metric(t, r.reg, "cachewarden_invalidations_lost_total", "reason="+pipeline.LostPoison, "covered=fallback"), testsvc.Metric(t, r.reg, "cachewarden_invalidations_lost_total", "reason="+pipeline.LostPoison, "covered=none"); f != 1 || n != 1 {
 		t.Errorf("lost poison: %v fallback, %v none; want the interests change covered and the users change not", f, n)
 	}
 }
@@ -181,7 +182,7 @@ func TestRetentionGap(t *testing.T) {
 			if got := r.get("fb:shop.users"); got != "101" {
 				t.Errorf("fallback fb:shop.users = %q, want 101", got)
 			}
-			if n := metricValue(r.metrics.lost.WithLabelValues(LostRetention, "fallback")); n != 1 {
+			if n := testsvc.Metric(t, r.reg, "cachewarden_invalidations_lost_total", "reason="+pipeline.LostRetention, "covered=fallback"); n != 1 {
 				t.Errorf("lost retention/fallback = %v, want 1", n)
 			}
 		})
@@ -194,7 +195,7 @@ func TestRetentionGap(t *testing.T) {
 // fallback bump, no retry and nothing counted as lost.
 func TestRefusedWriteIsNoFailure(t *testing.T) {
 	r := newRig(t, fallbackRules, rigOptions{})
-	rule := r.pipeline.cfg.Rules.Rule("user-profile")
+	rule := r.pipeline.Rules().Rule("user-profile")
 	r.set("fb:shop.users", "5")
 	r.set("ns:user:8", "1")
 	expired := errors.New("session expired")
@@ -207,7 +208,7 @@ func TestRefusedWriteIsNoFailure(t *testing.T) {
 		}
 		return expired
 	})
-	b := Batch{Ops: []rules.Op{{Kind: rules.OpBump, Rule: rule, Key: r.key("ns:user:8")}}}
+	b := pipeline.Batch{Ops: []rules.Op{{Kind: rules.OpBump, Rule: rule, Key: r.key("ns:user:8")}}}
 	err := r.pipeline.Apply(ctx, &b)
 	if !errors.Is(err, cacheops.ErrWriteRefused) || !errors.Is(err, expired) {
 		t.Fatalf("Apply = %v, want the refusal", err)
@@ -215,10 +216,10 @@ func TestRefusedWriteIsNoFailure(t *testing.T) {
 	if got := r.get("ns:user:8") + " " + r.get("fb:shop.users"); got != "1 5" {
 		t.Errorf("ns:user:8 fb:shop.users = %s, want 1 5 (nothing sent)", got)
 	}
-	if n := metricValue(r.metrics.lost.WithLabelValues(LostOpFailed, "fallback")); n != 0 {
+	if n := testsvc.Metric(t, r.reg, "cachewarden_invalidations_lost_total", "reason="+pipeline.LostOpFailed, "covered=fallback"); n != 0 {
 		t.Errorf("lost op_failed/fallback = %v for a refused write", n)
 	}
-	if n := metricValue(r.metrics.applyRetries); n != 0 {
+	if n := testsvc.Metric(t, r.reg, "cachewarden_apply_retries_total"); n != 0 {
 		t.Errorf("%v retries of a refused write", n)
 	}
 }
@@ -271,10 +272,10 @@ func TestUnknownOperationIsPoison(t *testing.T) {
 			t.Errorf("%s = %s, want 10: only the named table's fallback is bumped", k, got)
 		}
 	}
-	if n := metricValue(r.metrics.lost.WithLabelValues(LostPoison, "fallback")); n != 3 {
+	if n := testsvc.Metric(t, r.reg, "cachewarden_invalidations_lost_total", "reason="+pipeline.LostPoison, "covered=fallback"); n != 3 {
 		t.Errorf("lost poison/fallback = %v, want 3", n)
 	}
-	if n := metricValue(r.metrics.poison.WithLabelValues(topic)); n != 3 {
+	if n := testsvc.Metric(t, r.reg, "cachewarden_poison_messages_total", "topic="+topic); n != 3 {
 		t.Errorf("poison messages = %v, want 3", n)
 	}
 	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: dlqTopic, Partition: 0, MaxWait: 200 * time.Millisecond})

@@ -1,8 +1,9 @@
-package kafka
+package wiring
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestSASLMechanisms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			log, _ := testLogger(t)
+			log := slog.New(slog.DiscardHandler)
 			prod, err := conn.NewClient(log, kgo.DefaultProduceTopic("sasl"))
 			if err != nil {
 				t.Fatal(err)
@@ -46,13 +47,13 @@ func TestSASLMechanisms(t *testing.T) {
 			if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("v0")}).FirstErr(); err != nil {
 				t.Fatalf("produce with %s: %v", tc.mechanism, err)
 			}
-			pr, err := startPartitionReader(ctx, conn, "sasl", 0, 0, log)
+			reader, err := conn.NewClient(log, kgo.ConsumeTopics("sasl"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer pr.stop()
-			src := batchSource{q: pr.q}
-			if _, err := src.receive(ctx, nil); err != nil || string(src.pending[0].Value) != "v0" {
+			defer reader.Close()
+			fetches := reader.PollRecords(ctx, 1)
+			if err := fetches.Err(); err != nil || fetches.NumRecords() != 1 || string(fetches.Records()[0].Value) != "v0" {
 				t.Fatalf("read with %s: %v", tc.mechanism, err)
 			}
 

@@ -1,4 +1,4 @@
-package app
+package wiring
 
 import (
 	"fmt"
@@ -68,10 +68,10 @@ batch: {max_events: 77, max_wait: 5ms}
 	if s.DLQ == nil || s.DLQ.Topic() != "dead" {
 		t.Errorf("DLQ = %v", s.DLQ)
 	}
-	if f := s.Pipeline.decoderFor("flat"); f.Format != decode.FormatDebeziumFlat || f.TopicTables["flat"] != "shop.users" {
+	if f := s.Pipeline.DecoderFor("flat"); f.Format != decode.FormatDebeziumFlat || f.TopicTables["flat"] != "shop.users" {
 		t.Errorf("decoder of topic flat = %+v", f)
 	}
-	if f := s.Pipeline.decoderFor("cdc"); f.Format != decode.FormatAuto {
+	if f := s.Pipeline.DecoderFor("cdc"); f.Format != decode.FormatAuto {
 		t.Errorf("decoder of topic cdc = %+v", f)
 	}
 	if err := s.Memcache.Ping(); err != nil {
@@ -112,7 +112,7 @@ batch: {max_events: 77, max_wait: 5ms}
 		t.Fatal(err)
 	}
 	defer noDLQ.Close()
-	if noDLQ.DLQ != nil || noDLQ.Pipeline.cfg.Poison != nil {
+	if noDLQ.DLQ != nil || noDLQ.Pipeline.Config().Poison != nil {
 		t.Errorf("NoDLQ stack has a DLQ")
 	}
 }
@@ -251,7 +251,7 @@ rules: [rules.yaml]
 		t.Fatalf("observe stack: %v", err)
 	}
 	defer s.Close()
-	pc := s.Pipeline.cfg
+	pc := s.Pipeline.Config()
 	if s.Counters != nil || pc.Counters != nil || pc.Fences != nil || pc.DeltasToWriter || pc.Rebump != nil || s.DLQ != nil || pc.Poison != nil {
 		t.Errorf("observe stack: Counters %v, pipeline Counters %v, Fences %v, DeltasToWriter %v, Rebump %v, DLQ %v",
 			s.Counters, pc.Counters, pc.Fences, pc.DeltasToWriter, pc.Rebump, s.DLQ)

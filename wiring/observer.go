@@ -1,4 +1,4 @@
-package app
+package wiring
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func newObserver(s *Stack, sel observer.Locator, detached bool) (*observer.Obser
 		Detached:           detached,
 	}, deps)
 	if err != nil {
-		return nil, fmt.Errorf("consumer: %w", err)
+		return nil, fmt.Errorf("wiring: %w", err)
 	}
 	return o, nil
 }

@@ -1,4 +1,4 @@
-package app
+package wiring
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ func ReplayFileDecoder(k config.Kafka, topic string, format *decode.Format, tabl
 		return nil, err
 	}
 	if !f.InFile() {
-		return nil, fmt.Errorf("consumer: replay: %w, and format %s is not: "+
+		return nil, fmt.Errorf("wiring: replay: %w, and format %s is not: "+
 			"replay its topics from Kafka (--from), or give the file's JSON format with --format", decode.ErrNotInFile, f)
 	}
 	dec := &decode.Decoder{Format: f, TopicTables: k.TopicTables}

@@ -1,4 +1,4 @@
-package app
+package wiring
 
 import (
 	"context"
@@ -115,7 +115,7 @@ type StackOptions struct {
 // only delays readiness.
 func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stack, error) {
 	if cfg.RuleSet == nil {
-		return nil, errors.New("consumer: config has no loaded rules")
+		return nil, errors.New("wiring: config has no loaded rules")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -540,7 +540,7 @@ func KafkaConnFromConfig(k config.Kafka) (kafka.KafkaConn, error) {
 	kc := kafka.KafkaConn{Brokers: k.Brokers, ClientID: k.ClientID, CheckCRCs: k.CheckCRCs, MaxDecompressedBatchBytes: k.MaxDecompressedBatchBytes}
 	tc, err := k.TLS.Config("kafka.tls")
 	if err != nil {
-		return kc, fmt.Errorf("consumer: %w", err)
+		return kc, fmt.Errorf("wiring: %w", err)
 	}
 	kc.TLS = tc
 	kc.SASLMechanism, kc.SASLUser = string(k.SASL.Mechanism), k.SASL.Username
@@ -562,7 +562,7 @@ func KafkaConnFromConfig(k config.Kafka) (kafka.KafkaConn, error) {
 			return oauth.Auth{Token: strings.TrimSpace(string(token))}, nil
 		})
 	default:
-		return kc, fmt.Errorf("consumer: sasl: unsupported mechanism %q", s.Mechanism)
+		return kc, fmt.Errorf("wiring: sasl: unsupported mechanism %q", s.Mechanism)
 	}
 	return kc, nil
 }
@@ -599,7 +599,7 @@ func decodersFromConfig(k config.Kafka, rs *rules.RuleSet, schemas decode.AvroSc
 	for topic, name := range k.TopicFormats {
 		f, err := decode.ParseFormat(name)
 		if err != nil {
-			return nil, nil, fmt.Errorf("consumer: topic %s: %w", topic, err)
+			return nil, nil, fmt.Errorf("wiring: topic %s: %w", topic, err)
 		}
 		if byTopic == nil {
 			byTopic = make(map[string]*decode.Decoder)

@@ -1,4 +1,4 @@
-package pipeline
+package kafka
 
 import (
 	"fmt"
@@ -82,7 +82,7 @@ func TestUnorderedSetsAreDeleted(t *testing.T) {
 	if missing == 0 {
 		t.Errorf("no set was deleted")
 	}
-	if got := metricValue(r.metrics.unorderedSets.WithLabelValues("user-interests", topic)); got != 1 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_set_rule_unordered", "rule=user-interests", "topic="+topic); got != 1 {
 		t.Errorf("unordered set rule gauge = %v, want 1", got)
 	}
 	if logs := r.logs.String(); !strings.Contains(logs, "key_columns_seen=id") || !strings.Contains(logs, "rule=user-interests") {
@@ -113,7 +113,7 @@ func TestOrderedSetsAppend(t *testing.T) {
 		}
 		return ""
 	})
-	if got := metricValue(r.metrics.unorderedSets.WithLabelValues("user-interests", topic)); got != 0 {
+	if got := testsvc.Metric(t, r.reg, "cachewarden_set_rule_unordered", "rule=user-interests", "topic="+topic); got != 0 {
 		t.Errorf("unordered set rule gauge = %v, want 0", got)
 	}
 }
