@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/pipeline"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // daemonBatches is how many batches of daemonBatchSize messages the

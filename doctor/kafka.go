@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // checkKafka asks the brokers for the topics' and the DLQ's metadata

@@ -11,9 +11,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/source/kafka"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // FastGroupTiming shortens the consumer group protocol's timers so that

@@ -13,11 +13,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/pipeline"
 	"github.com/cachewarden/cachewarden/source/kafka"
 	"github.com/cachewarden/cachewarden/source/replay"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // dlqCmd implements `dlq list|redrive`: the dead-letter topic.

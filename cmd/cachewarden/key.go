@@ -7,8 +7,8 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/inspect"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // keyCmd implements `key`: one entity's items in every pool, what they

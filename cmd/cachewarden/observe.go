@@ -6,8 +6,8 @@ import (
 	"io"
 	"net"
 
-	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/source/kafka"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // observeCmd implements `observe`: the consistency observer in a process

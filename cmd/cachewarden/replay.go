@@ -14,10 +14,10 @@ import (
 
 	"github.com/cachewarden/cachewarden/decode"
 
-	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/source/kafka"
 	"github.com/cachewarden/cachewarden/source/replay"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // replayCmd implements `replay`: re-apply a range of the CDC stream, or

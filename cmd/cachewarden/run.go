@@ -14,11 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cachewarden/cachewarden/wiring"
 	"github.com/cachewarden/cachewarden/check"
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/source/kafka"
+	"github.com/cachewarden/cachewarden/wiring"
 )
 
 // httpShutdownTimeout bounds how long in-flight scrapes may finish at exit.
