@@ -158,11 +158,11 @@ func TestReplayFile(t *testing.T) {
 // PlanStream writes, on stdout and on the error stream, followed on stdout
 // by the recounts and set rebuilds a replay runs at its end.
 func TestReplayDryRunFile(t *testing.T) {
-	input, err := os.ReadFile("../cmd/cachewarden/testdata/plan/maxwell.ndjson")
+	input, err := os.ReadFile("../../cmd/cachewarden/testdata/plan/maxwell.ndjson")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := rulefile.LoadPaths("../cmd/cachewarden/testdata/plan/inventory.yaml")
+	rs, err := rulefile.LoadPaths("../../cmd/cachewarden/testdata/plan/inventory.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
