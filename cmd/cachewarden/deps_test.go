@@ -6,10 +6,18 @@ import (
 	"testing"
 )
 
+const module = "github.com/cachewarden/cachewarden/"
+
 // deps returns the packages the binary links (go list -deps).
 func deps(t *testing.T) []string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	return depsOf(t, ".")
+}
+
+// depsOf returns the packages pkg links (go list -deps), pkg included.
+func depsOf(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
@@ -25,6 +33,7 @@ func TestLinksOneKafkaClient(t *testing.T) {
 		switch {
 		case strings.HasPrefix(pkg, "github.com/twmb/franz-go/"):
 			franz = true
+		case strings.HasPrefix(pkg, module):
 		case strings.Contains(strings.ToLower(pkg), "kafka"), strings.Contains(pkg, "sarama"):
 			others = append(others, pkg)
 		}
@@ -51,5 +60,38 @@ func TestLinksNoDemoHarness(t *testing.T) {
 	}
 	if len(linked) > 0 {
 		t.Errorf("cachewarden links the demo's harness: %v (it belongs in cmd/cachewarden-demo)", linked)
+	}
+}
+
+// TestLayout checks the direction of the daemon's dependencies (README,
+// "Layout"): the pipeline knows no source and no Kafka or binary log
+// client; sources import the pipeline, never each other, and no config;
+// only the wiring turns the config into them.
+func TestLayout(t *testing.T) {
+	sources := []string{"source/kafka", "source/replay", "source/binlog"}
+	forbidden := map[string][]string{
+		"pipeline": {module + "source/", module + "wiring", module + "config", "github.com/twmb/franz-go/", "github.com/segmentio/kafka-go", "github.com/go-mysql-org/"},
+		// A replay reads streams that other sources open for it.
+		"source/replay": {"github.com/twmb/franz-go/", "github.com/go-mysql-org/"},
+	}
+	for _, src := range sources {
+		for _, other := range sources {
+			if other != src {
+				forbidden[src] = append(forbidden[src], module+other)
+			}
+		}
+		forbidden[src] = append(forbidden[src], module+"wiring", module+"config")
+	}
+	for pkg, bad := range forbidden {
+		if _, err := exec.Command("go", "list", "../../"+pkg).CombinedOutput(); err != nil {
+			continue // a source not built yet
+		}
+		for _, dep := range depsOf(t, "../../"+pkg) {
+			for _, b := range bad {
+				if strings.HasPrefix(dep, b) {
+					t.Errorf("%s links %s", pkg, dep)
+				}
+			}
+		}
 	}
 }

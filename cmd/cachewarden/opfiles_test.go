@@ -81,7 +81,7 @@ func TestOperatorFilesBounded(t *testing.T) {
 		{name: "plan with endless stdin", stdin: &zeroReader{}, args: []string{"plan", "--rules", "testdata/plan/inventory.yaml"},
 			want: "read line 1: line too long: more than 16777216 bytes, the limit"},
 		{name: "replay --file /dev/zero", args: []string{"replay", "-c", replayCfg, "--file", "/dev/zero", "--dry-run"},
-			want: "replay: /dev/zero: consumer: replay: read line 1: line too long: more than 16777216 bytes, the limit"},
+			want: "replay: /dev/zero: replay: read line 1: line too long: more than 16777216 bytes, the limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdin := tc.stdin
