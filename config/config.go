@@ -16,7 +16,7 @@
 //
 // A loaded Config is read-only; it is safe for concurrent use.
 //
-// It builds nothing from the settings it reads (package consumer's
+// It builds nothing from the settings it reads (package wiring's
 // NewStack does), and it does not parse rule files (package rulefile
 // does, called by Load).
 package config

@@ -406,7 +406,7 @@ func (t *avroType) kindName() string {
 
 // AvroSchemas gives a decoder the compiled schemas of registry ids
 // (Decoder.Schemas): the decoders read schemas, the schema registry client
-// (package consumer) fetches them. AvroSchemaCache is one. It must be safe
+// (package source/kafka) fetches them. AvroSchemaCache is one. It must be safe
 // for concurrent use: the decoders of all partitions share it.
 type AvroSchemas interface {
 	// Lookup returns the schema of id, or nil when there is none.

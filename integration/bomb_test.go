@@ -102,7 +102,7 @@ func TestCompressionBombs(t *testing.T) {
 	// Partition 0 of users serves the group a record before the bombs:
 	// a bomb that is a partition's first batch ever stops it until it is
 	// assigned again (docs/operations.md, "Compression bombs";
-	// consumer.TestDaemonOversizedFirstBatch).
+	// kafka.TestDaemonOversizedFirstBatch).
 	warmup, err := kgo.NewClient(kgo.SeedBrokers(s.Broker.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
