@@ -35,9 +35,18 @@ type Message struct {
 	Pos rules.Position
 	// Failed, when not nil, makes the message poison without decoding:
 	// it stands for records the client could not read (an
-	// OversizedBatch), and has no key or value.
+	// OversizedBatch), and has no key or value. A *decode.DecodeError
+	// naming a table makes the pipeline cover that table.
 	Failed error
+	// Events, when not nil, are the message's row changes as its source
+	// decoded them (a transaction of the binary log): Value is not
+	// decoded, and the events count under the format label "binlog".
+	Events []rules.Event
 }
+
+// sourceDecodedFormat labels the events of messages a source decoded
+// itself (Message.Events) in cachewarden_events_total.
+const sourceDecodedFormat = "binlog"
 
 // Header is one header of a message (a Kafka record header).
 type Header struct {
@@ -433,32 +442,24 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 	for i := range msgs {
 		msg := &msgs[i]
 		if msg.Failed != nil {
-			b.poison(msg, msg.Failed, decode.FormatAuto)
+			b.poison(msg, msg.Failed, decode.FormatAuto.String())
 			p.coverPoison(b, msg, nil, msg.Failed)
 			continue
 		}
-		dec := p.decoderIn(state, msg.Pos.Topic)
-		if err := dec.Decode(msg.Value, msg.Pos, &b.decoded); err != nil {
-			b.poison(msg, err, b.decoded.Format)
-			p.coverPoison(b, msg, nil, err)
+		events, format, ok := p.decodeMessage(b, state, msg)
+		if !ok {
 			continue
 		}
-		format := b.decoded.Format.String()
-		if b.decoded.Skip != "" {
-			b.Stats.Skipped++
-			b.events.add(eventLabels{msg.Pos.Topic, format, "skipped"})
-			continue
-		}
-		for j := range b.decoded.Events {
-			if ts := b.decoded.Events[j].Source.TsMs; ts > 0 {
+		for j := range events {
+			if ts := events[j].Source.TsMs; ts > 0 {
 				b.sourceTsMs = append(b.sourceTsMs, ts)
 			}
-			b.includePosition(b.decoded.Events[j].Source)
+			b.includePosition(events[j].Source)
 		}
 		var st rules.PlanStats
 		var firstErr error
 		start := len(b.planned)
-		b.planned, firstErr = decode.PlanMessage(state.rules, b.decoded.Events, b.planned, &st, func(_, added int, err error) {
+		b.planned, firstErr = decode.PlanMessage(state.rules, events, b.planned, &st, func(_, added int, err error) {
 			b.Stats.Events++
 			switch {
 			case err != nil:
@@ -474,10 +475,33 @@ func (p *Pipeline) planEvents(b *Batch, msgs []Message) {
 			p.guardOrder(b.planned[start:], msg)
 		}
 		if firstErr != nil {
-			b.poison(msg, firstErr, b.decoded.Format)
-			p.coverPoison(b, msg, b.decoded.Events, firstErr)
+			b.poison(msg, firstErr, format)
+			p.coverPoison(b, msg, events, firstErr)
 		}
 	}
+}
+
+// decodeMessage returns msg's row changes and the format label they
+// count under: the events its source decoded, or those its topic's
+// decoder reads from its value. ok is false when msg was poison (marked
+// and covered) or holds no row change (counted as skipped).
+func (p *Pipeline) decodeMessage(b *Batch, state *ruleState, msg *Message) (events []rules.Event, format string, ok bool) {
+	if msg.Events != nil {
+		return msg.Events, sourceDecodedFormat, true
+	}
+	dec := p.decoderIn(state, msg.Pos.Topic)
+	if err := dec.Decode(msg.Value, msg.Pos, &b.decoded); err != nil {
+		b.poison(msg, err, b.decoded.Format.String())
+		p.coverPoison(b, msg, nil, err)
+		return nil, "", false
+	}
+	format = b.decoded.Format.String()
+	if b.decoded.Skip != "" {
+		b.Stats.Skipped++
+		b.events.add(eventLabels{msg.Pos.Topic, format, "skipped"})
+		return nil, "", false
+	}
+	return b.decoded.Events, format, true
 }
 
 // coalesce turns b.planned into b.Ops.
@@ -488,10 +512,10 @@ func (p *Pipeline) coalesce(b *Batch, opts CoalesceOptions) {
 	clear(b.planned) // the coalesced ops hold what is needed
 }
 
-func (b *Batch) poison(msg *Message, err error, format decode.Format) {
+func (b *Batch) poison(msg *Message, err error, format string) {
 	b.Stats.Poison++
 	b.Poison = append(b.Poison, Poison{Message: *msg, Err: err})
-	b.events.add(eventLabels{msg.Pos.Topic, format.String(), "poison"})
+	b.events.add(eventLabels{msg.Pos.Topic, format, "poison"})
 }
 
 // Process plans msgs into b and applies the result (Plan, then Apply).

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/decode"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
@@ -385,5 +386,47 @@ func TestPipelineTellsObserverPartitionCounts(t *testing.T) {
 	p.SetPartitionCounts(map[string]int{"cdc.blog.comments": 3})
 	if o.counts["cdc.blog.comments"] != 3 {
 		t.Errorf("observer told %v", o.counts)
+	}
+}
+
+// TestSourceDecodedMessages: a message whose source decoded its row
+// changes (Message.Events, the binary log's) is planned and applied
+// without decoding its value, counted under format "binlog"; a failed one
+// whose DecodeError names a table bumps that table's fallback namespace.
+func TestSourceDecodedMessages(t *testing.T) {
+	r := newRig(t, `
+version: 1
+prefix: "PREFIX"
+fallback: "ns:table:{db}.{table}"
+rules:
+  - name: user-profile
+    table: shop.users
+    bump: "ns:user:{id}"
+`, rigOptions{})
+	r.set("ns:user:4", "10")
+	r.set("ns:table:shop.users", "20")
+	id := rules.Value{Kind: rules.KindInt, Text: "4"}
+	msgs := []Message{
+		{Value: []byte("not JSON: never decoded"), Pos: rules.Position{BinlogFile: "mysql-bin.000001", BinlogPos: 400},
+			Events: []rules.Event{{Database: "shop", Table: "users", Operation: rules.Update,
+				Before: rules.Row{{Name: "id", Value: id}}, After: rules.Row{{Name: "id", Value: id}}}}},
+		{Pos: rules.Position{BinlogFile: "mysql-bin.000001", BinlogPos: 500},
+			Failed: &decode.DecodeError{Offset: -1, Reason: "a column type never seen", Database: "shop", Table: "users"}},
+	}
+	var b Batch
+	if err := r.pipeline.Process(context.Background(), &b, msgs, CoalesceOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.get("ns:user:4"); got != "11" {
+		t.Errorf("ns:user:4 = %q, want 11", got)
+	}
+	if got := r.get("ns:table:shop.users"); got != "21" {
+		t.Errorf("ns:table:shop.users = %q, want 21: the unmapped row's table fallback bumped", got)
+	}
+	if n := metricValue(r.metrics.events.WithLabelValues("", "binlog", "planned")); n != 1 {
+		t.Errorf("binlog events planned = %v, want 1", n)
+	}
+	if n := metricValue(r.metrics.lost.WithLabelValues(LostPoison, "fallback")); n != 1 {
+		t.Errorf("lost poison covered = %v, want 1", n)
 	}
 }
