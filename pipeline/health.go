@@ -150,9 +150,9 @@ func (h *Health) NotReady() []string {
 	return reasons
 }
 
-// ReachabilityChanged records up in state and reports whether it differs
+// reachabilityChanged records up in state and reports whether it differs
 // from the last check, or this is the first: when to log it.
-func ReachabilityChanged(state *atomic.Bool, up, first bool) bool {
+func reachabilityChanged(state *atomic.Bool, up, first bool) bool {
 	return state.Swap(up) != up || first
 }
 
@@ -164,7 +164,7 @@ func (h *Health) checkMemcached(_ context.Context, first bool) bool {
 	if !up {
 		h.cfg.Memcached.Close()
 	}
-	if ReachabilityChanged(&h.memcachedUp, up, first) {
+	if reachabilityChanged(&h.memcachedUp, up, first) {
 		if up {
 			h.log.Info("memcached reachable")
 		} else {
@@ -190,7 +190,7 @@ func (h *Health) checkMySQL(ctx context.Context, first bool) bool {
 		msg := err.Error()
 		h.mysqlErr.Store(&msg)
 	}
-	if ReachabilityChanged(&h.mysqlUp, up, first) {
+	if reachabilityChanged(&h.mysqlUp, up, first) {
 		if up {
 			h.log.Info("MySQL reachable", "addr", my.Addr)
 		} else {
