@@ -390,6 +390,15 @@ func (l *fileLoader) str(n *yaml.Node, what string) (string, bool) {
 	return s, ok
 }
 
+// optStr is str for an optional key whose value v is nil when the key is
+// absent: ok is false then, as when v is not a usable string.
+func (l *fileLoader) optStr(v *yaml.Node, what string) (string, bool) {
+	if v == nil {
+		return "", false
+	}
+	return l.str(v, what)
+}
+
 // names returns a list of column names; a name may repeat only when
 // repeats is true (args: a query may use one column twice).
 func (l *fileLoader) names(n *yaml.Node, what string, repeats bool) ([]string, bool) {
@@ -783,10 +792,7 @@ func (l *fileLoader) ruleOn(r *rules.Rule, v *yaml.Node) {
 // ruleWhen reads and compiles the rule's predicate, locating its syntax
 // errors in the file.
 func (l *fileLoader) ruleWhen(r *rules.Rule, v *yaml.Node) {
-	if v == nil {
-		return
-	}
-	s, ok := l.str(v, "when")
+	s, ok := l.optStr(v, "when")
 	if !ok {
 		return
 	}
@@ -867,10 +873,7 @@ const AcceptFolding = "accept-folding"
 // accepts key, member and args columns whose collation compares different
 // bytes as equal (rules.Rule.AcceptFolding).
 func (l *fileLoader) ruleCollation(r *rules.Rule, v *yaml.Node) {
-	if v == nil {
-		return
-	}
-	s, ok := l.str(v, "collation")
+	s, ok := l.optStr(v, "collation")
 	if !ok {
 		return
 	}
