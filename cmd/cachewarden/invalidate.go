@@ -29,9 +29,7 @@ status 1 when an op failed, naming its servers.`
 // hand, in every pool given.
 func (a *app) invalidateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("invalidate", "invalidate -c FILE [-c FILE]... (--rule NAME COLUMN=VALUE... | --table DB.TABLE) [--dry-run] [--json]", invalidateHelp, stderr)
-	var paths stringList
-	fs.Var(&paths, "c", "daemon config file, one per memcached pool (repeatable; at least one)")
-	fs.Var(&paths, "config", "same as -c")
+	paths := poolConfigFlag(fs)
 	ruleName := fs.String("rule", "", "the rule whose entity to invalidate")
 	table := fs.String("table", "", "the table to invalidate as a whole (db.table, or table)")
 	dryRun := fs.Bool("dry-run", false, "print what would be done, send nothing")
@@ -40,10 +38,10 @@ func (a *app) invalidateCmd(ctx context.Context, args []string, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	if err := checkInvalidateArgs(fs, paths, *ruleName, *table, entity); err != nil {
+	if err := checkInvalidateArgs(fs, *paths, *ruleName, *table, entity); err != nil {
 		return err
 	}
-	pools, log, closeAll, err := a.openPools(paths, stderr)
+	pools, log, closeAll, err := a.openPools(*paths, stderr)
 	if err != nil {
 		return err
 	}

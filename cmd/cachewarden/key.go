@@ -28,19 +28,17 @@ It only reads. Exit status 1 when a pool cannot be read or queried.`
 // mean, and what MySQL says.
 func (a *app) keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("key", "key -c FILE [-c FILE]... --rule NAME [--json] COLUMN=VALUE...", keyHelp, stderr)
-	var paths stringList
-	fs.Var(&paths, "c", "daemon config file, one per memcached pool (repeatable; at least one)")
-	fs.Var(&paths, "config", "same as -c")
+	paths := poolConfigFlag(fs)
 	ruleName := fs.String("rule", "", "the rule whose entity to show (required)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	entity, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if err := checkEntityArgs(fs, "key", paths, *ruleName, entity); err != nil {
+	if err := checkEntityArgs(fs, "key", *paths, *ruleName, entity); err != nil {
 		return err
 	}
-	pools, _, closeAll, err := a.openPools(paths, stderr)
+	pools, _, closeAll, err := a.openPools(*paths, stderr)
 	if err != nil {
 		return err
 	}
@@ -61,6 +59,15 @@ func (a *app) keyCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return errReported
 	}
 	return nil
+}
+
+// poolConfigFlag adds the repeatable -c and its long form --config to
+// fs: the daemon configs of key and invalidate, one per memcached pool.
+func poolConfigFlag(fs *flag.FlagSet) *stringList {
+	var paths stringList
+	fs.Var(&paths, "c", "daemon config file, one per memcached pool (repeatable; at least one)")
+	fs.Var(&paths, "config", "same as -c")
+	return &paths
 }
 
 // parseInterspersed parses fs's flags wherever they stand among the
