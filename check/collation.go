@@ -36,23 +36,20 @@ func (f folding) any() bool {
 // describe names what f folds, with an example of each.
 func (f folding) describe() string {
 	var parts []string
-	if f.cases {
-		parts = append(parts, "case ('a' = 'A')")
-	}
-	if f.accents {
-		parts = append(parts, "accents ('e' = 'é')")
-	}
-	if f.spaces {
-		parts = append(parts, "trailing spaces ('a' = 'a ', PAD SPACE)")
-	}
-	if f.sharpS {
-		parts = append(parts, "expansions ('ß' = 'ss')")
-	}
-	if f.decomposed {
-		parts = append(parts, "composition ('é' = 'e' + U+0301)")
-	}
-	if f.width {
-		parts = append(parts, "width ('Ａ' = 'A')")
+	for _, p := range []struct {
+		folds bool
+		what  string
+	}{
+		{f.cases, "case ('a' = 'A')"},
+		{f.accents, "accents ('e' = 'é')"},
+		{f.spaces, "trailing spaces ('a' = 'a ', PAD SPACE)"},
+		{f.sharpS, "expansions ('ß' = 'ss')"},
+		{f.decomposed, "composition ('é' = 'e' + U+0301)"},
+		{f.width, "width ('Ａ' = 'A')"},
+	} {
+		if p.folds {
+			parts = append(parts, p.what)
+		}
 	}
 	switch len(parts) {
 	case 0:

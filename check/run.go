@@ -227,7 +227,7 @@ func testFiles(paths []string) (files []string, problems []Finding) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
 		if err != nil {
-			problems = append(problems, Finding{File: p, Severity: Error, Message: "rule tests: " + pathError(err)})
+			problems = append(problems, Finding{File: p, Severity: Error, Message: "rule tests: " + readfile.Reason(err)})
 			continue
 		}
 		if !st.IsDir() {
@@ -236,7 +236,7 @@ func testFiles(paths []string) (files []string, problems []Finding) {
 		}
 		entries, err := os.ReadDir(p)
 		if err != nil {
-			problems = append(problems, Finding{File: p, Severity: Error, Message: "rule tests: " + pathError(err)})
+			problems = append(problems, Finding{File: p, Severity: Error, Message: "rule tests: " + readfile.Reason(err)})
 			continue
 		}
 		for _, e := range entries {
@@ -247,18 +247,6 @@ func testFiles(paths []string) (files []string, problems []Finding) {
 		}
 	}
 	return files, problems
-}
-
-func pathError(err error) string {
-	var tl *readfile.TooLargeError
-	if errors.As(err, &tl) {
-		return tl.Detail()
-	}
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
 }
 
 // eventLine finds the event's line in a rule test failure text.
@@ -278,7 +266,7 @@ func runTests(rep *Report, paths []string) {
 		if err != nil {
 			var pe *ruletest.ParseError
 			if !errors.As(err, &pe) {
-				rep.add(Finding{File: path, Severity: Error, Message: "rule test file: " + pathError(err)})
+				rep.add(Finding{File: path, Severity: Error, Message: "rule test file: " + readfile.Reason(err)})
 				continue
 			}
 			for _, p := range pe.Problems {

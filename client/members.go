@@ -85,6 +85,15 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 	if r.rule.Query == "" || !c.canFill() {
 		return nil, fmt.Errorf("client: members %q: %w", key, ErrMissing)
 	}
+	return r.loadMembers(ctx, row, key, it, gi, gen, genOK)
+}
+
+// loadMembers runs the set rule's load query for row and stores the
+// loaded set at key under the table's generation gen (read from gi when
+// genOK is false), over it (the stale item read, nil when missing). It
+// returns the loaded members, also when they could not be stored.
+func (r *Rule) loadMembers(ctx context.Context, row Row, key string, it, gi *memcache.Item, gen uint64, genOK bool) ([]string, error) {
+	c := r.c
 	args, err := r.args(row)
 	if err != nil {
 		return nil, err
@@ -93,8 +102,8 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 	// change lost during the load leaves the loaded set stale.
 	store := true
 	if !genOK {
-		if gen, err = c.generation(ctx, genKey, gi); err != nil {
-			c.log.Warn("cannot read or create the generation; the loaded set is not stored", "key", key, "generation_key", genKey, "err", err)
+		if gen, err = c.generation(ctx, r.rule.Generation, gi); err != nil {
+			c.log.Warn("cannot read or create the generation; the loaded set is not stored", "key", key, "generation_key", r.rule.Generation, "err", err)
 			store = false
 		}
 	}
@@ -112,22 +121,30 @@ func (r *Rule) Members(ctx context.Context, row Row) ([]string, error) {
 		return members, nil // the members are correct; only the store is skipped
 	}
 	item := &memcache.Item{Key: key, Value: itemformat.EncodeSetAt(gen, escaped), Expiration: readExpiration(src.lifetime(c, r.rule.TTL), time.Now())}
-	if it == nil {
+	c.storeLoadedSet(item, it, len(members))
+	return members, nil
+}
+
+// storeLoadedSet stores item, a loaded set of n members: added when the
+// set was missing (stale is nil), else swapped over the stale item read.
+// A lost race is logged at debug level, another failure as a warning.
+func (c *Client) storeLoadedSet(item, stale *memcache.Item, n int) {
+	var err error
+	if stale == nil {
 		err = c.mc.Add(item)
 	} else {
 		// Over the stale set, only if no token was appended to it since
 		// it was read: such a token may be missing from the load.
-		item.CasID = it.CasID
+		item.CasID = stale.CasID
 		err = c.mc.CompareAndSwap(item)
 	}
 	switch {
 	case err == nil:
 	case errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCASConflict):
-		c.log.Debug("set stored or changed by another client first", "key", key)
+		c.log.Debug("set stored or changed by another client first", "key", item.Key)
 	default:
-		c.log.Warn("cannot store loaded set", "key", key, "members", len(members), "err", err)
+		c.log.Warn("cannot store loaded set", "key", item.Key, "members", n, "err", err)
 	}
-	return members, nil
 }
 
 // generation returns the generation of the table whose generation item

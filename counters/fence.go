@@ -185,18 +185,22 @@ const (
 )
 
 // String returns the reason's metric label.
-func (w Why) String() string {
-	switch w {
-	case Decided:
-		return "decided"
-	case NoPosition:
-		return "no_position"
-	case OtherServer:
-		return "other_server"
-	case FenceMissing:
-		return "fence_missing"
+func (w Why) String() string { return enumName(whyNames[:], uint8(w), "why") }
+
+var whyNames = [...]string{
+	Decided:      "decided",
+	NoPosition:   "no_position",
+	OtherServer:  "other_server",
+	FenceMissing: "fence_missing",
+}
+
+// enumName returns names[v], the name of the value v of an enumeration,
+// or kind(v) for a value that has none.
+func enumName(names []string, v uint8, kind string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return "why(" + strconv.Itoa(int(w)) + ")"
+	return kind + "(" + strconv.Itoa(int(v)) + ")"
 }
 
 // includes reports whether the recount at f holds the change of the event
@@ -284,17 +288,9 @@ const (
 )
 
 // String returns the verdict's lower-case name.
-func (v Verdict) String() string {
-	switch v {
-	case Apply:
-		return "apply"
-	case Skip:
-		return "skip"
-	case Recount:
-		return "recount"
-	}
-	return "verdict(" + strconv.Itoa(int(v)) + ")"
-}
+func (v Verdict) String() string { return enumName(verdictNames[:], uint8(v), "verdict") }
+
+var verdictNames = [...]string{Apply: "apply", Skip: "skip", Recount: "recount"}
 
 // Verdict decides a delta from an event at pos:
 //

@@ -245,39 +245,40 @@ func (fm *flatMeta) read(m msg, fd *field, src *rules.Position) error {
 			return &DecodeError{Format: FormatDebeziumFlat, Offset: int(fd.off), Path: m.prefix + "__deleted", Reason: `__deleted is not "true" or "false"`}
 		}
 	case "__db":
-		if v.Kind == rules.KindString {
-			fm.db = v.Text
-		}
+		setText(&fm.db, v)
 	case "__table":
-		if v.Kind == rules.KindString {
-			fm.table = v.Text
-		}
+		setText(&fm.table, v)
 	case "__source_ts_ms":
-		if n, ok := parseInt64(v); ok {
-			fm.tsMs = n
-		}
+		setInt64(&fm.tsMs, v)
 	case "__ts_ms":
-		if n, ok := parseInt64(v); ok {
-			fm.legacyTs = n
-		}
+		setInt64(&fm.legacyTs, v)
 	case "__source_file":
-		if v.Kind == rules.KindString {
-			src.BinlogFile = v.Text
-		}
+		setText(&src.BinlogFile, v)
 	case "__source_pos":
-		if n, ok := parseInt64(v); ok {
-			src.BinlogPos = n
-		}
+		setInt64(&src.BinlogPos, v)
 	case "__source_gtid":
-		if v.Kind == rules.KindString {
-			src.GTID = v.Text
-		}
+		setText(&src.GTID, v)
 	case "__source_server_id":
 		if id := parseServerID(v); id != 0 {
 			src.ServerID = id
 		}
 	}
 	return nil
+}
+
+// setText sets *dst to v's text when v is a string, else leaves it.
+func setText(dst *string, v rules.Value) {
+	if v.Kind == rules.KindString {
+		*dst = v.Text
+	}
+}
+
+// setInt64 sets *dst to v's number when v is an integer or a string
+// holding one (parseInt64), else leaves it.
+func setInt64(dst *int64, v rules.Value) {
+	if n, ok := parseInt64(v); ok {
+		*dst = n
+	}
 }
 
 // shortName is how Debezium names a missing "database" or "table" field

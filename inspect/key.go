@@ -271,14 +271,28 @@ func (p *Pool) item(role, key string, v *memcache.Item) Item {
 	return it
 }
 
-func describeNamespace(it *Item, v *memcache.Item) {
+// parseItem parses the value of item v with parse; when v is missing or
+// parse rejects its value, it sets it.Meaning to missing or bad and
+// returns false.
+func parseItem[T any](it *Item, v *memcache.Item, parse func([]byte) (T, bool), missing, bad string) (T, bool) {
+	var zero T
 	if v == nil {
-		it.Meaning = "missing: readers create it and recompute what hangs off it"
-		return
+		it.Meaning = missing
+		return zero, false
 	}
-	ver, ok := itemformat.ParseVersion(v.Value)
+	x, ok := parse(v.Value)
 	if !ok {
-		it.Meaning = "not a namespace version: the next bump or reader replaces it"
+		it.Meaning = bad
+		return zero, false
+	}
+	return x, true
+}
+
+func describeNamespace(it *Item, v *memcache.Item) {
+	ver, ok := parseItem(it, v, itemformat.ParseVersion,
+		"missing: readers create it and recompute what hangs off it",
+		"not a namespace version: the next bump or reader replaces it")
+	if !ok {
 		return
 	}
 	it.Version, it.Meaning = &ver, fmt.Sprintf("namespace version %d", ver)
@@ -328,13 +342,10 @@ func describeSet(it *Item, v *memcache.Item, gen uint64, genOK bool) (valid bool
 }
 
 func describeCounter(it *Item, v *memcache.Item) {
-	if v == nil {
-		it.Meaning = "missing: readers will recount it"
-		return
-	}
-	n, ok := itemformat.ParseCount(v.Value)
+	n, ok := parseItem(it, v, itemformat.ParseCount,
+		"missing: readers will recount it",
+		"not a count: the daemon recounts it at its next change; readers recount")
 	if !ok {
-		it.Meaning = "not a count: the daemon recounts it at its next change; readers recount"
 		return
 	}
 	it.Count = &n

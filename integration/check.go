@@ -35,37 +35,11 @@ type Warmed struct {
 // the final check meaningful. Counters are read with counters.Get, which
 // fences its recounts as the daemon does.
 func Warm(ctx context.Context, rs *rules.RuleSet, cl *client.Client, db *counters.MySQL, snapshot []Change, share float64, rng *rand.Rand) (*Warmed, error) {
-	ctrs := counters.New(cl.Memcache(), db, counters.Config{}, nil)
 	w := &Warmed{Namespaces: map[string]uint64{}}
-	var ops []rules.Op
-	for i := range snapshot {
-		ev := snapshot[i].Event
-		ev.Operation = rules.Insert // every bump rule, whatever its `on`
-		var err error
-		ops, _, err = rs.Plan(ops[:0], &ev)
-		if err != nil {
-			return nil, fmt.Errorf("integration: warm: plan %s.%s: %w", ev.Database, ev.Table, err)
-		}
-		row := clientRow(ev.After)
-		for _, op := range ops {
-			if op.Kind != rules.OpBump {
-				continue
-			}
-			if _, seen := w.Namespaces[op.Key]; seen {
-				continue
-			}
-			if k, err := cl.Key(op.Rule.Name, row); err != nil || k != op.Key {
-				return nil, fmt.Errorf("integration: warm: the client's key %q (%v) is not the daemon's %q", k, err, op.Key)
-			}
-			v, err := cl.Namespace(ctx, op.Rule.Name, row)
-			if err != nil {
-				return nil, fmt.Errorf("integration: warm namespace %q: %w", op.Key, err)
-			}
-			if w.Namespaces[op.Key], err = strconv.ParseUint(v, 10, 64); err != nil {
-				return nil, fmt.Errorf("integration: warm namespace %q: version %q: %w", op.Key, v, err)
-			}
-		}
+	if err := w.warmNamespaces(ctx, rs, cl, snapshot); err != nil {
+		return nil, err
 	}
+	ctrs := counters.New(cl.Memcache(), db, counters.Config{}, nil)
 	for _, r := range rs.Rules() {
 		if (r.Kind != rules.SetRule && r.Kind != rules.CountRule) || r.Query == "" || (r.Keys == "" && r.Key.HasPlaceholders()) {
 			continue
@@ -79,45 +53,102 @@ func Warm(ctx context.Context, rs *rules.RuleSet, cl *client.Client, db *counter
 			}
 			first = false
 			if r.Kind == rules.CountRule {
-				bound := make([]any, len(args))
-				for i, a := range args {
-					bound[i] = a
-				}
-				// Counters live under their table's generation
-				// (docs/formats.md, "Generations").
-				gen, err := Generation(cl.Memcache(), r.Generation)
-				if err != nil {
-					return err
-				}
-				key = itemformat.CounterKey(key, gen)
-				if _, err := ctrs.Get(ctx, key, r.Query, bound...); err != nil {
-					return err
-				}
-				w.Counters = append(w.Counters, key)
-				return nil
+				return w.warmCounter(ctx, cl, ctrs, r, key, args)
 			}
-			// args are the values of the key's placeholders, in order of
-			// first appearance: the row the client renders the key from.
-			row := client.Row{}
-			for _, c := range r.Key.Columns() {
-				if _, done := row[c]; !done && len(row) < len(args) {
-					row[c] = args[len(row)]
-				}
-			}
-			if k, err := cl.Key(r.Name, row); err != nil || k != key {
-				return fmt.Errorf("the client's key %q (%v) is not %q", k, err, key)
-			}
-			if _, err := cl.Members(ctx, r.Name, row); err != nil {
-				return err
-			}
-			w.Sets = append(w.Sets, key)
-			return nil
+			return w.warmSet(ctx, cl, r, key, args)
 		}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("integration: warm rule %q: %w", r.Name, err)
 		}
 	}
 	return w, nil
+}
+
+// warmNamespaces reads, through cl, the namespace of every entity of the
+// snapshot that a bump rule of rs covers, recording its version in
+// w.Namespaces.
+func (w *Warmed) warmNamespaces(ctx context.Context, rs *rules.RuleSet, cl *client.Client, snapshot []Change) error {
+	var ops []rules.Op
+	for i := range snapshot {
+		ev := snapshot[i].Event
+		ev.Operation = rules.Insert // every bump rule, whatever its `on`
+		var err error
+		ops, _, err = rs.Plan(ops[:0], &ev)
+		if err != nil {
+			return fmt.Errorf("integration: warm: plan %s.%s: %w", ev.Database, ev.Table, err)
+		}
+		row := clientRow(ev.After)
+		for _, op := range ops {
+			if op.Kind != rules.OpBump {
+				continue
+			}
+			if _, seen := w.Namespaces[op.Key]; seen {
+				continue
+			}
+			if err := w.warmNamespace(ctx, cl, op, row); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// warmNamespace reads the namespace of the bump op through cl, for the
+// row it was planned from, and records its version.
+func (w *Warmed) warmNamespace(ctx context.Context, cl *client.Client, op rules.Op, row client.Row) error {
+	if k, err := cl.Key(op.Rule.Name, row); err != nil || k != op.Key {
+		return fmt.Errorf("integration: warm: the client's key %q (%v) is not the daemon's %q", k, err, op.Key)
+	}
+	v, err := cl.Namespace(ctx, op.Rule.Name, row)
+	if err != nil {
+		return fmt.Errorf("integration: warm namespace %q: %w", op.Key, err)
+	}
+	if w.Namespaces[op.Key], err = strconv.ParseUint(v, 10, 64); err != nil {
+		return fmt.Errorf("integration: warm namespace %q: version %q: %w", op.Key, v, err)
+	}
+	return nil
+}
+
+// warmCounter reads the counter of count rule r at key, args being its
+// query's arguments, recounting it when missing.
+func (w *Warmed) warmCounter(ctx context.Context, cl *client.Client, ctrs *counters.Counters, r *rules.Rule, key string, args []rules.Value) error {
+	bound := make([]any, len(args))
+	for i, a := range args {
+		bound[i] = a
+	}
+	// Counters live under their table's generation
+	// (docs/formats.md, "Generations").
+	gen, err := Generation(cl.Memcache(), r.Generation)
+	if err != nil {
+		return err
+	}
+	key = itemformat.CounterKey(key, gen)
+	if _, err := ctrs.Get(ctx, key, r.Query, bound...); err != nil {
+		return err
+	}
+	w.Counters = append(w.Counters, key)
+	return nil
+}
+
+// warmSet reads the set of set rule r at key through cl, loading it when
+// missing; args are the values of the key's placeholders.
+func (w *Warmed) warmSet(ctx context.Context, cl *client.Client, r *rules.Rule, key string, args []rules.Value) error {
+	// args are the values of the key's placeholders, in order of
+	// first appearance: the row the client renders the key from.
+	row := client.Row{}
+	for _, c := range r.Key.Columns() {
+		if _, done := row[c]; !done && len(row) < len(args) {
+			row[c] = args[len(row)]
+		}
+	}
+	if k, err := cl.Key(r.Name, row); err != nil || k != key {
+		return fmt.Errorf("the client's key %q (%v) is not %q", k, err, key)
+	}
+	if _, err := cl.Members(ctx, r.Name, row); err != nil {
+		return err
+	}
+	w.Sets = append(w.Sets, key)
+	return nil
 }
 
 // Generation returns the generation at key (a rule's Generation key),

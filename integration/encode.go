@@ -175,84 +175,117 @@ func Encode(f Format, tx []Change, topic TopicFunc, reg *AvroRegistry) ([]OutMes
 	if topic == nil {
 		topic = DefaultTopic
 	}
-	var out []OutMessage
 	switch f {
 	case Canal:
-		for i := 0; i < len(tx); {
-			j := i + 1
-			for j < len(tx) && tx[j].Table == tx[i].Table && tx[j].Event.Operation == tx[i].Event.Operation {
-				j++
-			}
-			m, err := encodeCanal(tx[i:j])
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, OutMessage{Topic: topic(tx[i].Table), Key: []byte(tx[i].Table.Qualified()), Value: m})
-			i = j
-		}
-		return out, nil
+		return encodeCanalTx(tx, topic)
 	case Maxwell:
-		for i := range tx {
-			c := &tx[i]
-			key, err := marshal(obj{{"database", c.Event.Database}, {"table", c.Event.Table}})
+		return encodeMaxwellTx(tx, topic)
+	case Debezium, DebeziumSchema, DebeziumFlat, DebeziumFlatRow, DebeziumAvro:
+		return encodeDebeziumTx(f, tx, topic, reg)
+	}
+	return nil, fmt.Errorf("integration: unknown format %q", f)
+}
+
+// encodeCanalTx encodes tx as Canal does: one message for each run of
+// changes of the same table and operation.
+func encodeCanalTx(tx []Change, topic TopicFunc) ([]OutMessage, error) {
+	var out []OutMessage
+	for i := 0; i < len(tx); {
+		j := i + 1
+		for j < len(tx) && tx[j].Table == tx[i].Table && tx[j].Event.Operation == tx[i].Event.Operation {
+			j++
+		}
+		m, err := encodeCanal(tx[i:j])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, OutMessage{Topic: topic(tx[i].Table), Key: []byte(tx[i].Table.Qualified()), Value: m})
+		i = j
+	}
+	return out, nil
+}
+
+// encodeMaxwellTx encodes tx as Maxwell does: one message a change, keyed
+// by its database and table.
+func encodeMaxwellTx(tx []Change, topic TopicFunc) ([]OutMessage, error) {
+	var out []OutMessage
+	for i := range tx {
+		c := &tx[i]
+		key, err := marshal(obj{{"database", c.Event.Database}, {"table", c.Event.Table}})
+		if err != nil {
+			return nil, err
+		}
+		val, err := encodeMaxwell(c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, OutMessage{Topic: topic(c.Table), Key: key, Value: val})
+	}
+	return out, nil
+}
+
+// encodeDebeziumTx encodes tx in one of the Debezium formats f: one
+// message a change (two for a primary-key change), and a tombstone after a
+// delete where Debezium sends one.
+func encodeDebeziumTx(f Format, tx []Change, topic TopicFunc, reg *AvroRegistry) ([]OutMessage, error) {
+	var out []OutMessage
+	for i := range tx {
+		for _, c := range debeziumParts(tx[i]) {
+			msgs, err := encodeDebeziumChange(f, &c, topic(c.Table), reg)
 			if err != nil {
 				return nil, err
 			}
-			val, err := encodeMaxwell(c)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, OutMessage{Topic: topic(c.Table), Key: key, Value: val})
+			out = append(out, msgs...)
+		}
+	}
+	return out, nil
+}
+
+// debeziumParts returns c as Debezium reports it: a primary-key change as
+// a delete of the old key and a create of the new one, else c alone.
+func debeziumParts(c Change) []Change {
+	if !c.pkChanged() {
+		return []Change{c}
+	}
+	del, ins := c, c
+	del.Event.Operation, del.Event.After = rules.Delete, nil
+	ins.Event.Operation, ins.Event.Before = rules.Insert, nil
+	return []Change{del, ins}
+}
+
+// encodeDebeziumChange encodes one change in the Debezium format f for
+// topic: its message, then its tombstone where Debezium sends one.
+func encodeDebeziumChange(f Format, c *Change, topic string, reg *AvroRegistry) ([]OutMessage, error) {
+	if f == DebeziumAvro {
+		key, val, err := encodeDebeziumAvro(reg, c, topic)
+		if err != nil {
+			return nil, err
+		}
+		out := []OutMessage{{Topic: topic, Key: key, Value: val}}
+		if c.Event.Operation == rules.Delete {
+			out = append(out, OutMessage{Topic: topic, Key: key}) // tombstone
 		}
 		return out, nil
-	case Debezium, DebeziumSchema, DebeziumFlat, DebeziumFlatRow, DebeziumAvro:
-	default:
-		return nil, fmt.Errorf("integration: unknown format %q", f)
 	}
-	for i := range tx {
-		// Debezium reports a primary-key change as a delete of the old
-		// key and a create of the new one.
-		parts := []Change{tx[i]}
-		if tx[i].pkChanged() {
-			del, ins := tx[i], tx[i]
-			del.Event.Operation, del.Event.After = rules.Delete, nil
-			ins.Event.Operation, ins.Event.Before = rules.Insert, nil
-			parts = []Change{del, ins}
-		}
-		for j := range parts {
-			c := &parts[j]
-			if f == DebeziumAvro {
-				key, val, err := encodeDebeziumAvro(reg, c, topic(c.Table))
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, OutMessage{Topic: topic(c.Table), Key: key, Value: val})
-				if c.Event.Operation == rules.Delete {
-					out = append(out, OutMessage{Topic: topic(c.Table), Key: key}) // tombstone
-				}
-				continue
-			}
-			key, err := debeziumKey(c, f == DebeziumSchema)
-			if err != nil {
-				return nil, err
-			}
-			var val []byte
-			switch f {
-			case Debezium, DebeziumSchema:
-				val, err = encodeDebezium(c, f == DebeziumSchema)
-			case DebeziumFlat:
-				val, err = encodeFlat(c, true)
-			case DebeziumFlatRow:
-				val, err = encodeFlat(c, false)
-			}
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, OutMessage{Topic: topic(c.Table), Key: key, Value: val})
-			if c.Event.Operation == rules.Delete && (f == Debezium || f == DebeziumSchema) {
-				out = append(out, OutMessage{Topic: topic(c.Table), Key: key}) // tombstone
-			}
-		}
+	key, err := debeziumKey(c, f == DebeziumSchema)
+	if err != nil {
+		return nil, err
+	}
+	var val []byte
+	switch f {
+	case Debezium, DebeziumSchema:
+		val, err = encodeDebezium(c, f == DebeziumSchema)
+	case DebeziumFlat:
+		val, err = encodeFlat(c, true)
+	case DebeziumFlatRow:
+		val, err = encodeFlat(c, false)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := []OutMessage{{Topic: topic, Key: key, Value: val}}
+	if c.Event.Operation == rules.Delete && (f == Debezium || f == DebeziumSchema) {
+		out = append(out, OutMessage{Topic: topic, Key: key}) // tombstone
 	}
 	return out, nil
 }

@@ -31,22 +31,18 @@ func (m *metrics) drop(reason string) { m.drops[reason].Inc() }
 // newMetrics creates the metrics and registers them with r (nil: none).
 func newMetrics(r prometheus.Registerer) *metrics {
 	m := &metrics{
-		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_consistency_checks_total",
-			Help: "Items of sampled applied changes checked a window after the change, by rule, window and result (consistent, inconsistent, missing, not_judged).",
-		}, []string{"rule", "window", "result"}),
-		samples: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_observer_samples_total",
-			Help: "Applied changes sampled by the consistency observer, by rule.",
-		}, []string{"rule"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_observer_dropped_total",
-			Help: "Changes the observer chose but did not sample, by reason (rate_limit, budget, read_failed, queue_full, not_applied, replaced).",
-		}, []string{"reason"}),
-		budgetSpent: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cachewarden_observer_budget_exhausted_total",
-			Help: "Reads or queries the observer skipped because its budget per second was spent, by resource (memcached, mysql).",
-		}, []string{"resource"}),
+		checks: counterVec("cachewarden_consistency_checks_total",
+			"Items of sampled applied changes checked a window after the change, by rule, window and result (consistent, inconsistent, missing, not_judged).",
+			"rule", "window", "result"),
+		samples: counterVec("cachewarden_observer_samples_total",
+			"Applied changes sampled by the consistency observer, by rule.",
+			"rule"),
+		dropped: counterVec("cachewarden_observer_dropped_total",
+			"Changes the observer chose but did not sample, by reason (rate_limit, budget, read_failed, queue_full, not_applied, replaced).",
+			"reason"),
+		budgetSpent: counterVec("cachewarden_observer_budget_exhausted_total",
+			"Reads or queries the observer skipped because its budget per second was spent, by resource (memcached, mysql).",
+			"resource"),
 		mcReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cachewarden_observer_memcached_reads_total",
 			Help: "Items the consistency observer read from memcached.",
@@ -68,4 +64,10 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		r.MustRegister(m.checks, m.samples, m.dropped, m.budgetSpent, m.mcReads, m.sqlQueries, m.pending)
 	}
 	return m
+}
+
+// counterVec returns a new counter vector named name, with help text help
+// and the given label names.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }

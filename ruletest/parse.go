@@ -570,75 +570,93 @@ func appendJSONNode(buf *bytes.Buffer, n *yaml.Node, depth int, budget *int) *js
 	}
 	switch n.Kind {
 	case yaml.MappingNode:
-		buf.WriteByte('{')
-		first := make(map[string]int, len(n.Content)/2)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := yamlfile.Resolve(n.Content[i])
-			if k.Kind != yaml.ScalarNode || k.Tag == "!!null" {
-				return &jsonError{k, "object keys must be strings"}
-			}
-			if line, dup := first[k.Value]; dup {
-				return &jsonError{k, yamlfile.DuplicateKey(k.Value, line)}
-			}
-			first[k.Value] = k.Line
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			writeJSONString(buf, k.Value)
-			buf.WriteByte(':')
-			if err := appendJSONNode(buf, n.Content[i+1], depth+1, budget); err != nil {
-				return err
-			}
-		}
-		buf.WriteByte('}')
+		return appendJSONObject(buf, n, depth, budget)
 	case yaml.SequenceNode:
-		buf.WriteByte('[')
-		for i, e := range n.Content {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			if err := appendJSONNode(buf, e, depth+1, budget); err != nil {
-				return err
-			}
-		}
-		buf.WriteByte(']')
+		return appendJSONArray(buf, n, depth, budget)
 	case yaml.ScalarNode:
-		switch n.Tag {
-		case "!!null":
-			buf.WriteString("null")
-		case "!!bool":
-			var b bool
-			if err := n.Decode(&b); err != nil {
-				return &jsonError{n, err.Error()}
-			}
-			if b {
-				buf.WriteString("true")
-			} else {
-				buf.WriteString("false")
-			}
-		case "!!int":
-			if isJSONNumber(n.Value) {
-				buf.WriteString(n.Value)
-				break
-			}
-			var i big.Int
-			if _, ok := i.SetString(strings.TrimPrefix(n.Value, "+"), 0); !ok {
-				return &jsonError{n, fmt.Sprintf("integer %s has no JSON form; quote it", n.Value)}
-			}
-			buf.WriteString(i.String())
-		case "!!float":
-			v := strings.TrimPrefix(n.Value, "+")
-			if !isJSONNumber(v) {
-				return &jsonError{n, fmt.Sprintf("number %s has no JSON form; write it like 1.5 or 2e-3", n.Value)}
-			}
-			buf.WriteString(v)
-		case "!!str":
-			writeJSONString(buf, n.Value)
-		default:
-			return &jsonError{n, fmt.Sprintf("values tagged %s have no JSON form", n.Tag)}
+		return appendJSONScalar(buf, n)
+	}
+	return &jsonError{n, "unsupported YAML node"}
+}
+
+// appendJSONObject appends the mapping n, at depth, as a JSON object: its
+// keys must be strings, each once.
+func appendJSONObject(buf *bytes.Buffer, n *yaml.Node, depth int, budget *int) *jsonError {
+	buf.WriteByte('{')
+	first := make(map[string]int, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := yamlfile.Resolve(n.Content[i])
+		if k.Kind != yaml.ScalarNode || k.Tag == "!!null" {
+			return &jsonError{k, "object keys must be strings"}
 		}
+		if line, dup := first[k.Value]; dup {
+			return &jsonError{k, yamlfile.DuplicateKey(k.Value, line)}
+		}
+		first[k.Value] = k.Line
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		writeJSONString(buf, k.Value)
+		buf.WriteByte(':')
+		if err := appendJSONNode(buf, n.Content[i+1], depth+1, budget); err != nil {
+			return err
+		}
+	}
+	buf.WriteByte('}')
+	return nil
+}
+
+// appendJSONArray appends the sequence n, at depth, as a JSON array.
+func appendJSONArray(buf *bytes.Buffer, n *yaml.Node, depth int, budget *int) *jsonError {
+	buf.WriteByte('[')
+	for i, e := range n.Content {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := appendJSONNode(buf, e, depth+1, budget); err != nil {
+			return err
+		}
+	}
+	buf.WriteByte(']')
+	return nil
+}
+
+// appendJSONScalar appends the scalar n as JSON: null, a boolean, a
+// number in JSON's syntax, or a string; other tags have no JSON form.
+func appendJSONScalar(buf *bytes.Buffer, n *yaml.Node) *jsonError {
+	switch n.Tag {
+	case "!!null":
+		buf.WriteString("null")
+	case "!!bool":
+		var b bool
+		if err := n.Decode(&b); err != nil {
+			return &jsonError{n, err.Error()}
+		}
+		if b {
+			buf.WriteString("true")
+		} else {
+			buf.WriteString("false")
+		}
+	case "!!int":
+		if isJSONNumber(n.Value) {
+			buf.WriteString(n.Value)
+			break
+		}
+		var i big.Int
+		if _, ok := i.SetString(strings.TrimPrefix(n.Value, "+"), 0); !ok {
+			return &jsonError{n, fmt.Sprintf("integer %s has no JSON form; quote it", n.Value)}
+		}
+		buf.WriteString(i.String())
+	case "!!float":
+		v := strings.TrimPrefix(n.Value, "+")
+		if !isJSONNumber(v) {
+			return &jsonError{n, fmt.Sprintf("number %s has no JSON form; write it like 1.5 or 2e-3", n.Value)}
+		}
+		buf.WriteString(v)
+	case "!!str":
+		writeJSONString(buf, n.Value)
 	default:
-		return &jsonError{n, "unsupported YAML node"}
+		return &jsonError{n, fmt.Sprintf("values tagged %s have no JSON form", n.Tag)}
 	}
 	return nil
 }

@@ -10,30 +10,31 @@ import (
 	"github.com/cachewarden/cachewarden/check"
 )
 
+// checkHelp is the description `cachewarden check -h` prints; %v is
+// check.DefaultConnectTimeout.
+const checkHelp = `Loads the config and the rule files it names, runs the rule tests (by
+default the *.yaml files in the tests/ directory of each rule directory),
+and, with --dsn, checks the rules against the live schema: tables and
+columns exist, key and when columns have usable types, load and recount
+queries prepare with the right number of parameters, return what the
+daemon reads (a load of the member's column, a recount of one COUNT, a
+keys query of the key's columns in order) and use an index,
+key, member and args columns compare bytes exactly (a collation that
+folds case, accents or trailing spaces is an error unless the rule says
+collation: accept-folding); it reports key templates that can exceed
+250 bytes (they are hashed).
+Prints one line per problem, file:line:col: severity: message, then a
+summary. Exit status: 1 when there is an error (or, with
+--warnings-as-errors, a warning), 2 on a command-line mistake, else 0.
+--config-dsn checks against the config's mysql.dsn, whose password may
+come from the environment (${NAME}) rather than the command line.
+Connecting waits at most %v (unless the DSN sets timeout= or readTimeout=)
+and names an address that sends no MySQL handshake as such.`
+
 // checkCmd implements `check`: config, rules, rule tests and, with a DSN,
 // the rules against the live schema (package check).
 func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("check",
-		"check -c FILE [--dsn DSN | --config-dsn] [--tests PATH]... [--format text|json] [--warnings-as-errors]",
-		"Loads the config and the rule files it names, runs the rule tests (by\n"+
-			"default the *.yaml files in the tests/ directory of each rule directory),\n"+
-			"and, with --dsn, checks the rules against the live schema: tables and\n"+
-			"columns exist, key and when columns have usable types, load and recount\n"+
-			"queries prepare with the right number of parameters, return what the\n"+
-			"daemon reads (a load of the member's column, a recount of one COUNT, a\n"+
-			"keys query of the key's columns in order) and use an index,\n"+
-			"key, member and args columns compare bytes exactly (a collation that\n"+
-			"folds case, accents or trailing spaces is an error unless the rule says\n"+
-			"collation: accept-folding); it reports key templates that can exceed\n"+
-			"250 bytes (they are hashed).\n"+
-			"Prints one line per problem, file:line:col: severity: message, then a\n"+
-			"summary. Exit status: 1 when there is an error (or, with\n"+
-			"--warnings-as-errors, a warning), 2 on a command-line mistake, else 0.\n"+
-			"--config-dsn checks against the config's mysql.dsn, whose password may\n"+
-			"come from the environment (${NAME}) rather than the command line.\n"+
-			fmt.Sprintf("Connecting waits at most %v (unless the DSN sets timeout= or readTimeout=)\n", check.DefaultConnectTimeout)+
-			"and names an address that sends no MySQL handshake as such.",
-		stderr)
+	fs := newFlagSet("check", "check -c FILE [--dsn DSN | --config-dsn] [--tests PATH]... [--format text|json] [--warnings-as-errors]", fmt.Sprintf(checkHelp, check.DefaultConnectTimeout), stderr)
 	var dsn, format string
 	var tests, databases stringList
 	path := configFlag(fs)
@@ -45,10 +46,7 @@ func (a *app) checkCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	warnFail := fs.Bool("warnings-as-errors", false, "exit with status 1 on warnings too")
 	timeout := fs.Duration("timeout", check.DefaultTimeout,
 		fmt.Sprintf("bound on the whole schema check (connecting alone: %v, or the DSN's timeout= and readTimeout=)", check.DefaultConnectTimeout))
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
-	}
-	if err := checkConfigArgs(fs, "check", *path); err != nil {
+	if err := parseConfigFlags(fs, "check", args, path); err != nil {
 		return err
 	}
 	dsnGiven := false

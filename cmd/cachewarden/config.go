@@ -6,15 +6,16 @@ import (
 	"io"
 )
 
+// configHelp is the description `cachewarden config -h` prints.
+const configHelp = `print: writes the configuration ` + "`run`" + ` would use: every setting after ${NAME}
+expansion, with the defaults filled in, as YAML that ` + "`run -c`" + ` loads again
+into the same configuration (rule paths absolute, "${" written "$${").
+Secrets (the MySQL DSN's password, the SASL and schema registry passwords)
+are replaced by "xxxxx". The rule files are loaded and checked too.`
+
 // configCmd implements `config print`: the effective configuration.
 func (a *app) configCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("config", "config print -c FILE",
-		"print: writes the configuration `run` would use: every setting after ${NAME}\n"+
-			"expansion, with the defaults filled in, as YAML that `run -c` loads again\n"+
-			"into the same configuration (rule paths absolute, \"${\" written \"$${\").\n"+
-			"Secrets (the MySQL DSN's password, the SASL and schema registry passwords)\n"+
-			"are replaced by "+`"xxxxx"`+". The rule files are loaded and checked too.",
-		stderr)
+	fs := newFlagSet("config", "config print -c FILE", configHelp, stderr)
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		if len(args) == 0 {
 			fs.Usage()

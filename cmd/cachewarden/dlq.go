@@ -93,18 +93,18 @@ func (o *dlqOptions) readOptions() kafka.DLQReadOptions {
 	return kafka.DLQReadOptions{Partition: o.partition, From: o.from}
 }
 
+// dlqListHelp is the description `cachewarden dlq list -h` prints.
+const dlqListHelp = `Prints the dead letters of kafka.dlq_topic, oldest first in each partition:
+their partition and offset in the dead-letter topic, the original record
+(topic:partition:offset), its timestamp, the value's size in bytes and
+why it is poison. It reads up to the end the topic has when it starts
+and never waits for more. NOTE says which dead letters cannot be
+re-driven (a batch too large to decompress, a value the brokers refused).
+--json prints one JSON object a line instead.`
+
 // dlqList implements `dlq list`.
 func (a *app) dlqList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dlq list",
-		"dlq list -c FILE [--from N] [--partition P] [--limit N] [--json]",
-		"Prints the dead letters of kafka.dlq_topic, oldest first in each partition:\n"+
-			"their partition and offset in the dead-letter topic, the original record\n"+
-			"(topic:partition:offset), its timestamp, the value's size in bytes and\n"+
-			"why it is poison. It reads up to the end the topic has when it starts\n"+
-			"and never waits for more. NOTE says which dead letters cannot be\n"+
-			"re-driven (a batch too large to decompress, a value the brokers refused).\n"+
-			"--json prints one JSON object a line instead.",
-		stderr)
+	fs := newFlagSet("dlq list", "dlq list -c FILE [--from N] [--partition P] [--limit N] [--json]", dlqListHelp, stderr)
 	var o dlqOptions
 	o.bind(fs, defaultDLQListLimit, "print at most this many dead letters")
 	asJSON := fs.Bool("json", false, "one JSON object per dead letter, a line each")
@@ -257,24 +257,24 @@ func parseDLQSelection(offset int64, offsets, reason string, all bool) (dlqSelec
 	return s, nil
 }
 
+// dlqRedriveHelp is the description `cachewarden dlq redrive -h` prints.
+const dlqRedriveHelp = `Re-applies chosen dead letters of kafka.dlq_topic with the rules the
+config loads now, through the path ` + "`replay`" + ` takes: namespace bumps
+applied, every counter a change touches recounted and every set it
+touches rebuilt from its load query (or deleted) once at the end, fenced
+as replay's recounts are. --offset and --offsets select offsets of the
+dead-letter topic (give --partition when it has several); --reason
+selects the dead letters whose reason contains TEXT. Each one gets a
+line on stdout: applied, poison again (and why), or not re-driven (a
+batch too large to decompress or a value the brokers refused: the line
+gives the replay command that applies the originals). Nothing is
+removed from the dead-letter topic or written to it. --dry-run prints
+the planned ops as ` + "`cachewarden plan`" + ` does instead. Exit status 1 when
+a chosen dead letter was not applied, or an op failed.`
+
 // dlqRedrive implements `dlq redrive`.
 func (a *app) dlqRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dlq redrive",
-		"dlq redrive -c FILE (--offset N | --offsets A-B | --all | --reason TEXT) [--partition P] [--dry-run]",
-		"Re-applies chosen dead letters of kafka.dlq_topic with the rules the\n"+
-			"config loads now, through the path `replay` takes: namespace bumps\n"+
-			"applied, every counter a change touches recounted and every set it\n"+
-			"touches rebuilt from its load query (or deleted) once at the end, fenced\n"+
-			"as replay's recounts are. --offset and --offsets select offsets of the\n"+
-			"dead-letter topic (give --partition when it has several); --reason\n"+
-			"selects the dead letters whose reason contains TEXT. Each one gets a\n"+
-			"line on stdout: applied, poison again (and why), or not re-driven (a\n"+
-			"batch too large to decompress or a value the brokers refused: the line\n"+
-			"gives the replay command that applies the originals). Nothing is\n"+
-			"removed from the dead-letter topic or written to it. --dry-run prints\n"+
-			"the planned ops as `cachewarden plan` does instead. Exit status 1 when\n"+
-			"a chosen dead letter was not applied, or an op failed.",
-		stderr)
+	fs := newFlagSet("dlq redrive", "dlq redrive -c FILE (--offset N | --offsets A-B | --all | --reason TEXT) [--partition P] [--dry-run]", dlqRedriveHelp, stderr)
 	var o dlqOptions
 	o.bind(fs, defaultDLQRedriveLimit, "re-drive at most this many dead letters (they are held in memory)")
 	offset := fs.Int64("offset", -1, "re-drive the dead letter at this offset")

@@ -12,26 +12,24 @@ import (
 	"github.com/cachewarden/cachewarden/rules"
 )
 
+// invalidateHelp is the description `cachewarden invalidate -h` prints.
+const invalidateHelp = `Invalidates by hand, in the pool of each config given (one daemon config per
+pool), through the daemon's own writer (memcached.protocol) and distribution:
+  --rule NAME COLUMN=VALUE...  one entity of a rule: bump its namespace (every
+      copy, keys of earlier releases, its evidence bit), or delete its set or
+      counter (under the table's current generation); readers reload them.
+  --table DB.TABLE  everything cached of a table, as the daemon does for a lost
+      change: bump the fallback namespace of its rules and the generation of
+      its sets and counters. TABLE alone means the table in any database.
+Prints one line per op (pool, server, op, key, result) and logs each. Exit
+status 1 when an op failed, naming its servers.`
+
 // invalidateCmd implements `invalidate`: bump a namespace, delete a set
 // or counter, or bump a table's fallback namespaces and generation, by
 // hand, in every pool given.
 func (a *app) invalidateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("invalidate",
-		"invalidate -c FILE [-c FILE]... (--rule NAME COLUMN=VALUE... | --table DB.TABLE) [--dry-run] [--json]",
-		"Invalidates by hand, in the pool of each config given (one daemon config per\n"+
-			"pool), through the daemon's own writer (memcached.protocol) and distribution:\n"+
-			"  --rule NAME COLUMN=VALUE...  one entity of a rule: bump its namespace (every\n"+
-			"      copy, keys of earlier releases, its evidence bit), or delete its set or\n"+
-			"      counter (under the table's current generation); readers reload them.\n"+
-			"  --table DB.TABLE  everything cached of a table, as the daemon does for a lost\n"+
-			"      change: bump the fallback namespace of its rules and the generation of\n"+
-			"      its sets and counters. TABLE alone means the table in any database.\n"+
-			"Prints one line per op (pool, server, op, key, result) and logs each. Exit\n"+
-			"status 1 when an op failed, naming its servers.",
-		stderr)
-	var paths stringList
-	fs.Var(&paths, "c", "daemon config file, one per memcached pool (repeatable; at least one)")
-	fs.Var(&paths, "config", "same as -c")
+	fs := newFlagSet("invalidate", "invalidate -c FILE [-c FILE]... (--rule NAME COLUMN=VALUE... | --table DB.TABLE) [--dry-run] [--json]", invalidateHelp, stderr)
+	paths := poolConfigFlag(fs)
 	ruleName := fs.String("rule", "", "the rule whose entity to invalidate")
 	table := fs.String("table", "", "the table to invalidate as a whole (db.table, or table)")
 	dryRun := fs.Bool("dry-run", false, "print what would be done, send nothing")
@@ -40,10 +38,10 @@ func (a *app) invalidateCmd(ctx context.Context, args []string, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	if err := checkInvalidateArgs(fs, paths, *ruleName, *table, entity); err != nil {
+	if err := checkInvalidateArgs(fs, *paths, *ruleName, *table, entity); err != nil {
 		return err
 	}
-	pools, log, closeAll, err := a.openPools(paths, stderr)
+	pools, log, closeAll, err := a.openPools(*paths, stderr)
 	if err != nil {
 		return err
 	}

@@ -11,36 +11,34 @@ import (
 	"github.com/cachewarden/cachewarden/wiring"
 )
 
+// keyHelp is the description `cachewarden key -h` prints.
+const keyHelp = `Shows what memcached holds for one entity of a rule, in the pool of each
+config given (one daemon config per pool): each key as the daemon builds it
+(hashed long keys, hot-key copies, keys of earlier releases, counters under
+their table's generation), the server the configured distribution picks, the
+raw item (escaped, at most 256 bytes) and its meaning: the namespace version
+(and evidence master), the set's members, the counter's value and fence, the
+generation. A missing item is a valid state: readers recompute it. For a set
+or count rule with a query and a config with mysql.dsn, it runs the query
+(the entity's values bound as parameters) and says whether memcached agrees.
+COLUMN=VALUE gives each column of the rule's key (and of its query's args).
+It only reads. Exit status 1 when a pool cannot be read or queried.`
+
 // keyCmd implements `key`: one entity's items in every pool, what they
 // mean, and what MySQL says.
 func (a *app) keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("key",
-		"key -c FILE [-c FILE]... --rule NAME [--json] COLUMN=VALUE...",
-		"Shows what memcached holds for one entity of a rule, in the pool of each\n"+
-			"config given (one daemon config per pool): each key as the daemon builds it\n"+
-			"(hashed long keys, hot-key copies, keys of earlier releases, counters under\n"+
-			"their table's generation), the server the configured distribution picks, the\n"+
-			"raw item (escaped, at most 256 bytes) and its meaning: the namespace version\n"+
-			"(and evidence master), the set's members, the counter's value and fence, the\n"+
-			"generation. A missing item is a valid state: readers recompute it. For a set\n"+
-			"or count rule with a query and a config with mysql.dsn, it runs the query\n"+
-			"(the entity's values bound as parameters) and says whether memcached agrees.\n"+
-			"COLUMN=VALUE gives each column of the rule's key (and of its query's args).\n"+
-			"It only reads. Exit status 1 when a pool cannot be read or queried.",
-		stderr)
-	var paths stringList
-	fs.Var(&paths, "c", "daemon config file, one per memcached pool (repeatable; at least one)")
-	fs.Var(&paths, "config", "same as -c")
+	fs := newFlagSet("key", "key -c FILE [-c FILE]... --rule NAME [--json] COLUMN=VALUE...", keyHelp, stderr)
+	paths := poolConfigFlag(fs)
 	ruleName := fs.String("rule", "", "the rule whose entity to show (required)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	entity, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if err := checkEntityArgs(fs, "key", paths, *ruleName, entity); err != nil {
+	if err := checkEntityArgs(fs, "key", *paths, *ruleName, entity); err != nil {
 		return err
 	}
-	pools, _, closeAll, err := a.openPools(paths, stderr)
+	pools, _, closeAll, err := a.openPools(*paths, stderr)
 	if err != nil {
 		return err
 	}
@@ -61,6 +59,15 @@ func (a *app) keyCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return errReported
 	}
 	return nil
+}
+
+// poolConfigFlag adds the repeatable -c and its long form --config to
+// fs: the daemon configs of key and invalidate, one per memcached pool.
+func poolConfigFlag(fs *flag.FlagSet) *stringList {
+	var paths stringList
+	fs.Var(&paths, "c", "daemon config file, one per memcached pool (repeatable; at least one)")
+	fs.Var(&paths, "config", "same as -c")
+	return &paths
 }
 
 // parseInterspersed parses fs's flags wherever they stand among the

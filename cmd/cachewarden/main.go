@@ -241,12 +241,44 @@ func configFlag(fs *flag.FlagSet) *string {
 	return path
 }
 
-// checkConfigArgs reports the mistakes every command that reads a config
-// file can make after its flags: an argument, or no -c.
-func checkConfigArgs(fs *flag.FlagSet, command, path string) error {
+// parseFlags parses args, the command line of a command that takes flags
+// only: -h gives flag.ErrHelp, a flag mistake or an argument a usage error
+// (after the usage), naming command in the message.
+func parseFlags(fs *flag.FlagSet, command string, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return flagError(err)
+	}
+	return checkNoArgs(fs, command)
+}
+
+// parseOperands parses args, the command line of a command that takes
+// flags and at least one operand (what names it in the message, e.g.
+// "PATH"), and returns the operands.
+func parseOperands(fs *flag.FlagSet, command, what string, args []string) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, flagError(err)
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return nil, usageErrorf("%s: no %s given", command, what)
+	}
+	return fs.Args(), nil
+}
+
+// checkNoArgs reports an argument left after fs's flags as a usage error.
+func checkNoArgs(fs *flag.FlagSet, command string) error {
 	if fs.NArg() > 0 {
 		fs.Usage()
 		return usageErrorf("%s: unexpected argument %q", command, fs.Arg(0))
+	}
+	return nil
+}
+
+// checkConfigArgs reports the mistakes every command that reads a config
+// file can make after its flags: an argument, or no -c.
+func checkConfigArgs(fs *flag.FlagSet, command, path string) error {
+	if err := checkNoArgs(fs, command); err != nil {
+		return err
 	}
 	if path == "" {
 		fs.Usage()
@@ -255,14 +287,20 @@ func checkConfigArgs(fs *flag.FlagSet, command, path string) error {
 	return nil
 }
 
+// parseConfigFlags is parseFlags for a command that requires -c, whose
+// value path holds after parsing.
+func parseConfigFlags(fs *flag.FlagSet, command string, args []string, path *string) error {
+	if err := fs.Parse(args); err != nil {
+		return flagError(err)
+	}
+	return checkConfigArgs(fs, command, *path)
+}
+
 // parseConfigOnly parses args for a command whose one flag is -c and
 // loads that config file.
 func parseConfigOnly(fs *flag.FlagSet, command string, args []string, stderr io.Writer) (*config.Config, error) {
 	path := configFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return nil, flagError(err)
-	}
-	if err := checkConfigArgs(fs, command, *path); err != nil {
+	if err := parseConfigFlags(fs, command, args, path); err != nil {
 		return nil, err
 	}
 	return loadConfig(*path, stderr)

@@ -10,19 +10,19 @@ import (
 	"github.com/cachewarden/cachewarden/wiring"
 )
 
+// observeHelp is the description `cachewarden observe -h` prints.
+const observeHelp = `Runs the consistency observer beside the daemons, without writing to
+memcached: consumes the configured CDC topics in a consumer group of
+its own (observer.group, default kafka.group followed by "-observer"),
+samples the planned changes as the observer section says, and checks
+their items after each window through the config's memcached
+distribution (docs/operations.md, "The consistency observer").
+Serves /metrics and /status on http.listen. SIGINT or SIGTERM stops it.`
+
 // observeCmd implements `observe`: the consistency observer in a process
 // of its own.
 func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("observe",
-		"observe -c FILE",
-		"Runs the consistency observer beside the daemons, without writing to\n"+
-			"memcached: consumes the configured CDC topics in a consumer group of\n"+
-			"its own (observer.group, default kafka.group followed by \"-observer\"),\n"+
-			"samples the planned changes as the observer section says, and checks\n"+
-			"their items after each window through the config's memcached\n"+
-			"distribution (docs/operations.md, \"The consistency observer\").\n"+
-			"Serves /metrics and /status on http.listen. SIGINT or SIGTERM stops it.",
-		stderr)
+	fs := newFlagSet("observe", "observe -c FILE", observeHelp, stderr)
 	cfg, err := parseConfigOnly(fs, "observe", args, stderr)
 	if err != nil {
 		return err

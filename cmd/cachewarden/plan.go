@@ -26,22 +26,22 @@ func (l *stringList) Set(s string) error {
 	return nil
 }
 
+// planHelp is the description `cachewarden plan -h` prints.
+const planHelp = `Reads one CDC message value per line from stdin, as JSON (Debezium, flattened
+Debezium, Maxwell, Canal), and prints one JSON object per planned cache
+operation, e.g.
+  {"line":4,"rule":"user-interests","op":"set_add","key":"shop:interests:42","member":"7"}
+Empty lines are tombstones and are skipped. A line that cannot be decoded or
+planned is reported on stderr as "line N: reason" and skipped; so is a message
+whose operation type (Debezium op, Maxwell or Canal type) is not one it knows,
+which the daemon sends to the dead-letter topic as poison.
+Avro messages (Confluent-framed, with a schema registry) are binary, not
+lines: ` + "`cachewarden replay -c FILE --from START --dry-run`" + ` plans an Avro
+topic from Kafka.`
+
 // planCmd implements `plan`: the planner run over messages from stdin.
 func (a *app) planCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("plan",
-		"plan --rules PATH [--rules PATH]... [--format FORMAT] [--table db.table] [--strict] < messages.ndjson",
-		"Reads one CDC message value per line from stdin, as JSON (Debezium, flattened\n"+
-			"Debezium, Maxwell, Canal), and prints one JSON object per planned cache\n"+
-			"operation, e.g.\n"+
-			"  {\"line\":4,\"rule\":\"user-interests\",\"op\":\"set_add\",\"key\":\"shop:interests:42\",\"member\":\"7\"}\n"+
-			"Empty lines are tombstones and are skipped. A line that cannot be decoded or\n"+
-			"planned is reported on stderr as \"line N: reason\" and skipped; so is a message\n"+
-			"whose operation type (Debezium op, Maxwell or Canal type) is not one it knows,\n"+
-			"which the daemon sends to the dead-letter topic as poison.\n"+
-			"Avro messages (Confluent-framed, with a schema registry) are binary, not\n"+
-			"lines: `cachewarden replay -c FILE --from START --dry-run` plans an Avro\n"+
-			"topic from Kafka.",
-		stderr)
+	fs := newFlagSet("plan", "plan --rules PATH [--rules PATH]... [--format FORMAT] [--table db.table] [--strict] < messages.ndjson", planHelp, stderr)
 	var rulePaths stringList
 	fs.Var(&rulePaths, "rules", "rule file, or directory of *.yaml/*.yml files (repeatable; required)")
 	formatName := fs.String("format", decode.FormatAuto.String(), "message format: "+decode.Alternatives(decode.FileNames()))

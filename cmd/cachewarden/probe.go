@@ -13,29 +13,25 @@ import (
 	"github.com/cachewarden/cachewarden/config"
 )
 
+// probeHelp is the description `cachewarden probe -h` prints.
+const probeHelp = `Asks a running daemon's HTTP endpoint (by default /readyz) and exits 0
+when it answers 200, 1 otherwise, printing the answer. The address is
+http.listen of the config FILE (after environment expansion), else
+--addr; an address that listens on every interface (":9464",
+"0.0.0.0:9464") is asked on loopback.`
+
 // probeCmd implements `probe`: asks a running daemon's /readyz (or
 // another of its endpoints) and exits 0 only on 200, for images without a
 // shell or an HTTP client (a container HEALTHCHECK).
 func (a *app) probeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("probe",
-		"probe [-c FILE | --addr HOST:PORT] [--path /readyz] [--timeout 2s]",
-		"Asks a running daemon's HTTP endpoint (by default /readyz) and exits 0\n"+
-			"when it answers 200, 1 otherwise, printing the answer. The address is\n"+
-			"http.listen of the config FILE (after environment expansion), else\n"+
-			"--addr; an address that listens on every interface (\":9464\",\n"+
-			"\"0.0.0.0:9464\") is asked on loopback.",
-		stderr)
+	fs := newFlagSet("probe", "probe [-c FILE | --addr HOST:PORT] [--path /readyz] [--timeout 2s]", probeHelp, stderr)
 	path := fs.String("c", "", "config file whose http.listen to ask (optional)")
 	fs.StringVar(path, "config", "", "same as -c")
 	addr := fs.String("addr", config.DefaultHTTPListen, "the daemon's http.listen, when no -c is given")
 	endpoint := fs.String("path", "/readyz", "the endpoint to ask: /readyz, /healthz or /version")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return usageErrorf("probe: unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, "probe", args); err != nil {
+		return err
 	}
 	if !strings.HasPrefix(*endpoint, "/") || *timeout <= 0 {
 		return usageErrorf("probe: --path must start with / and --timeout be positive")

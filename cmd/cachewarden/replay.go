@@ -156,42 +156,42 @@ type replayOptions struct {
 	format *decode.Format
 }
 
+// replayHelp is the description `cachewarden replay -h` prints.
+const replayHelp = `Re-reads a range of the CDC topics (JSON, or Avro with kafka.schema_registry),
+or a file with one JSON message value per
+line, and applies it as the daemon would, except that every counter a
+change touches is recounted and every set rebuilt from its load query
+(deleted when its rule has none), once per key at the end. Kafka
+partitions are read directly: the consumer group is neither joined nor
+committed.
+
+--sets append appends the set tokens instead, as the daemon does; it is
+refused unless the replay reads Kafka to the live end (no --to) and the
+config's consumer group has no active member (the daemons are stopped).
+
+START is "earliest", an RFC 3339 time (2026-05-01T12:00:00Z) or a list
+topic:partition:offset,... (only the listed partitions are replayed). END is
+a time or such a list (other partitions end at their end offset); the
+default is each partition's end offset when the replay starts. Times
+select records by timestamp: --from T1 --to T2 replays [T1, T2); offsets
+are likewise included at the start and excluded at the end.
+
+--dry-run prints the planned ops as ` + "`cachewarden plan`" + ` does instead of
+applying them, then one line per key recounted, rebuilt or deleted at the
+end (op recount, set_rebuild or set_delete, no "line" field); for Kafka
+input "line" is the message's ordinal in the replay (partitions in topic
+and partition order). Messages that cannot be
+decoded or planned are reported on stderr ("line N: reason" for a file,
+"topic:partition:offset: reason" for Kafka), counted, and not sent to the
+DLQ. Progress goes to stderr. Exit status 0, or 1 when the replay could
+not finish, or with --strict when any message or op failed. Logs follow
+the config's log section; the global --log-format and --log-level, when
+given, override it.`
+
 // flagSet returns replay's flags, bound to o.
 func (o *replayOptions) flagSet(stderr io.Writer) *flag.FlagSet {
-	fs := newFlagSet("replay",
-		"replay -c FILE --from START [--to END] [--topics T,...] [--sets rebuild|append] [--dry-run] [--strict]\n"+
-			"       cachewarden replay -c FILE --file NDJSON [--format FORMAT] [--table db.table] [--dry-run] [--strict]",
-		"Re-reads a range of the CDC topics (JSON, or Avro with kafka.schema_registry),\n"+
-			"or a file with one JSON message value per\n"+
-			"line, and applies it as the daemon would, except that every counter a\n"+
-			"change touches is recounted and every set rebuilt from its load query\n"+
-			"(deleted when its rule has none), once per key at the end. Kafka\n"+
-			"partitions are read directly: the consumer group is neither joined nor\n"+
-			"committed.\n"+
-			"\n"+
-			"--sets append appends the set tokens instead, as the daemon does; it is\n"+
-			"refused unless the replay reads Kafka to the live end (no --to) and the\n"+
-			"config's consumer group has no active member (the daemons are stopped).\n"+
-			"\n"+
-			"START is \"earliest\", an RFC 3339 time (2026-05-01T12:00:00Z) or a list\n"+
-			"topic:partition:offset,... (only the listed partitions are replayed). END is\n"+
-			"a time or such a list (other partitions end at their end offset); the\n"+
-			"default is each partition's end offset when the replay starts. Times\n"+
-			"select records by timestamp: --from T1 --to T2 replays [T1, T2); offsets\n"+
-			"are likewise included at the start and excluded at the end.\n"+
-			"\n"+
-			"--dry-run prints the planned ops as `cachewarden plan` does instead of\n"+
-			"applying them, then one line per key recounted, rebuilt or deleted at the\n"+
-			"end (op recount, set_rebuild or set_delete, no \"line\" field); for Kafka\n"+
-			"input \"line\" is the message's ordinal in the replay (partitions in topic\n"+
-			"and partition order). Messages that cannot be\n"+
-			"decoded or planned are reported on stderr (\"line N: reason\" for a file,\n"+
-			"\"topic:partition:offset: reason\" for Kafka), counted, and not sent to the\n"+
-			"DLQ. Progress goes to stderr. Exit status 0, or 1 when the replay could\n"+
-			"not finish, or with --strict when any message or op failed. Logs follow\n"+
-			"the config's log section; the global --log-format and --log-level, when\n"+
-			"given, override it.",
-		stderr)
+	fs := newFlagSet("replay", "replay -c FILE --from START [--to END] [--topics T,...] [--sets rebuild|append] [--dry-run] [--strict]\n"+
+		"       cachewarden replay -c FILE --file NDJSON [--format FORMAT] [--table db.table] [--dry-run] [--strict]", replayHelp, stderr)
 	o.path = configFlag(fs)
 	fs.StringVar(&o.fromFlag, "from", "", "where to start: earliest, an RFC 3339 time, or topic:partition:offset,...")
 	fs.StringVar(&o.toFlag, "to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start)")

@@ -40,20 +40,18 @@ func (a *app) rulesCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	return usageErrorf("rules: unknown subcommand %q (want check or test)", args[0])
 }
 
+// rulesCheckHelp is the description `cachewarden rules check -h` prints.
+const rulesCheckHelp = `Loads the rule files together (names are unique across all of them) and
+prints "N rules in M files OK", or every mistake as file:line:col: message.`
+
 // rulesCheck implements `rules check PATH...`.
 func (a *app) rulesCheck(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("rules check", "rules check PATH...",
-		"Loads the rule files together (names are unique across all of them) and\n"+
-			"prints \"N rules in M files OK\", or every mistake as file:line:col: message.",
-		stderr)
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
+	fs := newFlagSet("rules check", "rules check PATH...", rulesCheckHelp, stderr)
+	paths, err := parseOperands(fs, "rules check", "PATH", args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return usageErrorf("rules check: no PATH given")
-	}
-	rs, err := rulefile.LoadPaths(fs.Args()...)
+	rs, err := rulefile.LoadPaths(paths...)
 	if err != nil {
 		return reportLoadError(stderr, err)
 	}
@@ -62,20 +60,18 @@ func (a *app) rulesCheck(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// rulesTestHelp is the description `cachewarden rules test -h` prints.
+const rulesTestHelp = `Runs the rule unit tests in each FILE and prints every failure and a
+summary "N passed, M failed". The file format is described in docs/rules.md.`
+
 // rulesTest implements `rules test FILE...`.
 func (a *app) rulesTest(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("rules test", "rules test FILE...",
-		"Runs the rule unit tests in each FILE and prints every failure and a\n"+
-			"summary \"N passed, M failed\". The file format is described in docs/rules.md.",
-		stderr)
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
+	fs := newFlagSet("rules test", "rules test FILE...", rulesTestHelp, stderr)
+	files, err := parseOperands(fs, "rules test", "FILE", args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return usageErrorf("rules test: no FILE given")
-	}
-	sum, err := ruletest.RunFiles(stdout, fs.Args()...)
+	sum, err := ruletest.RunFiles(stdout, files...)
 	if err != nil {
 		return fmt.Errorf("rules test: %w", err)
 	}

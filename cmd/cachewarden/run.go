@@ -105,22 +105,22 @@ func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, cfg *config.Confi
 	}
 }
 
+// runHelp is the description `cachewarden run -h` prints.
+const runHelp = `Runs the daemon: consumes the configured CDC topics as a member of the
+consumer group, applies the rules' cache operations to memcached, and
+serves /metrics, /healthz and /readyz on http.listen. It refuses rules
+whose key, member or args columns have a collation that folds case,
+accents or trailing spaces (as check --dsn reports them), unless the
+rule says collation: accept-folding. SIGHUP reloads the rule files
+(checked first; on any error the rules stay as they were and the log
+says why). SIGINT or SIGTERM
+stops it gracefully (exit status 0). The config's log section sets the
+log format and level; the global --log-format and --log-level, when
+given, override it.`
+
 // runCmd implements `run`: the daemon.
 func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run",
-		"run -c FILE",
-		"Runs the daemon: consumes the configured CDC topics as a member of the\n"+
-			"consumer group, applies the rules' cache operations to memcached, and\n"+
-			"serves /metrics, /healthz and /readyz on http.listen. It refuses rules\n"+
-			"whose key, member or args columns have a collation that folds case,\n"+
-			"accents or trailing spaces (as check --dsn reports them), unless the\n"+
-			"rule says collation: accept-folding. SIGHUP reloads the rule files\n"+
-			"(checked first; on any error the rules stay as they were and the log\n"+
-			"says why). SIGINT or SIGTERM\n"+
-			"stops it gracefully (exit status 0). The config's log section sets the\n"+
-			"log format and level; the global --log-format and --log-level, when\n"+
-			"given, override it.",
-		stderr)
+	fs := newFlagSet("run", "run -c FILE", runHelp, stderr)
 	cfg, err := parseConfigOnly(fs, "run", args, stderr)
 	if err != nil {
 		return err

@@ -68,20 +68,20 @@ type verifyFlags struct {
 	floor   verify.MinPresent
 }
 
+// verifyHelp is the description `cachewarden verify -h` prints.
+const verifyHelp = `Compares the sets and counters in memcached with what MySQL says they hold.
+Keys are listed by each set or count rule's ` + "`keys`" + ` query; a missing item is
+consistent, a present one must equal the rule's load or recount result.
+Prints every mismatch (key, cached, truth), a table per rule and a summary
+with the consistency in percent and nines and how many checked items were
+present. Exit status 1 when any item is wrong, or when fewer items than
+--min-present were present (an empty cache or a wrong prefix, server list or
+distribution makes every key "missing", which is consistent but proves nothing).`
+
 // parseVerifyFlags parses and checks verify's command line; its messages
 // go to stderr.
 func parseVerifyFlags(args []string, stderr io.Writer) (verifyFlags, error) {
-	fs := newFlagSet("verify",
-		"verify -c FILE [--rule NAME]... [--sample N] [--recheck DURATION] [--min-present N|P%]",
-		"Compares the sets and counters in memcached with what MySQL says they hold.\n"+
-			"Keys are listed by each set or count rule's `keys` query; a missing item is\n"+
-			"consistent, a present one must equal the rule's load or recount result.\n"+
-			"Prints every mismatch (key, cached, truth), a table per rule and a summary\n"+
-			"with the consistency in percent and nines and how many checked items were\n"+
-			"present. Exit status 1 when any item is wrong, or when fewer items than\n"+
-			"--min-present were present (an empty cache or a wrong prefix, server list or\n"+
-			"distribution makes every key \"missing\", which is consistent but proves nothing).",
-		stderr)
+	fs := newFlagSet("verify", "verify -c FILE [--rule NAME]... [--sample N] [--recheck DURATION] [--min-present N|P%]", verifyHelp, stderr)
 	configPath := fs.String("c", "", "daemon config file (memcached servers, MySQL DSN, rules; required)")
 	var ruleNames stringList
 	fs.Var(&ruleNames, "rule", "check only this rule (repeatable; default: every set and count rule with a keys query)")
@@ -90,10 +90,7 @@ func parseVerifyFlags(args []string, stderr io.Writer) (verifyFlags, error) {
 	minPresent := fs.String("min-present", "0", "fail unless at least N checked items, or P% of them, were present in memcached")
 	maxMismatches := fs.Int("max-mismatches", verify.DefaultMaxMismatches, "list at most this many mismatches (the counts stay exact)")
 	var f verifyFlags
-	if err := fs.Parse(args); err != nil {
-		return f, flagError(err)
-	}
-	if err := checkConfigArgs(fs, "verify", *configPath); err != nil {
+	if err := parseConfigFlags(fs, "verify", args, configPath); err != nil {
 		return f, err
 	}
 	switch {

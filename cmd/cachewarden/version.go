@@ -62,22 +62,18 @@ func buildOf(bi *debug.BuildInfo, stamped string) wiring.BuildInfo {
 	return b
 }
 
+// versionHelp is the description `cachewarden version -h` prints.
+const versionHelp = `Prints cachewarden's version (the module version, and the VCS revision and
+time it was built from when known), the Go version and platform, then the
+path, version and checksum of every module linked in, one a line.`
+
 // versionCmd implements `version`: the build's version and module
 // versions, from the information the Go toolchain embeds in the binary.
 func (a *app) versionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version",
-		"version [--short]",
-		"Prints cachewarden's version (the module version, and the VCS revision and\n"+
-			"time it was built from when known), the Go version and platform, then the\n"+
-			"path, version and checksum of every module linked in, one a line.",
-		stderr)
+	fs := newFlagSet("version", "version [--short]", versionHelp, stderr)
 	short := fs.Bool("short", false, "leave the module list out")
-	if err := fs.Parse(args); err != nil {
-		return flagError(err)
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return usageErrorf("version: unexpected argument %q", fs.Arg(0))
+	if err := parseFlags(fs, "version", args); err != nil {
+		return err
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 )
 
@@ -37,6 +38,21 @@ var ErrTooLarge = errors.New("file too large")
 
 // Is reports whether target is ErrTooLarge.
 func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// Reason is err, an error of Read, without the path, for messages that
+// name the file already: TooLargeError.Detail, or the error of the file
+// system behind an *fs.PathError (os.PathError), or else err's message.
+func Reason(err error) string {
+	var tl *TooLargeError
+	if errors.As(err, &tl) {
+		return tl.Detail()
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
 
 // Read returns the contents of the file at path, or a *TooLargeError
 // when it holds more than limit bytes: a regular file by its size before

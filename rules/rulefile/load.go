@@ -15,7 +15,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -60,13 +59,13 @@ func LoadPathsDigest(paths ...string) (*rules.RuleSet, string, error) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
 		if err != nil {
-			problems = append(problems, rules.Problem{File: p, Msg: pathErrorMsg(err)})
+			problems = append(problems, rules.Problem{File: p, Msg: readfile.Reason(err)})
 			continue
 		}
 		if !st.IsDir() {
 			data, err := yamlfile.ReadFile(p)
 			if err != nil {
-				problems = append(problems, rules.Problem{File: p, Msg: pathErrorMsg(err)})
+				problems = append(problems, rules.Problem{File: p, Msg: readfile.Reason(err)})
 				continue
 			}
 			files = append(files, File{Name: p, Data: data})
@@ -74,7 +73,7 @@ func LoadPathsDigest(paths ...string) (*rules.RuleSet, string, error) {
 		}
 		entries, err := os.ReadDir(p)
 		if err != nil {
-			problems = append(problems, rules.Problem{File: p, Msg: pathErrorMsg(err)})
+			problems = append(problems, rules.Problem{File: p, Msg: readfile.Reason(err)})
 			continue
 		}
 		found := 0
@@ -86,7 +85,7 @@ func LoadPathsDigest(paths ...string) (*rules.RuleSet, string, error) {
 			full := filepath.Join(p, name)
 			st, err := os.Stat(full) // follows symlinks
 			if err != nil {
-				problems = append(problems, rules.Problem{File: full, Msg: pathErrorMsg(err)})
+				problems = append(problems, rules.Problem{File: full, Msg: readfile.Reason(err)})
 				continue
 			}
 			if st.IsDir() {
@@ -94,7 +93,7 @@ func LoadPathsDigest(paths ...string) (*rules.RuleSet, string, error) {
 			}
 			data, err := yamlfile.ReadFile(full)
 			if err != nil {
-				problems = append(problems, rules.Problem{File: full, Msg: pathErrorMsg(err)})
+				problems = append(problems, rules.Problem{File: full, Msg: readfile.Reason(err)})
 				continue
 			}
 			found++
@@ -128,18 +127,6 @@ func Digest(files []File) string {
 		h.Write(f.Data)
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-func pathErrorMsg(err error) string {
-	var tl *readfile.TooLargeError
-	if errors.As(err, &tl) {
-		return tl.Detail()
-	}
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
 }
 
 // Parse loads one rule file held in memory; filename is used in problems.
@@ -388,6 +375,15 @@ func (l *fileLoader) str(n *yaml.Node, what string) (string, bool) {
 		return "", false
 	}
 	return s, ok
+}
+
+// optStr is str for an optional key whose value v is nil when the key is
+// absent: ok is false then, as when v is not a usable string.
+func (l *fileLoader) optStr(v *yaml.Node, what string) (string, bool) {
+	if v == nil {
+		return "", false
+	}
+	return l.str(v, what)
 }
 
 // names returns a list of column names; a name may repeat only when
@@ -783,10 +779,7 @@ func (l *fileLoader) ruleOn(r *rules.Rule, v *yaml.Node) {
 // ruleWhen reads and compiles the rule's predicate, locating its syntax
 // errors in the file.
 func (l *fileLoader) ruleWhen(r *rules.Rule, v *yaml.Node) {
-	if v == nil {
-		return
-	}
-	s, ok := l.str(v, "when")
+	s, ok := l.optStr(v, "when")
 	if !ok {
 		return
 	}
@@ -867,10 +860,7 @@ const AcceptFolding = "accept-folding"
 // accepts key, member and args columns whose collation compares different
 // bytes as equal (rules.Rule.AcceptFolding).
 func (l *fileLoader) ruleCollation(r *rules.Rule, v *yaml.Node) {
-	if v == nil {
-		return
-	}
-	s, ok := l.str(v, "collation")
+	s, ok := l.optStr(v, "collation")
 	if !ok {
 		return
 	}
