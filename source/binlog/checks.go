@@ -128,7 +128,15 @@ func (r *ServerReport) checkServerID(ctx context.Context, db *sql.DB, serverID, 
 	}
 	ids, err := replicaIDs(ctx, db, r.Flavor)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err
+		}
+		fix := "GRANT REPLICATION SLAVE ON *.* TO the user"
+		if r.Flavor == mysql.MariaDBFlavor {
+			fix = "GRANT REPLICATION MASTER ADMIN ON *.* TO the user"
+		}
+		r.Problems = append(r.Problems, fmt.Errorf("replicas of the server cannot be listed to check that server id %d is free (%v): %s", serverID, err, fix))
+		return nil
 	}
 	for _, id := range ids {
 		if id == serverID {

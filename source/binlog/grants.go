@@ -64,12 +64,13 @@ func (r *ServerReport) checkGrants(ctx context.Context, db *sql.DB) error {
 
 // parseGrants reads SHOW GRANTS lines ("GRANT SELECT, REPLICATION SLAVE
 // ON *.* TO `u`@`%`"). Lines it cannot read (roles, PROXY) grant
-// nothing.
+// nothing, nor do grants TO PUBLIC (MariaDB's default privileges on the
+// test databases, which no watched table is in).
 func parseGrants(lines []string) grants {
 	g := grants{global: make(map[string]bool)}
 	for _, line := range lines {
 		upper := strings.ToUpper(line)
-		if !strings.HasPrefix(upper, "GRANT ") {
+		if !strings.HasPrefix(upper, "GRANT ") || strings.HasSuffix(strings.TrimSpace(upper), " TO PUBLIC") {
 			continue
 		}
 		on := strings.Index(upper, " ON ")
