@@ -251,16 +251,18 @@ func TestStreamChunks(t *testing.T) {
 	start := f.position(t)
 	f.tx(t, true, "INSERT INTO t VALUES (1),(2),(3),(4)", "INSERT INTO t VALUES (5),(6),(7)")
 	f.exec(t, "INSERT INTO t VALUES (8)")
+	// A transaction of exactly two parts still ends with a complete one.
+	f.tx(t, true, "INSERT INTO t VALUES (11),(12),(13),(14),(15),(16)")
 	s := f.open(t, start, func(c *Config) { c.MaxEvents = 3 })
 	var got []string
-	for range 4 {
+	for range 7 {
 		txn := next(t, s)
 		got = append(got, fmt.Sprintf("%d:%v", len(txn.Events), txn.Complete))
 		if !txn.Complete && txn.End != (Start{}) {
 			t.Errorf("a part that does not complete its transaction has an end position %+v", txn.End)
 		}
 	}
-	if want := "3:false 3:false 1:true 1:true"; strings.Join(got, " ") != want {
+	if want := "3:false 3:false 1:true 1:true 3:false 3:false 0:true"; strings.Join(got, " ") != want {
 		t.Fatalf("parts %s, want %s", strings.Join(got, " "), want)
 	}
 }

@@ -19,6 +19,9 @@ type txnState struct {
 	begun    bool
 	events   []rules.Event
 	unmapped []Unmapped
+	// parted is true once a part of the transaction was returned: its
+	// commit is then returned even with nothing left in it.
+	parted bool
 	// rows is a row event whose rows from rowsAt on are still to be
 	// read (a Txn filled up in its middle); rowsHeader is its header.
 	rows       *replication.RowsEvent
@@ -53,7 +56,7 @@ func (s *Stream) Next(ctx context.Context) (*Txn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ev.Header.LogPos > 0 {
+		if _, rotate := ev.Event.(*replication.RotateEvent); !rotate && ev.Header.LogPos > 0 {
 			s.pos = ev.Header.LogPos
 		}
 		if txn != nil {
@@ -99,8 +102,12 @@ func (s *Stream) handle(ctx context.Context, h *replication.EventHeader, ev repl
 	return nil, nil
 }
 
-// mysqlGTID is a MySQL GTID event's "uuid:n" ("" if unreadable).
+// mysqlGTID is a MySQL GTID event's "uuid:n" ("" for an anonymous
+// transaction, or if unreadable).
 func mysqlGTID(e *replication.GTIDEvent) string {
+	if e.GNO == 0 {
+		return ""
+	}
 	set, err := e.GTIDNext()
 	if err != nil {
 		return ""
@@ -167,7 +174,7 @@ func (s *Stream) full() bool { return len(s.cur.events) >= s.cfg.MaxEvents }
 // part returns the changes read so far of an unfinished transaction.
 func (s *Stream) part() *Txn {
 	t := &Txn{Events: s.cur.events, Unmapped: s.cur.unmapped, GTID: s.cur.gtid}
-	s.cur.events, s.cur.unmapped = nil, nil
+	s.cur.events, s.cur.unmapped, s.cur.parted = nil, nil, true
 	return t
 }
 
@@ -180,7 +187,7 @@ func (s *Stream) commit(end uint32, gset mysql.GTIDSet) *Txn {
 	}
 	cur := s.cur
 	s.cur = txnState{}
-	if len(cur.events) == 0 && len(cur.unmapped) == 0 {
+	if len(cur.events) == 0 && len(cur.unmapped) == 0 && !cur.parted {
 		return nil
 	}
 	for i := range cur.events {
