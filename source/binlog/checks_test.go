@@ -40,7 +40,11 @@ func TestCheckServerReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Flavor != f.flavor || r.RowMetadata == "" || len(r.Notes) == 0 || !strings.Contains(r.Notes[0], "binlog_row_metadata is "+r.RowMetadata) {
+	want := "mysql"
+	if strings.Contains(r.Version, "MariaDB") {
+		want = "mariadb"
+	}
+	if r.Flavor != want || r.RowMetadata == "" || len(r.Notes) == 0 || !strings.Contains(r.Notes[0], "binlog_row_metadata is "+r.RowMetadata) {
 		t.Fatalf("report %+v: want the flavor and a note on binlog_row_metadata", r)
 	}
 }
