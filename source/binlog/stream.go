@@ -101,8 +101,13 @@ type mappedTable struct {
 // Open connects to the server cfg.DSN names and starts reading its binary
 // log from cfg.Start. db, a handle on the same server, reads the current
 // position (for a zero Start) and information_schema (when the log has no
-// column names). The connection is made within ctx and ConnectTimeout.
+// column names). The connection is made within ConnectTimeout, the
+// position read within QueryTimeout; logger (nil: none) gets go-mysql's
+// and the stream's messages.
 func Open(ctx context.Context, cfg Config, db *sql.DB, logger *slog.Logger) (*Stream, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	cfg, sc, err := syncerConfig(cfg, logger)
 	if err != nil {
 		return nil, err
@@ -112,7 +117,10 @@ func Open(ctx context.Context, cfg Config, db *sql.DB, logger *slog.Logger) (*St
 		if db == nil {
 			return nil, errors.New("binlog: no start position and no database handle to read the server's current one")
 		}
-		if start, err = currentPosition(ctx, db); err != nil {
+		qctx, cancel := context.WithTimeout(ctx, cfg.QueryTimeout)
+		start, err = currentPosition(qctx, db)
+		cancel()
+		if err != nil {
 			return nil, err
 		}
 	}

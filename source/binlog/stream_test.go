@@ -343,3 +343,19 @@ func TestStreamTableChangedSinceRow(t *testing.T) {
 		}
 	}
 }
+
+func TestStreamFullMetadataReadAfterAlter(t *testing.T) {
+	f := newFixture(t)
+	setRowMetadata(t, f.db, "FULL")
+	f.exec(t, "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(5))")
+	start := f.position(t)
+	f.exec(t, "INSERT INTO t VALUES (1, 'x')", "ALTER TABLE t ADD COLUMN b INT AFTER id", "INSERT INTO t VALUES (2, 7, 'y')")
+	// Both rows are read after the ALTER: their names come from the log.
+	s := f.open(t, start, nil)
+	for _, want := range []string{"insert t id=1,a=x", "insert t id=2,b=7,a=y"} {
+		txn := next(t, s)
+		if got := describe(txn.Events); got != want || len(txn.Unmapped) != 0 {
+			t.Fatalf("got %s (unmapped %v), want %s", got, txn.Unmapped, want)
+		}
+	}
+}

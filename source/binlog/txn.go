@@ -129,6 +129,7 @@ func (s *Stream) query(h *replication.EventHeader, e *replication.QueryEvent, en
 		return s.commit(end, e.GSet), nil
 	}
 	if st.changesColumns() {
+		s.log.Debug("binlog: DDL drops cached columns", "statement", st.kind, "tables", len(st.tables), "parsed", st.parsed, "at", fmt.Sprintf("%s:%d", s.file, end))
 		s.maps = make(map[uint64]mappedTable)
 		if !st.parsed {
 			s.columns.forgetAll()
