@@ -84,11 +84,13 @@ type Stream struct {
 	maps     map[uint64]mappedTable
 
 	// file and pos are where the next event starts; cur the transaction
-	// being read; done the position after the last complete one.
-	file string
-	pos  uint32
-	cur  txnState
-	done Start
+	// being read; done the position after the last complete one; queue
+	// the events of a compressed transaction payload still to handle.
+	file  string
+	pos   uint32
+	cur   txnState
+	done  Start
+	queue []queuedEvent
 }
 
 // mappedTable caches the columns of the last table map of a table id.

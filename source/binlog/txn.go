@@ -23,10 +23,12 @@ type txnState struct {
 	// commit is then returned even with nothing left in it.
 	parted bool
 	// rows is a row event whose rows from rowsAt on are still to be
-	// read (a Txn filled up in its middle); rowsHeader is its header.
+	// read (a Txn filled up in its middle); rowsHeader is its header,
+	// rowsEnd the position after it.
 	rows       *replication.RowsEvent
 	rowsAt     int
 	rowsHeader *replication.EventHeader
+	rowsEnd    uint32
 }
 
 // Next returns the next committed transaction with at least one row
@@ -45,19 +47,16 @@ func (s *Stream) Next(ctx context.Context) (*Txn, error) {
 			}
 			continue
 		}
-		ev, err := s.streamer.GetEvent(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("binlog: read the event after %s:%d: %w", s.file, s.pos, err)
-		}
-		txn, err := s.handle(ctx, ev.Header, ev.Event, ev.Header.LogPos)
+		q, err := s.nextEvent(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if _, rotate := ev.Event.(*replication.RotateEvent); !rotate && ev.Header.LogPos > 0 {
-			s.pos = ev.Header.LogPos
+		txn, err := s.handle(ctx, q.header, q.event, q.end)
+		if err != nil {
+			return nil, err
+		}
+		if _, rotate := q.event.(*replication.RotateEvent); !rotate && q.end > 0 {
+			s.pos = q.end
 		}
 		if txn != nil {
 			return txn, nil
@@ -66,6 +65,33 @@ func (s *Stream) Next(ctx context.Context) (*Txn, error) {
 			return s.part(), nil
 		}
 	}
+}
+
+// queuedEvent is an event to handle: its header, and the position
+// after it (for an event of a compressed transaction payload, after the
+// payload).
+type queuedEvent struct {
+	header *replication.EventHeader
+	event  replication.Event
+	end    uint32
+}
+
+// nextEvent returns the next event of a compressed payload being read,
+// else the server's next event.
+func (s *Stream) nextEvent(ctx context.Context) (queuedEvent, error) {
+	if len(s.queue) > 0 {
+		q := s.queue[0]
+		s.queue = s.queue[1:]
+		return q, nil
+	}
+	ev, err := s.streamer.GetEvent(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return queuedEvent{}, ctx.Err()
+		}
+		return queuedEvent{}, fmt.Errorf("binlog: read the event after %s:%d: %w", s.file, s.pos, err)
+	}
+	return queuedEvent{header: ev.Header, event: ev.Event, end: ev.Header.LogPos}, nil
 }
 
 // handle takes in one event; end is the position after it (after the
@@ -87,16 +113,13 @@ func (s *Stream) handle(ctx context.Context, h *replication.EventHeader, ev repl
 	case *replication.QueryEvent:
 		return s.query(h, e, end)
 	case *replication.RowsEvent:
-		s.cur.rows, s.cur.rowsAt, s.cur.rowsHeader = e, 0, h
+		s.cur.rows, s.cur.rowsAt, s.cur.rowsHeader, s.cur.rowsEnd = e, 0, h, end
 		return nil, s.readRows(ctx)
 	case *replication.XIDEvent:
 		return s.commit(end, e.GSet), nil
 	case *replication.TransactionPayloadEvent:
 		for _, inner := range e.Events {
-			txn, err := s.handle(ctx, h, inner.Event, end)
-			if err != nil || txn != nil {
-				return txn, err
-			}
+			s.queue = append(s.queue, queuedEvent{header: inner.Header, event: inner.Event, end: end})
 		}
 	}
 	return nil, nil
@@ -210,10 +233,10 @@ func (s *Stream) readRows(ctx context.Context) error {
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			// Kept: the next call reads the rows again.
-			return fmt.Errorf("binlog: columns of %s at %s:%d: %w", k, s.file, h.LogPos, err)
+			return fmt.Errorf("binlog: columns of %s at %s:%d: %w", k, s.file, s.cur.rowsEnd, err)
 		}
 		s.cur.rows = nil
-		s.unmapped(k, h, fmt.Errorf("%d row(s): %w", len(e.Rows), err))
+		s.unmapped(k, fmt.Errorf("%d row(s): %w", len(e.Rows), err))
 		return nil
 	}
 	step := 1
@@ -227,24 +250,24 @@ func (s *Stream) readRows(ctx context.Context) error {
 		i := s.cur.rowsAt
 		ev, err := s.rowEvent(e, cols, i, step)
 		if err != nil {
-			s.unmapped(k, h, err)
+			s.unmapped(k, err)
 			continue
 		}
-		ev.Database, ev.Table, ev.Source = k.db, k.table, s.source(h, h.LogPos)
+		ev.Database, ev.Table, ev.Source = k.db, k.table, s.source(h, s.cur.rowsEnd)
 		s.cur.events = append(s.cur.events, ev)
 	}
 	if s.cur.rowsAt < len(e.Rows) {
-		s.unmapped(k, h, errors.New("an update row event with an odd number of row images"))
+		s.unmapped(k, errors.New("an update row event with an odd number of row images"))
 	}
 	s.cur.rows = nil
 	return nil
 }
 
-// unmapped records a change of table k, in the event of header h, that
+// unmapped records a change of table k, in the current row event, that
 // could not be mapped.
-func (s *Stream) unmapped(k tableKey, h *replication.EventHeader, err error) {
+func (s *Stream) unmapped(k tableKey, err error) {
 	s.cur.unmapped = append(s.cur.unmapped, Unmapped{Database: k.db, Table: k.table,
-		Err: fmt.Errorf("binlog: table %s, row event ending at %s:%d: %w", k, s.file, h.LogPos, err)})
+		Err: fmt.Errorf("binlog: table %s, row event ending at %s:%d: %w", k, s.file, s.cur.rowsEnd, err)})
 }
 
 // rowEvent maps the row (an update: the two rows) at i of e.
