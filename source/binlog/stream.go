@@ -269,7 +269,9 @@ type Txn struct {
 }
 
 // Unmapped is a row change of a table that could not be mapped to a
-// rules.Event: the table's cached entries must be dropped upstream.
+// rules.Event: the table's cached entries must be dropped upstream. Table
+// is "" for a TRUNCATE whose table could not be read: any table of
+// Database may have been emptied.
 type Unmapped struct {
 	Database, Table string
 	Err             error
