@@ -359,3 +359,51 @@ func TestStreamFullMetadataReadAfterAlter(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenErrors(t *testing.T) {
+	base := Config{DSN: "u:p@tcp(" + testsvc.ClosedAddr(t) + ")/", ServerID: 7, Flavor: "mariadb", Start: Start{File: "mysql-bin.000001", Pos: 4}}
+	cases := []struct {
+		name  string
+		tweak func(*Config)
+		want  string
+	}{
+		{"server id 0", func(c *Config) { c.ServerID = 0 }, "server id 0 is not allowed"},
+		{"unknown flavor", func(c *Config) { c.Flavor = "postgres" }, `flavor "postgres"`},
+		{"position without file", func(c *Config) { c.Start = Start{Pos: 120} }, "start position 120 has no file name"},
+		{"socket address", func(c *Config) { c.DSN = "u@unix(/tmp/mysql.sock)/" }, "want tcp(host:port)"},
+		{"bad DSN", func(c *Config) { c.DSN = "u@tcp(h:1" }, "binlog: DSN"},
+		{"read timeout within a heartbeat", func(c *Config) { c.Heartbeat, c.ReadTimeout = time.Second, time.Second }, "must exceed the heartbeat period"},
+		{"bad GTID set", func(c *Config) { c.Start = Start{GTIDSet: "x-y"} }, `start GTID set "x-y"`},
+		{"nothing listens", nil, "start reading 127.0.0.1 at mysql-bin.000001:4"},
+		{"no start and no handle", func(c *Config) { c.Start = Start{} }, "no start position and no database handle"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			if tc.tweak != nil {
+				tc.tweak(&cfg)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+			defer cancel()
+			s, err := Open(ctx, cfg, nil, nil)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open succeeded, want an error saying %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNextAfterClose(t *testing.T) {
+	f := newFixture(t)
+	s := f.open(t, f.position(t), nil)
+	s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	if _, err := s.Next(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("Next after Close: %v (context %v), want the stream's error", err, ctx.Err())
+	}
+}
