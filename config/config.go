@@ -70,8 +70,13 @@ const (
 type Config struct {
 	// File is the path the config was read from ("" when parsed from
 	// memory without a name).
-	File      string
-	Kafka     Kafka     `yaml:"kafka"`
+	File string
+	// Source is where change events come from: "kafka" (default) or
+	// "binlog" (the binlog section; no kafka section needed).
+	Source SourceKind `yaml:"source"`
+	Kafka  Kafka      `yaml:"kafka"`
+	// Binlog is the binary log source, read when Source is binlog.
+	Binlog    Binlog    `yaml:"binlog,omitempty"`
 	Memcached Memcached `yaml:"memcached"`
 	MySQL     MySQL     `yaml:"mysql"`
 	// Counters tunes exact counters (key `counters`).

@@ -41,6 +41,7 @@ func (c *Config) EffectiveYAML() ([]byte, error) {
 	}
 	out.MySQL.DSN = RedactDSN(c.MySQL.DSN)
 	out.Kafka.SASL.Password = redactPassword(c.Kafka.SASL.Password)
+	out.Binlog.DSN = RedactDSN(c.Binlog.DSN)
 	out.Kafka.SchemaRegistry.Password = redactPassword(c.Kafka.SchemaRegistry.Password)
 	if len(c.Kafka.SchemaRegistry.URLs) == 0 {
 		out.Kafka.SchemaRegistry = SchemaRegistry{} // its timeout is filled in, but refused without URLs

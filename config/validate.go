@@ -26,7 +26,19 @@ import (
 // validate applies defaults to settings the file left out and reports every
 // value that is wrong on its own or together with others.
 func (d *decoder) validate(c *Config) {
-	d.validateKafka(&c.Kafka)
+	oneOf(d, "source", &c.Source, SourceKafka, SourceKinds)
+	switch {
+	case c.Source == SourceBinlog:
+		d.validateBinlog(&c.Binlog)
+		if d.Set("kafka") {
+			d.validateKafka(&c.Kafka)
+		}
+	case d.Set("binlog"):
+		d.problem(d.KeyPlace("binlog"), "binlog: this section is read with source: binlog only (source is %s)", c.Source)
+		fallthrough
+	default:
+		d.validateKafka(&c.Kafka)
+	}
 	d.validateMemcached(&c.Memcached)
 	d.validateMySQL(&c.MySQL)
 	d.validateCounters(&c.Counters)
