@@ -21,6 +21,7 @@ import (
 	"github.com/cachewarden/cachewarden/internal/yamlfile/yamlfiletest"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/source/binlog"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.errors golden files")
@@ -42,7 +43,8 @@ func TestLoadGood(t *testing.T) {
 		t.Fatalf("LoadEnv: %v", err)
 	}
 	want := &Config{
-		File: "testdata/good.yaml",
+		File:   "testdata/good.yaml",
+		Source: SourceKafka,
 		Kafka: Kafka{
 			Brokers:      []string{"k1:9092", "k2:9092"},
 			Group:        "cachewarden-shop",
@@ -139,7 +141,7 @@ func TestDefaults(t *testing.T) {
 // TestProblems loads broken configs and compares every reported problem
 // with testdata/NAME.errors (go test -update rewrites them).
 func TestProblems(t *testing.T) {
-	for _, name := range []string{"bad", "bad-rules", "bad-registry", "bad-registry-urls", "needs-mysql", "no-rules", "empty-rules", "env-missing", "syntax", "types"} {
+	for _, name := range []string{"bad", "bad-rules", "bad-registry", "bad-registry-urls", "needs-mysql", "no-rules", "empty-rules", "env-missing", "syntax", "types", "binlog-bad", "binlog-missing"} {
 		t.Run(name, func(t *testing.T) {
 			_, err := LoadEnv(filepath.Join("testdata", name+".yaml"), env(map[string]string{"HOME": "/root"}))
 			if err == nil {
@@ -441,4 +443,19 @@ func catSHA256(t *testing.T, paths ...string) string {
 		h.Write(data)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestLoadBinlog: a config with source binlog needs no kafka section and
+// gets the binlog section's defaults.
+func TestLoadBinlog(t *testing.T) {
+	cfg, err := Load("testdata/binlog.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Binlog{DSN: "cachewarden:s3cret@tcp(db1:3306)/", ServerID: 4242, Name: DefaultBinlogName,
+		CheckpointDatabase: DefaultBinlogCheckpointDatabase, CheckpointTable: binlog.DefaultCheckpointTable,
+		Lease: binlog.DefaultLeaseDuration, Purged: PurgedFail}
+	if cfg.Source != SourceBinlog || !reflect.DeepEqual(cfg.Binlog, want) {
+		t.Errorf("source %q, binlog %+v; want binlog, %+v", cfg.Source, cfg.Binlog, want)
+	}
 }

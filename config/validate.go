@@ -27,8 +27,10 @@ import (
 // value that is wrong on its own or together with others.
 func (d *decoder) validate(c *Config) {
 	oneOf(d, "source", &c.Source, SourceKafka, SourceKinds)
+	// A source misspelt is reported once; the section written is checked.
+	binlogSource := c.Source == SourceBinlog || !slices.Contains(SourceKinds, c.Source) && d.Set("binlog")
 	switch {
-	case c.Source == SourceBinlog:
+	case binlogSource:
 		d.validateBinlog(&c.Binlog)
 		if d.Set("kafka") {
 			d.validateKafka(&c.Kafka)
