@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -46,7 +47,7 @@ type Binlog struct {
 	DSN string `yaml:"dsn"`
 	// ServerID is the server id the daemon reads as; it must differ from
 	// the server's and from every other replica's. Required.
-	ServerID uint32 `yaml:"server_id"`
+	ServerID int `yaml:"server_id"`
 	// Name is shared by the instances of which one is active: the lease
 	// lock and the checkpoint row; default "cachewarden".
 	Name string `yaml:"name"`
@@ -86,6 +87,8 @@ func (d *decoder) validateBinlog(b *Binlog) {
 	}
 	if b.ServerID == 0 && d.Readable(p+"server_id") {
 		d.required(p+"server_id", "a server id from 1 to 4294967295 that no other replica of the server uses")
+	} else if b.ServerID < 0 || b.ServerID > math.MaxUint32 {
+		d.wrong(p+"server_id", "%d is outside 1..4294967295", b.ServerID)
 	}
 	if d.orDefault(p+"name", func() { b.Name = DefaultBinlogName }) && (b.Name == "" || len(binlog.LockPrefix)+len(b.Name) > 64) {
 		d.wrong(p+"name", "%q must be 1 to %d bytes (the lease lock %q + name is at most 64)", b.Name, 64-len(binlog.LockPrefix), binlog.LockPrefix)
