@@ -78,6 +78,8 @@ type Stack struct {
 	// observeOnly is StackOptions.ObserveOnly: readiness pings memcached
 	// without the meta probe, which writes a key.
 	observeOnly bool
+	// closers close what the stack opened for a source (NewBinlogDaemon).
+	closers []func() error
 	// build is StackOptions.Build, served at /version.
 	build BuildInfo
 }
@@ -397,11 +399,7 @@ func (s *Stack) DaemonConfig() kafka.Config {
 // NewDaemon returns a daemon over the stack's pipeline with cfg (usually
 // DaemonConfig, adjusted).
 func (s *Stack) NewDaemon(cfg kafka.Config) (*kafka.Daemon, error) {
-	var health pipeline.Pinger = s.Memcache
-	if s.Config.Memcached.Protocol != config.ProtocolText && !s.observeOnly {
-		health = &metaPinger{Client: s.Memcache, probe: s.Applier.Probe}
-	}
-	h, err := pipeline.NewHealth(pipeline.HealthConfig{Memcached: health, MySQL: s.mysqlHealth(), Metrics: s.Metrics, Logger: s.Logger.With("component", "health")})
+	h, err := s.newHealth()
 	if err != nil {
 		return nil, err
 	}
@@ -496,6 +494,9 @@ func (s *Stack) Close() error {
 	}
 	if s.Applier != nil {
 		errs = append(errs, s.Applier.Close())
+	}
+	for _, c := range s.closers {
+		errs = append(errs, c())
 	}
 	return errors.Join(errs...)
 }

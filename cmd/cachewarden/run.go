@@ -17,7 +17,6 @@ import (
 	"github.com/cachewarden/cachewarden/check"
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/rules"
-	"github.com/cachewarden/cachewarden/source/kafka"
 	"github.com/cachewarden/cachewarden/wiring"
 )
 
@@ -138,7 +137,7 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 		return fmt.Errorf("run: %w", err)
 	}
 	defer stack.Close()
-	daemon, err := stack.NewDaemon(stack.DaemonConfig())
+	daemon, err := stack.NewSource()
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
@@ -171,7 +170,7 @@ func (a *app) runCmd(ctx context.Context, args []string, stdout, stderr io.Write
 // the server down, giving requests in flight httpShutdownTimeout. started
 // is called once the server listens. The error is the listener's or the
 // daemon's; a failing server is logged.
-func serveWhileRunning(ctx context.Context, daemon *kafka.Daemon, listen string, handler http.Handler, log *slog.Logger, started func(net.Addr)) error {
+func serveWhileRunning(ctx context.Context, daemon wiring.Source, listen string, handler http.Handler, log *slog.Logger, started func(net.Addr)) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("http.listen: %w", err)

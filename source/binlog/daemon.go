@@ -171,6 +171,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() { stop(); background.Wait() }()
 	background.Go(func() { d.h.Run(bg, d.updateReady) })
+	if err := d.checkServer(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
 	if err := d.openCheckpoint(ctx); err != nil {
 		return err
 	}
@@ -183,6 +186,41 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.log.Info("binlog source stopped")
 	return nil
+}
+
+// checkServer inspects the source server until it answers: a setting,
+// privilege or server id that keeps it from being read is an error that
+// names each (they do not mend themselves); an unreachable server is
+// retried, the daemon not ready meanwhile. It learns the server's flavor.
+func (d *Daemon) checkServer(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		qctx, cancel := context.WithTimeout(ctx, DefaultQueryTimeout)
+		report, err := Inspect(qctx, d.db, d.cfg.Stream.ServerID)
+		cancel()
+		if err == nil {
+			for _, n := range report.Notes {
+				d.log.Info("binlog source: " + n)
+			}
+			if len(report.Problems) > 0 {
+				return fmt.Errorf("binlog: the source cannot be read: %w", errors.Join(report.Problems...))
+			}
+			if d.cfg.Stream.Flavor == "" {
+				d.cfg.Stream.Flavor = report.Flavor
+			}
+			d.log.Info("binlog source checked", "flavor", report.Flavor, "version", report.Version, "row_metadata", report.RowMetadata)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		d.setProblem("cannot reach the source server: " + err.Error())
+		if retry.Logged(attempt) {
+			d.log.Error("binlog: cannot reach the source server; retrying", "attempt", attempt+1, "error", err.Error())
+		}
+		if retry.Sleep(ctx, retry.Backoff(attempt, DefaultRetryMin, DefaultRetryMax)) != nil {
+			return nil
+		}
+	}
 }
 
 // openCheckpoint opens the checkpoint table, retrying until it can or
