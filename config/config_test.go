@@ -459,3 +459,32 @@ func TestLoadBinlog(t *testing.T) {
 		t.Errorf("source %q, binlog %+v; want binlog, %+v", cfg.Source, cfg.Binlog, want)
 	}
 }
+
+// TestREADMEBinlogDefaults loads the binlog config shown in README.md
+// ("Reading the binary log instead of Kafka") and checks that it loads
+// and that every setting it shows with a default has that default.
+func TestREADMEBinlogDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n### Reading the binary log instead of Kafka\n")
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("README.md: no yaml block in the binary log section")
+	}
+	shown, err := Parse("README.md", []byte(block), nil)
+	if err != nil {
+		t.Fatalf("README.md's binlog config does not load: %v", err)
+	}
+	defaults, err := Parse("minimal.yaml", []byte("source: binlog\nbinlog: {dsn: \"u:p@tcp(h:3306)/\", server_id: 9}\nmemcached: {servers: [m:11211]}\nrules: [r]\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := shown.Binlog, defaults.Binlog
+	got.DSN, got.ServerID = want.DSN, want.ServerID
+	if shown.Source != SourceBinlog || got != want {
+		t.Errorf("README.md shows source %s, binlog %+v; the defaults are %+v", shown.Source, got, want)
+	}
+}
