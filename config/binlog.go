@@ -108,3 +108,13 @@ func (d *decoder) validateBinlog(b *Binlog) {
 		d.wrong(p+"start", "%v", err)
 	}
 }
+
+// DeploymentName names what the instances of one deployment share, and so
+// the memcached pool they write (the rebump journal's and the observer's
+// key): kafka.group, or binlog.name with source binlog.
+func (c *Config) DeploymentName() string {
+	if c.Source == SourceBinlog {
+		return c.Binlog.Name
+	}
+	return c.Kafka.Group
+}

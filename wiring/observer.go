@@ -20,8 +20,8 @@ func newObserver(s *Stack, sel observer.Locator, detached bool) (*observer.Obser
 	c := s.Config.Observer
 	deps := observer.Deps{Cache: s.Memcache, Servers: sel, Registerer: s.Registry, Logger: s.Logger.With("component", "observer"), Member: instanceName(),
 		// One consumer group per memcached pool (docs/operations.md,
-		// "Several memcached pools"): the writers' group names the pool.
-		Pool: s.Config.Kafka.Group}
+		// "Several memcached pools"): the writers' group (or binlog.name) names the pool.
+		Pool: s.Config.DeploymentName()}
 	if s.MySQL != nil {
 		deps.Truth = s.MySQL
 	}

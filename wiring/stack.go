@@ -164,7 +164,7 @@ func NewStack(cfg *config.Config, logger *slog.Logger, opts StackOptions) (*Stac
 	if !opts.ObserveOnly { // observing delays no bump
 		s.Rebump = pipeline.NewRebumper(writer, s.Metrics, logger.With("component", "rebump"))
 		if !opts.MemoryRebumps {
-			s.Rebump.EnableJournal(cacheops.NewTokenLog(s.Memcache, logger.With("component", "rebump")), cfg.RuleSet, cfg.Kafka.Group)
+			s.Rebump.EnableJournal(cacheops.NewTokenLog(s.Memcache, logger.With("component", "rebump")), cfg.RuleSet, cfg.DeploymentName())
 		}
 	}
 	if cfg.Kafka.DLQTopic != "" && !opts.NoDLQ {
