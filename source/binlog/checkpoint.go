@@ -188,7 +188,7 @@ func (c *Checkpoint) Save(ctx context.Context, position string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.epoch == 0 {
-		return fmt.Errorf("binlog: checkpoint %q: save: %w", c.name, ErrNotAcquired)
+		return fmt.Errorf("%w: checkpoint %q: call Acquire, on gaining the lease, before Save", ErrNotAcquired, c.name)
 	}
 	qctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -217,11 +217,11 @@ func (c *Checkpoint) checkEpoch(ctx context.Context) error {
 	err := c.db.QueryRowContext(ctx, "SELECT epoch FROM "+c.qualTab+" WHERE name = ?", c.name).Scan(&now)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("binlog: checkpoint %q: save at epoch %d: %w: the row is gone from %s", c.name, c.epoch, ErrFenced, c.qualTab)
+		return fmt.Errorf("%w: checkpoint %q: save at epoch %d: the row is gone from %s", ErrFenced, c.name, c.epoch, c.qualTab)
 	case err != nil:
 		return fmt.Errorf("binlog: checkpoint %q: save at epoch %d: read epoch: %w", c.name, c.epoch, err)
 	case now != c.epoch:
-		return fmt.Errorf("binlog: checkpoint %q: save at epoch %d: %w (epoch %d)", c.name, c.epoch, ErrFenced, now)
+		return fmt.Errorf("%w: checkpoint %q: save at epoch %d refused, the row's epoch is now %d", ErrFenced, c.name, c.epoch, now)
 	}
 	return nil
 }

@@ -298,7 +298,7 @@ func (l *Lease) Keep(ctx context.Context) error {
 	active := l.active
 	l.mu.Unlock()
 	if !active {
-		return fmt.Errorf("binlog: lease %s: keep: %w", l.lock, ErrNotHeld)
+		return fmt.Errorf("%w: lock %s: Keep needs Acquire first", ErrNotHeld, l.lock)
 	}
 	tick := time.NewTicker(l.interval())
 	defer tick.Stop()
@@ -327,7 +327,7 @@ func (l *Lease) keepOnce(ctx context.Context) error {
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
 	if l.conn == nil {
-		return fmt.Errorf("binlog: lease %s: %w: the connection was released", l.lock, ErrLeaseLost)
+		return fmt.Errorf("%w: lock %s: the connection was released", ErrLeaseLost, l.lock)
 	}
 	err := l.confirm(ctx)
 	if err == nil {
@@ -339,7 +339,7 @@ func (l *Lease) keepOnce(ctx context.Context) error {
 		return err
 	}
 	l.log.Error("lease lost: this instance is no longer active", "conn_id", id, "err", err)
-	return fmt.Errorf("binlog: lease %s: %w: %w", l.lock, ErrLeaseLost, err)
+	return fmt.Errorf("%w: lock %s: %w", ErrLeaseLost, l.lock, err)
 }
 
 // Release gives the lock up (RELEASE_LOCK) and discards the connection,

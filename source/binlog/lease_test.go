@@ -167,6 +167,9 @@ func TestLeaseFrozenHolder(t *testing.T) {
 	}
 	mustTryAcquire(t, a, true)
 	kept := keep(t, a)
+	var resumed sync.Once
+	unfreeze := func() { resumed.Do(func() { close(resume) }) }
+	t.Cleanup(unfreeze) // runs before keep's cleanup waits for Keep
 	<-paused
 	frozen := time.Now()
 	acquired, cancel := standby(b)
@@ -182,7 +185,7 @@ func TestLeaseFrozenHolder(t *testing.T) {
 	if ok {
 		t.Fatalf("frozen holder's Held() = true (age %v) while the standby holds the lock", age)
 	}
-	close(resume)
+	unfreeze()
 	err := waitErr(t, "resumed holder's Keep", kept)
 	if !errors.Is(err, ErrLeaseLost) {
 		t.Errorf("resumed holder's Keep = %v, want ErrLeaseLost", err)
