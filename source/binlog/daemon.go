@@ -252,7 +252,11 @@ func (d *Daemon) runActive(ctx context.Context) {
 	term, endTerm := context.WithCancelCause(ctx)
 	defer endTerm(nil)
 	kept := make(chan error, 1)
-	go func() { kept <- d.lease.Keep(term) }()
+	go func() {
+		err := d.lease.Keep(term)
+		endTerm(err) // a lost lease ends reading, even while the log is idle
+		kept <- err
+	}()
 	d.active.Store(true)
 	d.m.active.Set(1)
 	d.log.Info("binlog source active: this instance holds the lease", "lock", d.lease.LockName())

@@ -85,6 +85,7 @@ func (d *Daemon) readFrom(ctx context.Context, start *Start, takeover bool) (boo
 	if err != nil {
 		return false, err
 	}
+	d.setProblem("")
 	rctx, stopReading := context.WithCancel(ctx)
 	items := make(chan item, txnQueue)
 	done := make(chan struct{})
@@ -255,8 +256,8 @@ func (d *Daemon) observeBatch(msgs []pipeline.Message) {
 // that is no longer there (error 1236).
 func isPurged(err error) bool {
 	s := err.Error()
-	return strings.Contains(s, "1236") || strings.Contains(s, "Could not find first log file") ||
-		strings.Contains(s, "purged") || strings.Contains(s, "Could not find GTID state")
+	return strings.Contains(s, "ERROR 1236") || strings.Contains(s, "Could not find first log file") ||
+		strings.Contains(s, "Could not find GTID state")
 }
 
 // onPurged applies the Purged policy to a start position the server no
