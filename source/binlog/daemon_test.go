@@ -237,3 +237,34 @@ func TestDaemonStandbyTakesOver(t *testing.T) {
 	r.f.tx(t, true, "UPDATE users SET name = 'y' WHERE id = 5")
 	r.waitValue("ns:user:5", "52")
 }
+
+// TestDaemonLeaseLostWhileIdle: when the active's lease connection is
+// killed while the log is idle, it stops being active (and a standby
+// takes over) without waiting for a write to be refused.
+func TestDaemonLeaseLostWhileIdle(t *testing.T) {
+	r := newDaemonRig(t)
+	name := "t" + testsvc.Unique()
+	a, _ := r.daemon(name, 2*time.Second)
+	waitFor(t, func() string {
+		if !a.active.Load() {
+			return "first daemon not active"
+		}
+		return ""
+	})
+	b, _ := r.daemon(name, 2*time.Second)
+	a.lease.connMu.Lock()
+	id := a.lease.connID
+	a.lease.connMu.Unlock()
+	if _, err := r.f.db.Exec("KILL CONNECTION ?", id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() string {
+		if a.active.Load() || !b.active.Load() {
+			return fmt.Sprintf("first active %v, second active %v; want the second only", a.active.Load(), b.active.Load())
+		}
+		return ""
+	})
+	r.set("ns:user:8", "80")
+	r.f.tx(t, true, "INSERT INTO users VALUES (8, 'x')")
+	r.waitValue("ns:user:8", "81")
+}
