@@ -174,8 +174,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.checkServer(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
-	if err := d.openCheckpoint(ctx); err != nil {
-		return err
+	if d.openCheckpoint(ctx); ctx.Err() != nil {
+		return nil
 	}
 	d.log.Info("binlog source starting", "lock", d.lease.LockName(), "server_id", d.cfg.Stream.ServerID)
 	for ctx.Err() == nil {
@@ -193,54 +193,53 @@ func (d *Daemon) Run(ctx context.Context) error {
 // names each (they do not mend themselves); an unreachable server is
 // retried, the daemon not ready meanwhile. It learns the server's flavor.
 func (d *Daemon) checkServer(ctx context.Context) error {
-	for attempt := 0; ; attempt++ {
+	var report *ServerReport
+	d.untilDone(ctx, "cannot reach the source server", func() (err error) {
 		qctx, cancel := context.WithTimeout(ctx, DefaultQueryTimeout)
-		report, err := Inspect(qctx, d.db, d.cfg.Stream.ServerID)
-		cancel()
-		if err == nil {
-			for _, n := range report.Notes {
-				d.log.Info("binlog source: " + n)
-			}
-			if len(report.Problems) > 0 {
-				return fmt.Errorf("binlog: the source cannot be read: %w", errors.Join(report.Problems...))
-			}
-			if d.cfg.Stream.Flavor == "" {
-				d.cfg.Stream.Flavor = report.Flavor
-			}
-			d.log.Info("binlog source checked", "flavor", report.Flavor, "version", report.Version, "row_metadata", report.RowMetadata)
-			return nil
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		d.setProblem("cannot reach the source server: " + err.Error())
-		if retry.Logged(attempt) {
-			d.log.Error("binlog: cannot reach the source server; retrying", "attempt", attempt+1, "error", err.Error())
-		}
-		if retry.Sleep(ctx, retry.Backoff(attempt, DefaultRetryMin, DefaultRetryMax)) != nil {
-			return nil
-		}
+		defer cancel()
+		report, err = Inspect(qctx, d.db, d.cfg.Stream.ServerID)
+		return err
+	})
+	if report == nil {
+		return nil // ctx ended
 	}
+	for _, n := range report.Notes {
+		d.log.Info("binlog source: " + n)
+	}
+	if len(report.Problems) > 0 {
+		return fmt.Errorf("binlog: the source cannot be read: %w", errors.Join(report.Problems...))
+	}
+	if d.cfg.Stream.Flavor == "" {
+		d.cfg.Stream.Flavor = report.Flavor
+	}
+	d.log.Info("binlog source checked", "flavor", report.Flavor, "version", report.Version, "row_metadata", report.RowMetadata)
+	return nil
 }
 
 // openCheckpoint opens the checkpoint table, retrying until it can or
 // ctx ends (the source may be down at start-up).
-func (d *Daemon) openCheckpoint(ctx context.Context) error {
+func (d *Daemon) openCheckpoint(ctx context.Context) {
+	d.untilDone(ctx, "cannot open the checkpoint table", func() (err error) {
+		d.ckpt, err = OpenCheckpoint(ctx, d.db, d.cfg.Checkpoint, d.log.With("component", "binlog-checkpoint"))
+		return err
+	})
+}
+
+// untilDone calls try until it returns nil or ctx ends, the daemon not
+// ready meanwhile with what and the error, the attempts logged and
+// spaced by the backoff.
+func (d *Daemon) untilDone(ctx context.Context, what string, try func() error) {
 	for attempt := 0; ; attempt++ {
-		c, err := OpenCheckpoint(ctx, d.db, d.cfg.Checkpoint, d.log.With("component", "binlog-checkpoint"))
-		if err == nil {
-			d.ckpt = c
-			return nil
+		err := try()
+		if err == nil || ctx.Err() != nil {
+			return
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		d.setProblem("cannot open the checkpoint table: " + err.Error())
+		d.setProblem(what + ": " + err.Error())
 		if retry.Logged(attempt) {
-			d.log.Error("binlog: cannot open the checkpoint table; retrying", "attempt", attempt+1, "error", err.Error())
+			d.log.Error("binlog: "+what+"; retrying", "attempt", attempt+1, "error", err.Error())
 		}
 		if retry.Sleep(ctx, retry.Backoff(attempt, DefaultRetryMin, DefaultRetryMax)) != nil {
-			return nil
+			return
 		}
 	}
 }
