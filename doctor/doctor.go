@@ -1,7 +1,8 @@
 // Package doctor checks that what a cachewarden config names is there and
 // usable, before or while the daemon runs: the Kafka topics and their
 // partitions, the dead-letter topic, the consumer group's position and
-// lag, every memcached server (reachable, answering the meta protocol),
+// lag (or, with the binary log source, the source server's settings,
+// privileges and server id), every memcached server (reachable, answering the meta protocol),
 // and MySQL (the binary log settings a CDC connector and exact counters
 // rely on, and the privileges the rules' queries need). It backs
 // `cachewarden doctor`.
@@ -50,7 +51,8 @@ func (s Status) String() string {
 
 // Finding is one check's result.
 type Finding struct {
-	// Area is "kafka", "memcached" or "mysql".
+	// Area is "kafka" (or "binlog" with the binary log source),
+	// "memcached" or "mysql".
 	Area string
 	// Subject names what was checked: a topic, a server, a variable, a
 	// rule.
@@ -120,7 +122,11 @@ func Run(ctx context.Context, o Options) *Report {
 		defer cancel()
 		f(ctx)
 	}
-	within(func(ctx context.Context) { checkKafka(ctx, o.Config, o.Logger, rep) })
+	if o.Config.Source == config.SourceBinlog {
+		within(func(ctx context.Context) { checkBinlog(ctx, o.Config, rep) })
+	} else {
+		within(func(ctx context.Context) { checkKafka(ctx, o.Config, o.Logger, rep) })
+	}
 	within(func(ctx context.Context) { checkMemcached(ctx, o.Config, rep) })
 	if o.Config.MySQL.DSN != "" {
 		within(func(ctx context.Context) { checkMySQL(ctx, o.Config, rep) })

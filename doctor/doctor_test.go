@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"net"
 	"os"
@@ -215,3 +216,79 @@ func TestDoctorFindsWhatIsWrong(t *testing.T) {
 		t.Errorf("the report shows the password:\n%s", buf.String())
 	}
 }
+
+// TestDoctorBinlogSource checks the binary log source's server instead of
+// Kafka: the MariaDB with the binary log is fine; one without it, or a
+// server id it already has, fails with the setting named.
+func TestDoctorBinlogSource(t *testing.T) {
+	binlogDSN := testsvc.MySQLBinlogDSN(t)
+	plainDSN := testsvc.MySQLDSN(t)
+	mc := testsvc.Memcached(t)
+	loadBinlog := func(dsn string, serverID int) *config.Config {
+		t.Helper()
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("version: 1\nrules:\n  - name: user\n    table: shop.users\n    bump: \"ns:user:{id}\"\n"), 0o644)
+		path := filepath.Join(dir, "cachewarden.yaml")
+		os.WriteFile(path, fmt.Appendf(nil, "source: binlog\nbinlog:\n  dsn: %q\n  server_id: %d\nmemcached:\n  servers: [%s]\nrules: [rules.yaml]\n", dsn, serverID, mc), 0o644)
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	ctx := context.Background()
+	rep := Run(ctx, Options{Config: loadBinlog(binlogDSN, 987654)})
+	if n := rep.Count(Fail); n != 0 {
+		var buf bytes.Buffer
+		rep.Write(&buf)
+		t.Errorf("%d failures on the binary log server:\n%s", n, buf.String())
+	}
+	for _, f := range rep.Findings {
+		if f.Area == "kafka" {
+			t.Errorf("a kafka finding with the binlog source: %+v", f)
+		}
+	}
+	var ownID int
+	db, _ := testsvc.MySQLBinlog(t)
+	if err := db.QueryRow("SELECT @@server_id").Scan(&ownID); err != nil {
+		t.Fatal(err)
+	}
+	rep = Run(ctx, Options{Config: loadBinlog(binlogDSN, ownID)})
+	if rep.Count(Fail) == 0 {
+		t.Errorf("the server's own server id %d was accepted", ownID)
+	}
+	if !isBinlogServer(t, plainDSN) {
+		rep = Run(ctx, Options{Config: loadBinlog(plainDSN, 987654)})
+		found := false
+		for _, f := range rep.Findings {
+			found = found || f.Area == "binlog" && f.Status == Fail && strings.Contains(f.Detail, "log_bin")
+		}
+		if !found {
+			var buf bytes.Buffer
+			rep.Write(&buf)
+			t.Errorf("no log_bin failure for a server without the binary log:\n%s", buf.String())
+		}
+	}
+}
+
+// isBinlogServer reports whether the server dsn names logs.
+func isBinlogServer(t *testing.T, dsn string) bool {
+	t.Helper()
+	c, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.DBName = ""
+	db, err := sqlOpen(c.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var on int
+	if err := db.QueryRow("SELECT @@log_bin").Scan(&on); err != nil {
+		t.Fatal(err)
+	}
+	return on == 1
+}
+
+func sqlOpen(dsn string) (*sql.DB, error) { return sql.Open("mysql", dsn) }
