@@ -31,6 +31,22 @@ const (
 	OpSetDelete
 )
 
+// PlannedKinds are the kinds planning produces (RuleSet.Plan), in the
+// order messages list them: the ops `plan` prints and rule tests expect.
+// The others are the applier's and replay's own.
+var PlannedKinds = []OpKind{OpBump, OpSetAdd, OpSetRemove, OpCount, OpRecount}
+
+// ParsePlannedKind returns the planned kind named s (OpKind.String); ok
+// is false for any other name.
+func ParsePlannedKind(s string) (k OpKind, ok bool) {
+	for _, k := range PlannedKinds {
+		if k.String() == s {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
 // String returns the name used in plan output (docs/rules.md).
 func (k OpKind) String() string {
 	switch k {

@@ -406,15 +406,6 @@ func (p *parser) event(n *yaml.Node, what string) Event {
 	return ev
 }
 
-// opNames maps the op names of plan output to kinds.
-var opNames = map[string]rules.OpKind{
-	"bump":       rules.OpBump,
-	"set_add":    rules.OpSetAdd,
-	"set_remove": rules.OpSetRemove,
-	"count":      rules.OpCount,
-	"recount":    rules.OpRecount,
-}
-
 func (p *parser) eventIndex(n *yaml.Node, what string, nEvents int) (int, bool) {
 	i, ok := yamlfile.Int(n, what+": event", math.MinInt64, math.MaxInt64, p.errorf)
 	if !ok {
@@ -446,8 +437,8 @@ func (p *parser) expectedOp(n *yaml.Node, what string, nEvents int) (ExpectedOp,
 	if d.Op != nil {
 		var name string
 		if name, good = yamlfile.String(d.Op, "op", p.errorf); good {
-			if op.Op, good = opNames[name]; !good {
-				p.errorf(d.Op, "%s: unknown op %q (want bump, set_add, set_remove, count or recount)", what, name)
+			if op.Op, good = rules.ParsePlannedKind(name); !good {
+				p.errorf(d.Op, "%s: unknown op %q (want %s)", what, name, plannedKindNames())
 			}
 		}
 		ok = ok && good
@@ -708,4 +699,14 @@ func skipDigits(s string, i int) int {
 		i++
 	}
 	return i
+}
+
+// plannedKindNames lists the op names a test may expect: "bump, set_add
+// or recount".
+func plannedKindNames() string {
+	names := make([]string, len(rules.PlannedKinds))
+	for i, k := range rules.PlannedKinds {
+		names[i] = k.String()
+	}
+	return decode.Alternatives(names)
 }

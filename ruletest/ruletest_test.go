@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cachewarden/cachewarden/decode"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -21,7 +22,7 @@ func TestParseReportsEveryProblem(t *testing.T) {
 	const f = "testdata/broken.yaml"
 	want := []string{
 		f + ":1:13: rule_files must be a non-empty list of paths",
-		f + `:2:9: format "protobuf": want auto, debezium, debezium-flat, maxwell or canal (test events are JSON)`,
+		f + `:2:9: format "protobuf": want ` + decode.Alternatives(decode.FileNames()) + ` (test events are JSON)`,
 		f + `:5:12: table "users": want db.table`,
 		f + `:7:9: test "one": an event is a JSON string, a mapping or null (a tombstone)`,
 		f + `:8:25: test "one": event: number .inf has no JSON form; write it like 1.5 or 2e-3`,
@@ -57,7 +58,7 @@ func TestParseSmallMistakes(t *testing.T) {
 		{"out of order", "rule_files: [r.yaml]\ntests:\n- name: a\n  events: [null, null]\n  expect:\n  - {event: 2, rule: r, op: bump, key: k}\n  - {event: 1, rule: r, op: bump, key: k}\n",
 			`t.yaml:7:5: test "a": expected ops must be listed in event order (event 1 after event 2)`},
 		{"format avro", "rule_files: [r.yaml]\nformat: avro\ntests: [{name: a, events: [null], expect: []}]\n",
-			`t.yaml:2:9: format "avro": want auto, debezium, debezium-flat, maxwell or canal (test events are JSON)`},
+			`t.yaml:2:9: format "avro": want ` + decode.Alternatives(decode.FileNames()) + ` (test events are JSON)`},
 		{"two errors for one event", "rule_files: [r.yaml]\ntests:\n- name: a\n  events: [null]\n  expect: []\n  errors: [{event: 1, contains: x}, {event: 1, contains: y}]\n",
 			`t.yaml:6:37: test "a": event 1 already has an expected error`},
 		{"duplicate key in an event", "rule_files: [r.yaml]\ntests:\n- name: a\n  events: [{op: c, op: u}]\n  expect: []\n",
