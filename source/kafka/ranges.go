@@ -202,6 +202,45 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	topics, err := replayTopics(topics, from, to)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := conn.NewClient(logger)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: replay: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	all, err := topicPartitions(ctx, cl, adm, topics)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := replayPartitions(all, topics, from, to)
+	if err != nil {
+		return nil, err
+	}
+	offs, err := listPartitionOffsets(ctx, adm, parts, from.Time, to.Time)
+	if err != nil {
+		return nil, err
+	}
+	var ranges []PartitionRange
+	for _, tp := range parts {
+		o := offs[tp]
+		r, notes := replayRange(tp, o, from, to)
+		for _, n := range notes {
+			logger.Warn(n, "topic", tp.topic, "partition", tp.partition, "log_start", o.first, "end", o.end)
+		}
+		if r.Len() > 0 {
+			ranges = append(ranges, r)
+		}
+	}
+	return ranges, nil
+}
+
+// replayTopics checks the bounds and returns the topics to replay: topics,
+// or when none is given those the start's offsets name.
+func replayTopics(topics []string, from, to ReplayBound) ([]string, error) {
 	if from.IsZero() {
 		return nil, errors.New("kafka: replay: no start given")
 	}
@@ -218,12 +257,12 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 			return nil, errors.New("kafka: replay: no topics")
 		}
 	}
-	cl, err := conn.NewClient(logger)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: replay: %w", err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	return topics, nil
+}
+
+// topicPartitions returns every partition of topics, which must all
+// exist; a refusal of the credentials is named in the error.
+func topicPartitions(ctx context.Context, cl *kgo.Client, adm *kadm.Client, topics []string) ([]topicPartition, error) {
 	meta, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
 		if auth := clientHook[*kafkaAuth](cl); auth != nil {
@@ -234,7 +273,6 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 		}
 		return nil, fmt.Errorf("kafka: replay: read topic metadata: %w", err)
 	}
-	exists := make(map[topicPartition]bool)
 	var all []topicPartition
 	for _, t := range topics {
 		td, ok := meta[t]
@@ -245,17 +283,23 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 			return nil, fmt.Errorf("kafka: replay: topic %s: %w", t, td.Err)
 		}
 		for p := range td.Partitions {
-			tp := topicPartition{t, int(p)}
-			exists[tp] = true
-			all = append(all, tp)
+			all = append(all, topicPartition{t, int(p)})
 		}
 	}
+	return all, nil
+}
+
+// replayPartitions returns the partitions to replay, sorted: those the
+// start's offsets name, else all; every partition the bounds name must be
+// one of all, of a replayed topic, and the end may name only partitions
+// the start lists.
+func replayPartitions(all []topicPartition, topics []string, from, to ReplayBound) ([]topicPartition, error) {
 	check := func(flag string, offs []PartitionOffset) error {
 		for _, po := range offs {
 			if !slices.Contains(topics, po.Topic) {
 				return fmt.Errorf("kafka: replay: %s names topic %s, which is not replayed (topics: %s)", flag, po.Topic, strings.Join(topics, ","))
 			}
-			if !exists[topicPartition{po.Topic, po.Partition}] {
+			if !slices.Contains(all, topicPartition{po.Topic, po.Partition}) {
 				return fmt.Errorf("kafka: replay: %s names %s:%d, which does not exist", flag, po.Topic, po.Partition)
 			}
 		}
@@ -285,23 +329,7 @@ func ResolveReplayRanges(ctx context.Context, conn KafkaConn, topics []string, f
 		}
 		return a.partition - b.partition
 	})
-
-	offs, err := listPartitionOffsets(ctx, adm, parts, from.Time, to.Time)
-	if err != nil {
-		return nil, err
-	}
-	var ranges []PartitionRange
-	for _, tp := range parts {
-		o := offs[tp]
-		r, notes := replayRange(tp, o, from, to)
-		for _, n := range notes {
-			logger.Warn(n, "topic", tp.topic, "partition", tp.partition, "log_start", o.first, "end", o.end)
-		}
-		if r.Len() > 0 {
-			ranges = append(ranges, r)
-		}
-	}
-	return ranges, nil
+	return parts, nil
 }
 
 // offsetOf returns the offset b names for tp, if it names one (a
