@@ -20,176 +20,230 @@ import (
 // returns the offset after the last applied message and whether that is
 // exactly where the partition was left.
 func (d *Daemon) consumePartition(abandon, release context.Context, tp topicPartition, w *partitionWorker) partitionResult {
-	topic, partition := tp.topic, tp.partition
-	log := d.log.With("topic", topic, "partition", partition)
-	res := partitionResult{next: -1, clean: true, first: -1}
-	// Nothing reaches memcached unless the membership the partition was
-	// assigned to is surely live (memberLease): checked before each batch,
-	// and by the writers before each round or op they send.
-	live := func() error { return d.lease.check(w.member, time.Now()) }
-	guarded := cacheops.WithGuard(abandon, live)
-	var (
-		b   pipeline.Batch
-		src = batchSource{q: w.q}
-		// msgs is reused; it is cleared after each batch so that it
-		// does not pin message values.
-		msgs = make([]pipeline.Message, 0, d.cfg.MaxEvents)
-		// taken is when the previous batch was closed: messages fetched
-		// since then have waited for this one.
-		taken = time.Now()
-		// expect is the offset the next message should have: the
-		// committed offset, then the one after the last applied
-		// message; -1 while unknown.
-		expect int64 = -1
-		c            = newOffsetCommitter(func(next int64) error {
-			if err := live(); err != nil {
-				return err
-			}
-			return d.committer.commit(release, topic, partition, next, commitConsuming)
-		}, func(err error, attempt int) {
-			d.m.commitRetries.Inc()
-			if retry.Logged(attempt - 1) {
-				log.Warn("committing offset failed; retrying, the partition applies at most batch.max_events past its commit meanwhile",
-					"attempt", attempt, "error", err.Error())
-			}
-		})
-	)
+	r := d.newPartitionRun(abandon, release, tp, w)
 	// The first heartbeat of the membership is asked for at assignment
 	// (Daemon.assigned); wait for its acknowledgement.
 	if d.lease.wait(release, w.member) != nil {
-		return res
+		return r.res
 	}
-	commitCtx, stopCommitting := context.WithCancel(release)
-	committerDone := make(chan struct{})
-	go func() {
-		defer close(committerDone)
-		c.run(commitCtx)
-	}()
-	defer func() {
-		stopCommitting()
-		<-committerDone
-	}()
+	defer r.startCommitter()()
 	for first := true; ; first = false {
-		// Messages applied beyond the committed offset stay at most
-		// MaxEvents: after a crash the first batch of the partition's
-		// next owner covers that many (Config.MaxWait) and turns their
-		// counter deltas into recounts. Commits run beside the batches,
-		// one at a time, each for the latest applied offset, so that a
-		// slow group coordinator holds a partition back only once a full
-		// batch's worth is waiting for it.
-		room, err := c.room(release, d.cfg.MaxEvents)
-		if err != nil {
-			return res // released
-		}
-		if first && len(src.pending) == 0 {
-			// Fetching starts once the partition's committed offset
-			// (and so its previous owner's handoff marker) is known.
-			if _, err := src.receive(release, nil); err != nil {
-				if release.Err() == nil {
-					d.fetchFailed(log, tp, err, &w.progress)
-					<-release.Done()
-				}
-				return res
-			}
-		}
-		// After a crash the previous owner may have applied messages
-		// past its last commit without committing them: the first batch
-		// turns their counter deltas into recounts. After a clean
-		// handoff nothing past the commit was applied.
-		recount := first && !d.handedOff(tp)
-		// A partition that was owned before (it has a commit) and not
-		// handed off cleanly may also get set tokens late from its
-		// previous owner (one that stalled between its last check and
-		// its send): the first batch deletes the sets it touches, as a
-		// replay does. A partition without any commit starts afresh.
-		resetSets := false
-		if first {
-			co, found := d.committedOffset(tp)
-			resetSets = recount && found
-			log.Debug("partition starts", "offset", src.pending[0].Pos.Offset, "committed", co.offset, "found", found,
-				"handed_off", co.handedOff, "recount_first_batch", recount, "reset_sets", resetSets)
-			if !recount && d.replaceHandoffMarker(release, log, tp, co.offset, live) != nil {
-				return res // released
-			}
-		}
-		msgs, taken, err = d.fill(release, &src, msgs[:0], room, recount, taken, &w.progress)
-		if err != nil {
-			if release.Err() == nil {
-				d.fetchFailed(log, tp, err, &w.progress)
-				<-release.Done()
-			}
-			return res
-		}
-		if first {
-			res.first = msgs[0].Pos.Offset
-			c.begin(msgs[0].Pos.Offset)
-			if co, found := d.committedOffset(tp); found {
-				expect = co.offset
-			}
-		}
-		// Records the partition's log lost before they were read: bump
-		// the fallback namespaces of the topic's tables before going on.
-		if gap, reason := logGap(expect, msgs[0].Pos.Offset, src.logStart); gap {
-			log.Error("records of the partition were never read: "+reason+"; bumping the fallback namespaces of the topic's tables",
-				"expected_offset", expect, "first_offset", msgs[0].Pos.Offset, "log_start", src.logStart)
-			if !d.coverGap(guarded, release, log, w.member, topic, gapReason(expect, msgs[0].Pos.Offset), msgs[0].Pos) {
-				res.clean = false
-				return res
-			}
-			recount = true // deltas around a gap cannot be trusted
-		}
-		opts := pipeline.CoalesceOptions{Recount: recount, ResetSets: resetSets}
-		for {
-			err := live()
-			if err == nil {
-				err = d.p.Process(guarded, &b, msgs, opts)
-			}
-			if err == nil {
-				break
-			}
-			res.clean = false
-			if !errors.Is(err, ErrMembershipExpired) {
-				log.Debug("batch abandoned uncommitted", "messages", len(msgs), "from_offset", msgs[0].Pos.Offset, "reason", err.Error())
-				return res
-			}
-			// The session may have expired: the partition may be
-			// another member's already. Send nothing more of the batch,
-			// commit nothing, and wait: either the client learns that
-			// the partition is lost (abandon, release), or a heartbeat of
-			// this membership is acknowledged again and the batch is
-			// applied again from the start, as after a crash (part of it
-			// may have been sent).
-			d.m.abandoned.Inc()
-			log.Warn("group membership may have expired; batch abandoned, nothing more of it sent, nothing committed",
-				"messages", len(msgs), "from_offset", msgs[0].Pos.Offset, "reason", err.Error())
-			if d.lease.wait(release, w.member) != nil {
-				return res
-			}
-			log.Info("group membership confirmed again; applying the abandoned batch again, recounting", "from_offset", msgs[0].Pos.Offset)
-			opts = pipeline.CoalesceOptions{Recount: true, ResetSets: true}
-		}
-		next := msgs[len(msgs)-1].Pos.Offset + 1
-		res.next, expect = next, next
-		c.applied(next)
-		w.progress.advanced(len(src.pending) > 0 || src.more())
-		if ob := stuckBatch(msgs); ob != nil {
-			// Committed past the batch; the client fetches nothing more
-			// of the partition in this assignment.
-			clear(msgs)
-			b.Release()
-			d.fetchFailed(log, tp, ob.StuckError(), &w.progress)
-			<-release.Done()
-			return res
-		}
-		// Messages between the batch's last one and the last stable
-		// offset of the latest fetch.
-		d.m.setLag(topic, partition, max(src.stable-next, 0))
-		clear(msgs) // do not pin message values until the next batch fills
-		b.Release()
-		if release.Err() != nil {
-			return res
+		opts, ok := r.nextBatch(first)
+		if !ok || !r.apply(opts) || !r.applied() {
+			return r.res
 		}
 	}
+}
+
+// partitionRun is the state of one partition's consumption
+// (consumePartition), reused from batch to batch.
+type partitionRun struct {
+	d                *Daemon
+	release, guarded context.Context
+	tp               topicPartition
+	w                *partitionWorker
+	log              *slog.Logger
+	res              partitionResult
+	// live tells whether the membership the partition was assigned to is
+	// surely live (memberLease): nothing reaches memcached otherwise. It
+	// is checked before each batch, and by the writers (guarded) before
+	// each round or op they send.
+	live func() error
+	b    pipeline.Batch
+	src  batchSource
+	// msgs is reused; it is cleared after each batch so that it does not
+	// pin message values.
+	msgs []pipeline.Message
+	// taken is when the previous batch was closed: messages fetched
+	// since then have waited for this one.
+	taken time.Time
+	// expect is the offset the next message should have: the committed
+	// offset, then the one after the last applied message; -1 while
+	// unknown.
+	expect int64
+	c      *offsetCommitter
+}
+
+func (d *Daemon) newPartitionRun(abandon, release context.Context, tp topicPartition, w *partitionWorker) *partitionRun {
+	r := &partitionRun{d: d, release: release, tp: tp, w: w,
+		log: d.log.With("topic", tp.topic, "partition", tp.partition),
+		res: partitionResult{next: -1, clean: true, first: -1},
+		src: batchSource{q: w.q}, msgs: make([]pipeline.Message, 0, d.cfg.MaxEvents), taken: time.Now(), expect: -1}
+	r.live = func() error { return d.lease.check(w.member, time.Now()) }
+	r.guarded = cacheops.WithGuard(abandon, r.live)
+	r.c = newOffsetCommitter(func(next int64) error {
+		if err := r.live(); err != nil {
+			return err
+		}
+		return d.committer.commit(release, tp.topic, tp.partition, next, commitConsuming)
+	}, func(err error, attempt int) {
+		d.m.commitRetries.Inc()
+		if retry.Logged(attempt - 1) {
+			r.log.Warn("committing offset failed; retrying, the partition applies at most batch.max_events past its commit meanwhile",
+				"attempt", attempt, "error", err.Error())
+		}
+	})
+	return r
+}
+
+// startCommitter runs the offset committer beside the batches and returns
+// the function that stops it.
+func (r *partitionRun) startCommitter() (stop func()) {
+	commitCtx, stopCommitting := context.WithCancel(r.release)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.c.run(commitCtx)
+	}()
+	return func() {
+		stopCommitting()
+		<-done
+	}
+}
+
+// failed reports a fetch failure unless the partition is being released,
+// then waits for the release.
+func (r *partitionRun) failed(err error) {
+	if r.release.Err() == nil {
+		r.d.fetchFailed(r.log, r.tp, err, &r.w.progress)
+		<-r.release.Done()
+	}
+}
+
+// nextBatch fills r.msgs with the next batch and returns how to coalesce
+// it; ok is false when the partition stops.
+func (r *partitionRun) nextBatch(first bool) (opts pipeline.CoalesceOptions, ok bool) {
+	d := r.d
+	// Messages applied beyond the committed offset stay at most
+	// MaxEvents: after a crash the first batch of the partition's next
+	// owner covers that many (Config.MaxWait) and turns their counter
+	// deltas into recounts. Commits run beside the batches, one at a
+	// time, each for the latest applied offset, so that a slow group
+	// coordinator holds a partition back only once a full batch's worth
+	// is waiting for it.
+	room, err := r.c.room(r.release, d.cfg.MaxEvents)
+	if err != nil {
+		return opts, false // released
+	}
+	if first && len(r.src.pending) == 0 {
+		// Fetching starts once the partition's committed offset (and so
+		// its previous owner's handoff marker) is known.
+		if _, err := r.src.receive(r.release, nil); err != nil {
+			r.failed(err)
+			return opts, false
+		}
+	}
+	if first {
+		if opts, ok = r.firstBatchOptions(); !ok {
+			return opts, false
+		}
+	}
+	r.msgs, r.taken, err = d.fill(r.release, &r.src, r.msgs[:0], room, opts.Recount, r.taken, &r.w.progress)
+	if err != nil {
+		r.failed(err)
+		return opts, false
+	}
+	if first {
+		r.res.first = r.msgs[0].Pos.Offset
+		r.c.begin(r.msgs[0].Pos.Offset)
+		if co, found := d.committedOffset(r.tp); found {
+			r.expect = co.offset
+		}
+	}
+	// Records the partition's log lost before they were read: bump the
+	// fallback namespaces of the topic's tables before going on.
+	at := r.msgs[0].Pos.Offset
+	if gap, reason := logGap(r.expect, at, r.src.logStart); gap {
+		r.log.Error("records of the partition were never read: "+reason+"; bumping the fallback namespaces of the topic's tables",
+			"expected_offset", r.expect, "first_offset", at, "log_start", r.src.logStart)
+		if !d.coverGap(r.guarded, r.release, r.log, r.w.member, r.tp.topic, gapReason(r.expect, at), r.msgs[0].Pos) {
+			r.res.clean = false
+			return opts, false
+		}
+		opts.Recount = true // deltas around a gap cannot be trusted
+	}
+	return opts, true
+}
+
+// firstBatchOptions decides how the partition's first batch is coalesced
+// and replaces the previous owner's handoff marker after a clean handoff;
+// ok is false when the partition was released meanwhile.
+func (r *partitionRun) firstBatchOptions() (opts pipeline.CoalesceOptions, ok bool) {
+	// After a crash the previous owner may have applied messages past
+	// its last commit without committing them: the first batch turns
+	// their counter deltas into recounts. After a clean handoff nothing
+	// past the commit was applied.
+	opts.Recount = !r.d.handedOff(r.tp)
+	// A partition that was owned before (it has a commit) and not handed
+	// off cleanly may also get set tokens late from its previous owner
+	// (one that stalled between its last check and its send): the first
+	// batch deletes the sets it touches, as a replay does. A partition
+	// without any commit starts afresh.
+	co, found := r.d.committedOffset(r.tp)
+	opts.ResetSets = opts.Recount && found
+	r.log.Debug("partition starts", "offset", r.src.pending[0].Pos.Offset, "committed", co.offset, "found", found,
+		"handed_off", co.handedOff, "recount_first_batch", opts.Recount, "reset_sets", opts.ResetSets)
+	if !opts.Recount && r.d.replaceHandoffMarker(r.release, r.log, r.tp, co.offset, r.live) != nil {
+		return opts, false // released
+	}
+	return opts, true
+}
+
+// apply applies the batch until it is applied, or reports false when the
+// partition must stop. While the membership may have expired it sends
+// nothing more of the batch, commits nothing, and waits: either the
+// client learns that the partition is lost (abandon, release), or a
+// heartbeat of this membership is acknowledged again and the batch is
+// applied again from the start, as after a crash (part of it may have
+// been sent).
+func (r *partitionRun) apply(opts pipeline.CoalesceOptions) bool {
+	msgs := r.msgs
+	for {
+		err := r.live()
+		if err == nil {
+			err = r.d.p.Process(r.guarded, &r.b, msgs, opts)
+		}
+		if err == nil {
+			return true
+		}
+		r.res.clean = false
+		if !errors.Is(err, ErrMembershipExpired) {
+			r.log.Debug("batch abandoned uncommitted", "messages", len(msgs), "from_offset", msgs[0].Pos.Offset, "reason", err.Error())
+			return false
+		}
+		r.d.m.abandoned.Inc()
+		r.log.Warn("group membership may have expired; batch abandoned, nothing more of it sent, nothing committed",
+			"messages", len(msgs), "from_offset", msgs[0].Pos.Offset, "reason", err.Error())
+		if r.d.lease.wait(r.release, r.w.member) != nil {
+			return false
+		}
+		r.log.Info("group membership confirmed again; applying the abandoned batch again, recounting", "from_offset", msgs[0].Pos.Offset)
+		opts = pipeline.CoalesceOptions{Recount: true, ResetSets: true}
+	}
+}
+
+// applied records an applied batch: the offset to commit, progress, lag.
+// It reports false when the partition stops (a stuck record batch, or a
+// release).
+func (r *partitionRun) applied() bool {
+	next := r.msgs[len(r.msgs)-1].Pos.Offset + 1
+	r.res.next, r.expect = next, next
+	r.c.applied(next)
+	r.w.progress.advanced(len(r.src.pending) > 0 || r.src.more())
+	defer r.b.Release()
+	if ob := stuckBatch(r.msgs); ob != nil {
+		// Committed past the batch; the client fetches nothing more of
+		// the partition in this assignment.
+		clear(r.msgs)
+		r.d.fetchFailed(r.log, r.tp, ob.StuckError(), &r.w.progress)
+		<-r.release.Done()
+		return false
+	}
+	// Messages between the batch's last one and the last stable offset
+	// of the latest fetch.
+	r.d.m.setLag(r.tp.topic, r.tp.partition, max(r.src.stable-next, 0))
+	clear(r.msgs) // do not pin message values until the next batch fills
+	return r.release.Err() == nil
 }
 
 // coverGap bumps the fallback namespaces of topic's tables for records
