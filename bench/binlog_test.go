@@ -31,7 +31,7 @@ var (
 	binlogE2E     = flag.String("binlog.e2e", "1000/20,10000/20,1000/1", "commit-to-namespace measurements, comma-separated rate/rows: offered changes/s and rows per transaction; empty: none")
 	binlogCPU     = flag.Int("binlog.cpu", 100_000, "row changes of the CPU-per-event comparison; 0: none")
 	binlogCPURate = flag.Int("binlog.cpu.rate", 10_000, "offered changes/s of the CPU-per-event comparison (20 rows per transaction)")
-	binlogProfile = flag.String("binlog.profile", "", "directory for the binary log daemon's CPU profiles (one per second, http.pprof); empty: none")
+	binlogProfile = flag.String("binlog.profile", "", "directory for the daemons' CPU profiles (one per second, http.pprof; binlog-NNN.pprof, and kafka-NNN.pprof of the CPU comparison) and execution traces; empty: none")
 )
 
 // binlogBenchRules bump one namespace per sample row, and one for the
@@ -109,15 +109,7 @@ func runBinlogBench(b *testing.B) {
 	// everything above is before it.
 	e.binlog = e.startDaemon(ctx, "binlog", "bl:", fmt.Sprintf("source: binlog\nbinlog:\n  dsn: %q\n  server_id: %d\n  name: cwbench_%s\n  checkpoint_database: %s\n",
 		e.baseDSN, 100_000+int(e.serverID)+os.Getpid()%100_000, testsvc.Unique(), e.dbName), *binlogProfile != "")
-	if *binlogProfile != "" {
-		pctx, stop := context.WithCancel(ctx)
-		done := make(chan []string)
-		go func() { done <- collectProfiles(pctx, e.binlog.metricsURL, *binlogProfile, "binlog") }()
-		defer func() {
-			stop()
-			fmt.Printf("\nCPU profiles of the binary log daemon: %d files in %s\n", len(<-done), *binlogProfile)
-		}()
-	}
+	defer e.profile(ctx, e.binlog, "binlog")()
 	fmt.Printf("\nBinary log source, commit to namespace moved: %d connections, one change in %d sampled; load average %s\n\n",
 		e2eConns, e2eSampleEvery, LoadAverage())
 	if *binlogE2E != "" {
@@ -141,6 +133,22 @@ func runBinlogBench(b *testing.B) {
 		if n, first := logProblems(d.logPath); n > 0 {
 			fmt.Printf("%s: %d warnings or errors in its log, the first: %s\n", d.Name, n, first)
 		}
+	}
+}
+
+// profile takes CPU profiles of d into -binlog.profile, named
+// group-NNN.pprof, until the returned stop is called; nothing without the
+// flag.
+func (e *blEnv) profile(ctx context.Context, d *consumerProc, group string) (stop func()) {
+	if *binlogProfile == "" {
+		return func() {}
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan []string)
+	go func() { done <- collectProfiles(pctx, d.metricsURL, *binlogProfile, group) }()
+	return func() {
+		cancel()
+		fmt.Printf("\nprofiles of %s: %d files in %s\n", d.Name, len(<-done), *binlogProfile)
 	}
 }
 
@@ -291,6 +299,7 @@ type blDaemonMark struct {
 	cpu       time.Duration
 	planned   float64 // row events planned (matched a rule) and applied
 	unmatched float64 // row events of other tables (the binary log holds the whole server's)
+	batches   float64 // batches processed (binlog: a checkpoint saved after each that ends a transaction)
 }
 
 func (e *blEnv) mark(d *consumerProc) blDaemonMark {
@@ -302,7 +311,11 @@ func (e *blEnv) mark(d *consumerProc) blDaemonMark {
 	if err != nil {
 		e.b.Fatal(err)
 	}
-	return blDaemonMark{cpu: cpu, planned: counts.Events["planned"], unmatched: counts.Events["unmatched"]}
+	m := blDaemonMark{cpu: cpu, planned: counts.Events["planned"], unmatched: counts.Events["unmatched"]}
+	if c := counts.BatchDuration.Counts; len(c) > 0 {
+		m.batches = c[len(c)-1]
+	}
+	return m
 }
 
 // blCPUPerTx is the CPU comparison's rows per transaction.
@@ -329,7 +342,8 @@ func (e *blEnv) compareCPU(ctx context.Context) {
 	e.q = newEventQueue(e.b, pub, "changes", e.dbName, e.serverID)
 	stop := e.q.start(ctx)
 	defer stop()
-	e.kafka = e.startDaemon(ctx, "kafka", "kf:", fmt.Sprintf("kafka:\n  brokers: [%q]\n  group: cwbench\n  topics: [changes]\n", e.broker.Addrs()[0]), false)
+	e.kafka = e.startDaemon(ctx, "kafka", "kf:", fmt.Sprintf("kafka:\n  brokers: [%q]\n  group: cwbench\n  topics: [changes]\n", e.broker.Addrs()[0]), *binlogProfile != "")
+	defer e.profile(ctx, e.kafka, "kafka")()
 	both := func(ctx context.Context) { e.binlogCaughtUp(ctx); e.kafkaCaughtUp(ctx) }
 	src := e.source("kf:", e.q.queue, both)
 	n := *binlogCPU
@@ -344,8 +358,8 @@ func (e *blEnv) compareCPU(ctx context.Context) {
 	}
 	fmt.Printf("\nCPU per row event: %d changes at %d/s offered (%.0f/s achieved), %d rows per transaction, both daemons running; load average %s\n\n",
 		n, *binlogCPURate, float64(n)/elapsed.Seconds(), blCPUPerTx, LoadAverage())
-	fmt.Println("| source | row events applied | other row events read | daemon CPU | CPU per row event |")
-	fmt.Println("|---|---|---|---|---|")
+	fmt.Println("| source | row events applied | other row events read | batches | daemon CPU | CPU per row event |")
+	fmt.Println("|---|---|---|---|---|---|")
 	per := map[string]float64{}
 	for _, r := range []struct {
 		name   string
@@ -357,7 +371,8 @@ func (e *blEnv) compareCPU(ctx context.Context) {
 		}
 		cpu := r.m1.cpu - r.m0.cpu
 		per[r.name] = float64(cpu.Microseconds()) / events
-		fmt.Printf("| %s | %.0f | %.0f | %s | %.1f µs |\n", r.name, events, r.m1.unmatched-r.m0.unmatched, cpu.Round(10*time.Millisecond), per[r.name])
+		fmt.Printf("| %s | %.0f | %.0f | %.0f | %s | %.1f µs |\n", r.name, events, r.m1.unmatched-r.m0.unmatched, r.m1.batches-r.m0.batches,
+			cpu.Round(10*time.Millisecond), per[r.name])
 	}
 	fmt.Printf("\nbinlog / kafka CPU per row event: %.2f\n", per["binlog"]/per["kafka"])
 }
