@@ -76,12 +76,17 @@ demo: services-demo
 # replica that services-bench starts, plain, rebump_after and fenced, at
 # each replica lag (BenchmarkReplicaReaders; it prints its tables, which
 # docs/benchmarks.md, "Readers on replicas", quotes; its flags go in
-# REPLICA_BENCH_FLAGS).
+# REPLICA_BENCH_FLAGS). Last, the daemon on the binary log source
+# (BenchmarkBinlogSource, running bin/cachewarden): commit to namespace
+# moved, and its CPU per row event against the Kafka path's; it prints its
+# tables, which docs/benchmarks.md, "The binary log source", quotes; its
+# flags go in BINLOG_BENCH_FLAGS.
 bench: services-bench build
 	$(GO) build -o bin/cwbench ./bench/cmd/cwbench
 	$(GO) build -o bin/cwbroker ./bench/cmd/cwbroker
 	set -a && . ./$(SERVICES_ENV) && set +a && ./bin/cwbench -events 300000 -doc docs/benchmarks.md $(BENCH_FLAGS)
 	set -a && . ./$(SERVICES_ENV) && set +a && $(GO) test ./bench -run '^$$' -bench ReplicaReaders -benchtime 1x $(REPLICA_BENCH_FLAGS)
+	set -a && . ./$(SERVICES_ENV) && set +a && $(GO) test ./bench -run '^$$' -bench BinlogSource -benchtime 1x -binlog.daemon $(CURDIR)/$(BIN) $(BINLOG_BENCH_FLAGS)
 
 # soak runs the fault suite (integration/fault*_test.go) at its long size:
 # 200,000 events with 10 SIGKILLs of the daemon, 30 s memcached and MariaDB

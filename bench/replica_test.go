@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,23 +74,19 @@ func BenchmarkReplicaReaders(b *testing.B) {
 
 // rbEnv is the benchmark's primary and replica, daemon and clients.
 type rbEnv struct {
-	b        *testing.B
-	rep      *testsvc.Replica
-	db       string
-	mc       *memcache.Client
-	broker   *integration.Broker
-	pub      *integration.Publisher
-	clients  map[string]*client.Client
-	topic    string
-	group    string
-	posts    int
-	base     map[string]map[int]uint64 // mode -> post -> version after the seed change
-	baseV    map[int]int               // post -> v after the seed change
-	commits  sync.Map                  // "post:v" -> commit time
-	written  atomic.Int64
-	sentMu   sync.Mutex
-	unsent   []integration.OutMessage
-	sentCond *sync.Cond
+	b       *testing.B
+	rep     *testsvc.Replica
+	db      string
+	mc      *memcache.Client
+	broker  *integration.Broker
+	q       *eventQueue // the events of the primary's changes
+	clients map[string]*client.Client
+	topic   string
+	group   string
+	posts   int
+	base    map[string]map[int]uint64 // mode -> post -> version after the seed change
+	baseV   map[int]int               // post -> v after the seed change
+	commits sync.Map                  // "post:v" -> commit time
 }
 
 func runReplicaBench(b *testing.B) {
@@ -100,7 +94,6 @@ func runReplicaBench(b *testing.B) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	rep := testsvc.MySQLReplica(b)
 	e := &rbEnv{b: b, rep: rep, topic: "replica", group: "replica", posts: 40}
-	e.sentCond = sync.NewCond(&e.sentMu)
 	_, e.db, _ = strings.Cut(rep.PrimaryDSN, ")/")
 	e.db, _, _ = strings.Cut(e.db, "?")
 	for _, q := range []string{
@@ -145,10 +138,12 @@ func runReplicaBench(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { d.Stop() })
-	if e.pub, err = integration.NewPublisher(e.broker.Addrs(), integration.Debezium, nil, log); err != nil {
+	pub, err := integration.NewPublisher(e.broker.Addrs(), integration.Debezium, nil, log)
+	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { e.pub.Close() })
+	b.Cleanup(func() { pub.Close() })
+	e.q = newEventQueue(b, pub, e.topic, e.db, rep.ServerID)
 	rs, err := rulefile.Parse("rules.yaml", rulesText)
 	if err != nil {
 		b.Fatal(err)
@@ -173,7 +168,7 @@ func runReplicaBench(b *testing.B) {
 	rep.Replica.SetMaxOpenConns(4 * *replicaReaders)
 	rep.Primary.SetMaxOpenConns(4 * *replicaReaders)
 
-	stopPub := e.startPublisher(ctx)
+	stopPub := e.q.start(ctx)
 	defer stopPub()
 	e.seed(ctx)
 
@@ -192,55 +187,24 @@ func runReplicaBench(b *testing.B) {
 	}
 	if *replicaE2ERates != "" {
 		fmt.Printf("\nCommit to namespace moved: %d connections, %d rows per transaction\n\n", e2eConns, e2eRowsPerTx())
-		fmt.Println("| offered changes/s | achieved | samples | commit to namespace moved p50 | p99 |")
-		fmt.Println("|---|---|---|---|---|")
+		fmt.Println(e2eHeader)
+		src := &e2eSource{b: b, db: rep.Primary, mc: e.mc, caughtUp: e.caughtUp, committed: e.q.queue,
+			key: func(id int) string {
+				k, _ := e.clients["plain"].Key("sample", client.Row{"id": id})
+				return k
+			}}
 		for _, r := range strings.Split(*replicaE2ERates, ",") {
 			rate, err := strconv.Atoi(strings.TrimSpace(r))
 			if err != nil {
 				b.Fatalf("-replica.e2e: %v", err)
 			}
-			e.endToEnd(ctx, rate)
+			fmt.Println(src.endToEnd(ctx, rate, e2eRowsPerTx()).row())
 		}
 	}
 }
 
-// startPublisher publishes queued change events in order, in batches.
-func (e *rbEnv) startPublisher(ctx context.Context) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			e.sentMu.Lock()
-			for len(e.unsent) == 0 {
-				select {
-				case <-done:
-					e.sentMu.Unlock()
-					return
-				default:
-				}
-				e.sentCond.Wait()
-			}
-			batch := e.unsent
-			e.unsent = nil
-			e.sentMu.Unlock()
-			if err := e.pub.PublishRaw(ctx, batch...); err != nil {
-				e.b.Error(err)
-				return
-			}
-		}
-	})
-	return func() {
-		close(done)
-		e.sentMu.Lock()
-		e.sentCond.Broadcast()
-		e.sentMu.Unlock()
-		wg.Wait()
-	}
-}
-
-// change updates one row on conn and queues its Debezium event with the
-// source block (server_id, gtid) the connector would write. It returns
-// the row's new v.
+// change updates one row on conn and queues its Debezium event. It
+// returns the row's new v and the commit time.
 func (e *rbEnv) change(ctx context.Context, conn *sql.Conn, table string, id int) (int, time.Time) {
 	res, err := conn.ExecContext(ctx, "UPDATE "+table+" SET v = LAST_INSERT_ID(v + 1) WHERE id = ?", id)
 	if err != nil {
@@ -249,73 +213,13 @@ func (e *rbEnv) change(ctx context.Context, conn *sql.Conn, table string, id int
 	committed := time.Now()
 	v64, _ := res.LastInsertId()
 	v := int(v64)
-	e.queue(ctx, conn, table, committed, rowChange{id, v})
+	e.q.queue(ctx, conn, table, committed, rowChange{id, v})
 	return v, committed
-}
-
-// rowChange is a row's id and its v after the change (v - 1 before).
-type rowChange struct{ id, v int }
-
-// changeRows adds one to v of rows (distinct ids, whose new v the caller
-// knows) in one transaction, one UPDATE, and queues one event per row, as
-// change does. It returns the commit time.
-func (e *rbEnv) changeRows(ctx context.Context, conn *sql.Conn, table string, rows []rowChange) time.Time {
-	args := make([]any, len(rows))
-	for i, r := range rows {
-		args[i] = r.id
-	}
-	marks := strings.Repeat(",?", len(rows))[1:]
-	res, err := conn.ExecContext(ctx, "UPDATE "+table+" SET v = v + 1 WHERE id IN ("+marks+")", args...)
-	if err != nil {
-		e.b.Fatal(err)
-	}
-	committed := time.Now()
-	if n, _ := res.RowsAffected(); n != int64(len(rows)) {
-		e.b.Fatalf("UPDATE of %d rows changed %d", len(rows), n)
-	}
-	e.queue(ctx, conn, table, committed, rows...)
-	return committed
-}
-
-// queue reads the GTID of conn's last transaction, which changed rows,
-// and queues one event per row.
-func (e *rbEnv) queue(ctx context.Context, conn *sql.Conn, table string, committed time.Time, rows ...rowChange) {
-	var gtid string
-	if err := conn.QueryRowContext(ctx, "SELECT @@last_gtid").Scan(&gtid); err != nil {
-		e.b.Fatal(err)
-	}
-	msgs := make([]integration.OutMessage, len(rows))
-	for i, r := range rows {
-		row := func(v int) map[string]any { return map[string]any{"id": r.id, "v": v} }
-		ev, err := json.Marshal(map[string]any{
-			"op": "u", "before": row(r.v - 1), "after": row(r.v), "ts_ms": committed.UnixMilli(),
-			"source": map[string]any{"connector": "mysql", "db": e.db, "table": table, "server_id": e.rep.ServerID,
-				"gtid": gtid, "ts_ms": committed.UnixMilli()},
-		})
-		if err != nil {
-			e.b.Fatal(err)
-		}
-		msgs[i] = integration.OutMessage{Topic: e.topic, Key: []byte(table + strconv.Itoa(r.id)), Value: ev}
-	}
-	e.sentMu.Lock()
-	e.unsent = append(e.unsent, msgs...)
-	e.sentCond.Signal()
-	e.sentMu.Unlock()
-	e.written.Add(int64(len(rows)))
 }
 
 // caughtUp waits until the daemon has applied everything published.
 func (e *rbEnv) caughtUp(ctx context.Context) {
-	for {
-		e.sentMu.Lock()
-		empty := len(e.unsent) == 0
-		e.sentMu.Unlock()
-		if empty {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // the last PublishRaw
+	e.q.published()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := e.broker.WaitCaughtUp(ctx, e.group, 20*time.Millisecond, e.topic); err != nil {
@@ -568,152 +472,5 @@ func (e *rbEnv) reader(ctx context.Context, c *client.Client, mode, tag string, 
 	}
 }
 
-// e2eConns is how many connections endToEnd writes on.
-const e2eConns = 16
-
 // e2eRowsPerTx is -replica.e2e.rows, at least 1.
 func e2eRowsPerTx() int { return max(1, *replicaE2ERows) }
-
-// endToEnd changes rows on the primary at rate for 10s, from 16
-// connections, *replicaE2ERows rows per transaction (one UPDATE; each row
-// its own event and its own namespace bump), and measures, for one change
-// in 20 (a row of its own, changed once), the time from its commit to its
-// namespace moving in memcached. The other changes update rows of the
-// same table that each connection owns (no lock waits between
-// connections).
-func (e *rbEnv) endToEnd(ctx context.Context, rate int) {
-	const conns = e2eConns
-	const samples = 20
-	perTx := e2eRowsPerTx()
-	n := rate * 10
-	var base int
-	if err := e.rep.Primary.QueryRow("SELECT COALESCE(MAX(id), 0) + 1 FROM samples").Scan(&base); err != nil {
-		e.b.Fatal(err)
-	}
-	// Rows never changed before (their namespaces do not exist): the
-	// samples, then each connection's perTx rows.
-	ids := make([]int, (n+samples-1)/samples)
-	for i := range ids {
-		ids[i] = base + i
-	}
-	filler := func(conn, j int) int { return base + len(ids) + conn*perTx + j }
-	rows := len(ids) + conns*perTx
-	for at := 0; at < rows; at += 1000 {
-		k := min(1000, rows-at)
-		args := make([]any, k)
-		for i := range args {
-			args[i] = base + at + i
-		}
-		if _, err := e.rep.Primary.Exec("INSERT INTO samples (id, v) VALUES "+strings.Repeat(",(?, 0)", k)[1:], args...); err != nil {
-			e.b.Fatal(err)
-		}
-	}
-	e.caughtUp(ctx)
-	var mu sync.Mutex
-	committed := map[int]time.Time{}
-	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := range conns {
-		wg.Go(func() {
-			conn, err := e.rep.Primary.Conn(ctx)
-			if err != nil {
-				e.b.Error(err)
-				return
-			}
-			defer conn.Close()
-			fillerV := make([]int, perTx)
-			tx := make([]rowChange, 0, perTx)
-			var sampled []int
-			for {
-				first := int(next.Add(int64(perTx))) - perTx
-				if first >= n {
-					return
-				}
-				if d := time.Until(start.Add(time.Duration(first) * time.Second / time.Duration(rate))); d > 0 {
-					time.Sleep(d)
-				}
-				// Changes first .. first+perTx-1: a sample for each
-				// multiple of samples, else the filler row at its
-				// place in the transaction.
-				tx, sampled = tx[:0], sampled[:0]
-				for i := first; i < min(first+perTx, n); i++ {
-					if i%samples == 0 {
-						sampled = append(sampled, ids[i/samples])
-						tx = append(tx, rowChange{ids[i/samples], 1})
-						continue
-					}
-					j := i - first
-					fillerV[j]++
-					tx = append(tx, rowChange{filler(w, j), fillerV[j]})
-				}
-				at := e.changeRows(ctx, conn, "samples", tx)
-				mu.Lock()
-				for _, id := range sampled {
-					committed[id] = at
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	// The sampler: polls the samples' namespaces every 2ms, until every
-	// sample moved or a minute after the writers finished.
-	seen := map[int]time.Duration{}
-	samplerDone := make(chan struct{})
-	var writersDone atomic.Int64 // Unix ns; 0: still writing
-	go func() {
-		defer close(samplerDone)
-		for len(seen) < len(ids) {
-			if done := writersDone.Load(); done != 0 && time.Since(time.Unix(0, done)) > time.Minute {
-				break
-			}
-			mu.Lock()
-			var keys []string
-			byKey := map[string]int{}
-			for id := range committed {
-				if _, ok := seen[id]; !ok {
-					k, _ := e.clients["plain"].Key("sample", client.Row{"id": id})
-					keys = append(keys, k)
-					byKey[k] = id
-				}
-			}
-			mu.Unlock()
-			if len(keys) > 0 {
-				items, err := e.mc.GetMulti(keys)
-				if err == nil {
-					now := time.Now()
-					mu.Lock()
-					for k := range items {
-						id := byKey[k]
-						seen[id] = now.Sub(committed[id])
-					}
-					mu.Unlock()
-				}
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
-	wg.Wait()
-	elapsed := time.Since(start)
-	writersDone.Store(time.Now().UnixNano())
-	<-samplerDone
-	var lat []time.Duration
-	for _, d := range seen {
-		lat = append(lat, d)
-	}
-	slices.Sort(lat)
-	fmt.Printf("| %d | %.0f | %d of %d | %s | %s |\n", rate, float64(n)/elapsed.Seconds(), len(lat), len(ids),
-		fmtDur(Percentile(lat, 0.5)), fmtDur(Percentile(lat, 0.99)))
-}
-
-func fmtDur(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "—"
-	case d < time.Millisecond:
-		return fmt.Sprintf("%d µs", d.Microseconds())
-	case d < time.Second:
-		return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
-	}
-	return fmt.Sprintf("%.2f s", d.Seconds())
-}

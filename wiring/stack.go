@@ -273,7 +273,14 @@ func (s *Stack) buildPipeline(writer pipeline.Applier, servers *itemformat.Selec
 		}
 		schemas = s.SchemaRegistry.Cache()
 	}
-	dec, topicDecoders, err := decodersFromConfig(cfg.Kafka, cfg.RuleSet, schemas)
+	kc := cfg.Kafka
+	if cfg.Source == config.SourceBinlog {
+		// The binary log source hands the pipeline decoded row changes:
+		// it decodes no message, and the kafka section may be absent
+		// (then its defaults were not applied).
+		kc = config.Kafka{Format: config.DefaultFormat}
+	}
+	dec, topicDecoders, err := decodersFromConfig(kc, cfg.RuleSet, schemas)
 	if err != nil {
 		return err
 	}

@@ -117,6 +117,26 @@ batch: {max_events: 77, max_wait: 5ms}
 	}
 }
 
+// TestNewStackBinlogSource: a config with source: binlog and no kafka
+// section (as README shows it) builds a stack.
+func TestNewStackBinlogSource(t *testing.T) {
+	mc := testsvc.Memcached(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("version: 1\nrules:\n  - name: u\n    table: shop.users\n    bump: \"ns:{id}\"\n"), 0o644)
+	path := filepath.Join(dir, "cw.yaml")
+	os.WriteFile(path, []byte(fmt.Sprintf("source: binlog\nbinlog:\n  dsn: \"u:p@tcp(%s)/\"\n  server_id: 4242\nmemcached:\n  servers: [%s]\nrules: [rules.yaml]\n",
+		testsvc.ClosedAddr(t), mc)), 0o644)
+	cfg, err := config.LoadEnv(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStack(cfg, nil, StackOptions{})
+	if err != nil {
+		t.Fatalf("NewStack with source: binlog and no kafka section: %v", err)
+	}
+	s.Close()
+}
+
 // TestStackOneApplier: with either memcached.protocol, the stack's one
 // Applier applies every kind the pipeline, the delayed bumps and replay
 // send it: bumps, replay's set rebuilds and deletes, counter deltas.
