@@ -707,3 +707,24 @@ rules:
 		}
 	}
 }
+
+// TestReads: a table is read when a rule names it with its database, or
+// without one (any database).
+func TestReads(t *testing.T) {
+	rs := loadFixture(t, "testdata/plan.yaml")
+	for _, tt := range []struct {
+		db, table string
+		want      bool
+	}{
+		{"shop", "users", true},
+		{"other", "users", true}, // a rule names users without a database
+		{"shop", "user_interests", true},
+		{"other", "user_interests", false},
+		{"shop", "orders", false},
+		{"", "nothing", false},
+	} {
+		if got := rs.Reads(tt.db, tt.table); got != tt.want {
+			t.Errorf("Reads(%q, %q) = %v, want %v", tt.db, tt.table, got, tt.want)
+		}
+	}
+}

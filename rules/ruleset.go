@@ -300,3 +300,14 @@ func CountPlaceholders(sql string) int {
 	}
 	return n
 }
+
+// Reads reports whether some rule reads the changes of table in database
+// db: a source may skip the changes of the others before decoding them.
+func (rs *RuleSet) Reads(db, table string) bool {
+	for _, r := range rs.byTable[table] {
+		if r.Database == "" || r.Database == db {
+			return true
+		}
+	}
+	return false
+}

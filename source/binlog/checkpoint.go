@@ -82,6 +82,9 @@ type Checkpoint struct {
 
 	mu    sync.Mutex
 	epoch int64 // 0: not acquired
+	// save is Save's statement, prepared at the first Save (closed with
+	// the *sql.DB).
+	save *sql.Stmt
 }
 
 // OpenCheckpoint returns the checkpoint cfg names on db's server, creating
@@ -192,8 +195,15 @@ func (c *Checkpoint) Save(ctx context.Context, position string) error {
 	}
 	qctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	res, err := c.db.ExecContext(qctx, "UPDATE "+c.qualTab+" SET position = ?, updated_at = UTC_TIMESTAMP(6) WHERE name = ? AND epoch = ?",
-		position, c.name, c.epoch)
+	var err error
+	if c.save == nil {
+		// Prepared once: a save is then one round trip, not three
+		// (prepare, execute, close), after every applied batch.
+		if c.save, err = c.db.PrepareContext(qctx, "UPDATE "+c.qualTab+" SET position = ?, updated_at = UTC_TIMESTAMP(6) WHERE name = ? AND epoch = ?"); err != nil {
+			return fmt.Errorf("binlog: checkpoint %q: prepare the save: %w", c.name, err)
+		}
+	}
+	res, err := c.save.ExecContext(qctx, position, c.name, c.epoch)
 	if err != nil {
 		return fmt.Errorf("binlog: checkpoint %q: save at epoch %d: %w", c.name, c.epoch, err)
 	}

@@ -80,7 +80,12 @@ func (d *Daemon) readFrom(ctx context.Context, start *Start, takeover bool) (boo
 	}
 	cfg.Start = *start
 	ckDB, ckTable := d.ckpt.Table()
-	cfg.Skip = func(database, table string) bool { return database == ckDB && table == ckTable }
+	// The daemon's own checkpoint writes, and the changes of tables no
+	// rule reads (the rules of the moment: a reload may add some), are
+	// passed over before their rows are decoded.
+	cfg.Skip = func(database, table string) bool {
+		return database == ckDB && table == ckTable || !d.p.Rules().Reads(database, table)
+	}
 	st, err := Open(ctx, cfg, d.db, d.log.With("component", "binlog-stream"))
 	if err != nil {
 		return false, err
