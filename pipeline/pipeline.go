@@ -722,97 +722,21 @@ func (p *Pipeline) handlePoison(ctx context.Context, poison []Poison) error {
 // applyOps applies b.Ops until each has succeeded or failed permanently.
 func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 	n := len(b.Ops)
-	if cap(b.results) < n {
-		b.results = make([]cacheops.Result, n)
-	}
-	b.results = b.results[:n]
-	clear(b.results)
-	sc := &b.apply
-	pending := sc.pending[:0]
-	for i := range n {
-		pending = append(pending, i)
-	}
+	pending := b.startResults()
 	defer func() {
-		sc.pending = pending[:0]
+		b.apply.pending = pending[:0]
 		// Drop the references to rules, keys and args.
-		clear(sc.writerOps[:cap(sc.writerOps)])
-		clear(sc.counterOps[:cap(sc.counterOps)])
+		clear(b.apply.writerOps[:cap(b.apply.writerOps)])
+		clear(b.apply.counterOps[:cap(b.apply.counterOps)])
 	}()
 	defer b.outcomes.flush(p.m.ops) // flush leaves the counts zero for the next batch
 	permanentLogged := 0
 	for attempt := 0; ; attempt++ {
-		if err := cacheops.CheckGuard(ctx); err != nil {
+		if err := p.sendRound(ctx, b, pending); err != nil {
 			return err
 		}
-		if len(pending) == n && !p.splitsOps(b.Ops) {
-			// Every op, all for the Writer: no copies.
-			p.timedApply(ctx, "cacheops", p.cfg.Writer, b.Ops, b.results)
-		} else {
-			p.applySplit(ctx, b, pending)
-		}
-		if err := ctx.Err(); err != nil {
-			// Cancelled ops fail with ctx's error, which is not an op
-			// failure: the whole batch is abandoned uncommitted.
-			return err
-		}
-		for _, i := range pending {
-			if err := b.results[i].Err; errors.Is(err, cacheops.ErrWriteRefused) {
-				// The guard refused (cacheops.WithGuard): not an op
-				// failure either.
-				return err
-			}
-		}
-
-		again := pending[:0]
 		var firstErr error
-		for _, i := range pending {
-			res := b.results[i]
-			switch {
-			case res.Err == nil && res.Outcome == cacheops.OutcomeRecountNeeded:
-				// A delta the Writer left for Counters to recount (see
-				// DeltasToWriter): recounted next, at once.
-				b.Ops[i].Kind, b.Ops[i].Delta = rules.OpRecount, 0
-				again = append(again, i)
-			case res.Err == nil:
-				b.outcomes.add(b.Ops[i].Kind, res.Outcome)
-			case cacheops.Retryable(res.Err):
-				again = append(again, i)
-				if b.Ops[i].Kind == rules.OpCount {
-					// A failed delta may still have been applied (its
-					// reply was lost, or a step after it failed), so
-					// sending it again could count twice. A recount sets
-					// the value from MySQL (or deletes it), whatever the
-					// first attempt did.
-					b.Ops[i].Kind, b.Ops[i].Delta = rules.OpRecount, 0
-				}
-				if firstErr == nil {
-					firstErr = res.Err
-				}
-			default:
-				b.outcomes.add(b.Ops[i].Kind, cacheops.OutcomeFailed)
-				kind := b.Ops[i].Kind.String()
-				op := &b.Ops[i]
-				fb, covered := fallbackFor(p.batchRules(b).rules, op)
-				if permanentLogged < maxPermanentLogs || (!covered && retry.Logged(attempt)) {
-					if covered {
-						p.log.Error("cache op failed permanently; bumping its table's fallback namespace (bump rules) or generation (set and count rules) instead", positionAttrs(op.Source,
-							"op", kind, "key", op.Key, "rule", ruleName(op), "cover", fb.Key, "error", res.Err.Error())...)
-					} else {
-						p.log.Error("cache op failed permanently and no fallback namespace or generation covers its rule; the partition holds until it succeeds (add fallback: to the rule file, or fix the cause)",
-							positionAttrs(op.Source, "op", kind, "key", op.Key, "rule", ruleName(op), "attempt", attempt+1, "error", res.Err.Error())...)
-					}
-				}
-				permanentLogged++
-				if covered {
-					p.countLost(LostOpFailed, true)
-					*op = fb
-				} else if firstErr == nil {
-					firstErr = res.Err
-				}
-				again = append(again, i)
-			}
-		}
-		pending = again
+		pending, firstErr = p.sortResults(b, pending, attempt, &permanentLogged)
 		if len(pending) == 0 {
 			break
 		}
@@ -832,6 +756,110 @@ func (p *Pipeline) applyOps(ctx context.Context, b *Batch) error {
 	if permanentLogged > maxPermanentLogs {
 		p.log.Error("more cache ops failed permanently in the batch", "not_logged", permanentLogged-maxPermanentLogs)
 	}
+	return nil
+}
+
+// startResults zeroes b's results for b.Ops and returns the indexes of
+// every op, all pending (b's scratch, reused).
+func (b *Batch) startResults() []int {
+	n := len(b.Ops)
+	if cap(b.results) < n {
+		b.results = make([]cacheops.Result, n)
+	}
+	b.results = b.results[:n]
+	clear(b.results)
+	pending := b.apply.pending[:0]
+	for i := range n {
+		pending = append(pending, i)
+	}
+	return pending
+}
+
+// sendRound applies the pending ops of b once. Its error ends the batch
+// uncommitted and is not an op failure: ctx ended (cancelled ops fail
+// with its error) or the write guard refused (cacheops.WithGuard).
+func (p *Pipeline) sendRound(ctx context.Context, b *Batch, pending []int) error {
+	if err := cacheops.CheckGuard(ctx); err != nil {
+		return err
+	}
+	if len(pending) == len(b.Ops) && !p.splitsOps(b.Ops) {
+		// Every op, all for the Writer: no copies.
+		p.timedApply(ctx, "cacheops", p.cfg.Writer, b.Ops, b.results)
+	} else {
+		p.applySplit(ctx, b, pending)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, i := range pending {
+		if err := b.results[i].Err; errors.Is(err, cacheops.ErrWriteRefused) {
+			return err
+		}
+	}
+	return nil
+}
+
+// sortResults counts the ops of pending that are done and returns those
+// to send again (in pending's memory), and the first error to retry for
+// (nil when only fallback bumps replacing failed ops remain): a delta the
+// Writer left for Counters (see DeltasToWriter) comes back as a recount;
+// a retryable failure is sent again, a delta as a recount (a failed delta
+// may still have been applied, so sending it again could count twice; a
+// recount sets the value from MySQL, whatever the first attempt did); a
+// permanent failure is replaced by its cover (onPermanent).
+func (p *Pipeline) sortResults(b *Batch, pending []int, attempt int, permanentLogged *int) (again []int, firstErr error) {
+	again = pending[:0]
+	for _, i := range pending {
+		res := b.results[i]
+		op := &b.Ops[i]
+		switch {
+		case res.Err == nil && res.Outcome == cacheops.OutcomeRecountNeeded:
+			op.Kind, op.Delta = rules.OpRecount, 0
+		case res.Err == nil:
+			b.outcomes.add(op.Kind, res.Outcome)
+			continue
+		case cacheops.Retryable(res.Err):
+			if op.Kind == rules.OpCount {
+				op.Kind, op.Delta = rules.OpRecount, 0
+			}
+			if firstErr == nil {
+				firstErr = res.Err
+			}
+		default:
+			if err := p.onPermanent(b, op, res.Err, attempt, permanentLogged); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+		again = append(again, i)
+	}
+	return again, firstErr
+}
+
+// onPermanent handles an op that failed permanently with err: it is
+// counted as failed and replaced by the bump of its table's fallback
+// namespace or generation when one covers its rule (the change counts as
+// lost, covered); else it stays, to be sent again, and err is returned:
+// the partition holds until it succeeds. The first maxPermanentLogs
+// failures of a batch are logged, and uncovered ones at the attempts
+// retry.Logged picks.
+func (p *Pipeline) onPermanent(b *Batch, op *rules.Op, err error, attempt int, logged *int) error {
+	b.outcomes.add(op.Kind, cacheops.OutcomeFailed)
+	fb, covered := fallbackFor(p.batchRules(b).rules, op)
+	if *logged < maxPermanentLogs || (!covered && retry.Logged(attempt)) {
+		if covered {
+			p.log.Error("cache op failed permanently; bumping its table's fallback namespace (bump rules) or generation (set and count rules) instead", positionAttrs(op.Source,
+				"op", op.Kind.String(), "key", op.Key, "rule", ruleName(op), "cover", fb.Key, "error", err.Error())...)
+		} else {
+			p.log.Error("cache op failed permanently and no fallback namespace or generation covers its rule; the partition holds until it succeeds (add fallback: to the rule file, or fix the cause)",
+				positionAttrs(op.Source, "op", op.Kind.String(), "key", op.Key, "rule", ruleName(op), "attempt", attempt+1, "error", err.Error())...)
+		}
+	}
+	*logged++
+	if !covered {
+		return err
+	}
+	p.countLost(LostOpFailed, true)
+	*op = fb
 	return nil
 }
 
