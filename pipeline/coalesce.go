@@ -142,20 +142,8 @@ type Coalescer struct {
 // keys are independent, so this order does not matter when applying; it
 // only keeps results deterministic.
 func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules.Op, CoalesceStats) {
-	for i := range c.index {
-		if c.index[i] == nil {
-			c.index[i] = make(map[string]int)
-		}
-		clear(c.index[i])
-	}
-	c.slots = c.slots[:0]
-	if len(ops) > cap(c.slots) {
-		// At most one slot per op: allocated once rather than grown by a
-		// quarter at a time through a batch of many ops.
-		c.slots = slices.Grow(c.slots, len(ops))
-	}
+	c.reset(len(ops))
 	st := CoalesceStats{In: len(ops)}
-
 	var reset rules.Op
 	for i := range ops {
 		op := &ops[i]
@@ -164,96 +152,115 @@ func (c *Coalescer) Coalesce(dst, ops []rules.Op, opts CoalesceOptions) ([]rules
 			reset.Kind, reset.Member, reset.Tokens = rules.OpSetDelete, "", ""
 			op = &reset
 		}
-		class, ok := classOf(op.Kind)
-		if !ok {
-			c.newSlot(op)
-			continue
-		}
-		index := c.index[class]
-		si, seen := index[op.Key]
-		if !seen {
-			si = c.newSlot(op)
-			index[op.Key] = si
-		}
-		s := &c.slots[si]
-		switch class {
-		case classBump:
-			if seen && op.Rule != nil && (s.op.Rule == nil || op.Rule.RebumpAfter > s.op.Rule.RebumpAfter) {
-				s.op.Rule = op.Rule
-			}
-		case classSet:
-			switch op.Kind {
-			case rules.OpSetAdd, rules.OpSetRemove:
-				s.addToken(op.Kind == rules.OpSetAdd, op.Member)
-			case rules.OpSetAppend:
-				for _, tok := range strings.Fields(op.Tokens) {
-					if tok[0] == '+' || tok[0] == '-' {
-						s.addToken(tok[0] == '+', tok[1:])
-					}
-				}
-			case rules.OpSetDelete:
-				s.deleted = true
-			}
-		case classCounter:
-			if op.Kind == rules.OpRecount {
-				s.recount = true
-			} else {
-				s.delta += op.Delta
-				s.deltaOps++
-			}
-		}
+		c.add(op)
 	}
-
 	dst = slices.Grow(dst, len(c.slots))
 	for i := range c.slots {
-		s := &c.slots[i]
-		class, ok := classOf(s.op.Kind)
-		if !ok {
-			dst = append(dst, s.op)
-			continue
-		}
-		switch class {
-		case classBump:
-			out := s.op
-			out.Member, out.Tokens, out.Delta = "", "", 0
-			dst = append(dst, out)
-		case classSet:
-			out := s.op
-			out.Member, out.Delta = "", 0
-			if s.deleted {
-				// Tokens appended to a deleted set are dropped by
-				// memcached anyway (an append to a missing item stores
-				// nothing): the delete alone has the same end state.
-				out.Kind, out.Tokens = rules.OpSetDelete, ""
-				dst = append(dst, out)
-				continue
-			}
-			out.Kind = rules.OpSetAppend
-			out.Tokens, c.buf = s.joinTokens(c.buf, &c.strs)
-			if out.Tokens != "" {
-				dst = append(dst, out)
-			}
-		case classCounter:
-			out := s.op
-			out.Member, out.Tokens = "", ""
-			switch {
-			case s.recount:
-				st.RecountsAbsorbed += s.deltaOps
-				out.Kind, out.Delta = rules.OpRecount, 0
-			case opts.Recount:
-				st.DeltasToRecounts++
-				out.Kind, out.Delta = rules.OpRecount, 0
-			case s.delta == 0:
-				st.ZeroSums++
-				continue
-			default:
-				out.Kind, out.Delta = rules.OpCount, s.delta
-			}
-			dst = append(dst, out)
-		}
+		dst = c.emit(dst, &c.slots[i], opts, &st)
 	}
 	st.Out = len(dst)
 	return dst, st
+}
+
+// reset empties the coalescer's indexes and slots for a batch of n ops.
+func (c *Coalescer) reset(n int) {
+	for i := range c.index {
+		if c.index[i] == nil {
+			c.index[i] = make(map[string]int)
+		}
+		clear(c.index[i])
+	}
+	c.slots = c.slots[:0]
+	if n > cap(c.slots) {
+		// At most one slot per op: allocated once rather than grown by a
+		// quarter at a time through a batch of many ops.
+		c.slots = slices.Grow(c.slots, n)
+	}
+}
+
+// add merges op into the slot of its key and class, or a slot of its own.
+func (c *Coalescer) add(op *rules.Op) {
+	class, ok := classOf(op.Kind)
+	if !ok {
+		c.newSlot(op)
+		return
+	}
+	index := c.index[class]
+	si, seen := index[op.Key]
+	if !seen {
+		si = c.newSlot(op)
+		index[op.Key] = si
+	}
+	s := &c.slots[si]
+	switch class {
+	case classBump:
+		if seen && op.Rule != nil && (s.op.Rule == nil || op.Rule.RebumpAfter > s.op.Rule.RebumpAfter) {
+			s.op.Rule = op.Rule
+		}
+	case classSet:
+		switch op.Kind {
+		case rules.OpSetAdd, rules.OpSetRemove:
+			s.addToken(op.Kind == rules.OpSetAdd, op.Member)
+		case rules.OpSetAppend:
+			for _, tok := range strings.Fields(op.Tokens) {
+				if tok[0] == '+' || tok[0] == '-' {
+					s.addToken(tok[0] == '+', tok[1:])
+				}
+			}
+		case rules.OpSetDelete:
+			s.deleted = true
+		}
+	case classCounter:
+		if op.Kind == rules.OpRecount {
+			s.recount = true
+		} else {
+			s.delta += op.Delta
+			s.deltaOps++
+		}
+	}
+}
+
+// emit appends the op a slot coalesced into, if any, to dst.
+func (c *Coalescer) emit(dst []rules.Op, s *slot, opts CoalesceOptions, st *CoalesceStats) []rules.Op {
+	class, ok := classOf(s.op.Kind)
+	if !ok {
+		return append(dst, s.op)
+	}
+	out := s.op
+	out.Member = ""
+	switch class {
+	case classBump:
+		out.Tokens, out.Delta = "", 0
+	case classSet:
+		out.Delta = 0
+		if s.deleted {
+			// Tokens appended to a deleted set are dropped by memcached
+			// anyway (an append to a missing item stores nothing): the
+			// delete alone has the same end state.
+			out.Kind, out.Tokens = rules.OpSetDelete, ""
+			return append(dst, out)
+		}
+		out.Kind = rules.OpSetAppend
+		if out.Tokens, c.buf = s.joinTokens(c.buf, &c.strs); out.Tokens == "" {
+			return dst
+		}
+	case classCounter:
+		out.Tokens = ""
+		switch {
+		case s.recount:
+			st.RecountsAbsorbed += s.deltaOps
+			out.Kind, out.Delta = rules.OpRecount, 0
+		case opts.Recount:
+			st.DeltasToRecounts++
+			out.Kind, out.Delta = rules.OpRecount, 0
+		case s.delta == 0:
+			st.ZeroSums++
+			return dst
+		default:
+			out.Kind, out.Delta = rules.OpCount, s.delta
+		}
+	}
+	return append(dst, out)
 }
 
 // addToken appends a set token, superseding the member's earlier one.
