@@ -186,6 +186,18 @@ default is each partition's end offset when the replay starts. Times
 select records by timestamp: --from T1 --to T2 replays [T1, T2); offsets
 are likewise included at the start and excluded at the end.
 
+With source binlog the source server's binary log is read instead, as a
+replica with a random server id from 2147483648 up (never binlog.server_id).
+START is "earliest" (the oldest log the server has), gtid:SET (the
+transactions not in SET), file:NAME:POS (from that position) or an RFC 3339
+time (from the first transaction that began at or after it; the log is read
+from its oldest file to find it). END is gtid:SET (no transaction outside
+SET), file:NAME:POS (no transaction ending after it) or a time (up to the
+first transaction that began at or after it); every range also ends at the
+server's position when the replay starts. Batches hold whole transactions;
+progress counts messages. --topics, --dry-run and --sets append are for
+Kafka only.
+
 --dry-run prints the planned ops as ` + "`cachewarden plan`" + ` does instead of
 applying them, then one line per key recounted, rebuilt or deleted at the
 end (op recount, set_rebuild or set_delete, no "line" field); for Kafka
@@ -201,10 +213,11 @@ given, override it.`
 // flagSet returns replay's flags, bound to o.
 func (o *replayOptions) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("replay", "replay -c FILE --from START [--to END] [--topics T,...] [--sets rebuild|append] [--dry-run] [--strict]\n"+
+		"       cachewarden replay -c FILE --from START [--to END] [--strict]   (source binlog)\n"+
 		"       cachewarden replay -c FILE --file NDJSON [--format FORMAT] [--table db.table] [--dry-run] [--strict]", replayHelp, stderr)
 	o.path = configFlag(fs)
-	fs.StringVar(&o.fromFlag, "from", "", "where to start: earliest, an RFC 3339 time, or topic:partition:offset,...")
-	fs.StringVar(&o.toFlag, "to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start)")
+	fs.StringVar(&o.fromFlag, "from", "", "where to start: earliest, an RFC 3339 time, or topic:partition:offset,... (source binlog: earliest, a time, gtid:SET or file:NAME:POS)")
+	fs.StringVar(&o.toFlag, "to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start; source binlog: a time, gtid:SET or file:NAME:POS, default the server's position at start)")
 	fs.StringVar(&o.topicsFlag, "topics", "", "comma-separated topics to replay (default: the config's kafka.topics); with --file, the one topic the file comes from (its topic_formats/topic_tables apply)")
 	fs.StringVar(&o.file, "file", "", "replay this file of JSON lines (\"-\": stdin) instead of Kafka")
 	fs.StringVar(&o.formatName, "format", "", "JSON message format of --file: "+decode.Alternatives(decode.FileNames())+" (default: the config's)")

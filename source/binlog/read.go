@@ -229,9 +229,10 @@ func (d *Daemon) appendTxn(msgs []pipeline.Message, txn *Txn) []pipeline.Message
 // appendTxn appends a transaction's row changes as one message, and each
 // row that could not be mapped as a failed one that covers its table
 // (pipeline.Message.Failed, Offset -1), after telling unmapped (nil:
-// nobody) about it. A transaction with neither appends nothing.
+// nobody) about it; their Pos is the last change's, else the
+// transaction's end. A transaction with neither appends nothing.
 func appendTxn(msgs []pipeline.Message, txn *Txn, unmapped func(Unmapped)) []pipeline.Message {
-	var pos rules.Position
+	pos := rules.Position{BinlogFile: txn.End.File, BinlogPos: int64(txn.End.Pos), GTID: txn.GTID, TsMs: txn.TsMs}
 	if n := len(txn.Events); n > 0 {
 		pos = txn.Events[n-1].Source
 		msgs = append(msgs, pipeline.Message{Events: txn.Events, Pos: pos})
