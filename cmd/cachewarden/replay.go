@@ -417,7 +417,7 @@ func (a *app) binlogReplayInput(ctx context.Context, o *replayOptions, cfg *conf
 	defer cancel()
 	rs, err := binlog.OpenRange(qctx, binlog.RangeConfig{
 		Stream: binlog.Config{DSN: cfg.Binlog.DSN, ServerID: uint32(cfg.Binlog.ServerID), MaxEvents: cfg.Batch.MaxEvents},
-		From:   o.binFrom, To: o.binTo,
+		From:   o.binFrom, To: o.binTo, Tables: ruleTables(cfg),
 	}, db, log.With("component", "binlog-replay"))
 	if err != nil {
 		db.Close()
@@ -426,6 +426,16 @@ func (a *app) binlogReplayInput(ctx context.Context, o *replayOptions, cfg *conf
 	log.Info("replay range", "range", rs.String())
 	in.Streams = []replay.Stream{rs}
 	return in, func() { db.Close() }, nil
+}
+
+// ruleTables reports whether a rule of the config matches db.table: a
+// replay of the binary log maps only those tables' rows.
+func ruleTables(cfg *config.Config) func(db, table string) bool {
+	set := make(map[string]bool)
+	for _, t := range cfg.RuleSet.Tables() {
+		set[t] = true
+	}
+	return func(db, table string) bool { return set[db+"."+table] || set[table] }
 }
 
 // isTerminal reports whether w is a terminal (a character device).

@@ -86,6 +86,10 @@ type RangeConfig struct {
 	// From and To bound the range (see Bound); every range also ends at
 	// the server's position when OpenRange is called.
 	From, To Bound
+	// Tables, when not nil, says which tables' rows are read (those some
+	// rule matches); the rows of the others are passed over unmapped.
+	// nil reads every table.
+	Tables func(database, table string) bool
 }
 
 // RangeStream reads a range of a server's binary log as replay messages
@@ -100,6 +104,7 @@ type RangeStream struct {
 	cap    Start // the server's file position when the range was opened
 	endSet mysql.GTIDSet
 	seen   mysql.GTIDSet
+	tables func(database, table string) bool
 }
 
 // OpenRange checks the server (as Inspect does) and resolves cfg's bounds
@@ -111,7 +116,7 @@ func OpenRange(ctx context.Context, cfg RangeConfig, db *sql.DB, logger *slog.Lo
 	if cfg.To.Earliest {
 		return nil, errors.New("binlog: earliest is a start, not an end")
 	}
-	r := &RangeStream{cfg: cfg.Stream, db: db, log: logger, from: cfg.From, to: cfg.To}
+	r := &RangeStream{cfg: cfg.Stream, db: db, log: logger, from: cfg.From, to: cfg.To, tables: cfg.Tables}
 	r.cfg.ServerID = replayServerID(cfg.Stream.ServerID)
 	report, err := Inspect(ctx, db, r.cfg.ServerID)
 	if err != nil {
@@ -207,9 +212,15 @@ func (r *RangeStream) Read(ctx context.Context, maxMessages int, progress func(n
 	started := r.from.Time.IsZero()
 	var st *Stream
 	cfg := r.cfg
-	// Before a --from time, rows are passed over unread: a scan from
-	// the oldest log maps only what it replays.
-	cfg.Skip = func(string, string) bool { return !started && st.cur.tsMs < r.from.Time.UnixMilli() }
+	// Before a --from time, and of tables not in Tables, rows are
+	// passed over unread: a scan from the oldest log maps only what it
+	// replays.
+	cfg.Skip = func(database, table string) bool {
+		if !started && st.cur.tsMs < r.from.Time.UnixMilli() {
+			return true
+		}
+		return r.tables != nil && !r.tables(database, table)
+	}
 	st, err := Open(ctx, cfg, r.db, r.log)
 	if err != nil {
 		return err
