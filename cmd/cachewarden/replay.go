@@ -138,7 +138,7 @@ func (o *replayOptions) run(ctx context.Context, replayer *replay.Replayer, in r
 	}
 	fmt.Fprintf(out, "%s done: %s\n", what, sum)
 	if sum.Messages == 0 {
-		fmt.Fprintf(out, "%s: the range holds no messages: nothing was replayed (the lines above name each partition's bounds)\n", what)
+		fmt.Fprintf(out, "%s: the range holds no messages: nothing was replayed (the lines above name the bounds of the range: each partition's, or the binary log's)\n", what)
 	}
 	return sum, nil
 }
