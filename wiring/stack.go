@@ -593,11 +593,16 @@ func balancers(name config.Balancer) []kgo.GroupBalancer {
 	}
 }
 
-// decodersFromConfig returns the default decoder and the per-topic ones.
+// decodersFromConfig returns the default decoder and the per-topic ones
+// (kafka.format "", left unset with source binlog, is config.DefaultFormat).
 // They keep in row images only the columns some rule of rs reads; schemas
 // (nil without a registry) holds the schemas of Avro messages.
 func decodersFromConfig(k config.Kafka, rs *rules.RuleSet, schemas decode.AvroSchemas) (*decode.Decoder, map[string]*decode.Decoder, error) {
-	f, err := decode.ParseFormat(k.Format)
+	name := k.Format
+	if name == "" {
+		name = config.DefaultFormat
+	}
+	f, err := decode.ParseFormat(name)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/cachewarden/cachewarden/decode"
 
 	"github.com/cachewarden/cachewarden/config"
+	"github.com/cachewarden/cachewarden/source/binlog"
 	"github.com/cachewarden/cachewarden/source/kafka"
 	"github.com/cachewarden/cachewarden/source/replay"
 	"github.com/cachewarden/cachewarden/wiring"
@@ -34,6 +36,9 @@ func (a *app) replayCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 
 	cfg, err := loadConfig(*o.path, stderr)
 	if err != nil {
+		return err
+	}
+	if err := o.checkBounds(cfg.Source); err != nil {
 		return err
 	}
 	interval := o.progressEvery
@@ -133,7 +138,7 @@ func (o *replayOptions) run(ctx context.Context, replayer *replay.Replayer, in r
 	}
 	fmt.Fprintf(out, "%s done: %s\n", what, sum)
 	if sum.Messages == 0 {
-		fmt.Fprintf(out, "%s: the range holds no messages: nothing was replayed (the lines above name each partition's bounds)\n", what)
+		fmt.Fprintf(out, "%s: the range holds no messages: nothing was replayed (the lines above name the bounds of the range: each partition's, or the binary log's)\n", what)
 	}
 	return sum, nil
 }
@@ -149,9 +154,14 @@ type replayOptions struct {
 	progressEvery                          time.Duration
 
 	// Set by check.
-	from, to  kafka.ReplayBound
-	topics    []string
-	setAppend bool
+	from, to kafka.ReplayBound
+	binFrom  binlog.Bound // --from and --to with source binlog
+	binTo    binlog.Bound
+	// kafkaErr and binlogErr are the usage mistakes of --from, --to
+	// and --sets for each source (see parseBounds).
+	kafkaErr, binlogErr error
+	topics              []string
+	setAppend           bool
 	// format is --format, nil without it (the config's format applies).
 	format *decode.Format
 }
@@ -176,6 +186,18 @@ default is each partition's end offset when the replay starts. Times
 select records by timestamp: --from T1 --to T2 replays [T1, T2); offsets
 are likewise included at the start and excluded at the end.
 
+With source binlog the source server's binary log is read instead, as a
+replica with a random server id from 2147483648 up (never binlog.server_id).
+START is "earliest" (the oldest log the server has), gtid:SET (the
+transactions not in SET), file:NAME:POS (from that position) or an RFC 3339
+time (from the first transaction that began at or after it; the log is read
+from its oldest file to find it). END is gtid:SET (no transaction outside
+SET), file:NAME:POS (no transaction ending after it) or a time (up to the
+first transaction that began at or after it); every range also ends at the
+server's position when the replay starts. Batches hold whole transactions;
+progress counts messages. --topics, --dry-run and --sets append are for
+Kafka only.
+
 --dry-run prints the planned ops as ` + "`cachewarden plan`" + ` does instead of
 applying them, then one line per key recounted, rebuilt or deleted at the
 end (op recount, set_rebuild or set_delete, no "line" field); for Kafka
@@ -191,10 +213,11 @@ given, override it.`
 // flagSet returns replay's flags, bound to o.
 func (o *replayOptions) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("replay", "replay -c FILE --from START [--to END] [--topics T,...] [--sets rebuild|append] [--dry-run] [--strict]\n"+
+		"       cachewarden replay -c FILE --from START [--to END] [--strict]   (source binlog)\n"+
 		"       cachewarden replay -c FILE --file NDJSON [--format FORMAT] [--table db.table] [--dry-run] [--strict]", replayHelp, stderr)
 	o.path = configFlag(fs)
-	fs.StringVar(&o.fromFlag, "from", "", "where to start: earliest, an RFC 3339 time, or topic:partition:offset,...")
-	fs.StringVar(&o.toFlag, "to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start)")
+	fs.StringVar(&o.fromFlag, "from", "", "where to start: earliest, an RFC 3339 time, or topic:partition:offset,... (source binlog: earliest, a time, gtid:SET or file:NAME:POS)")
+	fs.StringVar(&o.toFlag, "to", "", "where to end (excluded): an RFC 3339 time or topic:partition:offset,... (default: the end offsets at start; source binlog: a time, gtid:SET or file:NAME:POS, default the server's position at start)")
 	fs.StringVar(&o.topicsFlag, "topics", "", "comma-separated topics to replay (default: the config's kafka.topics); with --file, the one topic the file comes from (its topic_formats/topic_tables apply)")
 	fs.StringVar(&o.file, "file", "", "replay this file of JSON lines (\"-\": stdin) instead of Kafka")
 	fs.StringVar(&o.formatName, "format", "", "JSON message format of --file: "+decode.Alternatives(decode.FileNames())+" (default: the config's)")
@@ -220,7 +243,7 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 		return usageErrorf("replay: --file replays a file; --from and --to are for Kafka")
 	case o.file == "" && o.fromFlag == "":
 		fs.Usage()
-		return usageErrorf("replay: give --from (Kafka) or --file")
+		return usageErrorf("replay: give --from (Kafka or the binary log) or --file")
 	case o.file == "" && (o.formatName != "" || o.table != ""):
 		return usageErrorf("replay: --format and --table apply to --file only; Kafka topics use the config's formats")
 	case o.batch < 0 || o.parallel < 1 || o.maxRecounts < 1:
@@ -231,30 +254,8 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 		return usageErrorf("replay: --sets %q: want rebuild or append", o.setsMode)
 	}
 	o.setAppend = o.setsMode == "append"
-	var err error
-	if o.fromFlag != "" {
-		if o.from, err = kafka.ParseReplayBound(o.fromFlag); err != nil {
-			return usageErrorf("replay: --from: %v; %s", err, replayStartForms)
-		}
-		if err := checkReplayStart(o.from, time.Now()); err != nil {
-			return usageErrorf("replay: %v", err)
-		}
-	}
-	if o.toFlag != "" {
-		if o.to, err = kafka.ParseReplayBound(o.toFlag); err != nil {
-			return usageErrorf("replay: --to: %v; %s", err, replayEndForms)
-		}
-		if o.to.Earliest {
-			return usageErrorf("replay: --to: earliest is not an end; %s", replayEndForms)
-		}
-		if err := checkReplayOrder(o.from, o.to); err != nil {
-			return usageErrorf("replay: %v", err)
-		}
-	}
-	if o.setAppend && !o.dryRun {
-		if err := kafka.SetAppendRange(o.to, o.file != ""); err != nil {
-			return usageErrorf("replay: --sets append refused: %v (without --sets append the sets are rebuilt)", err)
-		}
+	if err := o.parseBounds(); err != nil {
+		return err
 	}
 	if o.topicsFlag != "" {
 		for t := range strings.SplitSeq(o.topicsFlag, ",") {
@@ -284,11 +285,77 @@ func (o *replayOptions) check(fs *flag.FlagSet) error {
 	return nil
 }
 
+// parseBounds parses --from and --to in the forms of both sources before
+// the config (which names the source) is loaded: a mistake in both
+// forms is reported at once, in the binary log's words when a flag has
+// the form of a binary log position (gtid:, file:), else in Kafka's;
+// checkBounds reports the one of the config's source.
+func (o *replayOptions) parseBounds() error {
+	o.kafkaErr = o.checkKafkaBounds()
+	o.binlogErr = o.parseBinlogBounds()
+	if o.kafkaErr == nil || o.binlogErr == nil {
+		return nil
+	}
+	for _, f := range []string{o.fromFlag, o.toFlag} {
+		if strings.HasPrefix(f, "gtid:") || strings.HasPrefix(f, "file:") {
+			return o.binlogErr
+		}
+	}
+	return o.kafkaErr
+}
+
+// checkBounds reports, once the config is loaded, the mistake in --from
+// and --to in the forms of the config's source, and the flags that
+// source does not take.
+func (o *replayOptions) checkBounds(source config.SourceKind) error {
+	if source == config.SourceBinlog {
+		if o.binlogErr != nil {
+			return o.binlogErr
+		}
+		return o.checkBinlogFlags()
+	}
+	return o.kafkaErr
+}
+
+// checkKafkaBounds sets from and to from --from and --to with the Kafka
+// source.
+func (o *replayOptions) checkKafkaBounds() error {
+	var err error
+	if o.fromFlag != "" {
+		if o.from, err = kafka.ParseReplayBound(o.fromFlag); err != nil {
+			return usageErrorf("replay: --from: %v; %s", err, replayStartForms)
+		}
+		if err := checkReplayStart(o.from, time.Now()); err != nil {
+			return usageErrorf("replay: %v", err)
+		}
+	}
+	if o.toFlag != "" {
+		if o.to, err = kafka.ParseReplayBound(o.toFlag); err != nil {
+			return usageErrorf("replay: --to: %v; %s", err, replayEndForms)
+		}
+		if o.to.Earliest {
+			return usageErrorf("replay: --to: earliest is not an end; %s", replayEndForms)
+		}
+		if err := checkReplayOrder(o.from, o.to); err != nil {
+			return usageErrorf("replay: %v", err)
+		}
+	}
+	if o.setAppend && !o.dryRun {
+		if err := kafka.SetAppendRange(o.to, o.file != ""); err != nil {
+			return usageErrorf("replay: --sets append refused: %v (without --sets append the sets are rebuilt)", err)
+		}
+	}
+	return nil
+}
+
 // replayInput opens what o replays: the --file (with its line count, the
 // progress total, when it is a regular file), or the Kafka ranges between
 // --from and --to. The returned function closes the file.
 func (a *app) replayInput(ctx context.Context, o *replayOptions, cfg *config.Config, stack *wiring.Stack, log *slog.Logger) (replay.Input, func(), error) {
 	var in replay.Input
+	if o.file == "" && cfg.Source == config.SourceBinlog {
+		return a.binlogReplayInput(ctx, o, cfg, log)
+	}
 	if o.file == "" {
 		topics := o.topics
 		if len(topics) == 0 && len(o.from.Offsets) == 0 {
@@ -335,6 +402,40 @@ func (a *app) replayInput(ctx context.Context, o *replayOptions, cfg *config.Con
 	}
 	in.File = f
 	return in, func() { f.Close() }, nil
+}
+
+// binlogReplayInput opens the range of the source server's binary log
+// between --from and --to. The returned function closes the connection.
+func (a *app) binlogReplayInput(ctx context.Context, o *replayOptions, cfg *config.Config, log *slog.Logger) (replay.Input, func(), error) {
+	var in replay.Input
+	db, err := sql.Open("mysql", cfg.Binlog.DSN)
+	if err != nil {
+		return in, nil, fmt.Errorf("binlog.dsn: %w", err)
+	}
+	db.SetMaxOpenConns(2)
+	qctx, cancel := context.WithTimeout(ctx, binlog.DefaultQueryTimeout)
+	defer cancel()
+	rs, err := binlog.OpenRange(qctx, binlog.RangeConfig{
+		Stream: binlog.Config{DSN: cfg.Binlog.DSN, ServerID: uint32(cfg.Binlog.ServerID), MaxEvents: cfg.Batch.MaxEvents},
+		From:   o.binFrom, To: o.binTo, Tables: ruleTables(cfg),
+	}, db, log.With("component", "binlog-replay"))
+	if err != nil {
+		db.Close()
+		return in, nil, err
+	}
+	log.Info("replay range", "range", rs.String())
+	in.Streams = []replay.Stream{rs}
+	return in, func() { db.Close() }, nil
+}
+
+// ruleTables reports whether a rule of the config matches db.table: a
+// replay of the binary log maps only those tables' rows.
+func ruleTables(cfg *config.Config) func(db, table string) bool {
+	set := make(map[string]bool)
+	for _, t := range cfg.RuleSet.Tables() {
+		set[t] = true
+	}
+	return func(db, table string) bool { return set[db+"."+table] || set[table] }
 }
 
 // isTerminal reports whether w is a terminal (a character device).

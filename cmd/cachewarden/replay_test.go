@@ -53,7 +53,7 @@ func TestReplayUsage(t *testing.T) {
 		wantErr string
 	}{
 		{"no config", []string{"replay", "--from", "earliest"}, "-c FILE is required"},
-		{"no input", []string{"replay", "-c", cfg}, "give --from (Kafka) or --file"},
+		{"no input", []string{"replay", "-c", cfg}, "give --from (Kafka or the binary log) or --file"},
 		{"file and from", []string{"replay", "-c", cfg, "--file", "x", "--from", "earliest"}, "--from and --to are for Kafka"},
 		{"format without file", []string{"replay", "-c", cfg, "--from", "earliest", "--format", "maxwell"}, "apply to --file only"},
 		{"bad from", []string{"replay", "-c", cfg, "--from", "2026-05-01"}, "--from: \"2026-05-01\" is not an RFC 3339 time"},

@@ -223,17 +223,30 @@ func (d *Daemon) fill(ctx context.Context, items <-chan item, msgs []pipeline.Me
 }
 
 // appendTxn appends a transaction's row changes as one message, and each
-// row that could not be mapped as a failed one that covers its table.
+// row that could not be mapped as a failed one, counted and logged.
 func (d *Daemon) appendTxn(msgs []pipeline.Message, txn *Txn) []pipeline.Message {
-	var pos rules.Position
+	return appendTxn(msgs, txn, func(u Unmapped) {
+		d.m.events.WithLabelValues(u.Database+"."+u.Table, "unmapped").Inc()
+		d.log.Warn("binlog: a row change could not be mapped; its table's fallback is bumped",
+			"table", u.Database+"."+u.Table, "error", u.Err.Error())
+	})
+}
+
+// appendTxn appends a transaction's row changes as one message, and each
+// row that could not be mapped as a failed one that covers its table
+// (pipeline.Message.Failed, Offset -1), after telling unmapped (nil:
+// nobody) about it; their Pos is the last change's, else the
+// transaction's end. A transaction with neither appends nothing.
+func appendTxn(msgs []pipeline.Message, txn *Txn, unmapped func(Unmapped)) []pipeline.Message {
+	pos := rules.Position{BinlogFile: txn.End.File, BinlogPos: int64(txn.End.Pos), GTID: txn.GTID, TsMs: txn.TsMs}
 	if n := len(txn.Events); n > 0 {
 		pos = txn.Events[n-1].Source
 		msgs = append(msgs, pipeline.Message{Events: txn.Events, Pos: pos})
 	}
 	for _, u := range txn.Unmapped {
-		d.m.events.WithLabelValues(u.Database+"."+u.Table, "unmapped").Inc()
-		d.log.Warn("binlog: a row change could not be mapped; its table's fallback is bumped",
-			"table", u.Database+"."+u.Table, "error", u.Err.Error())
+		if unmapped != nil {
+			unmapped(u)
+		}
 		msgs = append(msgs, pipeline.Message{Pos: pos,
 			Failed: &decode.DecodeError{Offset: -1, Reason: u.Err.Error(), Database: u.Database, Table: u.Table}})
 	}

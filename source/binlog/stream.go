@@ -91,6 +91,13 @@ type Stream struct {
 	cur   txnState
 	done  Start
 	queue []queuedEvent
+
+	// keepEmpty makes Next return transactions without row changes too
+	// (a RangeStream sees every boundary); atEnd, when set, is asked
+	// between transactions whether reading is over: Next then fails
+	// with errRangeEnd.
+	keepEmpty bool
+	atEnd     func() bool
 }
 
 // mappedTable caches the columns of the last table map of a table id.
@@ -266,6 +273,9 @@ type Txn struct {
 	GTID string
 	// End is the position after the transaction's commit when Complete.
 	End Start
+	// TsMs is the time of the transaction's first event (its start on
+	// the source), in milliseconds since the Unix epoch; 0 when unknown.
+	TsMs int64
 }
 
 // Unmapped is a row change of a table that could not be mapped to a

@@ -15,6 +15,9 @@ import (
 // txnState is the transaction Next is reading.
 type txnState struct {
 	gtid string
+	// tsMs is the time of the transaction's first event, in milliseconds
+	// since the Unix epoch.
+	tsMs int64
 	// begun is true between a BEGIN and the commit.
 	begun    bool
 	events   []rules.Event
@@ -38,6 +41,9 @@ type txnState struct {
 // Stream must be closed and opened anew from Position.
 func (s *Stream) Next(ctx context.Context) (*Txn, error) {
 	for {
+		if s.atEnd != nil && s.between() && s.atEnd() {
+			return nil, errRangeEnd
+		}
 		if s.cur.rows != nil {
 			if err := s.readRows(ctx); err != nil {
 				return nil, err
@@ -98,6 +104,7 @@ func (s *Stream) nextEvent(ctx context.Context) (queuedEvent, error) {
 // compressed payload holding it). It returns a transaction when the
 // event completes one that has something to return.
 func (s *Stream) handle(ctx context.Context, h *replication.EventHeader, ev replication.Event, end uint32) (*Txn, error) {
+	defer s.stamp(h)
 	switch e := ev.(type) {
 	case *replication.RotateEvent:
 		s.file, s.pos = string(e.NextLogName), uint32(e.Position)
@@ -114,6 +121,7 @@ func (s *Stream) handle(ctx context.Context, h *replication.EventHeader, ev repl
 		return s.query(h, e, end)
 	case *replication.RowsEvent:
 		s.cur.rows, s.cur.rowsAt, s.cur.rowsHeader, s.cur.rowsEnd = e, 0, h, end
+		s.stamp(h)
 		return nil, s.readRows(ctx)
 	case *replication.XIDEvent:
 		return s.commit(end, e.GSet), nil
@@ -123,6 +131,21 @@ func (s *Stream) handle(ctx context.Context, h *replication.EventHeader, ev repl
 		}
 	}
 	return nil, nil
+}
+
+// stamp records the time of h as the transaction's when it is the first
+// event of one.
+func (s *Stream) stamp(h *replication.EventHeader) {
+	if s.cur.tsMs == 0 && h != nil && (s.cur.gtid != "" || s.cur.begun || s.cur.rows != nil) {
+		s.cur.tsMs = int64(h.Timestamp) * 1000
+	}
+}
+
+// between reports whether no transaction is being read: the next event
+// starts one (or is not part of one).
+func (s *Stream) between() bool {
+	c := &s.cur
+	return c.rows == nil && len(s.queue) == 0 && !c.begun && c.gtid == "" && len(c.events) == 0 && len(c.unmapped) == 0 && !c.parted
 }
 
 // mysqlGTID is a MySQL GTID event's "uuid:n" ("" for an anonymous
@@ -197,7 +220,7 @@ func (s *Stream) full() bool { return len(s.cur.events) >= s.cfg.MaxEvents }
 
 // part returns the changes read so far of an unfinished transaction.
 func (s *Stream) part() *Txn {
-	t := &Txn{Events: s.cur.events, Unmapped: s.cur.unmapped, GTID: s.cur.gtid}
+	t := &Txn{Events: s.cur.events, Unmapped: s.cur.unmapped, GTID: s.cur.gtid, TsMs: s.cur.tsMs}
 	s.cur.events, s.cur.unmapped, s.cur.parted = nil, nil, true
 	return t
 }
@@ -211,13 +234,13 @@ func (s *Stream) commit(end uint32, gset mysql.GTIDSet) *Txn {
 	}
 	cur := s.cur
 	s.cur = txnState{}
-	if len(cur.events) == 0 && len(cur.unmapped) == 0 && !cur.parted {
+	if len(cur.events) == 0 && len(cur.unmapped) == 0 && !cur.parted && !s.keepEmpty {
 		return nil
 	}
 	for i := range cur.events {
 		cur.events[i].Source.BinlogPos = int64(end)
 	}
-	return &Txn{Events: cur.events, Unmapped: cur.unmapped, Complete: true, GTID: cur.gtid, End: s.done}
+	return &Txn{Events: cur.events, Unmapped: cur.unmapped, Complete: true, GTID: cur.gtid, End: s.done, TsMs: cur.tsMs}
 }
 
 // readRows maps the rows of the current row event until it ends or the

@@ -609,9 +609,13 @@ func (rp *Replayer) endOpKind(op *rules.Op) (kind rules.OpKind, ok bool) {
 func (w *replayWorker) report(pm *pipeline.Poison) {
 	pos := pm.Message.Pos
 	w.buf = w.buf[:0]
-	if pos.Topic != "" {
+	switch {
+	case pos.Topic != "":
 		w.buf = append(w.buf, coordinates(pos)...)
-	} else {
+	case pos.BinlogFile != "" && pos.Line == 0:
+		w.buf = append(w.buf, "file:"+pos.BinlogFile+":"...)
+		w.buf = strconv.AppendInt(w.buf, pos.BinlogPos, 10)
+	default:
 		w.buf = append(w.buf, "line "...)
 		w.buf = strconv.AppendInt(w.buf, int64(pos.Line), 10)
 	}
