@@ -273,14 +273,7 @@ func (s *Stack) buildPipeline(writer pipeline.Applier, servers *itemformat.Selec
 		}
 		schemas = s.SchemaRegistry.Cache()
 	}
-	kc := cfg.Kafka
-	if cfg.Source == config.SourceBinlog {
-		// The binary log source hands the pipeline decoded row changes:
-		// it decodes no message, and the kafka section may be absent
-		// (then its defaults were not applied).
-		kc = config.Kafka{Format: config.DefaultFormat}
-	}
-	dec, topicDecoders, err := decodersFromConfig(kc, cfg.RuleSet, schemas)
+	dec, topicDecoders, err := decodersFromConfig(cfg.Kafka, cfg.RuleSet, schemas)
 	if err != nil {
 		return err
 	}
@@ -594,7 +587,8 @@ func balancers(name config.Balancer) []kgo.GroupBalancer {
 }
 
 // decodersFromConfig returns the default decoder and the per-topic ones
-// (kafka.format "", left unset with source binlog, is config.DefaultFormat).
+// (kafka.format "", left unset with source binlog, whose row changes
+// come decoded, is config.DefaultFormat).
 // They keep in row images only the columns some rule of rs reads; schemas
 // (nil without a registry) holds the schemas of Avro messages.
 func decodersFromConfig(k config.Kafka, rs *rules.RuleSet, schemas decode.AvroSchemas) (*decode.Decoder, map[string]*decode.Decoder, error) {
