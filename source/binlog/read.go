@@ -27,6 +27,9 @@ func (d *Daemon) readWhileActive(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("binlog: checkpoint %s: %w", d.cfg.Checkpoint.Name, err)
 	}
+	if saved == "" {
+		start = d.cfg.Stream.Start // no checkpoint yet: the configured start (zero: the current position)
+	}
 	takeover := true
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		progressed, err := d.readFrom(ctx, &start, takeover)
