@@ -105,6 +105,9 @@ type Daemon struct {
 	// reads); purged marks a stop that waits for an operator.
 	problem atomic.Pointer[string]
 	running atomic.Bool
+	// noSnapshotPos is set once the source turned out not to report a
+	// consistent snapshot's position (waitVisible).
+	noSnapshotPos atomic.Bool
 }
 
 // NewDaemon checks cfg and deps and returns a Daemon. It connects to

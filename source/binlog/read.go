@@ -166,6 +166,9 @@ func (d *Daemon) applyStream(ctx context.Context, items <-chan item, start *Star
 		if len(msgs) == 0 {
 			break
 		}
+		if err := d.waitVisible(ctx, end); err != nil {
+			return saved, err
+		}
 		opts := pipeline.CoalesceOptions{}
 		if rec.on() {
 			opts = pipeline.CoalesceOptions{Recount: true, ResetSets: rec.resetSets}
