@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -397,6 +398,9 @@ func (s *Scenario) Warm(ctx context.Context) error {
 // workload) and records them in Txs; PublishTxs publishes them.
 func (s *Scenario) Change(ctx context.Context, n int) ([]Tx, error) {
 	txs, err := s.Workload.Round(ctx, n)
+	if s.Binlog != nil {
+		txs = dropUnchanged(txs)
+	}
 	s.Txs = append(s.Txs, txs...)
 	return txs, err
 }
@@ -470,4 +474,25 @@ func (s *Scenario) Check(ctx context.Context) (*verify.Report, *NamespaceReport,
 		return nil, nil, err
 	}
 	return rep, ns, nil
+}
+
+// dropUnchanged removes the updates that left their row as it was (an
+// edit that drew the value already there): the server logs no row change
+// for them, so a binary log reader sees none. Transactions left without
+// changes are removed.
+func dropUnchanged(txs []Tx) []Tx {
+	out := txs[:0]
+	for _, tx := range txs {
+		kept := tx.Changes[:0]
+		for _, c := range tx.Changes {
+			if c.Event.Operation == rules.Update && reflect.DeepEqual(c.Event.Before, c.Event.After) {
+				continue
+			}
+			kept = append(kept, c)
+		}
+		if tx.Changes = kept; len(kept) > 0 {
+			out = append(out, tx)
+		}
+	}
+	return out
 }
