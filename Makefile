@@ -58,9 +58,14 @@ unit:
 # demo runs the whole pipeline once with the demo's own command,
 # cmd/cachewarden-demo (the production binary does not link its harness);
 # DEMO_FLAGS are its flags, e.g. make demo DEMO_FLAGS="--format debezium-avro"
-# (Avro topics read through an in-process schema registry).
+# (Avro topics read through an in-process schema registry), or
+# make demo DEMO_FLAGS="--source binlog" (the daemon reads the binary log of
+# a MariaDB, no broker: the services then include one with the binary log
+# on, scripts/services.sh demo-binlog).
 DEMO_BIN := bin/cachewarden-demo
-demo: services-demo
+DEMO_SERVICES := $(if $(findstring binlog,$(DEMO_FLAGS)),demo-binlog,demo)
+demo:
+	scripts/services.sh $(DEMO_SERVICES)
 	$(GO) build -o $(DEMO_BIN) ./cmd/cachewarden-demo
 	set -a && . ./$(SERVICES_ENV) && set +a && ./$(DEMO_BIN) $(DEMO_FLAGS); \
 		status=$$?; scripts/services.sh status; exit $$status

@@ -28,7 +28,10 @@ func FastGroupTiming(c *kafka.Config) {
 // Daemon is a cachewarden daemon running in this process, built from a
 // config exactly as `cachewarden run` builds it.
 type Daemon struct {
-	Stack  *wiring.Stack
+	Stack *wiring.Stack
+	// Source is what runs: Daemon with the Kafka source, the binary log
+	// daemon with source binlog (Daemon nil).
+	Source wiring.Source
 	Daemon *kafka.Daemon
 	cancel context.CancelFunc
 	done   chan error
@@ -45,24 +48,31 @@ func StartDaemon(ctx context.Context, cfg *config.Config, log *slog.Logger, adju
 }
 
 // StartDaemonWith is StartDaemon with stack options (an observer-only
-// stack, a fault hook).
+// stack, a fault hook). With source binlog in cfg it runs the binary log
+// daemon, and adjust is not called.
 func StartDaemonWith(ctx context.Context, cfg *config.Config, log *slog.Logger, opts wiring.StackOptions, adjust func(*kafka.Config)) (*Daemon, error) {
 	stack, err := wiring.NewStack(cfg, log, opts)
 	if err != nil {
 		return nil, fmt.Errorf("integration: daemon stack: %w", err)
 	}
-	dc := stack.DaemonConfig()
-	if adjust != nil {
-		adjust(&dc)
+	out := &Daemon{Stack: stack, done: make(chan error, 1)}
+	if cfg.Source == config.SourceBinlog {
+		out.Source, err = stack.NewBinlogDaemon()
+	} else {
+		dc := stack.DaemonConfig()
+		if adjust != nil {
+			adjust(&dc)
+		}
+		out.Daemon, err = stack.NewDaemon(dc)
+		out.Source = out.Daemon
 	}
-	d, err := stack.NewDaemon(dc)
 	if err != nil {
 		stack.Close()
 		return nil, fmt.Errorf("integration: daemon: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	out := &Daemon{Stack: stack, Daemon: d, cancel: cancel, done: make(chan error, 1)}
-	go func() { out.done <- d.Run(runCtx) }()
+	out.cancel = cancel
+	go func() { out.done <- out.Source.Run(runCtx) }()
 	return out, nil
 }
 

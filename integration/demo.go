@@ -19,6 +19,8 @@ import (
 	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
+	"github.com/cachewarden/cachewarden/rules/rulefile"
+	"github.com/cachewarden/cachewarden/source/binlog"
 )
 
 // DemoParams configures RunDemo. Every field but Seed and Verbose is
@@ -47,6 +49,10 @@ type DemoParams struct {
 	Seed uint64
 	// Verbose prints every transaction of a round instead of the first 4.
 	Verbose bool
+	// Source is where the daemon reads: config.SourceKafka (default) or
+	// config.SourceBinlog, the binary log of the server MySQLDSN names
+	// (a MariaDB with GTIDs): no broker; Kafka and Format are unused.
+	Source config.SourceKind
 }
 
 // demoDatabase is a plain MySQL identifier: the demo drops and creates it.
@@ -73,12 +79,14 @@ var ErrDemoFailed = errors.New("demo: the cache disagrees with the database")
 // ends; concurrent calls must use distinct databases.
 func RunDemo(ctx context.Context, p DemoParams, out io.Writer, log *slog.Logger) error {
 	switch {
+	case p.Source == config.SourceBinlog && p.Format != Debezium:
+		return fmt.Errorf("demo: format %q: the binary log source reads no published format", p.Format)
 	case !slices.Contains(Formats, p.Format):
 		return fmt.Errorf("demo: unknown format %q", p.Format)
 	case !ValidDemoDatabase(p.Database):
 		return fmt.Errorf("demo: database %q: want letters, digits and _", p.Database)
 	}
-	d := &demo{out: out, verbose: p.Verbose, format: p.Format}
+	d := &demo{out: out, verbose: p.Verbose, format: p.Format, binlog: p.Source == config.SourceBinlog}
 	return d.run(ctx, log, p)
 }
 
@@ -87,7 +95,9 @@ type demo struct {
 	out     io.Writer
 	verbose bool
 	format  Format
-	step    int
+	// binlog says the daemon reads the binary log, not Kafka.
+	binlog bool
+	step   int
 }
 
 func (d *demo) printf(format string, args ...any) { fmt.Fprintf(d.out, format, args...) }
@@ -110,7 +120,11 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 	cfg.Memcached.Servers = []string{p.Memcached}
 	cfg.MySQL.DSN = dsn
 
-	d.printf("cachewarden demo: row changes in MySQL -> CDC events in Kafka -> cachewarden -> memcached\n")
+	if d.binlog {
+		d.printf("cachewarden demo: row changes in MySQL -> its binary log -> cachewarden, reading as a replica -> memcached\n")
+	} else {
+		d.printf("cachewarden demo: row changes in MySQL -> CDC events in Kafka -> cachewarden -> memcached\n")
+	}
 	s, err := NewScenario(ctx, Services{Memcached: p.Memcached, MySQLDSN: dsn, Brokers: p.Kafka},
 		ScenarioOptions{
 			Format:   d.format,
@@ -118,12 +132,16 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 			Rules:    cfg.Rules,
 			Snapshot: true,
 			Workload: WorkloadOptions{Seed: p.Seed, KeyMoves: d.format.HasBefore()},
+			Source:   p.Source,
 			Log:      log,
 		})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer s.Close()
+	if d.binlog {
+		return d.runBinlog(ctx, log, p, cfg, s, began)
+	}
 	for _, t := range s.Topics {
 		if !slices.Contains(cfg.Kafka.Topics, t) {
 			return fmt.Errorf("demo: %s does not consume topic %s, where the demo publishes %s changes", p.ConfigPath, t, strings.TrimPrefix(t, s.Opts.TopicPrefix+"."))
@@ -143,7 +161,30 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 	if d.format.SupportsSnapshot() {
 		d.printf("   published as %d %s snapshot events\n", len(s.Snapshot), d.format)
 	}
+	return d.runDaemon(ctx, log, p, cfg, s, began)
+}
 
+// runBinlog points the daemon's config at the scenario's binary log
+// source and runs the demo on it.
+func (d *demo) runBinlog(ctx context.Context, log *slog.Logger, p DemoParams, cfg *config.Config, s *Scenario, began time.Time) error {
+	b := s.Binlog
+	cfg.Source = config.SourceBinlog
+	cfg.Rules = s.Opts.Rules
+	var err error
+	if cfg.RuleSet, cfg.RulesDigest, err = rulefile.LoadPathsDigest(cfg.Rules...); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	cfg.Binlog = config.Binlog{DSN: b.DSN, ServerID: int(b.ServerID), Name: b.Name, CheckpointDatabase: b.CheckpointDatabase,
+		CheckpointTable: binlog.DefaultCheckpointTable, Lease: binlog.DefaultLeaseDuration, Purged: config.PurgedFail, Start: b.Start}
+	d.printSetup(p, cfg, s)
+	d.section("initial data: %s", countChangesByTable(s.Snapshot))
+	d.printf("   inserted before the daemon starts: it reads the binary log from %s on\n", b.Start)
+	return d.runDaemon(ctx, log, p, cfg, s, began)
+}
+
+// runDaemon starts the daemon in this process, shows the cache, runs the
+// rounds (and the broken message, with Kafka) and checks the cache.
+func (d *demo) runDaemon(ctx context.Context, log *slog.Logger, p DemoParams, cfg *config.Config, s *Scenario, began time.Time) error {
 	start := time.Now()
 	daemon, err := StartDaemon(ctx, cfg, log, FastGroupTiming)
 	if err != nil {
@@ -157,7 +198,11 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 	if err != nil {
 		return err
 	}
-	d.section("daemon running in this process (group %s): caught up in %s", cfg.Kafka.Group, demoElapsed(start))
+	if d.binlog {
+		d.section("daemon running in this process (binlog.name %s): started in %s", cfg.Binlog.Name, demoElapsed(start))
+	} else {
+		d.section("daemon running in this process (group %s): caught up in %s", cfg.Kafka.Group, demoElapsed(start))
+	}
 	d.printCounts(counts)
 
 	if err := d.showReads(ctx, s); err != nil {
@@ -170,8 +215,10 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 		}
 	}
 
-	if err := d.poison(ctx, s, cfg, daemon); err != nil {
-		return err
+	if !d.binlog {
+		if err := d.poison(ctx, s, cfg, daemon); err != nil {
+			return err
+		}
 	}
 
 	return d.check(ctx, s, daemon, p, began)
@@ -180,6 +227,18 @@ func (d *demo) run(ctx context.Context, log *slog.Logger, p DemoParams) error {
 // printSetup shows what the demo runs on: the broker, the schema
 // registry, memcached, the database, the rules and the workload's seed.
 func (d *demo) printSetup(p DemoParams, cfg *config.Config, s *Scenario) {
+	if s.Binlog != nil {
+		addr := "?"
+		if mcfg, err := mysql.ParseDSN(s.Binlog.DSN); err == nil {
+			addr = mcfg.Addr
+		}
+		d.printf("  source     binary log of the MariaDB at %s, read as replica server_id %d (binlog.name %s)\n", addr, s.Binlog.ServerID, s.Binlog.Name)
+		d.printf("  memcached  %s\n", p.Memcached)
+		d.printf("  database   %s (checkpoint table %s.%s)\n", p.Database, s.Binlog.CheckpointDatabase, binlog.DefaultCheckpointTable)
+		d.printf("  rules      %s: %s\n", strings.Join(cfg.Rules, ", "), describeRuleKinds(s.Rules))
+		d.printf("  workload   seed %d, ids from %d on (keys of earlier runs are not reused)\n", s.Workload.Seed(), s.Workload.IDBase()+1)
+		return
+	}
 	broker := "in-process Kafka-protocol broker"
 	if !s.Broker.InProcess() {
 		broker = "Kafka"
@@ -290,7 +349,11 @@ func (d *demo) round(ctx context.Context, s *Scenario, daemon *Daemon, n, size i
 	for _, tx := range txs {
 		rows += len(tx.Changes)
 	}
-	d.section("round %d: %d transactions, %d row changes, %d messages published", n, len(txs), rows, msgs)
+	if d.binlog {
+		d.section("round %d: %d transactions, %d row changes in the binary log", n, len(txs), rows)
+	} else {
+		d.section("round %d: %d transactions, %d row changes, %d messages published", n, len(txs), rows, msgs)
+	}
 	shown := txs
 	if !d.verbose && len(shown) > 4 {
 		shown = shown[:4]
@@ -316,6 +379,12 @@ func (d *demo) round(ctx context.Context, s *Scenario, daemon *Daemon, n, size i
 		return err
 	}
 	for _, k := range sample {
+		if d.binlog {
+			// The daemon reads each transaction as it commits: the values
+			// read after the round was made may be the new ones already.
+			d.printf("   %-34s now %s\n", k, now[k])
+			continue
+		}
 		d.printf("   %-34s %s -> %s\n", k, old[k], now[k])
 	}
 	return nil

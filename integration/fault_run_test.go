@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/decode"
 
 	"github.com/go-sql-driver/mysql"
@@ -86,6 +87,11 @@ type faultOptions struct {
 	// WarmShare is the share of sets and counters warmed at the start;
 	// default 0.5.
 	WarmShare float64
+	// Binlog runs the daemons with source: binlog, reading the
+	// binary-log MariaDB directly (no broker; Partitions, DLQ and Proxy
+	// do not apply), with a lease of Lease (zero: the default).
+	Binlog bool
+	Lease  time.Duration
 }
 
 // faultScenario is a Scenario on the fault suite's own memcached and the
@@ -119,6 +125,11 @@ type faultScenario struct {
 	// emptied says memcached lost its items during the current round, so
 	// a namespace may be missing rather than moved.
 	emptied bool
+	// With source binlog the daemons apply a round while it is being
+	// made, so the namespaces are read before it (preRead): every one
+	// warmed or bumped so far (nsKnown).
+	nsKnown map[string]bool
+	preRead map[string]uint64
 }
 
 // newFaultScenario sets a scenario up: its memcached, a fresh database on
@@ -158,6 +169,8 @@ func newFaultScenario(t *testing.T, opts faultOptions) *faultScenario {
 		Snapshot:    true,
 		Workload:    WorkloadOptions{Seed: opts.Seed, KeyMoves: true, Users: 200, Posts: opts.Posts, Products: 200},
 		WarmShare:   opts.WarmShare,
+		Source:      sourceOf(opts),
+		BinlogLease: opts.Lease,
 		Log:         testLog(t),
 	})
 	if err != nil {
@@ -188,8 +201,17 @@ func newFaultScenario(t *testing.T, opts faultOptions) *faultScenario {
 	return fs
 }
 
+// sourceOf is the scenario's source for opts.
+func sourceOf(opts faultOptions) config.SourceKind {
+	if opts.Binlog {
+		return config.SourceBinlog
+	}
+	return config.SourceKafka
+}
+
 // startDaemon starts a `cachewarden run` process with a Kafka client ID of
-// its own; it is killed when the test ends if still running.
+// its own (with source binlog, a replica server id of its own); it is
+// killed when the test ends if still running.
 func (fs *faultScenario) startDaemon() *faultDaemon {
 	fs.t.Helper()
 	fs.started++
@@ -198,7 +220,11 @@ func (fs *faultScenario) startDaemon() *faultDaemon {
 	cf.Log.Level = "info"
 	id := fmt.Sprintf("cwfault-%d", fs.started)
 	path := filepath.Join(fs.dir, id+".yaml")
-	writeFaultConfig(fs.t, path, cf, map[string]any{"kafka.client_id": id})
+	extra := map[string]any{"kafka.client_id": id}
+	if fs.Binlog != nil {
+		extra = map[string]any{"binlog.server_id": int(fs.Binlog.ServerID) + fs.started}
+	}
+	writeFaultConfig(fs.t, path, cf, extra)
 	if fs.verifyConfig == "" {
 		fs.verifyConfig = path
 	}
@@ -222,7 +248,7 @@ func lastLines(s string, n int) string {
 // session times out), and a new process starts.
 func (fs *faultScenario) restart(ctx context.Context, dead *faultDaemon) *faultDaemon {
 	fs.t.Helper()
-	if fs.sizes.ExpireSessions {
+	if fs.sizes.ExpireSessions && fs.Broker != nil {
 		if _, err := expireMembers(ctx, fs.Broker, fs.Opts.Group, dead.ClientID); err != nil {
 			fs.t.Fatal(err)
 		}
@@ -264,6 +290,12 @@ func (fs *faultScenario) start(ctx context.Context) {
 	fs.settle(ctx, "snapshot")
 	if err := fs.Warm(ctx); err != nil {
 		fs.t.Fatal(err)
+	}
+	if fs.Binlog != nil {
+		fs.nsKnown = map[string]bool{}
+		for k := range fs.Warmed.Namespaces {
+			fs.nsKnown[k] = true
+		}
 	}
 	fs.t.Logf("warmed %d namespaces, %d sets, %d counters", len(fs.Warmed.Namespaces), len(fs.Warmed.Sets), len(fs.Warmed.Counters))
 }
@@ -314,6 +346,9 @@ func (fs *faultScenario) roundsUntil(ctx context.Context, events int) {
 // changes bump must have moved (checkNamespaces). It returns the round.
 func (fs *faultScenario) round(ctx context.Context, n int, h roundHooks) []Tx {
 	fs.t.Helper()
+	if fs.Binlog != nil {
+		fs.preRead = fs.readNamespaces(sortedKeys(fs.nsKnown))
+	}
 	txs, err := fs.Change(ctx, n)
 	if err != nil {
 		fs.t.Fatal(err)
@@ -330,7 +365,11 @@ func (fs *faultScenario) publishRound(ctx context.Context, txs []Tx, h roundHook
 	if err != nil {
 		fs.t.Fatal(err)
 	}
-	pre := fs.readNamespaces(sortedKeys(bumped))
+	pre := fs.preRead
+	if pre == nil {
+		pre = fs.readNamespaces(sortedKeys(bumped))
+	}
+	fs.preRead = nil
 	if h.before != nil {
 		h.before(txs)
 	}
@@ -358,6 +397,11 @@ func (fs *faultScenario) publishRound(ctx context.Context, txs []Tx, h roundHook
 	fs.settle(ctx, "round")
 	fs.checkNamespaces(pre, bumped)
 	fs.emptied = false
+	if fs.nsKnown != nil {
+		for k := range bumped {
+			fs.nsKnown[k] = true
+		}
+	}
 }
 
 // readNamespaces returns the versions of the keys that exist.
@@ -596,9 +640,12 @@ func (fs *faultScenario) finish(ctx context.Context, daemons ...*faultDaemon) *r
 			fs.t.Errorf("daemon %s exited on its own; stderr:\n%s", d.ClientID, d.stderr)
 		}
 	}
-	lag, err := fs.Broker.GroupLag(ctx, fs.Opts.Group, fs.Topics...)
-	if err != nil {
-		fs.t.Fatal(err)
+	var lag Lag // with source binlog, settled means the checkpoint covers every transaction
+	if fs.Broker != nil {
+		var err error
+		if lag, err = fs.Broker.GroupLag(ctx, fs.Opts.Group, fs.Topics...); err != nil {
+			fs.t.Fatal(err)
+		}
 	}
 	rep := fs.verifyNow(ctx)
 	var buf bytes.Buffer

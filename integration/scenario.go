@@ -6,12 +6,15 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/go-sql-driver/mysql"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cachewarden/cachewarden/client"
+	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/rules"
@@ -51,7 +54,16 @@ type ScenarioOptions struct {
 	// WarmShare is the share of sets and counters an application reads
 	// before the workload; default 0.5, negative none.
 	WarmShare float64
-	Log       *slog.Logger
+	// Source is where the daemons read changes: config.SourceKafka
+	// (default: the events published to the broker) or
+	// config.SourceBinlog (the server's binary log: no broker, nothing
+	// published; the MySQL DSN must name a MariaDB with GTIDs, the rule
+	// files are copied with their tables in its database, Format only
+	// plans what the daemons should do, and Snapshot is off).
+	Source config.SourceKind
+	// BinlogLease is the binlog source's lease; zero: the default.
+	BinlogLease time.Duration
+	Log         *slog.Logger
 }
 
 // Scenario is a workload run end to end: a database the workload changes,
@@ -80,6 +92,11 @@ type Scenario struct {
 	Warmed *Warmed
 	// Txs are the transactions published since Warm.
 	Txs []Tx
+	// Binlog is where the daemons read with source binlog; nil with
+	// Kafka (then Broker and Publisher are set).
+	Binlog *BinlogSource
+	// tmp holds the rule files of a binlog scenario.
+	tmp string
 }
 
 // NewScenario connects to the services (starting a broker when none is
@@ -110,7 +127,13 @@ func NewScenario(ctx context.Context, svc Services, opts ScenarioOptions) (s *Sc
 			s.Close()
 		}
 	}()
-	if s.Rules, err = rulefile.LoadPaths(opts.Rules...); err != nil {
+	s.Schema = NewSchema("", "")
+	if opts.Source == config.SourceBinlog {
+		if err := s.binlogRules(); err != nil {
+			return nil, err
+		}
+	}
+	if s.Rules, err = rulefile.LoadPaths(s.Opts.Rules...); err != nil {
 		return nil, fmt.Errorf("integration: rules: %w", err)
 	}
 	if s.MySQL, err = counters.OpenMySQL(svc.MySQLDSN, counters.DBConfig{MaxOpenConns: 8}, opts.Log); err != nil {
@@ -125,21 +148,10 @@ func NewScenario(ctx context.Context, svc Services, opts ScenarioOptions) (s *Sc
 	if err != nil {
 		return nil, fmt.Errorf("integration: %w", err)
 	}
-	s.Schema = NewSchema("", "")
-	for _, t := range s.Schema.Tables() {
-		s.Topics = append(s.Topics, s.topic(t))
-	}
-	if s.Broker, err = StartBroker(ctx, opts.Log, BrokerOptions{Addrs: svc.Brokers, Topics: s.Topics, Partitions: opts.Partitions}); err != nil {
-		return nil, err
-	}
-	if s.Publisher, err = NewPublisher(s.Broker.Addrs(), opts.Format, s.topic, opts.Log); err != nil {
-		return nil, err
-	}
-	if opts.Format.Avro() {
-		if s.Registry, err = StartAvroRegistry(); err != nil {
+	if opts.Source != config.SourceBinlog {
+		if err := s.startBroker(ctx); err != nil {
 			return nil, err
 		}
-		s.Publisher.WithRegistry(s.Registry)
 	}
 	if err := s.Schema.Create(ctx, s.MySQL.DB()); err != nil {
 		return nil, err
@@ -150,12 +162,60 @@ func NewScenario(ctx context.Context, svc Services, opts ScenarioOptions) (s *Sc
 	if s.Snapshot, err = s.Workload.Initial(ctx); err != nil {
 		return nil, err
 	}
+	if opts.Source == config.SourceBinlog {
+		s.Binlog, err = newBinlogSource(ctx, s.MySQL.DB(), svc.MySQLDSN, opts.BinlogLease)
+		return s, err
+	}
 	if opts.Snapshot && opts.Format.SupportsSnapshot() {
 		if _, err := s.Publisher.Publish(ctx, Tx{Desc: "snapshot", Changes: s.Snapshot}); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// binlogRules readies a binlog scenario: the tables are named by the
+// database the DSN names, as the binary log names them, and so are the
+// rule files' tables, in copies; nothing is published, so no snapshot.
+func (s *Scenario) binlogRules() error {
+	if s.Opts.Format != Debezium {
+		return fmt.Errorf("integration: source binlog: format %s is published to Kafka only", s.Opts.Format)
+	}
+	mcfg, err := mysql.ParseDSN(s.Services.MySQLDSN)
+	if err != nil || mcfg.DBName == "" {
+		return fmt.Errorf("integration: source binlog: the MySQL DSN must name the scenario's database (%v)", err)
+	}
+	s.Schema = NewSchema(mcfg.DBName, mcfg.DBName)
+	if s.tmp, err = os.MkdirTemp("", "cachewarden-binlog-rules-"); err != nil {
+		return fmt.Errorf("integration: %w", err)
+	}
+	if s.Opts.Rules, err = rulesForDatabase(s.Opts.Rules, s.tmp, mcfg.DBName); err != nil {
+		return err
+	}
+	s.Opts.Snapshot = false
+	return nil
+}
+
+// startBroker starts or connects to the broker, with a topic per table,
+// and the publisher (and schema registry) of the scenario's format.
+func (s *Scenario) startBroker(ctx context.Context) (err error) {
+	for _, t := range s.Schema.Tables() {
+		s.Topics = append(s.Topics, s.topic(t))
+	}
+	opts := s.Opts
+	if s.Broker, err = StartBroker(ctx, opts.Log, BrokerOptions{Addrs: s.Services.Brokers, Topics: s.Topics, Partitions: opts.Partitions}); err != nil {
+		return err
+	}
+	if s.Publisher, err = NewPublisher(s.Broker.Addrs(), opts.Format, s.topic, opts.Log); err != nil {
+		return err
+	}
+	if opts.Format.Avro() {
+		if s.Registry, err = StartAvroRegistry(); err != nil {
+			return err
+		}
+		s.Publisher.WithRegistry(s.Registry)
+	}
+	return nil
 }
 
 func (s *Scenario) topic(t *Table) string {
@@ -181,6 +241,9 @@ func (s *Scenario) Close() {
 	}
 	if s.Client != nil {
 		s.Client.Close()
+	}
+	if s.tmp != "" {
+		os.RemoveAll(s.tmp)
 	}
 }
 
@@ -216,7 +279,11 @@ func (s *Scenario) Failover(ctx context.Context, dsn string) error {
 // ConfigFile is a daemon config file's contents (the keys of
 // cachewarden.yaml that the harness sets).
 type ConfigFile struct {
-	Kafka struct {
+	// Source is "binlog" with Binlog set, else left out (Kafka).
+	Source string `yaml:"source,omitempty"`
+	// Binlog is the binlog section of a binlog scenario.
+	Binlog *BinlogConfigFile `yaml:"binlog,omitempty"`
+	Kafka  struct {
 		Brokers     []string          `yaml:"brokers"`
 		Group       string            `yaml:"group"`
 		Topics      []string          `yaml:"topics"`
@@ -227,7 +294,7 @@ type ConfigFile struct {
 		SchemaRegistry *struct {
 			URLs []string `yaml:"urls"`
 		} `yaml:"schema_registry,omitempty"`
-	} `yaml:"kafka"`
+	} `yaml:"kafka,omitempty"`
 	Memcached struct {
 		Servers      []string `yaml:"servers"`
 		Distribution string   `yaml:"distribution,omitempty"`
@@ -257,6 +324,12 @@ type ConfigFile struct {
 // dlqTopic ("" for none).
 func (s *Scenario) ConfigFile(dlqTopic string) ConfigFile {
 	var c ConfigFile
+	if s.Binlog != nil {
+		c.Source = string(config.SourceBinlog)
+		c.Binlog = s.Binlog.configFile()
+		s.fillConfigFile(&c)
+		return c
+	}
 	c.Kafka.Brokers = s.Broker.Addrs()
 	c.Kafka.Group = s.Opts.Group
 	c.Kafka.Topics = s.Topics
@@ -273,13 +346,18 @@ func (s *Scenario) ConfigFile(dlqTopic string) ConfigFile {
 			URLs []string `yaml:"urls"`
 		}{URLs: []string{s.Registry.URL()}}
 	}
+	s.fillConfigFile(&c)
+	return c
+}
+
+// fillConfigFile sets the sections every source shares.
+func (s *Scenario) fillConfigFile(c *ConfigFile) {
 	c.Memcached.Servers = []string{s.Services.Memcached}
 	c.MySQL.DSN = s.Services.MySQLDSN
 	c.Rules = s.Opts.Rules
 	c.Batch.MaxWait = "10ms"
 	c.HTTP.Listen = "127.0.0.1:0"
 	c.Log.Level = "warn"
-	return c
 }
 
 // Write writes the config as YAML to path.
@@ -297,6 +375,9 @@ func (c ConfigFile) Write(path string) error {
 // WaitCaughtUp waits until the scenario's group has committed every
 // message of its topics.
 func (s *Scenario) WaitCaughtUp(ctx context.Context) error {
+	if s.Binlog != nil {
+		return s.waitBinlogCaughtUp(ctx)
+	}
 	return s.Broker.WaitCaughtUp(ctx, s.Opts.Group, 20*time.Millisecond, s.Topics...)
 }
 
@@ -317,13 +398,20 @@ func (s *Scenario) Warm(ctx context.Context) error {
 // workload) and records them in Txs; PublishTxs publishes them.
 func (s *Scenario) Change(ctx context.Context, n int) ([]Tx, error) {
 	txs, err := s.Workload.Round(ctx, n)
+	if s.Binlog != nil {
+		txs = dropUnchanged(txs)
+	}
 	s.Txs = append(s.Txs, txs...)
 	return txs, err
 }
 
 // PublishTxs publishes transactions in order and returns how many
-// messages it wrote.
+// messages it wrote. With source binlog it writes nothing: the
+// transactions are in the server's binary log already.
 func (s *Scenario) PublishTxs(ctx context.Context, txs []Tx) (int, error) {
+	if s.Binlog != nil {
+		return 0, nil
+	}
 	return s.Publisher.Publish(ctx, txs...)
 }
 
@@ -386,4 +474,25 @@ func (s *Scenario) Check(ctx context.Context) (*verify.Report, *NamespaceReport,
 		return nil, nil, err
 	}
 	return rep, ns, nil
+}
+
+// dropUnchanged removes the updates that left their row as it was (an
+// edit that drew the value already there): the server logs no row change
+// for them, so a binary log reader sees none. Transactions left without
+// changes are removed.
+func dropUnchanged(txs []Tx) []Tx {
+	out := txs[:0]
+	for _, tx := range txs {
+		kept := tx.Changes[:0]
+		for _, c := range tx.Changes {
+			if c.Event.Operation == rules.Update && reflect.DeepEqual(c.Event.Before, c.Event.After) {
+				continue
+			}
+			kept = append(kept, c)
+		}
+		if tx.Changes = kept; len(kept) > 0 {
+			out = append(out, tx)
+		}
+	}
+	return out
 }

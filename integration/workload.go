@@ -61,6 +61,10 @@ type Tx struct {
 	// Desc says what the transaction did, for people.
 	Desc    string
 	Changes []Change
+	// GTID is the transaction's MariaDB GTID (@@last_gtid, "0-1-42")
+	// when the server logs GTIDs, else "": the binary log source's
+	// checkpoint covers it once the transaction is applied.
+	GTID string
 }
 
 // Workload applies a random but valid stream of changes to the schema's
@@ -91,6 +95,7 @@ type Workload struct {
 	log    *slog.Logger
 
 	binlog   bool
+	mariadb  bool
 	serverID uint32
 	fakePos  int64
 	tx       int64
@@ -135,9 +140,11 @@ func (w *Workload) readServer(ctx context.Context) error {
 		return fmt.Errorf("integration: read log_bin: %w", err)
 	}
 	w.binlog = strings.EqualFold(value, "ON")
-	if err := w.db.QueryRowContext(ctx, "SELECT @@server_id").Scan(&w.serverID); err != nil {
+	var version string
+	if err := w.db.QueryRowContext(ctx, "SELECT @@server_id, VERSION()").Scan(&w.serverID, &version); err != nil {
 		return fmt.Errorf("integration: read server_id: %w", err)
 	}
+	w.mariadb = strings.Contains(version, "MariaDB")
 	return nil
 }
 
@@ -589,7 +596,13 @@ func (w *Workload) commitModel(stmts []stmt) {
 // exec runs stmts in one transaction and returns the changes with their
 // before and after images as the database holds them.
 func (w *Workload) exec(ctx context.Context, desc string, stmts []stmt) (Tx, error) {
-	sqlTx, err := w.db.BeginTx(ctx, nil)
+	// One connection: @@last_gtid is the session's.
+	conn, err := w.db.Conn(ctx)
+	if err != nil {
+		return Tx{}, fmt.Errorf("integration: connect: %w", err)
+	}
+	defer conn.Close()
+	sqlTx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return Tx{}, fmt.Errorf("integration: begin: %w", err)
 	}
@@ -637,6 +650,12 @@ func (w *Workload) exec(ctx context.Context, desc string, stmts []stmt) (Tx, err
 	if err != nil {
 		return Tx{}, err
 	}
+	var gtid string
+	if w.binlog && w.mariadb {
+		if err := conn.QueryRowContext(ctx, "SELECT @@last_gtid").Scan(&gtid); err != nil {
+			return Tx{}, fmt.Errorf("integration: %s: read @@last_gtid: %w", desc, err)
+		}
+	}
 	w.tx++
 	now := time.Now().UnixMilli()
 	for i := range changes {
@@ -644,7 +663,7 @@ func (w *Workload) exec(ctx context.Context, desc string, stmts []stmt) (Tx, err
 		c.Tx, c.Row, c.Last = w.tx, i, i == len(changes)-1
 		c.Event.Source = rules.Position{BinlogFile: file, BinlogPos: pos, TsMs: now, ServerID: w.serverID}
 	}
-	return Tx{Desc: desc, Changes: changes}, nil
+	return Tx{Desc: desc, Changes: changes, GTID: gtid}, nil
 }
 
 // position returns the binary log position after the last commit.

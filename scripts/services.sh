@@ -2,13 +2,16 @@
 # Starts the services cachewarden's demo, tests and benchmarks need, on
 # loopback only, and says what it leaves running.
 #
-# Usage: scripts/services.sh [demo|bench|start|stop|status|env]
+# Usage: scripts/services.sh [demo|demo-binlog|bench|start|stop|status|env]
 #
 #   demo   what `make demo` needs:
 #            - memcached on 127.0.0.1:${CACHEWARDEN_MEMCACHED_PORT:-11311};
 #            - a MariaDB/MySQL server: 127.0.0.1:3306 when it answers, else
 #              the machine's mariadbd is started, else a private instance
 #              is started on port 3307 (data in .services/mysql).
+#   demo-binlog
+#          demo's services, and a MariaDB with the binary log on (as
+#          bench), which `make demo DEMO_FLAGS="--source binlog"` reads.
 #   bench  demo's services, and a MariaDB with the binary log on (the
 #          server above when its log_bin is ON, else the private instance
 #          on port 3307 with --log-bin), for exact (fenced) counters, and
@@ -402,6 +405,12 @@ case "${1:-start}" in
     start_mysql
     write_env
     ;;
+  demo-binlog)
+    start_memcached
+    start_mysql
+    start_binlog_mysql
+    write_env
+    ;;
   bench)
     start_memcached
     start_mysql
@@ -423,5 +432,5 @@ case "${1:-start}" in
   stop) stop ;;
   status) status ;;
   env) cat "$state/env" ;;
-  *) echo "usage: $0 [demo|bench|start|stop|status|env]" >&2; exit 2 ;;
+  *) echo "usage: $0 [demo|demo-binlog|bench|start|stop|status|env]" >&2; exit 2 ;;
 esac

@@ -32,6 +32,18 @@ const (
 	envMemcached = "CACHEWARDEN_TEST_MEMCACHED"
 	envMySQLDSN  = "CACHEWARDEN_TEST_MYSQL_DSN"
 	envKafka     = "CACHEWARDEN_TEST_KAFKA"
+	// envBinlogDSN names the MariaDB with the binary log on that
+	// --source binlog uses (`make services-bench` or `make services`).
+	envBinlogDSN = "CACHEWARDEN_TEST_MYSQL_BINLOG_DSN"
+)
+
+// The MySQL DSNs used when neither --mysql nor the environment names one:
+// the server `make services-demo` starts, and the binary log server of
+// `scripts/services.sh demo-binlog` (what `make demo DEMO_FLAGS="--source
+// binlog"` runs).
+const (
+	defaultMySQLDSN  = "root@tcp(127.0.0.1:3306)/"
+	defaultBinlogDSN = "root@tcp(127.0.0.1:3307)/"
 )
 
 // errUsage marks a command-line mistake: exit status 2.
@@ -73,6 +85,7 @@ type demoFlags struct {
 	params               integration.DemoParams
 	logLevel, logFormat  string
 	kafkaList, formatArg string
+	source               string
 }
 
 // newFlags declares the demo's flags on a flag set writing to stderr.
@@ -87,7 +100,9 @@ func newFlags(stderr io.Writer) (*flag.FlagSet, *demoFlags) {
 	p := &f.params
 	fs.StringVar(&p.ConfigPath, "c", "configs/cachewarden.yaml", "daemon config whose rules, topics and group the demo uses")
 	fs.StringVar(&p.Memcached, "memcached", envOr(envMemcached, "127.0.0.1:11311"), "memcached host:port")
-	fs.StringVar(&p.MySQLDSN, "mysql", envOr(envMySQLDSN, "root@tcp(127.0.0.1:3306)/"), "MySQL DSN of a user that may create databases (its database name is ignored)")
+	fs.StringVar(&p.MySQLDSN, "mysql", "", "MySQL DSN of a user that may create databases (its database name is ignored); default $"+envMySQLDSN+
+		", else "+defaultMySQLDSN+"; with --source binlog $"+envBinlogDSN+", else "+defaultBinlogDSN)
+	fs.StringVar(&f.source, "source", string(config.SourceKafka), "where the daemon reads changes: kafka (CDC events published to a broker) or binlog (the MySQL server's binary log, read as a replica: no broker)")
 	fs.StringVar(&p.Database, "database", "cachewarden_demo", "database the demo drops and creates")
 	fs.StringVar(&f.kafkaList, "kafka", os.Getenv(envKafka), "comma-separated Kafka brokers (default: an in-process broker)")
 	fs.StringVar(&f.formatArg, "format", string(integration.Debezium), "CDC format published: "+formatNames())
@@ -100,7 +115,7 @@ func newFlags(stderr io.Writer) (*flag.FlagSet, *demoFlags) {
 	return fs, f
 }
 
-const synopsis = "[-c FILE] [--memcached ADDR] [--mysql DSN] [--database NAME] [--kafka ADDRS] [--format FORMAT] [--rounds N] [--size N]"
+const synopsis = "[-c FILE] [--source kafka|binlog] [--memcached ADDR] [--mysql DSN] [--database NAME] [--kafka ADDRS] [--format FORMAT] [--rounds N] [--size N]"
 
 const description = "Runs cachewarden end to end and shows what happens: starts an in-process\n" +
 	"Kafka-protocol broker (or uses --kafka), creates the example schema in a\n" +
@@ -110,6 +125,9 @@ const description = "Runs cachewarden end to end and shows what happens: starts 
 	"events, the cache operations and sample keys round by round. At the end it\n" +
 	"checks that every set and counter in memcached equals the database and\n" +
 	"that the namespace of every changed entity moved; exit status 1 if not.\n" +
+	"With --source binlog no broker runs: the daemon reads the binary log of\n" +
+	"the MySQL server (a MariaDB with the binary log on and GTIDs) as a\n" +
+	"replica, and no broken message is shown.\n" +
 	"Services default to $" + envMemcached + ", $" + envMySQLDSN + " and\n" +
 	"$" + envKafka + " (what `make services` writes), else the local defaults.\n" +
 	"Before it starts, it checks that memcached, MySQL and --kafka answer, and\n" +
@@ -122,7 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := demoPreflight(ctx, params.Memcached, params.MySQLDSN, params.Kafka); err != nil {
+	if err := demoPreflight(ctx, params.Memcached, params.MySQLDSN, params.Kafka, params.Source == config.SourceBinlog); err != nil {
 		return err
 	}
 	return integration.RunDemo(ctx, params, stdout, log)
@@ -141,10 +159,21 @@ func parseArgs(args []string, stderr io.Writer) (integration.DemoParams, *slog.L
 	p := f.params
 	p.Format = integration.Format(f.formatArg)
 	p.Kafka = splitList(f.kafkaList)
+	p.Source = config.SourceKind(f.source)
+	if p.MySQLDSN == "" {
+		p.MySQLDSN = envOr(envMySQLDSN, defaultMySQLDSN)
+		if p.Source == config.SourceBinlog {
+			p.MySQLDSN = envOr(envBinlogDSN, defaultBinlogDSN)
+		}
+	}
 	switch {
 	case fs.NArg() > 0:
 		fs.Usage()
 		return p, nil, usageErrorf("unexpected argument %q", fs.Arg(0))
+	case !slices.Contains(config.SourceKinds, p.Source):
+		return p, nil, usageErrorf("--source %q: want kafka or binlog", f.source)
+	case p.Source == config.SourceBinlog && (p.Format != integration.Debezium || len(p.Kafka) > 0):
+		return p, nil, usageErrorf("--source binlog reads no broker: --format and --kafka do not apply")
 	case !slices.Contains(integration.Formats, p.Format):
 		return p, nil, usageErrorf("--format %q: want one of %s", f.formatArg, formatNames())
 	case !integration.ValidDemoDatabase(p.Database):

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,40 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// TestDemoBinlog runs the demo with --source binlog on the test services,
+// as `make demo DEMO_FLAGS="--source binlog"` does: no broker, the daemon
+// reads the binary log of the MariaDB with the binary log on.
+func TestDemoBinlog(t *testing.T) {
+	mc := testsvc.Memcached(t)
+	testsvc.MySQLBinlog(t) // fails under CI=true when the server has no binary log
+	dsn := testsvc.MySQLBinlogDSN(t)
+	database := "cwtest_demo_bl_" + testsvc.Unique()
+	t.Cleanup(func() { dropDatabase(dsn, database) })
+	out, errOut, code := invoke(t, "-c", exampleConfig, "--source", "binlog",
+		"--memcached", mc, "--mysql", dsn, "--database", database, "--rounds", "2", "--size", "10")
+	if code != 0 {
+		t.Fatalf("demo: exit status %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"-> its binary log -> cachewarden, reading as a replica",
+		"source     binary log of the MariaDB at ",
+		"round 2: 10 transactions",
+		"daemon caught up in",
+		"consistency 100.000% (all)",
+		"\nOK after ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`namespaces: [1-9][0-9]* bumped as planned`).MatchString(out) {
+		t.Errorf("no namespace was checked as bumped:\n%s", out)
+	}
+	if strings.Contains(out, "broker") || strings.Contains(errOut, "ERROR") {
+		t.Errorf("a broker or an error in the binlog demo:\nstdout:\n%s\nstderr:\n%s", out, errOut)
+	}
+}
+
 func TestDemoUsage(t *testing.T) {
 	for _, tt := range []struct {
 		args    []string
@@ -71,6 +106,8 @@ func TestDemoUsage(t *testing.T) {
 		wantErr string
 	}{
 		{[]string{"--format", "avro"}, 2, `--format "avro": want one of debezium,`},
+		{[]string{"--source", "tape"}, 2, `--source "tape": want kafka or binlog`},
+		{[]string{"--source", "binlog", "--format", "canal"}, 2, "--source binlog reads no broker"},
 		{[]string{"--database", "x; DROP"}, 2, "want letters, digits and _"},
 		{[]string{"--rounds", "0"}, 2, "at least 1"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},

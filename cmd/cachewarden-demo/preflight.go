@@ -17,16 +17,18 @@ import (
 const demoPreflightTimeout = 3 * time.Second
 
 // demoPreflight checks, before the demo starts anything, that memcached
-// answers at mcAddr, MySQL at dsn and, when brokers is not empty, that
-// each Kafka broker accepts connections. It returns one error naming
-// every service that does not answer and how to provide it, within a few
-// seconds.
-func demoPreflight(ctx context.Context, mcAddr, dsn string, brokers []string) error {
+// answers at mcAddr, MySQL at dsn (with its binary log on when binlog is
+// set) and, when brokers is not empty, that each Kafka broker accepts
+// connections. It returns one error naming every service that does not
+// answer and how to provide it, within a few seconds.
+func demoPreflight(ctx context.Context, mcAddr, dsn string, brokers []string, binlog bool) error {
 	var missing []string
 	if err := pingMemcached(ctx, mcAddr); err != nil {
 		missing = append(missing, fmt.Sprintf("memcached at %s: %v (start one with `make services`, or name one with --memcached or $%s)", mcAddr, err, envMemcached))
 	}
-	if err := pingMySQL(ctx, dsn); err != nil {
+	if err := pingMySQL(ctx, dsn, binlog); err != nil && binlog {
+		missing = append(missing, fmt.Sprintf("MySQL with the binary log on: %v (start one with `scripts/services.sh demo-binlog`, or name one with --mysql or $%s)", err, envBinlogDSN))
+	} else if err != nil {
 		missing = append(missing, fmt.Sprintf("MySQL: %v (start one with `make services`, or name one with --mysql or $%s)", err, envMySQLDSN))
 	}
 	for _, b := range brokers {
@@ -82,8 +84,9 @@ func pingMemcached(ctx context.Context, addr string) error {
 }
 
 // pingMySQL connects to the server of dsn (its database ignored) and
-// pings it. Errors name the address, never the password.
-func pingMySQL(ctx context.Context, dsn string) error {
+// pings it, and checks that its binary log is on when binlog is set.
+// Errors name the address, never the password.
+func pingMySQL(ctx context.Context, dsn string, binlog bool) error {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return fmt.Errorf("DSN: %w", err)
@@ -103,6 +106,16 @@ func pingMySQL(ctx context.Context, dsn string) error {
 			err = fmt.Errorf("no answer within %s", demoPreflightTimeout)
 		}
 		return fmt.Errorf("at %s: %w", cfg.Addr, err)
+	}
+	if !binlog {
+		return nil
+	}
+	var on bool
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.log_bin").Scan(&on); err != nil {
+		return fmt.Errorf("at %s: read log_bin: %w", cfg.Addr, err)
+	}
+	if !on {
+		return fmt.Errorf("at %s: log_bin is OFF", cfg.Addr)
 	}
 	return nil
 }

@@ -105,6 +105,9 @@ type Daemon struct {
 	// reads); purged marks a stop that waits for an operator.
 	problem atomic.Pointer[string]
 	running atomic.Bool
+	// noSnapshotPos is set once the source turned out not to report a
+	// consistent snapshot's position (waitVisible).
+	noSnapshotPos atomic.Bool
 }
 
 // NewDaemon checks cfg and deps and returns a Daemon. It connects to
@@ -250,9 +253,13 @@ func (d *Daemon) untilDone(ctx context.Context, what string, try func() error) {
 func (d *Daemon) runActive(ctx context.Context) {
 	term, endTerm := context.WithCancelCause(ctx)
 	defer endTerm(nil)
+	// The lease is kept until the pending delayed bumps are flushed, which
+	// the write guard refuses once it is released.
+	keep, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopKeep()
 	kept := make(chan error, 1)
 	go func() {
-		err := d.lease.Keep(term)
+		err := d.lease.Keep(keep)
 		endTerm(err) // a lost lease ends reading, even while the log is idle
 		kept <- err
 	}()
@@ -264,6 +271,7 @@ func (d *Daemon) runActive(ctx context.Context) {
 	err := d.readWhileActive(term)
 	endTerm(err)
 	stopRebump()
+	stopKeep()
 	if kerr := <-kept; kerr != nil && !errors.Is(kerr, ErrNotHeld) {
 		err = kerr
 	}

@@ -52,7 +52,11 @@ rules:
   - name: user-profile
     table: %s.users
     bump: "ns:user:{id}"
-`, r.prefix, f.name)
+  - name: comment
+    table: %s.comments
+    bump: "ns:comment:{id}"
+    rebump_after: 1m
+`, r.prefix, f.name, f.name)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -65,7 +69,7 @@ rules:
 	w := cacheops.NewTextApplier(r.mc, nil, nil, cacheops.Config{MaxConcurrency: 8}, r.log)
 	pm := pipeline.NewMetrics(r.reg)
 	r.p, err = pipeline.New(pipeline.Config{Rules: rs, Writer: w, Metrics: pm, Logger: r.log,
-		RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+		RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond, Rebump: pipeline.NewRebumper(w, pm, r.log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,12 +79,18 @@ rules:
 // daemon starts a daemon named name; stop cancels it and waits for Run.
 func (r *daemonRig) daemon(name string, lease time.Duration) (*Daemon, func()) {
 	r.t.Helper()
+	return r.daemonFrom(name, lease, Start{})
+}
+
+// daemonFrom is daemon reading from start when no checkpoint exists.
+func (r *daemonRig) daemonFrom(name string, lease time.Duration, start Start) (*Daemon, func()) {
+	r.t.Helper()
 	h, err := pipeline.NewHealth(pipeline.HealthConfig{Memcached: r.mc, Interval: 50 * time.Millisecond, Logger: r.log})
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	d, err := NewDaemon(DaemonConfig{
-		Stream:     Config{DSN: r.f.dsn, ServerID: randomServerID()},
+		Stream:     Config{DSN: r.f.dsn, ServerID: randomServerID(), Start: start},
 		Lease:      LeaseConfig{Name: name, Duration: lease},
 		Checkpoint: CheckpointConfig{Database: r.f.name, Name: name},
 		MaxEvents:  100,
@@ -267,4 +277,42 @@ func TestDaemonLeaseLostWhileIdle(t *testing.T) {
 	r.set("ns:user:8", "80")
 	r.f.tx(t, true, "INSERT INTO users VALUES (8, 'x')")
 	r.waitValue("ns:user:8", "81")
+}
+
+// current returns the server's current position.
+func (r *daemonRig) current() Start {
+	r.t.Helper()
+	st, err := currentStart(context.Background(), r.f.db, "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return st
+}
+
+// TestDaemonStartsAtConfiguredStart: with no checkpoint, the daemon reads
+// from the configured start (binlog.start), not from the server's current
+// position: a change committed before it runs is applied.
+func TestDaemonStartsAtConfiguredStart(t *testing.T) {
+	r := newDaemonRig(t)
+	r.set("ns:user:3", "30")
+	start := r.current()
+	r.f.tx(t, true, "INSERT INTO users VALUES (3, 'before the daemon')")
+	r.daemonFrom("t"+testsvc.Unique(), 2*time.Second, start)
+	r.waitValue("ns:user:3", "31")
+}
+
+// TestDaemonFlushesDelayedBumpsOnStop: a daemon stopped gracefully
+// applies the delayed second bumps still pending before it releases the
+// lease (the write guard refuses them after).
+func TestDaemonFlushesDelayedBumpsOnStop(t *testing.T) {
+	r := newDaemonRig(t)
+	r.set("ns:comment:4", "40")
+	start := r.current()
+	_, stop := r.daemonFrom("t"+testsvc.Unique(), 2*time.Second, start)
+	r.f.tx(t, true, "INSERT INTO comments VALUES (4, 1)")
+	r.waitValue("ns:comment:4", "41")
+	stop()
+	if got := r.get("ns:comment:4"); got != "42" {
+		t.Errorf("ns:comment:4 = %q after a graceful stop, want 42: the pending second bump (rebump_after 1m) is applied at the stop", got)
+	}
 }

@@ -27,6 +27,9 @@ func (d *Daemon) readWhileActive(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("binlog: checkpoint %s: %w", d.cfg.Checkpoint.Name, err)
 	}
+	if saved == "" {
+		start = d.cfg.Stream.Start // no checkpoint yet: the configured start (zero: the current position)
+	}
 	takeover := true
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		progressed, err := d.readFrom(ctx, &start, takeover)
@@ -162,6 +165,9 @@ func (d *Daemon) applyStream(ctx context.Context, items <-chan item, start *Star
 		msgs, end, rows, streamErr = d.fill(ctx, items, msgs[:0])
 		if len(msgs) == 0 {
 			break
+		}
+		if err := d.waitVisible(ctx, end); err != nil {
+			return saved, err
 		}
 		opts := pipeline.CoalesceOptions{}
 		if rec.on() {
