@@ -163,21 +163,23 @@ func (d *Daemon) applyStream(ctx context.Context, items <-chan item, start *Star
 		var end Start
 		var rows int
 		msgs, end, rows, streamErr = d.fill(ctx, items, msgs[:0])
-		if len(msgs) == 0 {
-			break
+		// A batch may hold no message: the last part of a transaction
+		// whose row count is a multiple of the part size comes empty,
+		// and only its end is to be saved.
+		if len(msgs) > 0 {
+			if err := d.waitVisible(ctx, end); err != nil {
+				return saved, err
+			}
+			opts := pipeline.CoalesceOptions{}
+			if rec.on() {
+				opts = pipeline.CoalesceOptions{Recount: true, ResetSets: rec.resetSets}
+			}
+			if err := d.p.Process(guarded, &b, msgs, opts); err != nil {
+				return saved, err
+			}
+			d.observeBatch(msgs)
+			b.Release()
 		}
-		if err := d.waitVisible(ctx, end); err != nil {
-			return saved, err
-		}
-		opts := pipeline.CoalesceOptions{}
-		if rec.on() {
-			opts = pipeline.CoalesceOptions{Recount: true, ResetSets: rec.resetSets}
-		}
-		if err := d.p.Process(guarded, &b, msgs, opts); err != nil {
-			return saved, err
-		}
-		d.observeBatch(msgs)
-		b.Release()
 		rec.applied(rows, !end.IsZero())
 		if end.IsZero() {
 			continue
