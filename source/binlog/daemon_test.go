@@ -316,4 +316,3 @@ func TestDaemonFlushesDelayedBumpsOnStop(t *testing.T) {
 		t.Errorf("ns:comment:4 = %q after a graceful stop, want 42: the pending second bump (rebump_after 1m) is applied at the stop", got)
 	}
 }
-
