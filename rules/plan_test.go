@@ -728,3 +728,31 @@ func TestReads(t *testing.T) {
 		}
 	}
 }
+
+// TestQueries: only tables with a rule that loads or recounts query.
+func TestQueries(t *testing.T) {
+	rs := loadFixture(t, "testdata/plan.yaml")
+	var withQuery, without []string
+	for _, r := range rs.Rules() {
+		db := r.Database
+		if db == "" {
+			db = "any"
+		}
+		if rs.Queries(db, r.Table) {
+			withQuery = append(withQuery, db+"."+r.Table)
+		} else {
+			without = append(without, db+"."+r.Table)
+		}
+	}
+	for _, r := range rs.Rules() {
+		if r.Query != "" && !rs.Queries(r.Database, r.Table) {
+			t.Errorf("rule %s queries but Queries(%q, %q) is false", r.Name, r.Database, r.Table)
+		}
+	}
+	if rs.Queries("shop", "no_such_table") {
+		t.Error("Queries of a table without rules is true")
+	}
+	if len(withQuery) == 0 || len(without) == 0 {
+		t.Fatalf("fixture: tables with a query %v, without %v; want both kinds", withQuery, without)
+	}
+}

@@ -311,3 +311,15 @@ func (rs *RuleSet) Reads(db, table string) bool {
 	}
 	return false
 }
+
+// Queries reports whether some rule of table in database db runs a MySQL
+// query (a set's load, a counter's recount): applying its changes may
+// read the database.
+func (rs *RuleSet) Queries(db, table string) bool {
+	for _, r := range rs.byTable[table] {
+		if (r.Database == "" || r.Database == db) && r.Query != "" {
+			return true
+		}
+	}
+	return false
+}

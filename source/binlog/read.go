@@ -167,8 +167,10 @@ func (d *Daemon) applyStream(ctx context.Context, items <-chan item, start *Star
 		// whose row count is a multiple of the part size comes empty,
 		// and only its end is to be saved.
 		if len(msgs) > 0 {
-			if err := d.waitVisible(ctx, end); err != nil {
-				return saved, err
+			if d.readsSource(msgs) {
+				if err := d.waitVisible(ctx, end); err != nil {
+					return saved, err
+				}
 			}
 			opts := pipeline.CoalesceOptions{}
 			if rec.on() {
@@ -306,4 +308,19 @@ func (d *Daemon) onPurged(ctx context.Context, start Start, cause error) (Start,
 		return start, err
 	}
 	return Start{}, nil
+}
+
+// readsSource reports whether applying msgs may query the database: some
+// rule of a changed table loads a set or recounts a counter. Only then
+// must the batch wait until its transactions are visible (waitVisible).
+func (d *Daemon) readsSource(msgs []pipeline.Message) bool {
+	rs := d.p.Rules()
+	for i := range msgs {
+		for j := range msgs[i].Events {
+			if ev := &msgs[i].Events[j]; rs.Queries(ev.Database, ev.Table) {
+				return true
+			}
+		}
+	}
+	return false
 }
