@@ -9,34 +9,6 @@ import (
 	"github.com/cachewarden/cachewarden/source/binlog"
 )
 
-// SourceKind is `source`: where change events come from.
-type SourceKind string
-
-// The values of source.
-const (
-	// SourceKafka consumes CDC topics (the kafka section).
-	SourceKafka SourceKind = "kafka"
-	// SourceBinlog reads a MySQL or MariaDB server's binary log as a
-	// replica (the binlog section); no Kafka is needed.
-	SourceBinlog SourceKind = "binlog"
-)
-
-// BinlogPurged is binlog.purged: what happens when the checkpoint's
-// position is no longer in the source's binary log.
-type BinlogPurged string
-
-// The values of binlog.purged.
-const (
-	PurgedFail    BinlogPurged = "fail"
-	PurgedCurrent BinlogPurged = "current"
-)
-
-// The accepted values of source and binlog.purged.
-var (
-	SourceKinds   = []SourceKind{SourceKafka, SourceBinlog}
-	BinlogPurgeds = []BinlogPurged{PurgedFail, PurgedCurrent}
-)
-
 // Binlog is the `binlog` section: the binary log source
 // (docs/operations.md, "Binary log source"), read when source is binlog.
 type Binlog struct {

@@ -82,6 +82,28 @@ const (
 	LogJSON LogFormat = "json"
 )
 
+// SourceKind is `source`: where change events come from.
+type SourceKind string
+
+// The values of source.
+const (
+	// SourceKafka consumes CDC topics (the kafka section).
+	SourceKafka SourceKind = "kafka"
+	// SourceBinlog reads a MySQL or MariaDB server's binary log as a
+	// replica (the binlog section); no Kafka is needed.
+	SourceBinlog SourceKind = "binlog"
+)
+
+// BinlogPurged is binlog.purged: what happens when the checkpoint's
+// position is no longer in the source's binary log.
+type BinlogPurged string
+
+// The values of binlog.purged.
+const (
+	PurgedFail    BinlogPurged = "fail"
+	PurgedCurrent BinlogPurged = "current"
+)
+
 // The accepted values of each enumerated setting, in the order messages
 // list them.
 var (
@@ -93,4 +115,6 @@ var (
 	SASLMechanisms       = []SASLMechanism{SASLPlain, SASLScramSHA256, SASLScramSHA512, SASLOAuthBearer}
 	LogFormats           = []LogFormat{LogText, LogJSON}
 	FencingModes         = []counters.FencingMode{counters.FencingAuto, counters.FencingOff, counters.FencingRequired}
+	SourceKinds          = []SourceKind{SourceKafka, SourceBinlog}
+	BinlogPurgeds        = []BinlogPurged{PurgedFail, PurgedCurrent}
 )
