@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,57 +11,31 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
+	"github.com/cachewarden/cachewarden/internal/pipetest"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+)
+
+// The shared helpers of the pipeline's and the sources' tests.
+var (
+	metricValue    = pipetest.MetricValue
+	waitFor        = pipetest.WaitFor
+	testLogger     = pipetest.TestLogger
+	row            = pipetest.Row
+	createComments = pipetest.CreateComments
+)
+
+const (
+	daemonRules = pipetest.DaemonRules
+	rebumpRules = pipetest.RebumpRules
 )
 
 // The rig of the pipeline's tests: a pipeline over real memcached (and
 // MySQL), and Debezium messages to feed it.
 
-// metricValue returns a counter's or gauge's current value.
-func metricValue(m prometheus.Metric) float64 {
-	var pb dto.Metric
-	if err := m.Write(&pb); err != nil {
-		panic(err)
-	}
-	if pb.Counter != nil {
-		return pb.Counter.GetValue()
-	}
-	return pb.Gauge.GetValue()
-}
-
-// waitFor polls cond until it returns "" or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s: %s", timeout, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // lockedBuffer collects log output from many goroutines.
 type lockedBuffer = testsvc.LogBuffer
-
-// testLogger logs into a buffer that is printed when the test fails or
-// runs with -v; it never writes to the test after it ended.
-func testLogger(t *testing.T) (*slog.Logger, *lockedBuffer) {
-	buf := &lockedBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() || testing.Verbose() {
-			t.Logf("log:\n%s", buf.String())
-		}
-	})
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
-}
 
 // rig is a pipeline over real memcached (and MySQL when a DSN is given),
 // for one test's unique key prefix.
@@ -159,51 +132,5 @@ func (r *rig) get(k string) string {
 
 // debezium returns a Debezium change event (no schema envelope).
 func debezium(op, db, table string, before, after map[string]any) Message {
-	ev := map[string]any{
-		"op": op, "ts_ms": 1700000000000, "before": before, "after": after,
-		"source": map[string]any{"connector": "mysql", "db": db, "table": table, "file": "mysql-bin.000003", "pos": 154, "snapshot": false},
-	}
-	v, err := json.Marshal(ev)
-	if err != nil {
-		panic(err)
-	}
-	return Message{Value: v}
+	return Message{Value: pipetest.Debezium(op, db, table, before, after)}
 }
-
-func row(kv ...any) map[string]any {
-	m := make(map[string]any)
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i].(string)] = kv[i+1]
-	}
-	return m
-}
-
-const daemonRules = `
-version: 1
-prefix: "PREFIX"
-rules:
-  - name: user-profile
-    table: shop.users
-    bump: "ns:user:{id}"
-  - name: user-interests
-    table: shop.user_interests
-    set:
-      key: "interests:{user_id}"
-      member: "{interest_id}"
-  - name: post-comments
-    table: blog.comments
-    count:
-      key: "comments:{post_id}"
-      recount: "SELECT COUNT(*) FROM comments WHERE post_id = ?"
-      args: [post_id]
-`
-
-const rebumpRules = `
-version: 1
-prefix: "PREFIX"
-rules:
-  - name: user-profile
-    table: shop.users
-    bump: "ns:user:{id}"
-    rebump_after: 1h
-`

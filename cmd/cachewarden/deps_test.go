@@ -54,6 +54,7 @@ func TestLinksNoDemoHarness(t *testing.T) {
 		case pkg == "github.com/cachewarden/cachewarden/integration",
 			strings.HasPrefix(pkg, "github.com/cachewarden/cachewarden/integration/"),
 			strings.HasPrefix(pkg, "github.com/cachewarden/cachewarden/internal/testsvc"),
+			strings.HasPrefix(pkg, "github.com/cachewarden/cachewarden/internal/pipetest"),
 			strings.HasPrefix(pkg, "github.com/twmb/franz-go/pkg/kfake"):
 			linked = append(linked, pkg)
 		}

@@ -2,8 +2,6 @@ package kafka
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -26,10 +23,25 @@ import (
 	"github.com/cachewarden/cachewarden/cacheops"
 	"github.com/cachewarden/cachewarden/counters"
 	"github.com/cachewarden/cachewarden/decode"
+	"github.com/cachewarden/cachewarden/internal/pipetest"
 	"github.com/cachewarden/cachewarden/internal/testsvc"
 	"github.com/cachewarden/cachewarden/itemformat"
 	"github.com/cachewarden/cachewarden/pipeline"
 	"github.com/cachewarden/cachewarden/rules/rulefile"
+)
+
+// The shared helpers of the pipeline's and the sources' tests.
+var (
+	metricValue    = pipetest.MetricValue
+	waitFor        = pipetest.WaitFor
+	testLogger     = pipetest.TestLogger
+	row            = pipetest.Row
+	createComments = pipetest.CreateComments
+)
+
+const (
+	daemonRules = pipetest.DaemonRules
+	rebumpRules = pipetest.RebumpRules
 )
 
 func produce(t *testing.T, brokers []string, topic string, msgs ...kafka.Message) {
@@ -99,34 +111,6 @@ func committedMeta(t *testing.T, brokers []string, group, topic string, partitio
 	return o.At, o.Metadata
 }
 
-// metricValue returns a counter's or gauge's current value.
-func metricValue(m prometheus.Metric) float64 {
-	var pb dto.Metric
-	if err := m.Write(&pb); err != nil {
-		panic(err)
-	}
-	if pb.Counter != nil {
-		return pb.Counter.GetValue()
-	}
-	return pb.Gauge.GetValue()
-}
-
-// waitFor polls cond until it returns "" or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s: %s", timeout, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitCommitted waits (up to 20s) until group's committed offset of
 // partition 0 of topic is want.
 func waitCommitted(t *testing.T, brokers []string, group, topic string, want int64) {
@@ -141,18 +125,6 @@ func waitCommitted(t *testing.T, brokers []string, group, topic string, want int
 
 // lockedBuffer collects log output from many goroutines.
 type lockedBuffer = testsvc.LogBuffer
-
-// testLogger logs into a buffer that is printed when the test fails or
-// runs with -v; it never writes to the test after it ended.
-func testLogger(t *testing.T) (*slog.Logger, *lockedBuffer) {
-	buf := &lockedBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() || testing.Verbose() {
-			t.Logf("log:\n%s", buf.String())
-		}
-	})
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
-}
 
 // rig is a pipeline over real memcached (and MySQL when a DSN is given),
 // for one test's unique key prefix.
@@ -306,55 +278,7 @@ func (r *rig) daemonWith(brokers []string, group string, adjust func(*Config), t
 
 // debezium returns a Debezium change event (no schema envelope).
 func debezium(op, db, table string, before, after map[string]any) kafka.Message {
-	ev := map[string]any{
-		"op": op, "ts_ms": 1700000000000, "before": before, "after": after,
-		"source": map[string]any{"connector": "mysql", "db": db, "table": table, "file": "mysql-bin.000003", "pos": 154, "snapshot": false},
-	}
-	v, err := json.Marshal(ev)
-	if err != nil {
-		panic(err)
-	}
-	return kafka.Message{Value: v}
-}
-
-func row(kv ...any) map[string]any {
-	m := make(map[string]any)
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i].(string)] = kv[i+1]
-	}
-	return m
-}
-
-const daemonRules = `
-version: 1
-prefix: "PREFIX"
-rules:
-  - name: user-profile
-    table: shop.users
-    bump: "ns:user:{id}"
-  - name: user-interests
-    table: shop.user_interests
-    set:
-      key: "interests:{user_id}"
-      member: "{interest_id}"
-  - name: post-comments
-    table: blog.comments
-    count:
-      key: "comments:{post_id}"
-      recount: "SELECT COUNT(*) FROM comments WHERE post_id = ?"
-      args: [post_id]
-`
-
-func createComments(t *testing.T, db *sql.DB, postID, n int) {
-	t.Helper()
-	if _, err := db.Exec("CREATE TABLE IF NOT EXISTS comments (id INT AUTO_INCREMENT PRIMARY KEY, post_id INT NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	for range n {
-		if _, err := db.Exec("INSERT INTO comments (post_id) VALUES (?)", postID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return kafka.Message{Value: pipetest.Debezium(op, db, table, before, after)}
 }
 
 // TestDaemonAppliesDebeziumEvents runs the daemon on Debezium events and
@@ -560,16 +484,6 @@ func TestPoisonGoesToDLQ(t *testing.T) {
 		t.Errorf("DLQ messages metric = %v, want 2", got)
 	}
 }
-
-const rebumpRules = `
-version: 1
-prefix: "PREFIX"
-rules:
-  - name: user-profile
-    table: shop.users
-    bump: "ns:user:{id}"
-    rebump_after: 1h
-`
 
 // TestShutdownAppliesDelayedBumps checks that pending delayed bumps are
 // applied when the daemon stops, and that they never held the commit.
