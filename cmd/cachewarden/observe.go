@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/cachewarden/cachewarden/config"
 	"github.com/cachewarden/cachewarden/source/kafka"
 	"github.com/cachewarden/cachewarden/wiring"
 )
@@ -26,6 +27,10 @@ func (a *app) observeCmd(ctx context.Context, args []string, stdout, stderr io.W
 	cfg, err := parseConfigOnly(fs, "observe", args, stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.Source == config.SourceBinlog {
+		return fmt.Errorf("observe: %s: source is binlog, and `cachewarden observe` follows Kafka topics as a consumer group of its own; "+
+			"with the binary log source turn the observer on in the daemon instead (observer.enabled: true)", cfg.File)
 	}
 	log := a.configLogger(cfg.Log, stderr)
 	stack, err := wiring.NewStack(cfg, log, wiring.StackOptions{ObserveOnly: true, Build: binaryBuild()})

@@ -115,3 +115,16 @@ observer:
 		t.Fatalf("observe returned %v after the signal, want nil", err)
 	}
 }
+
+// TestObserveRefusesBinlogSource: observe follows Kafka topics; with the
+// binary log source it says so and names the setting to use instead.
+func TestObserveRefusesBinlogSource(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("version: 1\nrules:\n  - name: u\n    table: shop.users\n    bump: \"ns:user:{id}\"\n"), 0o644)
+	cfg := filepath.Join(dir, "cachewarden.yaml")
+	os.WriteFile(cfg, []byte("source: binlog\nbinlog:\n  dsn: \"u:p@tcp(127.0.0.1:1)/\"\n  server_id: 9\nmemcached:\n  servers: [127.0.0.1:1]\nrules: [rules.yaml]\n"), 0o644)
+	_, _, err := invoke(t, "", "observe", "-c", cfg)
+	if err == nil || !strings.Contains(err.Error(), "source is binlog") || !strings.Contains(err.Error(), "observer.enabled: true") {
+		t.Errorf("observe with source binlog: %v", err)
+	}
+}
